@@ -1,0 +1,287 @@
+"""Coherence boosting as pure tensor maths (paper §2, eq. 1 and eq. 2; DESIGN.md §1).
+
+Nothing here imports Lightning or the Hub: every function takes log-probabilities (or log-likelihood sums)
+already computed by a model and returns tensors, so the whole module is unit-tested against hand-computed
+numbers.
+
+Vocabulary-level mixing always happens on float32 log-probabilities (log-softmax of each expert), never on
+raw logits of different experts and never on probabilities. The paper's weighted product of experts
+
+    f_alpha(w | w_1..w_n)  ∝  Π_k f_k(w | w_1..w_n) ^ alpha_k            (eq. 1)
+
+is ``product_of_experts``; the two-expert forms of the paper are ``two_expert_weights``:
+
+* ``"next_token"``: ``log f_max + alpha · log f_k`` (LAMBADA Tab. 1, LAMA Tab. 5, dialog Tab. 3, summaries);
+* ``"generation"``: ``(1 - alpha) · log f_max + alpha · log f_k`` (WebText Tab. 2, Figure 1), which equals
+  the untempered base model whenever ``f_k == f_max``.
+
+Multiple-choice answer selection (eq. 2) mixes sequence log-likelihoods instead: ``choice_scores``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+BoostForm = Literal["next_token", "generation"]
+
+__all__ = [
+    "AlphaGrid",
+    "BoostForm",
+    "binomial_stderr",
+    "boosted_log_probs",
+    "choice_accuracy",
+    "choice_accuracy_curve",
+    "choice_predictions",
+    "choice_scores",
+    "first_argmax",
+    "log_softmax32",
+    "mix_log_probs",
+    "next_token_alpha_sweep",
+    "normalize_log_scores",
+    "product_of_experts",
+    "short_context_ids",
+    "two_expert_weights",
+]
+
+
+def log_softmax32(logits: torch.Tensor) -> torch.Tensor:
+    """Log-softmax over the last axis in float32, whatever dtype the model ran in (DESIGN.md §1)."""
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def two_expert_weights(alpha: float, form: BoostForm) -> tuple[float, float]:
+    """Weights ``(w_full, w_short)`` of the paper's two-expert forms (DESIGN.md §1 table)."""
+    if form == "next_token":
+        return 1.0, float(alpha)
+    if form == "generation":
+        return 1.0 - float(alpha), float(alpha)
+    raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+
+
+def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """Unnormalised ``Σ_k w_k · log f_k`` (the exponent of eq. 1), free of NaN.
+
+    Experts with weight 0 are dropped (``0 · -inf`` would be NaN). An entry that an expert with a positive
+    weight rules out (``-inf``) stays ``-inf``: the product of experts keeps the support of its positive
+    factors. An entry ruled out only by negatively weighted experts becomes ``+inf`` (``0 ^ -a = ∞``); see
+    ``normalize_log_scores`` for what that means after normalisation.
+    """
+    if len(log_probs) != len(weights):
+        raise ValueError(f"{len(log_probs)} experts but {len(weights)} weights")
+    if not log_probs:
+        raise ValueError("product of experts needs at least one expert")
+    total: torch.Tensor | None = None
+    vetoed: torch.Tensor | None = None  # -inf under a positively weighted expert
+    forced: torch.Tensor | None = None  # -inf under a negatively weighted expert
+    for lp, w in zip(log_probs, weights):
+        w = float(w)
+        if w == 0.0:
+            continue
+        lp = lp.float()
+        minus_inf = torch.isneginf(lp)
+        term = torch.where(minus_inf, torch.zeros_like(lp), lp) * w
+        total = term if total is None else total + term
+        if w > 0:
+            vetoed = minus_inf if vetoed is None else vetoed | minus_inf
+        else:
+            forced = minus_inf if forced is None else forced | minus_inf
+    if total is None:  # every weight is zero: the uniform distribution (all exponents 0)
+        return torch.zeros_like(log_probs[0], dtype=torch.float32)
+    if forced is not None:
+        total = torch.where(forced, torch.full_like(total, math.inf), total)
+    if vetoed is not None:
+        total = torch.where(vetoed, torch.full_like(total, -math.inf), total)
+    return total
+
+
+def normalize_log_scores(scores: torch.Tensor) -> torch.Tensor:
+    """Log-softmax over the last axis that tolerates ``+inf`` entries.
+
+    A row holding ``+inf`` entries puts all its mass, uniformly, on them (the limit of the product of
+    experts); other rows are an ordinary float32 log-softmax. The result never holds NaN for rows that
+    have at least one entry above ``-inf``.
+    """
+    scores = scores.float()
+    pos_inf = torch.isposinf(scores)
+    has_pos_inf = pos_inf.any(dim=-1, keepdim=True)
+    finite_view = torch.where(
+        has_pos_inf,
+        torch.where(pos_inf, torch.zeros_like(scores), torch.full_like(scores, -math.inf)),
+        scores,
+    )
+    return torch.log_softmax(finite_view, dim=-1)
+
+
+def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+    """Normalised ``log f_alpha = log_softmax(Σ_k alpha_k log f_k)`` (paper eq. 1), any number of experts."""
+    return normalize_log_scores(mix_log_probs(log_probs, weights))
+
+
+def boosted_log_probs(
+    full: torch.Tensor, short: torch.Tensor, alpha: float, form: BoostForm = "next_token"
+) -> torch.Tensor:
+    """Normalised two-expert boosted log-probabilities (DESIGN.md §1 table)."""
+    return product_of_experts([full, short], two_expert_weights(alpha, form))
+
+
+def short_context_ids(ids: Sequence[int], k: int, special_prefix: Sequence[int] = ()) -> list[int]:
+    """The context of ``f_k``: the last ``k`` tokens of ``ids``, after the tokenizer's special prefix.
+
+    ``ids`` starts with ``special_prefix`` (e.g. Llama's BOS) when the tokenizer adds one; the short context
+    keeps that prefix so a model trained always to see BOS sees it here too (DESIGN.md §1). When the
+    content is no longer than ``k`` the result is ``ids`` itself, i.e. ``f_k == f_max``.
+    """
+    if k < 1:
+        raise ValueError(f"short-context length k must be at least 1, got {k}")
+    ids = list(ids)
+    n_prefix = len(special_prefix)
+    if n_prefix and ids[:n_prefix] == list(special_prefix):
+        body = ids[n_prefix:]
+        return list(special_prefix) + body[-k:]
+    return ids[-k:]
+
+
+def first_argmax(values: torch.Tensor) -> int:
+    """Flat index of the first maximum in row-major order: ties go to the first grid value, as the
+    reference's ``np.argmax`` does (DESIGN.md §1)."""
+    flat = values.reshape(-1)
+    if flat.numel() == 0:
+        raise ValueError("cannot choose from an empty grid")
+    best = flat.max()
+    return int(torch.nonzero(flat == best)[0, 0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Next-token prediction (LAMBADA, LAMA): the whole alpha grid from one full and one short distribution.
+
+
+def next_token_alpha_sweep(
+    full: torch.Tensor,
+    short: torch.Tensor,
+    targets: torch.Tensor,
+    alphas: torch.Tensor,
+    form: BoostForm = "next_token",
+) -> dict[str, torch.Tensor]:
+    """Boosted next-token predictions for every alpha of a grid, from cached expert log-probs.
+
+    ``full`` and ``short`` are ``[B, V]`` log-probabilities of ``f_max`` and ``f_k``; ``targets`` is ``[B]``.
+    Returns ``correct`` (argmax over the whole vocabulary equals the target; ties to the lowest token id),
+    ``log_prob`` (target log-probability under the normalised boosted model, for perplexity) and ``rank``
+    (1 + number of tokens scored strictly higher), each ``[B, A]``. Memory is ``[B, A, V]`` float32.
+    """
+    if alphas.numel() == 0:
+        raise ValueError("the alpha grid is empty")
+    full = full.float()
+    short = short.float()
+    a = alphas.numel()
+    b = full.shape[0]
+    rows = [mix_log_probs([full, short], two_expert_weights(alpha, form)) for alpha in alphas.tolist()]
+    scores = torch.stack(rows, dim=1)  # [B, A, V]
+    tgt = targets.to(full.device).view(b, 1, 1).expand(b, a, 1)
+    target_score = scores.gather(-1, tgt)  # [B, A, 1]
+    correct = scores.argmax(dim=-1) == tgt.squeeze(-1)
+    rank = (scores > target_score).sum(dim=-1) + 1
+    log_prob = normalize_log_scores(scores).gather(-1, tgt).squeeze(-1)
+    return {"correct": correct, "log_prob": log_prob, "rank": rank}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Multiple-choice answer selection (eq. 2): sweeps over cached log-likelihood sums, no model calls.
+
+
+def choice_scores(
+    ll_full: torch.Tensor,
+    ll_short: torch.Tensor,
+    alphas: torch.Tensor | float,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``log f(a | full) + alpha · log f(a | premise-free)`` for every alpha (paper eq. 2).
+
+    ``ll_full``/``ll_short`` are ``[N, C]`` sums over each answer's tokens; missing choices (ragged choice
+    counts) are ``-inf`` in ``ll_full``. ``lengths`` (answer lengths in characters) divides the score, as the
+    reference's length normalisation does. Returns ``[A, N, C]`` (``[N, C]`` for a scalar alpha).
+    """
+    scalar = not torch.is_tensor(alphas) or alphas.dim() == 0
+    alpha_t = torch.as_tensor(alphas, dtype=torch.float64).reshape(-1)
+    full = ll_full.double()
+    short = ll_short.double()
+    missing = torch.isneginf(full)
+    short = torch.where(missing | ~torch.isfinite(short), torch.zeros_like(short), short)
+    scores = full.unsqueeze(0) + alpha_t.view(-1, 1, 1) * short.unsqueeze(0)
+    if lengths is not None:
+        scores = scores / lengths.double().clamp_min(1).unsqueeze(0)
+    scores = torch.where(missing.unsqueeze(0), torch.full_like(scores, -math.inf), scores)
+    return scores[0] if scalar else scores
+
+
+def choice_predictions(
+    ll_full: torch.Tensor,
+    ll_short: torch.Tensor,
+    alphas: torch.Tensor | float,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Predicted choice index for every alpha: ``[A, N]`` (``[N]`` for a scalar alpha); ties go to the
+    first choice, like ``np.argmax`` in the reference."""
+    return choice_scores(ll_full, ll_short, alphas, lengths).argmax(dim=-1)
+
+
+def choice_accuracy_curve(
+    ll_full: torch.Tensor,
+    ll_short: torch.Tensor,
+    labels: torch.Tensor,
+    alphas: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Accuracy at every alpha of the grid ``[A]`` (float64), from one pass of cached log-likelihoods."""
+    if alphas.numel() == 0:
+        raise ValueError("the alpha grid is empty")
+    if labels.numel() == 0:
+        raise ValueError("no examples to score")
+    preds = choice_predictions(ll_full, ll_short, alphas.reshape(-1), lengths)
+    return (preds == labels.view(1, -1).to(preds.device)).double().mean(dim=1)
+
+
+def choice_accuracy(
+    ll_full: torch.Tensor,
+    ll_short: torch.Tensor,
+    labels: torch.Tensor,
+    alpha: float,
+    lengths: torch.Tensor | None = None,
+) -> float:
+    """Accuracy at one alpha (e.g. 0 for ``f_max``, -1 for PMI), whether or not it is on the grid."""
+    return float(choice_accuracy_curve(ll_full, ll_short, labels, torch.tensor([alpha]), lengths)[0])
+
+
+def binomial_stderr(accuracy: float, n: int) -> float:
+    """Standard error of an accuracy over ``n`` independent examples: ``sqrt(p (1 - p) / n)``."""
+    if n <= 0:
+        return float("nan")
+    return math.sqrt(max(accuracy * (1.0 - accuracy), 0.0) / n)
+
+
+@dataclass(frozen=True)
+class AlphaGrid:
+    """An inclusive grid ``start, start ± step, …, stop`` of boosting coefficients.
+
+    The default is the multiple-choice grid of DESIGN.md §1 (2 down to -5 by 0.01, since Table 4 has
+    alpha* down to -4.19). Grid order matters: ties for alpha* go to the first value.
+    """
+
+    start: float = 2.0
+    stop: float = -5.0
+    step: float = 0.01
+
+    def values(self) -> list[float]:
+        if self.step <= 0 or not math.isfinite(self.step):
+            raise ValueError(f"alpha grid step must be positive, got {self.step}")
+        if not (math.isfinite(self.start) and math.isfinite(self.stop)):
+            raise ValueError(f"alpha grid bounds must be finite, got {self.start} .. {self.stop}")
+        direction = -1.0 if self.stop < self.start else 1.0
+        n = int(math.floor(abs(self.stop - self.start) / self.step + 1e-9)) + 1
+        decimals = max(0, -math.floor(math.log10(self.step)) + 2)
+        return [round(self.start + direction * i * self.step, decimals) for i in range(n)]

@@ -1,0 +1,511 @@
+"""Batched log-likelihoods from any Hugging Face causal LM (DESIGN.md §1, §5).
+
+* ``Scorer.score_choices``: log f(continuation | context) for groups of continuations sharing one context
+  (the choices of a question), token by token with greedy flags. The context of a group is encoded once
+  and its KV cache fanned out to the choices, where the model's cache allows it.
+* ``Scorer.next_token_log_probs`` / ``Scorer.last_k_log_probs``: the next-token distribution after a
+  whole context (``f_max``) and after its last ``k`` tokens (``f_k``), batched.
+* ``windowed_log_probs``: per-position short-context distributions ``f_k`` along whole sequences (LTF and
+  delta, the coherence-tuning teacher), one ``k``-token forward per position with logits only at its end.
+
+Token boundaries follow lm-evaluation-harness: the continuation is what ``encode(context + continuation)``
+holds after the tokens of ``encode(context)``; trailing spaces of the context move into the continuation.
+Short contexts sit at positions ``0..k-1`` exactly as if they were the whole input (left padding comes with
+explicit ``position_ids``). Log-softmax is taken in float32 whatever the model dtype.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from cblight.boosting import log_softmax32, short_context_ids
+
+log = logging.getLogger(__name__)
+
+BatchSize = int | Literal["auto"]
+
+
+class ScoringError(ValueError):
+    """An input that cannot be scored (e.g. a continuation longer than the model window)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tokenisation
+
+
+def special_prefix(tokenizer: Any) -> list[int]:
+    """Special tokens the tokenizer puts in front of every text (Llama's BOS; nothing for GPT-2)."""
+    probe = tokenizer("a", add_special_tokens=True)["input_ids"]
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    specials = set(tokenizer.all_special_ids)
+    prefix: list[int] = []
+    for tok in probe[: max(0, len(probe) - len(plain))]:
+        if tok not in specials:
+            break
+        prefix.append(tok)
+    return prefix
+
+
+def empty_context_ids(tokenizer: Any, prefix: Sequence[int]) -> list[int]:
+    """The token(s) standing for an empty context: the special prefix, else BOS, else EOS (DESIGN.md §1)."""
+    if prefix:
+        return list(prefix)
+    tok = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if tok is None:
+        raise ScoringError("an empty context needs a BOS or EOS token, and the tokenizer has neither")
+    return [int(tok)]
+
+
+class Encoder:
+    """Tokenisation with the conventions above, shared by scoring and generation."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self.prefix = special_prefix(tokenizer)
+
+    def body(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def context(self, text: str) -> list[int]:
+        """Context ids: the special prefix plus the text; an empty text is BOS/EOS alone."""
+        body = self.body(text) if text else []
+        return self.prefix + body if body else empty_context_ids(self.tokenizer, self.prefix)
+
+    def pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """``(context_ids, continuation_ids)`` split as lm-evaluation-harness does."""
+        n_space = len(context) - len(context.rstrip(" "))
+        if n_space:
+            continuation = context[-n_space:] + continuation
+            context = context[:-n_space]
+        ctx_body = self.body(context) if context else []
+        whole = self.body(context + continuation)
+        cont = whole[len(ctx_body) :]
+        if not cont:
+            raise ScoringError(f"continuation {continuation!r} encodes to no tokens after its context")
+        ctx = self.prefix + ctx_body if ctx_body else empty_context_ids(self.tokenizer, self.prefix)
+        return ctx, cont
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model calls
+
+
+def _accepts(model: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ``[B, L]`` ids and attention mask."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``[B, L]`` ids and attention mask."""
+    width = max(1, max(len(s) for s in seqs))
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+            mask[i, : len(s)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def positions_from_mask(mask: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+    """Position ids that count only real tokens, so a left-padded row starts at position 0 (or ``offset``)."""
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    if offset is not None:
+        pos = pos + offset.view(-1, 1)
+    return pos
+
+
+def last_position_log_probs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+) -> torch.Tensor:
+    """float32 next-token log-probs at the last column of a (left-padded) batch, ``[B, V]``.
+
+    Only the last position goes through the LM head (``logits_to_keep=1``) where the model supports it.
+    """
+    if attention_mask is not None and "position_ids" not in kwargs:
+        kwargs["position_ids"] = positions_from_mask(attention_mask)
+    if _accepts(model, "logits_to_keep"):
+        kwargs["logits_to_keep"] = 1
+    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
+    return log_softmax32(out.logits[:, -1, :])
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Continuation scores
+
+
+@dataclass(frozen=True)
+class ContinuationScore:
+    """Log-likelihood of one continuation: its sum, per-token values, and whether greedy decoding
+    would have produced every one of its tokens."""
+
+    log_prob: float
+    token_log_probs: tuple[float, ...]
+    is_greedy: bool
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_log_probs)
+
+
+@dataclass
+class _Group:
+    index: int
+    context: list[int]
+    continuations: list[list[int]]
+
+
+class Scorer:
+    """Batched scoring with one model; see the module docstring.
+
+    ``batch_size`` caps the number of sequences (rows) per forward pass. ``"auto"`` starts at
+    ``auto_start`` rows on a GPU and halves on out-of-memory; on CPU it is ``16``.
+    ``share_context`` encodes the context of a group once and fans its KV cache out to the choices.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        batch_size: BatchSize = "auto",
+        max_length: int | None = None,
+        share_context: bool = True,
+        auto_start: int = 64,
+    ):
+        from cblight.models import model_window
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.encoder = Encoder(tokenizer)
+        self.window = model_window(model, max_length)
+        if batch_size != "auto" and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive integer or 'auto', got {batch_size!r}")
+        self.batch_size = batch_size
+        self.share_context = share_context
+        self._auto_rows = auto_start
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        try:
+            return self.model.get_input_embeddings().weight.device
+        except AttributeError:
+            return next(self.model.parameters()).device
+
+    @property
+    def rows_per_batch(self) -> int:
+        if self.batch_size != "auto":
+            return int(self.batch_size)
+        return self._auto_rows if self.device.type == "cuda" else 16
+
+    def _run_adaptive(self, items: list[Any], cost: Any, run: Any) -> list[Any]:
+        """Run ``run(chunk)`` over consecutive chunks holding at most ``rows_per_batch`` rows (by
+        ``cost(item)``), halving the automatic batch size on CUDA out-of-memory."""
+        out: list[Any] = []
+        start = 0
+        while start < len(items):
+            limit = self.rows_per_batch
+            end, rows = start, 0
+            while end < len(items) and (end == start or rows + cost(items[end]) <= limit):
+                rows += cost(items[end])
+                end += 1
+            try:
+                out.extend(run(items[start:end]))
+            except Exception as err:
+                if self.batch_size == "auto" and _is_oom(err) and limit > 1:
+                    torch.cuda.empty_cache()
+                    self._auto_rows = max(1, limit // 2)
+                    log.warning(
+                        "out of memory at %d rows per batch; retrying with %d", limit, self._auto_rows
+                    )
+                    continue
+                raise
+            start = end
+        return out
+
+    # -- continuations ---------------------------------------------------------------------------------
+    def encode_choices(self, context: str, continuations: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+        """Token ids of a context and of each continuation (lm-eval boundary; the context ids are those of
+        the first pair, identical for all pairs by construction)."""
+        pairs = [self.encoder.pair(context, c) for c in continuations]
+        ctx = pairs[0][0]
+        return ctx, [cont for _, cont in pairs]
+
+    def score_text(self, groups: Sequence[tuple[str, Sequence[str]]]) -> list[list[ContinuationScore]]:
+        """``score_choices`` on strings: each group is ``(context, [continuation, ...])``."""
+        return self.score_choices([self.encode_choices(ctx, conts) for ctx, conts in groups])
+
+    def truncate(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[int]:
+        """Cut the context from the left so that it and the longest continuation fit the window
+        (the last continuation token is never an input); the special prefix (BOS) is kept."""
+        longest = max(len(c) for c in continuations)
+        if longest > self.window:
+            raise ScoringError(
+                f"a continuation of {longest} tokens exceeds the model window of {self.window} tokens"
+            )
+        room = self.window + 1 - longest
+        ctx = list(context)
+        if len(ctx) <= room:
+            return ctx
+        prefix = self.encoder.prefix
+        if prefix and ctx[: len(prefix)] == prefix and room > len(prefix):
+            return prefix + ctx[len(ctx) - (room - len(prefix)) :]
+        return ctx[len(ctx) - room :]
+
+    @torch.no_grad()
+    def score_choices(
+        self, groups: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]
+    ) -> list[list[ContinuationScore]]:
+        """Log-likelihood of every continuation of every group ``(context_ids, [continuation_ids, ...])``.
+
+        Groups run longest first; a continuation that alone exceeds the window raises ``ScoringError``.
+        """
+        prepared: list[_Group] = []
+        for i, (ctx, conts) in enumerate(groups):
+            if not conts:
+                raise ScoringError(f"group {i} has no continuations to score")
+            if any(len(c) == 0 for c in conts):
+                raise ScoringError(f"group {i} has an empty continuation")
+            if len(ctx) == 0:
+                raise ScoringError(f"group {i} has an empty context (use Encoder.context for BOS/EOS)")
+            conts = [list(c) for c in conts]
+            prepared.append(_Group(i, self.truncate(ctx, conts), conts))
+        order = sorted(prepared, key=lambda g: -(len(g.context) + max(len(c) for c in g.continuations)))
+        run = self._score_shared if self.share_context else self._score_rows
+        scored = self._run_adaptive(order, lambda g: len(g.continuations), run)
+        results: list[list[ContinuationScore]] = [[] for _ in groups]
+        for group, scores in zip(order, scored):
+            results[group.index] = scores
+        return results
+
+    def _score_shared(self, groups: list[_Group]) -> list[list[ContinuationScore]]:
+        device = self.device
+        ids, mask = left_pad([g.context for g in groups], self.pad_id, device)
+        conts = [c for g in groups for c in g.continuations]
+        need_tail = any(len(c) > 1 for c in conts)
+        kwargs: dict[str, Any] = {"position_ids": positions_from_mask(mask)}
+        if _accepts(self.model, "logits_to_keep"):
+            kwargs["logits_to_keep"] = 1
+        out = self.model(input_ids=ids, attention_mask=mask, use_cache=need_tail, **kwargs)
+        first = log_softmax32(out.logits[:, -1, :])  # [G, V]: the first continuation token of each group
+        row_group = torch.tensor(
+            [gi for gi, g in enumerate(groups) for _ in g.continuations], dtype=torch.long, device=device
+        )
+        first_rows = first.index_select(0, row_group)
+        first_tok = torch.tensor([c[0] for c in conts], dtype=torch.long, device=device)
+        first_lp = first_rows.gather(1, first_tok[:, None]).squeeze(1)
+        first_greedy = first_rows.argmax(-1) == first_tok
+        tail_lp: torch.Tensor | None = None
+        tail_greedy: torch.Tensor | None = None
+        if need_tail:
+            cache = out.past_key_values
+            if cache is None or not hasattr(cache, "reorder_cache"):
+                # this model's cache cannot be fanned out: score whole rows instead
+                return self._score_rows(groups)
+            cache.reorder_cache(row_group)
+            tail_ids, tail_mask = right_pad([c[:-1] for c in conts], self.pad_id, device)
+            ctx_len = mask.sum(-1).index_select(0, row_group)
+            full_mask = torch.cat([mask.index_select(0, row_group), tail_mask], dim=1)
+            pos = ctx_len.view(-1, 1) + torch.arange(tail_ids.shape[1], device=device).view(1, -1)
+            out2 = self.model(
+                input_ids=tail_ids,
+                attention_mask=full_mask,
+                position_ids=pos,
+                past_key_values=cache,
+                use_cache=False,
+            )
+            tail_targets, _ = right_pad([c[1:] for c in conts], self.pad_id, device)
+            lp = log_softmax32(out2.logits)
+            tail_lp = lp.gather(-1, tail_targets[..., None]).squeeze(-1)
+            tail_greedy = lp.argmax(-1) == tail_targets
+        return self._collect(groups, conts, first_lp, first_greedy, tail_lp, tail_greedy)
+
+    def _collect(
+        self,
+        groups: list[_Group],
+        conts: list[list[int]],
+        first_lp: torch.Tensor,
+        first_greedy: torch.Tensor,
+        tail_lp: torch.Tensor | None,
+        tail_greedy: torch.Tensor | None,
+    ) -> list[list[ContinuationScore]]:
+        first_lp_l = first_lp.tolist()
+        first_greedy_l = first_greedy.tolist()
+        tail_lp_l = tail_lp.tolist() if tail_lp is not None else None
+        tail_greedy_l = tail_greedy.tolist() if tail_greedy is not None else None
+        out: list[list[ContinuationScore]] = []
+        r = 0
+        for g in groups:
+            scores = []
+            for c in g.continuations:
+                toks = [first_lp_l[r]]
+                greedy = bool(first_greedy_l[r])
+                if len(c) > 1:
+                    assert tail_lp_l is not None and tail_greedy_l is not None
+                    toks += tail_lp_l[r][: len(c) - 1]
+                    greedy = greedy and all(tail_greedy_l[r][: len(c) - 1])
+                scores.append(ContinuationScore(float(sum(toks)), tuple(toks), greedy))
+                r += 1
+            out.append(scores)
+        return out
+
+    def _score_rows(self, groups: list[_Group]) -> list[list[ContinuationScore]]:
+        """One right-padded row per (context, continuation), as lm-evaluation-harness runs them."""
+        device = self.device
+        rows = [g.context + c[:-1] for g in groups for c in g.continuations]
+        conts = [c for g in groups for c in g.continuations]
+        starts = [len(g.context) - 1 for g in groups for _ in g.continuations]
+        ids, mask = right_pad(rows, self.pad_id, device)
+        out = self.model(input_ids=ids, attention_mask=mask, use_cache=False)
+        width = max(len(c) for c in conts)
+        index = torch.tensor(
+            [[s + min(j, len(c) - 1) for j in range(width)] for s, c in zip(starts, conts)], device=device
+        )
+        logits = out.logits.gather(1, index[..., None].expand(-1, -1, out.logits.shape[-1]))
+        lp = log_softmax32(logits)
+        targets, _ = right_pad(conts, self.pad_id, device)
+        tok_lp = lp.gather(-1, targets[..., None]).squeeze(-1)
+        greedy = lp.argmax(-1) == targets
+        tail_lp = tok_lp[:, 1:] if width > 1 else None
+        tail_greedy = greedy[:, 1:] if width > 1 else None
+        return self._collect(groups, conts, tok_lp[:, 0], greedy[:, 0], tail_lp, tail_greedy)
+
+    # -- next-token distributions ------------------------------------------------------------------------
+    def cut_context(self, ids: Sequence[int]) -> list[int]:
+        """A context for next-token prediction, cut from the left to the window (special prefix kept)."""
+        return self.truncate(ids, [[0]])
+
+    @torch.no_grad()
+    def next_token_log_probs(self, contexts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """``log f_max(· | context)`` for each context: float32 ``[B, V]`` on the model device."""
+        if any(len(c) == 0 for c in contexts):
+            raise ScoringError("next-token prediction needs a non-empty context")
+        cut = [self.cut_context(c) for c in contexts]
+        order = sorted(range(len(cut)), key=lambda i: -len(cut[i]))
+
+        def run(chunk: list[int]) -> list[torch.Tensor]:
+            ids, mask = left_pad([cut[i] for i in chunk], self.pad_id, self.device)
+            return list(last_position_log_probs(self.model, ids, mask))
+
+        rows = self._run_adaptive(order, lambda _: 1, run)
+        out = torch.empty((len(cut), rows[0].shape[-1]), dtype=torch.float32, device=rows[0].device)
+        for i, row in zip(order, rows):
+            out[i] = row
+        return out
+
+    @torch.no_grad()
+    def last_k_log_probs(
+        self, contexts: Sequence[Sequence[int]], k: int, full: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``log f_k(· | context)``: the model on the last ``k`` tokens (after the special prefix), at
+        positions ``0..k-1``. Contexts no longer than ``k`` reuse ``full`` (``f_k == f_max``) when given."""
+        shorts = [short_context_ids(c, k, self.encoder.prefix) for c in contexts]
+        same = [len(s) == len(c) for s, c in zip(shorts, contexts)]
+        todo = [i for i, s in enumerate(same) if not (s and full is not None)]
+        out = full.clone() if full is not None else None
+        if todo:
+            lp = self.next_token_log_probs([shorts[i] for i in todo])
+            if out is None:
+                out = torch.empty((len(contexts), lp.shape[-1]), dtype=torch.float32, device=lp.device)
+            out[torch.tensor(todo, device=lp.device)] = lp
+        assert out is not None
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-position short-context distributions along whole sequences
+
+
+def window_starts(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Index of the first real token of each row (left padding allowed): ``[B]``."""
+    width = attention_mask.shape[1]
+    first = torch.where(attention_mask.bool(), torch.arange(width, device=attention_mask.device), width)
+    return first.min(dim=1).values
+
+
+def windowed_positions(
+    attention_mask: torch.Tensor, k: int, wanted: torch.Tensor, n_prefix: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, cols)`` of the wanted positions ``t`` whose real content before ``t`` (special prefix
+    excluded) is longer than ``k`` tokens. At every other wanted position ``f_k == f_max``."""
+    starts = window_starts(attention_mask)
+    cols = torch.arange(attention_mask.shape[1], device=attention_mask.device).view(1, -1)
+    content_before = cols - starts.view(-1, 1) - n_prefix
+    need = wanted.bool() & attention_mask.bool() & (content_before > k)
+    rows, cols_sel = torch.nonzero(need, as_tuple=True)
+    return rows, cols_sel
+
+
+def windowed_log_probs(
+    model: Any,
+    input_ids: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    k: int,
+    *,
+    prefix: Sequence[int] = (),
+    gather_targets: bool = True,
+    chunk_size: int = 256,
+) -> torch.Tensor:
+    """``log f_k`` of the token at each ``(row, col)`` given only the ``k`` tokens before it.
+
+    Each window is ``prefix + input_ids[row, col-k:col]`` at positions ``0..``; windows run in chunks of
+    ``chunk_size`` with logits only at their last position, so memory never holds ``[windows, k, V]``.
+    Returns ``[N]`` target log-probs (``gather_targets``) or ``[N, V]`` distributions, float32.
+    """
+    if k < 1:
+        raise ValueError(f"short-context length k must be at least 1, got {k}")
+    if rows.numel() == 0:
+        shape = (0,) if gather_targets else (0, int(model.get_output_embeddings().weight.shape[0]))
+        return torch.empty(shape, dtype=torch.float32, device=input_ids.device)
+    if int(cols.min()) < k:
+        raise ValueError("a windowed position needs at least k tokens before it")
+    offsets = torch.arange(-k, 0, device=input_ids.device)
+    prefix_t = torch.as_tensor(list(prefix), dtype=torch.long, device=input_ids.device)
+    pieces: list[torch.Tensor] = []
+    with torch.no_grad():
+        for lo in range(0, rows.numel(), chunk_size):
+            r = rows[lo : lo + chunk_size]
+            c = cols[lo : lo + chunk_size]
+            windows = input_ids[r.view(-1, 1), c.view(-1, 1) + offsets.view(1, -1)]  # [n, k]
+            if prefix_t.numel():
+                windows = torch.cat([prefix_t.view(1, -1).expand(windows.shape[0], -1), windows], dim=1)
+            lp = last_position_log_probs(model, windows)
+            if gather_targets:
+                lp = lp.gather(1, input_ids[r, c].view(-1, 1)).squeeze(1)
+            pieces.append(lp)
+    return torch.cat(pieces, dim=0)
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

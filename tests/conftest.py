@@ -1,0 +1,46 @@
+"""Shared fixtures: tiny random models saved to a temp dir and loaded through ``from_pretrained``.
+
+No test may reach the Hub: the offline switches are set before transformers/datasets are imported.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory) -> Path:
+    from cblight.tiny import build_tiny_gpt2
+
+    return build_tiny_gpt2(tmp_path_factory.mktemp("models") / "tiny-gpt2")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory) -> Path:
+    from cblight.tiny import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session", params=["gpt2", "llama"])
+def tiny_model_dir(request, tiny_gpt2_dir, tiny_llama_dir) -> Path:
+    """Both architectures: absolute positions (GPT-2) and rotary positions with BOS (Llama)."""
+    return tiny_gpt2_dir if request.param == "gpt2" else tiny_llama_dir
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer():
+    from cblight.tiny import gpt2_tokenizer
+
+    return gpt2_tokenizer()
