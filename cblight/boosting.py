@@ -282,6 +282,6 @@ class AlphaGrid:
         if not (math.isfinite(self.start) and math.isfinite(self.stop)):
             raise ValueError(f"alpha grid bounds must be finite, got {self.start} .. {self.stop}")
         direction = -1.0 if self.stop < self.start else 1.0
-        n = int(math.floor(abs(self.stop - self.start) / self.step + 1e-9)) + 1
+        n = math.floor(abs(self.stop - self.start) / self.step + 1e-9) + 1
         decimals = max(0, -math.floor(math.log10(self.step)) + 2)
         return [round(self.start + direction * i * self.step, decimals) for i in range(n)]
