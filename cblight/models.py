@@ -12,12 +12,14 @@ from typing import Any, Literal
 
 import torch
 
+from cblight.errors import CblightError
+
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(CblightError):
     """A model or tokenizer path that cannot be loaded."""
 
 

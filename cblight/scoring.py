@@ -25,13 +25,14 @@ from typing import Any, Literal
 import torch
 
 from cblight.boosting import log_softmax32, short_context_ids
+from cblight.errors import CblightError
 
 log = logging.getLogger(__name__)
 
 BatchSize = int | Literal["auto"]
 
 
-class ScoringError(ValueError):
+class ScoringError(CblightError):
     """An input that cannot be scored (e.g. a continuation longer than the model window)."""
 
 
@@ -260,9 +261,12 @@ class Scorer:
         ctx = pairs[0][0]
         return ctx, [cont for _, cont in pairs]
 
-    def score_text(self, groups: Sequence[tuple[str, Sequence[str]]]) -> list[list[ContinuationScore]]:
-        """``score_choices`` on strings: each group is ``(context, [continuation, ...])``."""
-        return self.score_choices([self.encode_choices(ctx, conts) for ctx, conts in groups])
+    def score_text(
+        self, groups: Sequence[tuple[str, Sequence[str]]], names: Sequence[str] | None = None
+    ) -> list[list[ContinuationScore]]:
+        """``score_choices`` on strings: each group is ``(context, [continuation, ...])``; ``names`` label
+        the groups in error messages."""
+        return self.score_choices([self.encode_choices(ctx, conts) for ctx, conts in groups], names)
 
     def truncate(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[int]:
         """Cut the context from the left so that it and the longest continuation fit the window
@@ -283,7 +287,9 @@ class Scorer:
 
     @torch.no_grad()
     def score_choices(
-        self, groups: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]
+        self,
+        groups: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]],
+        names: Sequence[str] | None = None,
     ) -> list[list[ContinuationScore]]:
         """Log-likelihood of every continuation of every group ``(context_ids, [continuation_ids, ...])``.
 
@@ -291,14 +297,19 @@ class Scorer:
         """
         prepared: list[_Group] = []
         for i, (ctx, conts) in enumerate(groups):
+            name = names[i] if names is not None else f"group {i}"
             if not conts:
-                raise ScoringError(f"group {i} has no continuations to score")
+                raise ScoringError(f"{name} has no continuations to score")
             if any(len(c) == 0 for c in conts):
-                raise ScoringError(f"group {i} has an empty continuation")
+                raise ScoringError(f"{name} has an empty continuation")
             if len(ctx) == 0:
-                raise ScoringError(f"group {i} has an empty context (use Encoder.context for BOS/EOS)")
+                raise ScoringError(f"{name} has an empty context (use Encoder.context for BOS/EOS)")
             conts = [list(c) for c in conts]
-            prepared.append(_Group(i, self.truncate(ctx, conts), conts))
+            try:
+                cut = self.truncate(ctx, conts)
+            except ScoringError as err:
+                raise ScoringError(f"{name}: {err}") from None
+            prepared.append(_Group(i, cut, conts))
         order = sorted(prepared, key=lambda g: -(len(g.context) + max(len(c) for c in g.continuations)))
         run = self._score_shared if self.share_context else self._score_rows
         scored = self._run_adaptive(order, lambda g: len(g.continuations), run)
