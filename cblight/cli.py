@@ -95,6 +95,7 @@ def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
         run=False,
         trainer_defaults=EVAL_TRAINER_DEFAULTS,
         save_config_kwargs={"overwrite": True},
+        seed_everything_default=1234,
         args=list(args) if args is not None else None,
     )
     return run_evaluation(cli.trainer, cli.model, cli.datamodule)

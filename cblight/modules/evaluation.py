@@ -194,7 +194,7 @@ class BoostedEvaluator(LightningModule):
                 revision=self.hparams.revision,
                 trust_remote_code=self.hparams.trust_remote_code,
             )
-            self._check_lengths()
+            self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
         if pending and self.language_model is None:
             self._load_model()
 
@@ -207,7 +207,7 @@ class BoostedEvaluator(LightningModule):
             f"{split.name}: tasks of kind {split.task.kind!r} are not evaluated by BoostedEvaluator"
         )
 
-    def _check_lengths(self) -> None:
+    def _check_lengths(self, splits: list[TaskSplit]) -> None:
         """Refuse, before any model work, an answer that alone exceeds the model window."""
         from transformers import AutoConfig
 
@@ -225,18 +225,20 @@ class BoostedEvaluator(LightningModule):
         )
         if window is None:
             return
-        for splits in self._splits.values():
-            for split in splits:
-                for ex in split.examples:
-                    if not isinstance(ex, ChoiceExample):
-                        continue
-                    for choice in ex.choices:
-                        n = len(self.tok(choice, add_special_tokens=False)["input_ids"])
-                        if n > window:
-                            raise DataError(
-                                f"{split.name}: an answer at {ex.where} has {n} tokens, more than the model "
-                                f"window of {window} (answers are never cut; contexts are cut from the left)"
-                            )
+        lengths: dict[str, int] = {}  # answer sets repeat across examples: tokenise each string once
+        for split in splits:
+            for ex in split.examples:
+                if not isinstance(ex, ChoiceExample):
+                    continue
+                for choice in ex.choices:
+                    if choice not in lengths:
+                        lengths[choice] = len(self.tok(choice, add_special_tokens=False)["input_ids"])
+                    n = lengths[choice]
+                    if n > window:
+                        raise DataError(
+                            f"{split.name}: an answer at {ex.where} has {n} tokens, more than the model "
+                            f"window of {window} (answers are never cut; contexts are cut from the left)"
+                        )
 
     def _load_model(self) -> None:
         device_map = self.hparams.device_map
@@ -420,7 +422,7 @@ class BoostedEvaluator(LightningModule):
             }
             if "k_star" in info:
                 logged[f"val/{split.name}/k_star"] = float(info["k_star"])
-            self.log_dict(logged, rank_zero_only=True)
+            self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             sweep.reset()
 
     # -- report (test loop) -----------------------------------------------------------------------------------
@@ -438,7 +440,7 @@ class BoostedEvaluator(LightningModule):
             logged = {
                 f"test/{split.name}/{k}": float(v) for k, v in result["report"].items() if _is_number(v)
             }
-            self.log_dict(logged, rank_zero_only=True)
+            self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             summary_rows.append(_summary_row(split.name, result))
             if self.trainer.is_global_zero:
                 self._write_task_files(split, result, rows)
