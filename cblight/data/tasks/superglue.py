@@ -86,69 +86,61 @@ render_cb = _entailment(
 )
 
 
-def _source(config: str, folder: str) -> DataSource:
-    return DataSource(
-        hub={s: HubSplit("aps/super_glue", config, s) for s in ("train", "validation", "test")},
-        local=LocalFiles(
-            files={
-                "train": ("train.jsonl", *hub_layout("train")),
-                "validation": ("val.jsonl", *hub_layout("validation")),
-                "test": ("test.jsonl", *hub_layout("test")),
-            },
-            hint=f"Use the SuperGLUE {folder}/train.jsonl and {folder}/val.jsonl files or the hub schema.",
-        ),
+def _spec(name: str, title: str, render: Callable, prompt: str, premise_free: str, **kw) -> TaskSpec:
+    """A SuperGLUE task: validation reported, alpha* chosen on a train sample as large as it."""
+    return register(
+        TaskSpec(
+            name=name,
+            kind="multiple_choice",
+            title=title,
+            prompt=prompt,
+            premise_free=premise_free,
+            source=DataSource(
+                hub={s: HubSplit("aps/super_glue", name, s) for s in ("train", "validation", "test")},
+                local=LocalFiles(
+                    files={
+                        "train": ("train.jsonl", *hub_layout("train")),
+                        "validation": ("val.jsonl", *hub_layout("validation")),
+                        "test": ("test.jsonl", *hub_layout("test")),
+                    },
+                    hint=f"Use the SuperGLUE {title}/train.jsonl and {title}/val.jsonl files or the hub schema.",
+                ),
+            ),
+            report_split="validation",
+            selection_split="train",
+            sample_selection=True,
+            render=render,
+            **kw,
+        )
     )
 
 
-BOOLQ = register(
-    TaskSpec(
-        name="boolq",
-        kind="multiple_choice",
-        title="BoolQ",
-        prompt="Title: {passage}\\n Question: {Question}??\\n The answer is: -> ' no' | ' yes'",
-        premise_free="' Question: {Question}??\\n The answer is:'",
-        source=_source("boolq", "BoolQ"),
-        report_split="validation",
-        selection_split="train",
-        sample_selection=True,
-        render=render_boolq,
-        sizes={"validation": 3270, "train": 9427},
-        reference="tasks/boolq.py (BoolQ.proc_question, standardize, get_contrast_ctx)",
-    )
+BOOLQ = _spec(
+    "boolq",
+    "BoolQ",
+    render_boolq,
+    "Title: {passage}\\n Question: {Question}??\\n The answer is: -> ' no' | ' yes'",
+    "' Question: {Question}??\\n The answer is:'",
+    sizes={"validation": 3270, "train": 9427},
+    reference="tasks/boolq.py (BoolQ.proc_question, standardize, get_contrast_ctx)",
 )
-
-RTE = register(
-    TaskSpec(
-        name="rte",
-        kind="multiple_choice",
-        title="RTE",
-        prompt="{premise}\\n question: {hypothesis} true or false?\\n answer: -> ' true' | ' false'",
-        premise_free="' question: {hypothesis} true or false?\\n answer:'",
-        source=_source("rte", "RTE"),
-        report_split="validation",
-        selection_split="train",
-        sample_selection=True,
-        render=render_rte,
-        sizes={"validation": 277, "train": 2490},
-        reference="tasks/rte.py (RTE.standardize, get_contrast_ctx)",
-    )
+RTE = _spec(
+    "rte",
+    "RTE",
+    render_rte,
+    "{premise}\\n question: {hypothesis} true or false?\\n answer: -> ' true' | ' false'",
+    "' question: {hypothesis} true or false?\\n answer:'",
+    sizes={"validation": 277, "train": 2490},
+    reference="tasks/rte.py (RTE.standardize, get_contrast_ctx)",
 )
-
-CB = register(
-    TaskSpec(
-        name="cb",
-        kind="multiple_choice",
-        title="CB",
-        prompt="' Given question: {premise} Is {hypothesis} true, false, or neither?\\n The answer is:' "
-        "-> ' true' | ' false' | ' neither'",
-        premise_free="' Is {hypothesis} true, false, or neither?\\n The answer is:'",
-        source=_source("cb", "CB"),
-        report_split="validation",
-        selection_split="train",
-        sample_selection=True,
-        render=render_cb,
-        sizes={"validation": 56, "train": 250},
-        aliases=("commitmentbank",),
-        reference="tasks/cb.py (CommitmentBank.standardize, get_contrast_ctx)",
-    )
+CB = _spec(
+    "cb",
+    "CB",
+    render_cb,
+    "' Given question: {premise} Is {hypothesis} true, false, or neither?\\n The answer is:' "
+    "-> ' true' | ' false' | ' neither'",
+    "' Is {hypothesis} true, false, or neither?\\n The answer is:'",
+    sizes={"validation": 56, "train": 250},
+    aliases=("commitmentbank",),
+    reference="tasks/cb.py (CommitmentBank.standardize, get_contrast_ctx)",
 )
