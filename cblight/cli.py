@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import CblightError
-from cblight.modules.evaluation import BoostedEvaluator, resolve_output_dir
+from cblight.modules.evaluation import DEFAULT_KS, BoostedEvaluator, resolve_output_dir
 
 EVAL_TRAINER_DEFAULTS: dict[str, Any] = {
     "enable_checkpointing": False,
@@ -29,6 +29,11 @@ EVAL_TRAINER_DEFAULTS: dict[str, Any] = {
 
 def _tokenizer_for(model: str, tokenizer: str | None) -> str:
     return tokenizer or model
+
+
+def _largest_k(ks: Sequence[int] | None) -> int:
+    """The largest short-context length of the next-token grid (LAMA keeps prompts longer than it)."""
+    return max(ks) if ks else max(DEFAULT_KS)
 
 
 def require_wandb(logger_config: Any) -> None:
@@ -48,6 +53,7 @@ def require_wandb(logger_config: Any) -> None:
 class EvaluateCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments(("model.model", "model.tokenizer"), "data.tokenizer", compute_fn=_tokenizer_for)
+        parser.link_arguments("model.ks", "data.max_k", compute_fn=_largest_k)
 
     def before_instantiate_classes(self) -> None:
         config = self.config

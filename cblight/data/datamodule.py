@@ -10,12 +10,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
-from cblight.data.examples import ChoiceExample, DataError, Example, NextTokenExample
+from cblight.data.examples import ChoiceExample, DataError, Example, GenerationExample, NextTokenExample
 from cblight.data.registry import RenderContext, TaskSpec, get_task
 from cblight.data.sources import load_split_records
 
@@ -55,6 +56,8 @@ class TaskSplit:
 def _length(ex: Example) -> int:
     if isinstance(ex, ChoiceExample):
         return len(ex.context) + max(len(c) for c in ex.choices)
+    if isinstance(ex, GenerationExample):
+        return len(ex.prompt)
     return len(ex.text)
 
 
@@ -77,8 +80,10 @@ class EvalDataModule(LightningDataModule):
     """Evaluation data for boosted scoring.
 
     Args:
-        tasks: task names (``cblight.data.registry``), e.g. ``[copa, lambada]``.
-        data_root: a directory holding one sub-directory per task (``<data_root>/<task>/``) with local files.
+        tasks: task names (``cblight.data.registry``; ``python -m cblight.data list``), e.g. ``[copa, lambada]``;
+            the reference code's names are accepted too (``agn``).
+        data_root: a directory holding one sub-directory per task (``<data_root>/<task>/``, or under one of
+            the task's other names, e.g. the reference's ``data/agn``) with local files.
         data_dirs: per-task local directories (``{copa: /data/COPA}``); these win over ``data_root``.
         data_files: per-task, per-split files (``{lambada: {test: lambada_test.jsonl}}``); these win over both.
         tokenizer: tokenizer whose special tokens appear in some prompts (linked to the model by the CLI).
@@ -86,6 +91,8 @@ class EvalDataModule(LightningDataModule):
         selection_seed: seed of the training-split sample where the paper chooses alpha* on one.
         limit: keep only the first ``limit`` examples of each split (quick runs); the sampled selection split
             is then as large as the limited report split.
+        max_k: the largest short-context length of the grid, for tasks that filter on it (LAMA keeps
+            prompts longer than it); ``evaluate.py`` links it to ``max(model.ks)``.
         batch_size: examples per step (each multiple-choice example is one row per choice).
         num_workers: dataloader workers.
     """
@@ -100,22 +107,21 @@ class EvalDataModule(LightningDataModule):
         selection: bool = True,
         selection_seed: int = 1234,
         limit: int | None = None,
+        max_k: int | None = None,
         batch_size: int = 16,
         num_workers: int = 0,
     ):
         super().__init__()
-        self.task_names = list(tasks) if tasks else ["copa"]
+        self.specs = [get_task(name) for name in (tasks or ["copa"])]  # unknown names fail here
+        self.task_names = [spec.name for spec in self.specs]
         if len(set(self.task_names)) != len(self.task_names):
-            raise DataError(f"tasks lists a task twice: {self.task_names}")
-        self.specs = [get_task(name) for name in self.task_names]  # unknown names fail here
+            raise DataError(f"tasks lists a task twice: {list(tasks or [])}")
         self.data_root = data_root
-        self.data_dirs = dict(data_dirs or {})
-        self.data_files = {k: dict(v) for k, v in (data_files or {}).items()}
-        for name in list(self.data_dirs) + list(self.data_files):
-            if name not in self.task_names:
-                raise DataError(
-                    f"data_dirs/data_files name task {name!r}, which is not in tasks {self.task_names}"
-                )
+        self.data_dirs = {self._own_task(k): v for k, v in (data_dirs or {}).items()}
+        self.data_files = {self._own_task(k): dict(v) for k, v in (data_files or {}).items()}
+        if max_k is not None and max_k < 1:
+            raise DataError(f"max_k must be at least 1, got {max_k}")
+        self.max_k = max_k
         self.tokenizer = tokenizer
         self.selection = selection
         self.selection_seed = selection_seed
@@ -129,15 +135,32 @@ class EvalDataModule(LightningDataModule):
         self.splits: dict[str, dict[Role, TaskSplit]] = {}
         self._tokenizer: Any = None
 
+    def _own_task(self, name: str) -> str:
+        """The canonical name of a task named in data_dirs/data_files, which must be one of ``tasks``."""
+        try:
+            canonical = get_task(name).name
+        except DataError:
+            canonical = name
+        if canonical not in self.task_names:
+            raise DataError(
+                f"data_dirs/data_files name task {name!r}, which is not in tasks {self.task_names}"
+            )
+        return canonical
+
     # -- loading -------------------------------------------------------------------------------------------
-    def _render_context(self, split: str) -> RenderContext:
+    def _load_tokenizer(self) -> Any:
         if self.tokenizer is None:
-            return RenderContext(split=split)
+            return None
         if self._tokenizer is None:
             from cblight.models import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.tokenizer)
-        tok = self._tokenizer
+        return self._tokenizer
+
+    def _render_context(self, split: str) -> RenderContext:
+        tok = self._load_tokenizer()
+        if tok is None:
+            return RenderContext(split=split)
         eos = tok.eos_token or tok.bos_token
         bos = tok.bos_token or tok.eos_token
         return RenderContext(split=split, eos_token=eos, bos_token=bos)
@@ -149,11 +172,10 @@ class EvalDataModule(LightningDataModule):
         if spec.name in self.data_dirs:
             return {"data_dir": self.data_dirs[spec.name]}
         if self.data_root is not None:
-            from pathlib import Path
-
-            candidate = Path(self.data_root).expanduser() / spec.name
-            if candidate.is_dir():
-                return {"data_dir": str(candidate)}
+            for name in (spec.name, *spec.aliases):
+                candidate = Path(self.data_root).expanduser() / name
+                if candidate.is_dir():
+                    return {"data_dir": str(candidate)}
         return {}
 
     def _render(
@@ -165,12 +187,26 @@ class EvalDataModule(LightningDataModule):
         if not records:
             raise DataError(f"{spec.name}: split {split!r} is empty")
         ctx = self._render_context(split)
+        if spec.keep is None:
+            pool: list[int] = list(range(len(records)))
+            rendered: dict[int, Example] = {}
+        else:  # filter first, so that a sample is drawn from the examples the task keeps
+            tok = self._load_tokenizer()
+            rendered = {i: spec.render(r, i, ctx) for i, r in enumerate(records)}
+            pool = [i for i, ex in rendered.items() if spec.keep(ex, tok, self.max_k)]
+            if not pool:
+                raise DataError(f"{spec.name}: no example of split {split!r} passes the task's filter")
         indices = None
         if sample_size is not None:
-            size = min(sample_size, len(records))
-            indices = sorted(random.Random(self.selection_seed).sample(range(len(records)), size))
-        chosen = range(len(records)) if indices is None else indices
-        return [spec.render(records[i], i, ctx) for i in chosen], indices
+            size = min(sample_size, len(pool))
+            indices = sorted(random.Random(self.selection_seed).sample(pool, size))
+        chosen = pool if indices is None else indices
+        return [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in chosen], indices
+
+    def examples(self, task: str, split: str | None = None) -> list[Example]:
+        """All rendered examples of one split of ``task`` (default: its report split), filters applied."""
+        spec = get_task(task)
+        return self._render(spec, split or spec.report_split)[0]
 
     def load_task(self, spec: TaskSpec) -> dict[Role, TaskSplit]:
         report, _ = self._render(spec, spec.report_split)

@@ -7,9 +7,9 @@ is chosen on (DESIGN.md §2), and how a raw record becomes an ``Example`` (``ren
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from cblight.data.examples import DataError, Example
 from cblight.data.sources import DataSource, SourceRecord
@@ -35,6 +35,13 @@ class TaskSpec:
     on. With ``sample_selection`` the selection split is a fixed-seed sample of ``selection_split`` as large
     as the report split (the paper's protocol where the reported split is validation, DESIGN.md §2).
     ``render(record, idx, ctx)`` turns a raw record into an ``Example`` or raises ``DataError``.
+
+    ``keep(example, tokenizer, max_k)``, where given, drops examples the paper leaves out (LAMA: objects
+    that are not one token, prompts no longer than the largest k); it sees the tokenizer and the largest k
+    of the grid. ``sizes`` are the paper's split sizes (documented numbers, for ``python -m cblight.data
+    list``); ``aliases`` are other accepted names (the reference code's, e.g. ``agn``). Generation tasks
+    say how their output is cut: ``output_sentences`` keeps the first n sentences of the generated text
+    (summaries) and ``max_new_tokens`` is the paper's generation length.
     """
 
     name: str
@@ -46,15 +53,25 @@ class TaskSpec:
     selection_split: str | None
     render: Callable[[SourceRecord, int, RenderContext], Example]
     sample_selection: bool = False
+    premise_free: str = ""  # the premise-free (short) context in words, for listings
+    keep: Callable[[Any, Any, int | None], bool] | None = None
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    reference: str = ""  # the authors' file (and function) this spec follows
+    output_sentences: int | None = None
+    max_new_tokens: int | None = None
 
 
 _REGISTRY: dict[str, TaskSpec] = {}
+_ALIASES: dict[str, str] = {}
 
 
 def register(spec: TaskSpec) -> TaskSpec:
-    if spec.name in _REGISTRY:
-        raise ValueError(f"task {spec.name!r} registered twice")
+    for name in (spec.name, *spec.aliases):
+        if name in _REGISTRY or name in _ALIASES:
+            raise ValueError(f"task name {name!r} registered twice")
     _REGISTRY[spec.name] = spec
+    _ALIASES.update({alias: spec.name for alias in spec.aliases})
     return spec
 
 
@@ -65,7 +82,7 @@ def _load_all() -> None:
 def get_task(name: str) -> TaskSpec:
     _load_all()
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[_ALIASES.get(name, name)]
     except KeyError:
         known = ", ".join(sorted(_REGISTRY))
         raise DataError(f"unknown task {name!r}; known tasks: {known}") from None

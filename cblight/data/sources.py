@@ -61,15 +61,72 @@ def read_jsonl(path: Path) -> list[SourceRecord]:
     return records
 
 
-def read_csv(path: Path, required_columns: Sequence[str] = ()) -> list[SourceRecord]:
-    """A CSV file with a header row."""
+def read_csv(
+    path: Path, required_columns: Sequence[str] = (), headerless: Sequence[str] | None = None
+) -> list[SourceRecord]:
+    """A CSV file with a header row; or, with ``headerless``, one whose first row is data (the original AG
+    News CSVs have none): those column names are then used for every row."""
     with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
+        rows = csv.reader(fh)
+        header = next(rows, None) or []
+        if headerless is not None and header and [h.strip() for h in header] != list(headerless):
+            fh.seek(0)
+            rows = csv.reader(fh)
+            header = list(headerless)
         missing = [c for c in required_columns if c not in header]
         if missing:
             raise DataError(f"{path} has no column {missing[0]!r} (header: {header})")
-        return [SourceRecord(row, f"{path} line {reader.line_num}") for row in reader]
+        records = []
+        for row in rows:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise DataError(
+                    f"{path} line {rows.line_num} has {len(row)} fields, expected {len(header)} ({header})"
+                )
+            records.append(SourceRecord(dict(zip(header, row)), f"{path} line {rows.line_num}"))
+        return records
+
+
+def read_parquet(path: Path) -> list[SourceRecord]:
+    """A parquet file as the Hub stores it (``<split>-00000-of-00001.parquet``): one record per row."""
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as err:  # pyarrow raises several types for a corrupt or non-parquet file
+        raise DataError(f"{path} is not a readable parquet file: {err}") from None
+    return [SourceRecord(row, f"{path} row {i}") for i, row in enumerate(rows)]
+
+
+def read_records(path: Path) -> list[SourceRecord]:
+    """A local copy in the hub schema, by suffix: jsonl (one object per line), parquet, or csv."""
+    if path.suffix in (".jsonl", ".json"):
+        return read_jsonl(path)
+    if path.suffix == ".parquet":
+        return read_parquet(path)
+    if path.suffix == ".csv":
+        return read_csv(path)
+    raise DataError(f"{path}: unknown file type {path.suffix!r} (expected .jsonl, .parquet or .csv)")
+
+
+def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` pairs with the newline kept. Lines are UTF-8; a line that is not (the TREC
+    training file has a Latin-1 byte) is decoded as Latin-1, which never fails, rather than dropped."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield lineno, raw.decode("latin-1")
+
+
+def hub_layout(*splits: str) -> tuple[str, ...]:
+    """File patterns of a local copy of a hub split (its jsonl export or the repo's parquet files)."""
+    out: list[str] = []
+    for split in splits:
+        out += [f"{split}.jsonl", f"{split}-*.parquet", f"data/{split}-*.parquet", f"{split}.parquet"]
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -83,11 +140,17 @@ class HubSplit:
 
 @dataclass(frozen=True)
 class LocalFiles:
-    """Where a split lives inside a user's ``data_dir`` (first existing candidate wins), and its reader."""
+    """Where a split lives inside a user's ``data_dir``, and its reader.
+
+    ``files`` maps a split to glob patterns relative to ``data_dir``: the first existing match wins. With
+    ``combine`` every pattern of the split must match and the records of all matches are concatenated in
+    pattern order (LAMA: one file per relation); a pattern matching nothing is then an error.
+    """
 
     files: Mapping[str, tuple[str, ...]]
-    reader: Reader = read_jsonl
+    reader: Reader = read_records
     hint: str = ""  # what the user should put in data_dir, for error messages
+    combine: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +188,22 @@ def iter_candidates(local: LocalFiles, split: str, data_dir: Path) -> Iterator[P
         yield from sorted(data_dir.glob(pattern))
 
 
+def _combined_records(task: str, split: str, local: LocalFiles, root: Path) -> list[SourceRecord]:
+    patterns = local.files[split]
+    missing = [p for p in patterns if not any(root.glob(p))]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        hint = f" {local.hint}" if local.hint else ""
+        raise DataError(
+            f"{task}: split {split!r} needs {len(patterns)} files in {root}; missing {shown}.{hint}"
+        )
+    records: list[SourceRecord] = []
+    for pattern in patterns:
+        for path in sorted(root.glob(pattern)):
+            records += local.reader(path)
+    return records
+
+
 def load_split_records(
     task: str,
     split: str,
@@ -148,6 +227,8 @@ def load_split_records(
             raise DataError(f"{task}: data_dir {root} is not a directory")
         if local is None:
             raise DataError(f"{task}: this task has no local file reader; remove its data_dir")
+        if local.combine and split in local.files:
+            return _combined_records(task, split, local, root)
         for path in iter_candidates(local, split, root):
             return local.reader(path)
         looked = ", ".join(local.files.get(split, ())) or "nothing (no local layout for this split)"

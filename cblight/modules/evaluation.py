@@ -50,6 +50,7 @@ from cblight.scoring import BatchSize, Scorer
 Role = Literal["report", "selection"]
 _STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report", "predict": "report"}
 _PREFIX = {"selection": "val", "report": "test"}
+DEFAULT_KS = tuple(range(1, 21))  # LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
 
 
 def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option: str) -> list[float]:
@@ -114,7 +115,7 @@ class BoostedEvaluator(LightningModule):
         self.tokenizer_name = tokenizer or model
         self.choice_alphas = _grid(choice_alphas, AlphaGrid(2.0, -5.0, 0.01), "choice_alphas")
         self.next_token_alphas = _grid(next_token_alphas, AlphaGrid(0.0, -1.0, 0.1), "next_token_alphas")
-        self.ks = list(ks) if ks is not None else list(range(1, 21))
+        self.ks = list(ks) if ks is not None else list(DEFAULT_KS)
         if not self.ks:
             raise ConfigError("ks: the grid of short-context lengths is empty")
         if any(int(k) != k or k < 1 for k in self.ks):

@@ -5,14 +5,17 @@ Prompt as the reference (authors' repo, ``tasks/copa.py``, ``COPA.standardize`` 
 (effect); each choice with its first letter lower-cased, scored as ``" " + choice``; the premise-free
 context is ``" " +`` the connector word. The paper reports the validation split (test labels are hidden),
 so alpha* is chosen on a fixed-seed sample of the training split as large as the validation split.
+Data: hub ``aps/super_glue`` (copa) or the SuperGLUE ``COPA/{train,val}.jsonl`` files (same fields).
 """
 
 from __future__ import annotations
 
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.data.registry import RenderContext, TaskSpec, register
-from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord
+from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
+from cblight.data.tasks._fields import int_field
 
+NAME = "copa"
 CONNECTORS = {"cause": "because", "effect": "so"}
 
 
@@ -21,43 +24,38 @@ def _lower_first(text: str) -> str:
 
 
 def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
-    premise = record.get("premise", "copa")
-    question = record.get("question", "copa")
+    premise = record.get("premise", NAME)
+    question = record.get("question", NAME)
     if question not in CONNECTORS:
         raise DataError(
-            f"copa: field 'question' at {record.where} must be 'cause' or 'effect', got {question!r}"
+            f"{NAME}: field 'question' at {record.where} must be 'cause' or 'effect', got {question!r}"
         )
-    choices = [record.get("choice1", "copa"), record.get("choice2", "copa")]
-    if any(not c.strip() for c in choices):
-        raise DataError(f"copa: empty choice at {record.where}")
-    label = record.get("label", "copa", int)
-    if label not in (0, 1):
-        raise DataError(f"copa: label at {record.where} must be 0 or 1, got {label} (unlabelled test split?)")
     connector = CONNECTORS[question]
-    context = premise.strip()[:-1] + " " + connector
-    return ChoiceExample(
-        idx=idx,
-        context=context,
+    return ChoiceExample.build(
+        NAME,
+        idx,
+        record.where,
+        context=premise.strip()[:-1] + " " + connector,
         premise_free=" " + connector,
-        choices=tuple(" " + _lower_first(c) for c in choices),
-        label=label,
-        where=record.where,
+        answers=[_lower_first(record.get("choice1", NAME)), _lower_first(record.get("choice2", NAME))],
+        label=int_field(record, "label", NAME),
     )
 
 
 SPEC = register(
     TaskSpec(
-        name="copa",
+        name=NAME,
         kind="multiple_choice",
         title="COPA",
-        prompt="{premise minus final period} because|so -> {choice, first letter lower-cased}; premise-free: ' because'|' so'",
+        prompt="{premise minus final period} because|so -> ' ' + choice with its first letter lower-cased",
+        premise_free="' because' | ' so'",
         source=DataSource(
             hub={s: HubSplit("aps/super_glue", "copa", s) for s in ("train", "validation", "test")},
             local=LocalFiles(
                 files={
-                    "train": ("train.jsonl",),
-                    "validation": ("val.jsonl", "validation.jsonl"),
-                    "test": ("test.jsonl",),
+                    "train": ("train.jsonl", *hub_layout("train")),
+                    "validation": ("val.jsonl", *hub_layout("validation")),
+                    "test": ("test.jsonl", *hub_layout("test")),
                 },
                 hint="Use the SuperGLUE COPA jsonl files (train.jsonl, val.jsonl) or any jsonl in that schema.",
             ),
@@ -66,5 +64,7 @@ SPEC = register(
         selection_split="train",
         sample_selection=True,
         render=render,
+        sizes={"validation": 100, "train": 400},
+        reference="tasks/copa.py (COPA.standardize, get_contrast_ctx)",
     )
 )

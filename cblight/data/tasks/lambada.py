@@ -51,7 +51,8 @@ SPEC = register(
         name="lambada",
         kind="next_token",
         title="LAMBADA",
-        prompt="passage -> its last token; short expert = the last k tokens",
+        prompt="passage -> its last token",
+        premise_free="the last k tokens",
         source=DataSource(
             hub={
                 "test": HubSplit("EleutherAI/lambada_openai", None, "test"),
@@ -74,5 +75,7 @@ SPEC = register(
         report_split="test",
         selection_split="validation",
         render=render,
+        sizes={"test": 5153, "validation": 4869},
+        reference="tasks/lambada.py (LAMBADA.preprocess, get_test_set, standardize)",
     )
 )

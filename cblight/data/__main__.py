@@ -1,0 +1,133 @@
+"""List the benchmarks, or print one rendered example of a task (the reference code's ``--peek``).
+
+    python -m cblight.data list [--kind multiple_choice|next_token|generation]
+    python -m cblight.data peek copa --data_dir cblight/assets/demo_data/copa
+    python -m cblight.data peek sst5 --data_root /data --split test --index 3 --tokenizer gpt2
+
+``list`` needs no data: sizes are the paper's documented split sizes. ``peek`` loads the split like
+``evaluate.py`` (``--data_dir``, ``--data_root`` or the Hub) and prints the full context, the premise-free
+context and the answers exactly as scored (repr, so leading spaces and newlines show). Special tokens come
+from ``--tokenizer`` (default: the bundled GPT-2 tokenizer); ``--max_k`` is LAMA's filter length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from cblight.data.examples import ChoiceExample, GenerationExample, NextTokenExample
+from cblight.data.registry import TaskSpec, all_tasks, get_task
+from cblight.errors import CblightError
+
+
+def _split_label(spec: TaskSpec, split: str | None) -> str:
+    if split is None:
+        return "-"
+    size = spec.sizes.get(split)
+    return f"{split} ({size})" if size else split
+
+
+def _source_label(spec: TaskSpec) -> str:
+    hub = sorted({f"{h.path}" + (f" ({h.name})" if h.name else "") for h in spec.source.hub.values()})
+    if hub:
+        return "hub " + ", ".join(hub) + " or local files"
+    return "local files only"
+
+
+def list_tasks(kind: str | None = None) -> str:
+    lines = [f"{'task':<15}{'kind':<17}{'reported split':<22}{'alpha (k) chosen on':<34}data"]
+    for name, spec in all_tasks().items():
+        if kind and spec.kind != kind:
+            continue
+        if spec.selection_split is None:
+            chosen = "-"
+        elif spec.sample_selection:
+            chosen = f"{spec.selection_split} sample of {spec.sizes.get(spec.report_split, 'n')}"
+        else:
+            chosen = _split_label(spec, spec.selection_split)
+        report = _split_label(spec, spec.report_split)
+        lines.append(f"{name:<15}{spec.kind:<17}{report:<22}{chosen:<34}{_source_label(spec)}")
+        lines.append(f"{'':<4}prompt: {spec.prompt}")
+        lines.append(f"{'':<4}short context: {spec.premise_free}")
+        if spec.aliases:
+            lines.append(f"{'':<4}also named: {', '.join(spec.aliases)}")
+    return "\n".join(lines)
+
+
+def describe(task: str, split: str, index: int, example: object) -> str:
+    where = getattr(example, "where", "")
+    out = [f"{task} / {split} / example {index} ({where})"]
+    if isinstance(example, ChoiceExample):
+        out.append(f"full context:  {example.context!r}")
+        pf = example.premise_free
+        out.append(f"premise-free:  {pf!r}" + ("  (BOS/EOS alone)" if pf == "" else ""))
+        out.append("answers (scored as continuations):")
+        for i, choice in enumerate(example.choices):
+            out.append(f"  [{i}] {choice!r}" + ("   <- label" if i == example.label else ""))
+    elif isinstance(example, NextTokenExample):
+        out.append(f"text:          {example.text!r}")
+        out.append(
+            "target:        the text's last token" + (f" ({example.answer!r})" if example.answer else "")
+        )
+    elif isinstance(example, GenerationExample):
+        if example.turns:
+            out.append("turns:")
+            out += [f"  {t!r}" for t in example.turns]
+        out.append(f"prompt:        {example.prompt!r}")
+        if example.short_prefix:
+            out.append(f"short context: {example.short_prefix!r} + the generated text so far")
+        for i, ref in enumerate(example.references):
+            out.append(f"reference {i}:   {ref!r}")
+        if example.human is not None:
+            out.append(f"human:         {example.human!r}")
+    return "\n".join(out)
+
+
+def peek(args: argparse.Namespace) -> str:
+    from cblight.data.datamodule import EvalDataModule
+    from cblight.tiny import GPT2_TOKENIZER_DIR
+
+    spec = get_task(args.task)
+    split = args.split or spec.report_split
+    dm = EvalDataModule(
+        tasks=[spec.name],
+        data_root=args.data_root,
+        data_dirs={spec.name: args.data_dir} if args.data_dir else None,
+        tokenizer=args.tokenizer or str(GPT2_TOKENIZER_DIR),
+        max_k=args.max_k,
+    )
+    examples = dm.examples(spec.name, split)
+    if not 0 <= args.index < len(examples):
+        raise CblightError(
+            f"--index {args.index} is outside the {len(examples)} examples of {spec.name}/{split}"
+        )
+    return describe(spec.name, split, args.index, examples[args.index])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cblight.data", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("list", help="every task with its splits, sizes and prompt format")
+    ls.add_argument("--kind", choices=["multiple_choice", "next_token", "generation"])
+    pk = sub.add_parser("peek", help="print one rendered example of a task")
+    pk.add_argument("task")
+    pk.add_argument("--data_dir", help="folder with the task's files (else --data_root/<task>, else the Hub)")
+    pk.add_argument("--data_root", help="folder holding one sub-folder per task")
+    pk.add_argument("--split", help="split to show (default: the reported split)")
+    pk.add_argument("--index", type=int, default=0, help="which example (default 0)")
+    pk.add_argument("--tokenizer", help="tokenizer whose special tokens appear in prompts (default: GPT-2)")
+    pk.add_argument(
+        "--max_k", type=int, default=5, help="largest k of the grid, for LAMA's filter (default 5)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        print(list_tasks(args.kind) if args.command == "list" else peek(args))
+    except CblightError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

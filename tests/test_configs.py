@@ -1,0 +1,65 @@
+"""Every experiment config in ``configs/`` parses and builds, and matches its paper table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def entry_point(path: Path) -> str | None:
+    match = re.search(r"python (\w+\.py) -c configs/", path.read_text())
+    return match.group(1) if match else None
+
+
+def test_there_are_configs_for_the_evaluation_tables():
+    names = {p.name for p in CONFIGS}
+    assert {"lambada.yaml", "multiple_choice.yaml", "lama.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_config_opens_with_its_table_and_command(path):
+    text = path.read_text()
+    assert text.startswith("# "), "a config opens with a comment naming its paper table"
+    assert re.match(r"# (Table|Figure|Tables|Figures) \d", text), text.splitlines()[0]
+    assert entry_point(path) is not None, "the opening comment shows the command that runs it"
+    assert isinstance(yaml.safe_load(text), dict)
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in CONFIGS if entry_point(p) == "evaluate.py"], ids=lambda p: p.name
+)
+def test_evaluation_config_builds(path, tmp_path):
+    from cblight.cli import EVAL_TRAINER_DEFAULTS, EvaluateCLI
+    from cblight.data.datamodule import EvalDataModule
+    from cblight.modules.evaluation import BoostedEvaluator
+
+    cli = EvaluateCLI(
+        BoostedEvaluator,
+        EvalDataModule,
+        run=False,
+        trainer_defaults=EVAL_TRAINER_DEFAULTS,
+        args=["-c", str(path), "--model.output_dir", str(tmp_path / "out")],
+    )
+    data, model = cli.datamodule, cli.model
+    assert data.max_k == max(model.ks)  # linked from model.ks
+    if path.name == "multiple_choice.yaml":  # Table 4
+        assert len(data.task_names) == 15
+        assert (
+            model.choice_alphas[0] == 2.0
+            and model.choice_alphas[-1] == -5.0
+            and len(model.choice_alphas) == 701
+        )
+        assert -4.19 in model.choice_alphas and -1.0 in model.choice_alphas and 0.0 in model.choice_alphas
+    if path.name == "lama.yaml":  # Table 5
+        assert data.task_names == ["lama"] and model.ks == [1, 2, 3, 4, 5]
+        assert {-0.5, -0.4, 0.0} <= set(model.next_token_alphas)
+    if path.name == "lambada.yaml":  # Table 1
+        assert data.task_names == ["lambada"] and model.ks == list(range(1, 21))
+        assert {-0.6, -0.5, -0.3, -0.2, 0.0} <= set(model.next_token_alphas)
+    assert not (tmp_path / "out").exists()
