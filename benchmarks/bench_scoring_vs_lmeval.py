@@ -59,17 +59,23 @@ def ensure_lmeval_python(path: str | None) -> str:
         print(f"creating {env} with lm-eval (one time)...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "lm-eval", "transformers", "accelerate"], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "lm-eval", "transformers", "accelerate"], check=True
+        )
     return str(python)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--questions", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--lmeval-python", default=None, help="python of an environment with lm-eval installed")
+    parser.add_argument(
+        "--lmeval-python", default=None, help="python of an environment with lm-eval installed"
+    )
     parser.add_argument("--model-dir", default=str(Path(tempfile.gettempdir()) / "cblight-bench-gpt2-small"))
     args = parser.parse_args()
 

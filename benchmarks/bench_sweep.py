@@ -26,7 +26,9 @@ from benchmarks.common import gpt2_small_dir, sentence  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--questions", type=int, default=60)
     parser.add_argument("--passages", type=int, default=24)
     parser.add_argument("--ks", type=int, nargs="+", default=[4, 8, 12])
@@ -60,7 +62,9 @@ def main() -> None:
         for i, g in enumerate(scores):
             table[i, : len(g)] = torch.tensor([s.log_prob for s in g], dtype=torch.float64)
         n = len(questions)
-        return choice_accuracy_curve(table[:n], table[n:].nan_to_num(neginf=0.0), labels, torch.tensor(alphas))
+        return choice_accuracy_curve(
+            table[:n], table[n:].nan_to_num(neginf=0.0), labels, torch.tensor(alphas)
+        )
 
     grid = AlphaGrid(2.0, -5.0, 0.01).values()
     mc([0.0])  # warm-up

@@ -7,6 +7,7 @@ Executed with the Python of a separate environment that has ``lm-eval`` installe
 import json
 import sys
 import time
+from pathlib import Path
 
 
 def main() -> None:
@@ -17,17 +18,19 @@ def main() -> None:
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    pairs = json.load(open(req_path))
+    pairs = json.loads(Path(req_path).read_text())
     lm = HFLM(pretrained=model_dir, batch_size=int(batch_size), device="cpu", dtype="float32")
     requests = [
-        Instance(request_type="loglikelihood", doc={}, arguments=(c, x), idx=i) for i, (c, x) in enumerate(pairs)
+        Instance(request_type="loglikelihood", doc={}, arguments=(c, x), idx=i)
+        for i, (c, x) in enumerate(pairs)
     ]
     times = []
     for _ in range(int(repeats)):
         start = time.perf_counter()
         out = lm.loglikelihood(requests, disable_tqdm=True)
         times.append(time.perf_counter() - start)
-    json.dump({"seconds": min(times), "all_seconds": times, "loglikelihoods": [float(o[0]) for o in out]}, open(out_path, "w"))
+    result = {"seconds": min(times), "all_seconds": times, "loglikelihoods": [float(o[0]) for o in out]}
+    Path(out_path).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

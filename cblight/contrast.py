@@ -104,11 +104,18 @@ def format_contrast(result: Contrast, k: int, alpha: float) -> str:
     parts = []
     for name, rows in result.tables.items():
         body = [
-            [r.rank, r.token + (" **" if r.is_target else ""), f"{r.log_prob:.3f}", f"{100 * math.exp(r.log_prob):.4g}%"]
+            [
+                r.rank,
+                r.token + (" **" if r.is_target else ""),
+                f"{r.log_prob:.3f}",
+                f"{100 * math.exp(r.log_prob):.4g}%",
+            ]
             for r in rows
         ]
         parts.append(titles[name] + "\n\n" + format_table(["rank", "token", "log-prob", "prob"], body))
-    parts.append(f"** target {result.target!r}: rank " + ", ".join(f"{n} {r}" for n, r in result.target_rank.items()))
+    parts.append(
+        f"** target {result.target!r}: rank " + ", ".join(f"{n} {r}" for n, r in result.target_rank.items())
+    )
     return "\n\n".join(parts)
 
 

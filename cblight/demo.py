@@ -22,9 +22,13 @@ FIGURE1_CONTEXT = ' Ballad metre is "less regular and more conversational" than 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--output_dir", default="outputs/demo", help="where the model and the results go")
-    parser.add_argument("--devices", type=int, default=1, help="CPU processes (2 runs Lightning DDP with gloo)")
+    parser.add_argument(
+        "--devices", type=int, default=1, help="CPU processes (2 runs Lightning DDP with gloo)"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

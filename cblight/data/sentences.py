@@ -32,19 +32,19 @@ __all__ = ["first_sentences", "sentence_spans", "split_first_sentence", "split_s
 # capitalised ("Sun." the day, not "the sun."), except the always-lower-case Latin ones.
 # Titles that precede a name: never the end of a sentence.
 TITLES = frozenset(
-    "mr mrs ms mx dr prof rev fr sr jr st gen sen rep gov lt col capt cpt sgt maj adm cmdr pres supt "  # noqa: SIM905
+    "mr mrs ms mx dr prof rev fr sr jr st gen sen rep gov lt col capt cpt sgt maj adm cmdr pres supt "
     "messrs mme mlle hon rt".split()
 )
 # Abbreviations that may also end a sentence (then the next word is a sentence starter).
 ABBREVIATIONS = frozenset(
-    "inc corp ltd co bros llc plc dept univ assn est no nos fig figs vol vols ed eds "  # noqa: SIM905
+    "inc corp ltd co bros llc plc dept univ assn est no nos fig figs vol vols ed eds "
     "jan feb mar apr jun jul aug sep sept oct nov dec mon tue tues wed thu thur thurs fri sat sun "
     "ave blvd rd hwy mt ft ste apt".split()
 )
-LOWER_CASE_ABBREVIATIONS = frozenset("etc vs al approx cf ca pp viz".split())  # noqa: SIM905
+LOWER_CASE_ABBREVIATIONS = frozenset("etc vs al approx cf ca pp viz".split())
 # Words that commonly open a sentence: after an abbreviation or acronym they signal a boundary.
 SENTENCE_STARTERS = frozenset(
-    "the a an he she it they we i you his her its their our my your this that these those there here "  # noqa: SIM905
+    "the a an he she it they we i you his her its their our my your this that these those there here "
     "but and or so yet in on at for with after before when while if as although though however "
     "meanwhile still then now what why how who where which some many most all both each every one two "
     "mr mrs ms dr police officials authorities".split()
