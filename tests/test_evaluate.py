@@ -335,7 +335,7 @@ def test_bad_input_is_one_clear_line(tiny_gpt2_dir, tmp_path, capsys):
     (copa / "val.jsonl").write_text(
         '{"premise": "It rained.", "choice1": "", "choice2": "b", "question": "effect", "label": 0}\n'
     )
-    _bad([*model, *dirs], tmp_path, capsys, "empty choice")
+    _bad([*model, *dirs], tmp_path, capsys, "empty answer choice")
     (copa / "val.jsonl").write_text(
         '{"premise": "It rained.", "choice1": "a", "choice2": "b", "question": "effect", "label": 7}\n'
     )
