@@ -8,7 +8,16 @@ import random
 import pytest
 import torch
 
-from cblight.metrics import ContextSensitivity, context_sensitivity, generated_token_log_probs
+from cblight.metrics import (
+    ContextSensitivity,
+    context_sensitivity,
+    generated_token_log_probs,
+    generation_table,
+    long_range_repetition,
+    repetition_rate,
+    self_bleu,
+    zipf_coefficient,
+)
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
 
@@ -131,6 +140,30 @@ def test_hand_computed_ltf_and_delta():
     assert float(got["ltf"]) == pytest.approx(0.5)
     assert float(got["delta"]) == pytest.approx((0.49 + 0.0 + 0.09 + 0.86) / 4)
     assert float(got["ppl"]) == pytest.approx((0.5 * 0.3 * 0.1 * 0.9) ** -0.25)
+
+
+def test_generation_table_units(tiny_gpt2_dir):
+    model = load_causal_lm(str(tiny_gpt2_dir))
+    rng = random.Random(0)
+    ctxs = [[rng.randrange(50257) for _ in range(8)] for _ in range(6)]
+    gens = [[rng.randrange(40) for _ in range(rng.randrange(30, 130))] for _ in range(6)]
+    gens[2] = [5, 6, 7] * 20 + [50256]
+    table = generation_table(model, ctxs, gens, eos_token_id=50256, self_bleu_samples=4, k=20)
+    assert list(table) == ["ppl", "self_bleu4", "zipf", "rep", "lr_50", "lr_100", "delta", "ltf"]
+    base = context_sensitivity(model, ctxs, gens, k=20)
+    lr = long_range_repetition(gens)
+    assert table["ppl"] == pytest.approx(base["ppl"])
+    assert table["delta"] == pytest.approx(100 * base["delta"])
+    assert table["ltf"] == pytest.approx(100 * base["ltf"])
+    assert table["self_bleu4"] == pytest.approx(self_bleu(gens, 4, 4, 0))  # a fraction, as the paper
+    assert table["zipf"] == pytest.approx(zipf_coefficient(gens))
+    assert (
+        table["rep"]
+        == pytest.approx(100 * repetition_rate(gens, eos_token_id=50256))
+        == pytest.approx(100 / 6)
+    )
+    assert table["lr_50"] == pytest.approx(100 * lr["lr_50"]) and table["lr_50"] > 1
+    assert table["lr_100"] == pytest.approx(100 * lr["lr_100"])
 
 
 def test_bad_inputs(lm):

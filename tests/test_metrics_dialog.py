@@ -20,6 +20,7 @@ from cblight.metrics import (
     ResponseLength,
     corpus_bleu,
     corpus_nist_score,
+    dialog_table,
     dstc_clean,
     meteor,
     ngram_diversity,
@@ -171,6 +172,36 @@ def test_meteor_reports_synonym_stage():
             Meteor(use_synonyms=True)
 
 
+class _FakeWordNet:
+    """A WordNet reader knowing one synset {big, huge}, to exercise the synonym stage offline (nltk looks
+    synonyms up after Porter stemming, so the pair must be stems already)."""
+
+    class _Lemma:
+        def __init__(self, name):
+            self._name = name
+
+        def name(self):
+            return self._name
+
+    class _Synset:
+        def lemmas(self):
+            return [_FakeWordNet._Lemma("big"), _FakeWordNet._Lemma("huge")]
+
+    def synsets(self, word, *args, **kwargs):
+        return [self._Synset()] if word in ("big", "huge") else []
+
+
+def test_meteor_synonym_stage_when_wordnet_is_there(monkeypatch):
+    import cblight.metrics.dialog as dialog
+
+    # without synonyms "a" and "cat" match in 2 chunks: P = R = 2/3, score = 2/3 * (1 - 0.5 * 1)
+    off = meteor(["a big cat"], [["a huge cat"]], use_synonyms=False)
+    assert off == {"meteor": pytest.approx(1 / 3), "meteor_synonyms": 0.0}
+    monkeypatch.setattr(dialog, "wordnet_reader", lambda: _FakeWordNet())
+    on = meteor(["a big cat"], [["a huge cat"]])
+    assert on == {"meteor": pytest.approx(1 - 0.5 / 27), "meteor_synonyms": 1.0}
+
+
 # -- diversity and length --------------------------------------------------------------------------------
 
 
@@ -216,6 +247,35 @@ def test_diversity_and_length_match_dialogpt():
     length = ResponseLength()
     length.update(hyps)
     assert float(length.compute()) == pytest.approx(np.mean([len(c.split()) for c in clean]))
+
+
+def test_dialog_table_units():
+    hyps = ["I do not know what you mean .", "that is a big cat !", "yes"]
+    refs = [["I don't know what you mean.", "no idea"], ["what a big cat!"], ["yes , sure", "no"]]
+    table = dialog_table(hyps, refs)
+    assert list(table) == [
+        "nist2",
+        "nist4",
+        "bleu2",
+        "bleu4",
+        "meteor",
+        "meteor_synonyms",
+        "ent4",
+        "dist1",
+        "dist2",
+        "avg_len",
+    ]
+    nist, bleu = corpus_nist_score(hyps, refs), corpus_bleu(hyps, refs)
+    div = ngram_diversity(hyps)
+    assert table["nist2"] == pytest.approx(nist["nist2"]) and table["nist4"] == pytest.approx(nist["nist4"])
+    assert table["bleu2"] == pytest.approx(100 * bleu["bleu2"]) and table["bleu2"] > 10
+    assert table["bleu4"] == pytest.approx(100 * bleu["bleu4"])
+    assert table["meteor"] == pytest.approx(100 * meteor(hyps, refs)["meteor"])
+    assert isinstance(table["meteor_synonyms"], bool)
+    assert table["ent4"] == pytest.approx(div["ent4"])
+    assert table["dist1"] == pytest.approx(100 * div["dist1"])
+    assert table["dist2"] == pytest.approx(100 * div["dist2"])
+    assert table["avg_len"] == pytest.approx(response_length(hyps)) == pytest.approx((8 + 6 + 1) / 3)
 
 
 # -- bad input -------------------------------------------------------------------------------------------

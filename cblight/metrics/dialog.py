@@ -249,14 +249,12 @@ class Meteor(Metric):
     def __init__(self, normalize: Normalize = "dstc", use_synonyms: bool | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.normalize = check_normalize(normalize)
-        reader = wordnet_reader() if use_synonyms is not False else None
-        if use_synonyms and reader is None:
+        self.synonyms = use_synonyms is not False and wordnet_reader() is not None
+        if use_synonyms and not self.synonyms:
             raise LookupError(
                 "use_synonyms=True needs nltk's WordNet corpus (python -m nltk.downloader wordnet); "
                 "pass use_synonyms=None to fall back to exact and stem matches"
             )
-        self.synonyms = reader is not None
-        self._wordnet = reader if reader is not None else _NoSynonyms()
         self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -264,7 +262,8 @@ class Meteor(Metric):
         from nltk.translate.meteor_score import meteor_score
 
         hyps, refs = dialog_words(hypotheses, references, self.normalize)
-        scores = [meteor_score(ref, hyp, wordnet=self._wordnet) for hyp, ref in zip(hyps, refs)]
+        reader = wordnet_reader() if self.synonyms else _NoSynonyms()
+        scores = [meteor_score(ref, hyp, wordnet=reader) for hyp, ref in zip(hyps, refs)]
         self.total += math.fsum(scores)
         self.count += len(scores)
 
