@@ -1,0 +1,250 @@
+"""Base-LM metrics of generated text: LTF, delta and perplexity (paper §4.1, Table 2; DESIGN.md §3, §5).
+
+For every generated token ``w_t`` of a document (prompt ``c``, generation ``g``):
+
+* ``p_full = f(w_t | everything before it)``: prompt and generation so far;
+* ``p_short = f(w_t | the k = 20 tokens before it)``; where ``k`` or fewer tokens precede ``w_t`` the short
+  context is the whole prefix, so ``p_short = p_full`` (the authors' ``generation/metrics/likelihoods.py``:
+  window ``tokens[max(0, t-20):t]`` over prompt + generation).
+
+**LTF** is the fraction of generated tokens with ``p_full > 0.2`` and ``p_short < 0.05``; **delta** the mean
+of ``p_full - p_short``; **perplexity** ``exp`` of the mean ``-log p_full``. All are micro-averages over
+the tokens of the corpus. A special prefix (Llama's BOS) heads every context and every short window and is
+never counted as context content (pass ``prefix=Encoder(tokenizer).prefix`` and contexts that start with it).
+
+Cost: one batched full forward per batch of documents (LM head only from the first generated position),
+plus one ``k``-token forward per generated position past the first ``k``, batched across the documents of
+the batch, with logits only at the window's end (``cblight.scoring.windowed_log_probs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torchmetrics import Metric
+
+from cblight.boosting import log_softmax32
+from cblight.metrics.ngrams import check_order
+from cblight.metrics.text_stats import TokenDocs, as_token_lists
+from cblight.scoring import _accepts, right_pad, windowed_log_probs, windowed_positions
+
+SHORT_CONTEXT = 20
+FULL_THRESHOLD = 0.2
+SHORT_THRESHOLD = 0.05
+
+
+def _model_device(model: Any) -> torch.device:
+    try:
+        return model.get_input_embeddings().weight.device
+    except AttributeError:
+        return next(model.parameters()).device
+
+
+def _check_documents(
+    model: Any, contexts: list[list[int]], generations: list[list[int]], prefix: Sequence[int]
+) -> None:
+    from cblight.models import model_window
+
+    if len(contexts) != len(generations):
+        raise ValueError(f"{len(contexts)} contexts but {len(generations)} generations")
+    window = model_window(model)
+    n_prefix = len(prefix)
+    for i, (ctx, gen) in enumerate(zip(contexts, generations)):
+        if len(ctx) <= n_prefix:
+            raise ValueError(
+                f"contexts[{i}] has no tokens after the special prefix: the first generated token "
+                "needs a context (use Encoder.context for an empty prompt)"
+            )
+        if n_prefix and list(ctx[:n_prefix]) != list(prefix):
+            raise ValueError(f"contexts[{i}] does not start with the special prefix {list(prefix)}")
+        if len(ctx) + len(gen) > window:
+            raise ValueError(
+                f"document {i} has {len(ctx) + len(gen)} tokens; the model reads at most {window} "
+                "(cut the context from the left first)"
+            )
+
+
+@torch.no_grad()
+def generated_token_log_probs(
+    model: Any,
+    contexts: TokenDocs,
+    generations: TokenDocs,
+    *,
+    k: int = SHORT_CONTEXT,
+    prefix: Sequence[int] = (),
+    batch_size: int = 8,
+    chunk_size: int = 256,
+    pad_id: int = 0,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per document, ``(log p_full, log p_short)`` of its generated tokens: two float32 CPU tensors.
+
+    ``contexts`` are the prompt ids as the model read them (special prefix included), ``generations`` the
+    generated ids (the authors' jsonl ``context`` and ``tokens``).
+    """
+    check_order(k, "short-context length k")
+    check_order(batch_size, "batch_size")
+    check_order(chunk_size, "chunk_size")
+    ctxs = as_token_lists(contexts, "contexts")
+    gens = as_token_lists(generations, "generations")
+    prefix = [int(t) for t in prefix]
+    _check_documents(model, ctxs, gens, prefix)
+    was_training = model.training
+    model.eval()
+    device = _model_device(model)
+    results: list[tuple[torch.Tensor, torch.Tensor]] = [
+        (torch.empty(0), torch.empty(0)) for _ in range(len(ctxs))
+    ]
+    order = sorted((i for i in range(len(ctxs)) if gens[i]), key=lambda i: -(len(ctxs[i]) + len(gens[i])))
+    try:
+        for lo in range(0, len(order), batch_size):
+            batch = order[lo : lo + batch_size]
+            full, short = _score_batch(
+                model,
+                [ctxs[i] for i in batch],
+                [gens[i] for i in batch],
+                k,
+                prefix,
+                chunk_size,
+                pad_id,
+                device,
+            )
+            for i, f, s in zip(batch, full, short):
+                results[i] = (f, s)
+    finally:
+        model.train(was_training)
+    return results
+
+
+def _score_batch(
+    model: Any,
+    ctxs: list[list[int]],
+    gens: list[list[int]],
+    k: int,
+    prefix: list[int],
+    chunk_size: int,
+    pad_id: int,
+    device: torch.device,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    seqs = [c + g for c, g in zip(ctxs, gens)]
+    ids, mask = right_pad(seqs, pad_id, device)
+    width = ids.shape[1]
+    ctx_len = torch.tensor([len(c) for c in ctxs], device=device)
+    seq_len = torch.tensor([len(s) for s in seqs], device=device)
+    cols = torch.arange(width, device=device).view(1, -1)
+    wanted = (cols >= ctx_len.view(-1, 1)) & (cols < seq_len.view(-1, 1))
+    rows, tgt_cols = torch.nonzero(wanted, as_tuple=True)
+
+    # full context: logits from the position before the first generated token onwards
+    first = int(ctx_len.min()) - 1
+    kwargs: dict[str, Any] = {}
+    if _accepts(model, "logits_to_keep"):
+        kwargs["logits_to_keep"] = width - first
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **kwargs).logits
+    offset = width - logits.shape[1]
+    full = log_softmax32(logits[rows, tgt_cols - 1 - offset]).gather(1, ids[rows, tgt_cols].view(-1, 1))
+    full = full.squeeze(1)
+    del logits
+
+    # short context: windows only where more than k content tokens precede the target
+    short = full.clone()
+    w_rows, w_cols = windowed_positions(mask, k, wanted, n_prefix=len(prefix))
+    if w_rows.numel():
+        lp = windowed_log_probs(model, ids, w_rows, w_cols, k, prefix=prefix, chunk_size=chunk_size)
+        flat_index = torch.full((len(seqs), width), -1, dtype=torch.long, device=device)
+        flat_index[rows, tgt_cols] = torch.arange(rows.numel(), device=device)
+        short[flat_index[w_rows, w_cols]] = lp
+    counts = [len(g) for g in gens]
+    return list(full.cpu().split(counts)), list(short.cpu().split(counts))
+
+
+class ContextSensitivity(Metric):
+    """LTF, delta and perplexity from per-token log-probabilities (paper Table 2 "δ %", "LTF %", "ppl").
+
+    ``update(full_log_probs, short_log_probs)`` takes the generated tokens' ``log p_full`` and
+    ``log p_short`` (tensors per document, or flat tensors; see ``generated_token_log_probs``).
+    ``compute()`` gives ``{"ltf": ..., "delta": ..., "ppl": ...}``: LTF and delta as fractions.
+    """
+
+    is_differentiable = False
+    higher_is_better = None
+    full_state_update = False
+
+    def __init__(
+        self, full_threshold: float = FULL_THRESHOLD, short_threshold: float = SHORT_THRESHOLD, **kwargs: Any
+    ):
+        super().__init__(**kwargs)
+        if not (0.0 <= short_threshold <= 1.0 and 0.0 <= full_threshold <= 1.0):
+            raise ValueError(
+                f"LTF thresholds are probabilities in [0, 1], got full={full_threshold}, short={short_threshold}"
+            )
+        self.full_threshold = full_threshold
+        self.short_threshold = short_threshold
+        self.add_state("tokens", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("long_dependent", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("delta_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("nll_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(
+        self,
+        full_log_probs: torch.Tensor | Sequence[torch.Tensor],
+        short_log_probs: torch.Tensor | Sequence[torch.Tensor],
+    ) -> None:
+        full = _flat(full_log_probs).to(self.device)
+        short = _flat(short_log_probs).to(self.device)
+        if full.shape != short.shape:
+            raise ValueError(f"{full.numel()} full-context log-probs but {short.numel()} short-context ones")
+        if not (torch.isfinite(full).all() and torch.isfinite(short).all()):
+            raise ValueError("log-probabilities must be finite (a generated token had probability 0)")
+        p_full, p_short = full.exp(), short.exp()
+        self.tokens += full.numel()
+        self.long_dependent += int(((p_full > self.full_threshold) & (p_short < self.short_threshold)).sum())
+        self.delta_sum += (p_full - p_short).sum()
+        self.nll_sum -= full.sum()
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        if int(self.tokens) == 0:
+            raise ValueError("LTF/delta/perplexity need at least one generated token; none were given")
+        n = self.tokens.double()
+        return {
+            "ltf": self.long_dependent.double() / n,
+            "delta": self.delta_sum / n,
+            "ppl": torch.exp(self.nll_sum / n),
+        }
+
+
+def _flat(values: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        return values.detach().double().reshape(-1)
+    parts = [torch.as_tensor(v).detach().double().reshape(-1) for v in values]
+    if not parts:
+        return torch.empty(0, dtype=torch.float64)
+    return torch.cat(parts)
+
+
+def context_sensitivity(
+    model: Any,
+    contexts: TokenDocs,
+    generations: TokenDocs,
+    *,
+    k: int = SHORT_CONTEXT,
+    prefix: Sequence[int] = (),
+    batch_size: int = 8,
+    chunk_size: int = 256,
+    pad_id: int = 0,
+) -> dict[str, float]:
+    """``{"ltf", "delta", "ppl"}`` of generated documents under ``model`` (LTF and delta as fractions)."""
+    scored = generated_token_log_probs(
+        model,
+        contexts,
+        generations,
+        k=k,
+        prefix=prefix,
+        batch_size=batch_size,
+        chunk_size=chunk_size,
+        pad_id=pad_id,
+    )
+    metric = ContextSensitivity()
+    metric.update([f for f, _ in scored], [s for _, s in scored])
+    return {key: float(v) for key, v in metric.compute().items()}

@@ -1,0 +1,83 @@
+"""ROUGE-1/2/L F-measures for summarisation (paper appendix "GPT-2 summarization experiments").
+
+Per-example F-measures come from Google's ``rouge-score`` package; the corpus value is their mean (a
+fraction; the paper prints 100x). ``rougeLsum`` is refused: it splits sentences with nltk's punkt model,
+a download. ``rougeL`` here is sentence-level LCS, so it can differ from the summary-level ROUGE-L of the
+ROUGE-1.5.5 perl script behind the paper's numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torchmetrics import Metric
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+
+
+class ROUGE(Metric):
+    """Mean ROUGE F-measure per type; ``compute()`` gives ``{"rouge1": ..., "rouge2": ..., "rougeL": ...}``.
+
+    ``update(predictions, references)``: one reference string per prediction, or a list of them (then
+    ``rouge-score``'s ``score_multi`` takes the best reference per type).
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, rouge_types: Sequence[str] = ROUGE_TYPES, use_stemmer: bool = True, **kwargs: Any):
+        super().__init__(**kwargs)
+        from rouge_score import rouge_scorer
+
+        self.rouge_types = list(rouge_types)
+        if not self.rouge_types:
+            raise ValueError("rouge_types must name at least one ROUGE type")
+        if "rougeLsum" in self.rouge_types:
+            raise ValueError("rougeLsum needs nltk's punkt sentence splitter (a download); use rougeL")
+        for t in self.rouge_types:
+            if t != "rougeL" and not (t.startswith("rouge") and t[5:].isdigit() and int(t[5:]) >= 1):
+                raise ValueError(f"unknown ROUGE type {t!r}; use rouge<n> (n >= 1) or rougeL")
+        self.scorer = rouge_scorer.RougeScorer(self.rouge_types, use_stemmer=use_stemmer)
+        self.add_state(
+            "fmeasure", default=torch.zeros(len(self.rouge_types), dtype=torch.float64), dist_reduce_fx="sum"
+        )
+        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> None:
+        if isinstance(predictions, str) or isinstance(references, str):
+            raise TypeError("predictions and references must be lists (one entry per example), not strings")
+        if len(predictions) != len(references):
+            raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
+        for i, (pred, ref) in enumerate(zip(predictions, references)):
+            if not isinstance(pred, str):
+                raise TypeError(f"predictions[{i}] must be a string, got {type(pred).__name__}")
+            if isinstance(ref, str):
+                scores = self.scorer.score(ref, pred)
+            else:
+                if len(ref) == 0:
+                    raise ValueError(f"references[{i}] is empty: every prediction needs a reference")
+                scores = self.scorer.score_multi(list(ref), pred)
+            self.fmeasure += torch.tensor(
+                [scores[t].fmeasure for t in self.rouge_types], dtype=torch.float64, device=self.device
+            )
+            self.count += 1
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        if int(self.count) == 0:
+            raise ValueError("ROUGE of an empty corpus: no predictions were given")
+        mean = self.fmeasure / self.count
+        return {t: mean[i] for i, t in enumerate(self.rouge_types)}
+
+
+def rouge(
+    predictions: Sequence[str],
+    references: Sequence[str | Sequence[str]],
+    rouge_types: Sequence[str] = ROUGE_TYPES,
+    use_stemmer: bool = True,
+) -> dict[str, float]:
+    metric = ROUGE(rouge_types, use_stemmer)
+    metric.update(predictions, references)
+    return {k: float(v) for k, v in metric.compute().items()}
