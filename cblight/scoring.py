@@ -97,7 +97,7 @@ class Encoder:
 # Model calls
 
 
-def _accepts(model: Any, name: str) -> bool:
+def accepts_kwarg(model: Any, name: str) -> bool:
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -146,7 +146,7 @@ def last_position_log_probs(
     """
     if attention_mask is not None and "position_ids" not in kwargs:
         kwargs["position_ids"] = positions_from_mask(attention_mask)
-    if _accepts(model, "logits_to_keep"):
+    if accepts_kwarg(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = 1
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
     return log_softmax32(out.logits[:, -1, :])
@@ -324,7 +324,7 @@ class Scorer:
         conts = [c for g in groups for c in g.continuations]
         need_tail = any(len(c) > 1 for c in conts)
         kwargs: dict[str, Any] = {"position_ids": positions_from_mask(mask)}
-        if _accepts(self.model, "logits_to_keep"):
+        if accepts_kwarg(self.model, "logits_to_keep"):
             kwargs["logits_to_keep"] = 1
         out = self.model(input_ids=ids, attention_mask=mask, use_cache=need_tail, **kwargs)
         first = log_softmax32(out.logits[:, -1, :])  # [G, V]: the first continuation token of each group

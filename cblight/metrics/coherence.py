@@ -28,7 +28,7 @@ from torchmetrics import Metric
 from cblight.boosting import log_softmax32
 from cblight.metrics.ngrams import check_order
 from cblight.metrics.text_stats import TokenDocs, as_token_lists
-from cblight.scoring import _accepts, right_pad, windowed_log_probs, windowed_positions
+from cblight.scoring import accepts_kwarg, right_pad, windowed_log_probs, windowed_positions
 
 SHORT_CONTEXT = 20
 FULL_THRESHOLD = 0.2
@@ -139,7 +139,7 @@ def _score_batch(
     # full context: logits from the position before the first generated token onwards
     first = int(ctx_len.min()) - 1
     kwargs: dict[str, Any] = {}
-    if _accepts(model, "logits_to_keep"):
+    if accepts_kwarg(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = width - first
     logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **kwargs).logits
     offset = width - logits.shape[1]
