@@ -172,22 +172,29 @@ def next_token_alpha_sweep(
     ``full`` and ``short`` are ``[B, V]`` log-probabilities of ``f_max`` and ``f_k``; ``targets`` is ``[B]``.
     Returns ``correct`` (argmax over the whole vocabulary equals the target; ties to the lowest token id),
     ``log_prob`` (target log-probability under the normalised boosted model, for perplexity) and ``rank``
-    (1 + number of tokens scored strictly higher), each ``[B, A]``. Memory is ``[B, A, V]`` float32.
+    (1 + number of tokens scored strictly higher), each ``[B, A]``. One alpha at a time, so memory stays
+    ``[B, V]``; finite inputs (the usual case) skip the ``-inf`` bookkeeping of ``mix_log_probs``.
     """
     if alphas.numel() == 0:
         raise ValueError("the alpha grid is empty")
     full = full.float()
     short = short.float()
-    a = alphas.numel()
-    b = full.shape[0]
-    rows = [mix_log_probs([full, short], two_expert_weights(alpha, form)) for alpha in alphas.tolist()]
-    scores = torch.stack(rows, dim=1)  # [B, A, V]
-    tgt = targets.to(full.device).view(b, 1, 1).expand(b, a, 1)
-    target_score = scores.gather(-1, tgt)  # [B, A, 1]
-    correct = scores.argmax(dim=-1) == tgt.squeeze(-1)
-    rank = (scores > target_score).sum(dim=-1) + 1
-    log_prob = normalize_log_scores(scores).gather(-1, tgt).squeeze(-1)
-    return {"correct": correct, "log_prob": log_prob, "rank": rank}
+    finite = bool(torch.isfinite(full).all()) and bool(torch.isfinite(short).all())
+    tgt = targets.to(full.device).view(-1, 1)
+    correct, log_prob, rank = [], [], []
+    for alpha in alphas.tolist():
+        w_full, w_short = two_expert_weights(alpha, form)
+        if finite:
+            scores = torch.add(full if w_full == 1.0 else full * w_full, short, alpha=w_short)
+            target_score = scores.gather(1, tgt)
+            log_prob.append(target_score.squeeze(1) - torch.logsumexp(scores, dim=-1))
+        else:
+            scores = mix_log_probs([full, short], (w_full, w_short))
+            target_score = scores.gather(1, tgt)
+            log_prob.append(normalize_log_scores(scores).gather(1, tgt).squeeze(1))
+        correct.append(scores.argmax(dim=-1) == tgt.squeeze(1))
+        rank.append((scores > target_score).sum(dim=-1) + 1)
+    return {"correct": torch.stack(correct, 1), "log_prob": torch.stack(log_prob, 1), "rank": torch.stack(rank, 1)}
 
 
 # ---------------------------------------------------------------------------------------------------------
