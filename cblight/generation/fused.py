@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from cblight.generation.branches import CachedRows, short_groups
-from cblight.generation.processor import active_anchors, boosted_scores
+from cblight.generation.experts import CachedRows, active_anchors, boosted_scores, short_groups
 from cblight.generation.prompts import PreparedPrompts
 from cblight.generation.spec import Boosting, BoostingError
 

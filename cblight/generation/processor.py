@@ -13,72 +13,19 @@ one token) and reordered. Last-``k`` windows need no cache and work with anythin
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from cblight.boosting import log_softmax32, product_of_experts
-from cblight.generation.branches import CachedRows, short_groups, window_log_probs
+from cblight.boosting import log_softmax32
+from cblight.generation.experts import CachedRows, active_anchors, boosted_scores, short_groups
 from cblight.generation.prompts import PreparedPrompts, RowInfo
-from cblight.generation.spec import Boosting, BoostingError, LastTokens
+from cblight.generation.spec import Boosting, BoostingError
 
 try:  # transformers' base class keeps isinstance checks in generate happy; the maths does not need it
     from transformers import LogitsProcessor
 except ImportError:  # pragma: no cover
     LogitsProcessor = object  # type: ignore[assignment,misc]
-
-
-def mix_experts(log_probs: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
-    """``product_of_experts`` (paper eq. 1) with a fast path for the usual case.
-
-    When no expert holds ``-inf`` (nothing has masked ``f_max``), the NaN-safe bookkeeping of
-    ``cblight.boosting.mix_log_probs`` is not needed: a weighted sum and one log-softmax give the same
-    numbers with a third of the passes over ``[N, vocab]``, which matters on CPU at every decoding step.
-    """
-    if all(bool(lp.amin() > -math.inf) for lp in log_probs):
-        total = log_probs[0] * weights[0]
-        for lp, w in zip(log_probs[1:], weights[1:]):
-            total.add_(lp, alpha=w)
-        return torch.log_softmax(total, dim=-1)
-    return product_of_experts(log_probs, weights)
-
-
-def boosted_scores(
-    model: Any,
-    boosting: Boosting,
-    input_ids: torch.Tensor,
-    info: RowInfo,
-    prefix: tuple[int, ...],
-    full: torch.Tensor,
-    anchored: list[torch.Tensor],
-) -> torch.Tensor:
-    """``log_softmax(w_full log f_max + Σ w_i log f_i)`` (paper eq. 1) for the current rows, float32.
-
-    ``anchored`` holds ``log f`` of the anchored experts in expert order; last-``k`` experts are run here.
-    """
-    lps = [full]
-    weights = [boosting.full_weight]
-    it = iter(anchored)
-    for rule, weight in boosting.active:
-        if isinstance(rule, LastTokens):
-            lps.append(
-                window_log_probs(model, input_ids, info.content_start, info.has_prefix, prefix, rule.k, full)
-            )
-        else:
-            lps.append(next(it))
-        weights.append(weight)
-    return mix_experts(lps, weights)
-
-
-def active_anchors(boosting: Boosting, info: RowInfo) -> list[torch.Tensor]:
-    """Per-row anchor columns of the active anchored experts, in expert order."""
-    out = []
-    for (rule, weight), anchor in zip(boosting.experts, info.anchors):
-        if weight != 0.0 and not isinstance(rule, LastTokens):
-            assert anchor is not None
-            out.append(anchor)
-    return out
 
 
 class BoostingLogitsProcessor(LogitsProcessor):

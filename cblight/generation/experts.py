@@ -1,4 +1,4 @@
-"""The model calls behind each expert of a boosted decoder (DESIGN.md §1, §5).
+"""The experts of a boosted decoder: their model calls and their mixture (paper eq. 1; DESIGN.md §1, §5).
 
 * ``window_log_probs``: ``f_k`` for the last-``k`` rule. A window starts at a new position every step, so no
   cache can be reused: one batched ``k``-token forward per step, logits only at its last position, the
@@ -7,16 +7,21 @@
 * ``CachedRows``: growing contexts (the full context, and the anchored short contexts: separator or marker
   plus the text so far) that each gain one token per step. All their rows share one KV cache and one
   batched forward per step; ``reorder`` follows beam search's row shuffles.
+* ``boosted_scores``: the normalised product of experts for the current step, shared by the fused loop and
+  the logits processor.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from cblight.boosting import log_softmax32
+from cblight.boosting import log_softmax32, product_of_experts
+from cblight.generation.prompts import RowInfo
+from cblight.generation.spec import Boosting, LastTokens
 from cblight.scoring import last_position_log_probs, left_pad, positions_from_mask
 
 
@@ -191,3 +196,55 @@ def short_groups(
         left_pad(anchored_contexts(input_ids, a, has_prefix, prefix), pad_id, input_ids.device)
         for a in anchors
     ]
+
+
+def mix_experts(log_probs: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
+    """``product_of_experts`` (paper eq. 1) with a fast path for the usual case.
+
+    When no expert holds ``-inf`` (nothing has masked ``f_max``), the NaN-safe bookkeeping of
+    ``cblight.boosting.mix_log_probs`` is not needed: a weighted sum and one log-softmax give the same
+    numbers with a third of the passes over ``[N, vocab]``, which matters on CPU at every decoding step.
+    """
+    if all(bool(lp.amin() > -math.inf) for lp in log_probs):
+        total = log_probs[0] * weights[0]
+        for lp, w in zip(log_probs[1:], weights[1:]):
+            total.add_(lp, alpha=w)
+        return torch.log_softmax(total, dim=-1)
+    return product_of_experts(log_probs, weights)
+
+
+def boosted_scores(
+    model: Any,
+    boosting: Boosting,
+    input_ids: torch.Tensor,
+    info: RowInfo,
+    prefix: tuple[int, ...],
+    full: torch.Tensor,
+    anchored: list[torch.Tensor],
+) -> torch.Tensor:
+    """``log_softmax(w_full log f_max + Σ w_i log f_i)`` (paper eq. 1) for the current rows, float32.
+
+    ``anchored`` holds ``log f`` of the anchored experts in expert order; last-``k`` experts are run here.
+    """
+    lps = [full]
+    weights = [boosting.full_weight]
+    it = iter(anchored)
+    for rule, weight in boosting.active:
+        if isinstance(rule, LastTokens):
+            lps.append(
+                window_log_probs(model, input_ids, info.content_start, info.has_prefix, prefix, rule.k, full)
+            )
+        else:
+            lps.append(next(it))
+        weights.append(weight)
+    return mix_experts(lps, weights)
+
+
+def active_anchors(boosting: Boosting, info: RowInfo) -> list[torch.Tensor]:
+    """Per-row anchor columns of the active anchored experts, in expert order."""
+    out = []
+    for (rule, weight), anchor in zip(boosting.experts, info.anchors):
+        if weight != 0.0 and not isinstance(rule, LastTokens):
+            assert anchor is not None
+            out.append(anchor)
+    return out
