@@ -416,6 +416,13 @@ def test_beam_search_follows_reordering(lm, mode):
         assert proc.reorders > 0  # beams really were reshuffled, and the short caches followed
     assert torch.equal(ours.sequences, ref.sequences)
     torch.testing.assert_close(ours.sequences_scores, ref.sequences_scores, atol=1e-4, rtol=0)
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(num_beams=3, num_return_sequences=2, do_sample=False)
+    via_config = boosted_generate(
+        model, tok, prompts_for(tok, mode)[:2], boosting=boosting, generation_config=config, max_new_tokens=5
+    )
+    assert torch.equal(via_config.sequences, ours.sequences)
     via_api = boosted_generate(
         model,
         tok,

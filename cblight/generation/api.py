@@ -93,6 +93,16 @@ def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
+def _num_beams(model: Any, kwargs: dict[str, Any]) -> int:
+    """The beam count generate will use: the keyword, else a passed config, else the checkpoint's."""
+    if kwargs.get("num_beams") is not None:
+        return int(kwargs["num_beams"])
+    for config in (kwargs.get("generation_config"), getattr(model, "generation_config", None)):
+        if getattr(config, "num_beams", None) is not None:
+            return int(config.num_beams)
+    return 1
+
+
 def _eos_ids(model: Any, tokenizer: Any, kwargs: dict[str, Any]) -> set[int]:
     eos = kwargs.get("eos_token_id", getattr(model.generation_config, "eos_token_id", None))
     ids = set() if eos is None else {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}
@@ -163,7 +173,7 @@ def boosted_generate(
         return_dict_in_generate=True,
         streamer=streamer,
     )
-    beams = int(kwargs.get("num_beams") or 1)
+    beams = _num_beams(model, kwargs)
     if boosting.is_plain:
         pass
     elif beams > 1 or decoder == "processor":
