@@ -1,0 +1,250 @@
+"""The experts of a boosted decoder: their model calls and their mixture (paper eq. 1; DESIGN.md §1, §5).
+
+* ``window_log_probs``: ``f_k`` for the last-``k`` rule. A window starts at a new position every step, so no
+  cache can be reused: one batched ``k``-token forward per step, logits only at its last position, the
+  window at positions ``0..k-1`` (after BOS where the tokenizer adds one). Rows whose content is not longer
+  than ``k`` take ``f_max`` itself (``f_k == f_max``) and cost nothing.
+* ``CachedRows``: growing contexts (the full context, and the anchored short contexts: separator or marker
+  plus the text so far) that each gain one token per step. All their rows share one KV cache and one
+  batched forward per step; ``reorder`` follows beam search's row shuffles.
+* ``boosted_scores``: the normalised product of experts for the current step, shared by the fused loop and
+  the logits processor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from cblight.boosting import log_softmax32, product_of_experts
+from cblight.generation.prompts import RowInfo
+from cblight.generation.spec import Boosting, LastTokens
+from cblight.scoring import last_position_log_probs, left_pad, positions_from_mask
+
+
+def _keeps_last_logits_only(model: Any) -> dict[str, Any]:
+    supports = getattr(model, "_supports_logits_to_keep", None)
+    return {"logits_to_keep": 1} if callable(supports) and supports() else {}
+
+
+def window_log_probs(
+    model: Any,
+    input_ids: torch.Tensor,
+    content_start: torch.Tensor,
+    has_prefix: torch.Tensor,
+    prefix: Sequence[int],
+    k: int,
+    full: torch.Tensor,
+) -> torch.Tensor:
+    """``log f_k`` at the end of every row of a left-padded ``input_ids`` ``[N, T]``: ``[N, V]`` float32.
+
+    ``full`` (``log f_max`` of the same rows) stands in for rows whose content is at most ``k`` tokens.
+    """
+    width = input_ids.shape[1]
+    n_prefix = len(prefix)
+    content = width - content_start - n_prefix * has_prefix.long()
+    need = content > k
+    if not bool(need.any()):
+        return full
+    out: torch.Tensor | None = None
+    tail = input_ids[:, width - k :]
+    for with_prefix in (True, False):
+        rows = torch.nonzero(need & (has_prefix == with_prefix), as_tuple=True)[0]
+        if rows.numel() == 0:
+            continue
+        windows = tail.index_select(0, rows)
+        if with_prefix and n_prefix:
+            pre = torch.as_tensor(list(prefix), dtype=windows.dtype, device=windows.device)
+            windows = torch.cat([pre.view(1, -1).expand(rows.numel(), -1), windows], dim=1)
+        lp = last_position_log_probs(model, windows)
+        if rows.numel() == full.shape[0]:
+            return lp  # every row has a window: no copy of f_max needed
+        if out is None:
+            out = full.clone()
+        out[rows] = lp
+    assert out is not None
+    return out
+
+
+def anchored_contexts(
+    input_ids: torch.Tensor, anchors: torch.Tensor, has_prefix: torch.Tensor, prefix: Sequence[int]
+) -> list[list[int]]:
+    """Short contexts ``prefix + row[anchor:]`` of every row (the separator/marker and what follows)."""
+    rows = input_ids.tolist()
+    flags = has_prefix.tolist()
+    return [(list(prefix) if flag else []) + row[a:] for row, a, flag in zip(rows, anchors.tolist(), flags)]
+
+
+def _merge_left_padded(caches: Sequence[Any], width: int) -> Any | None:
+    """One ``DynamicCache`` holding the rows of several, each left-padded with zeros to ``width`` (the
+    padding is masked out). ``None`` when a cache is not a plain dynamic one (sliding windows, ...)."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+    except ImportError:  # pragma: no cover - very old transformers
+        return None
+    for cache in caches:
+        layers = getattr(cache, "layers", None)
+        if (
+            type(cache) is not DynamicCache
+            or not layers
+            or any(type(la) is not DynamicLayer for la in layers)
+        ):
+            return None
+    data = []
+    for i in range(len(caches[0].layers)):
+        keys, values = [], []
+        for cache in caches:
+            k, v = cache.layers[i].keys, cache.layers[i].values
+            pad = width - k.shape[-2]
+            if pad:
+                k = torch.nn.functional.pad(k, (0, 0, pad, 0))
+                v = torch.nn.functional.pad(v, (0, 0, pad, 0))
+            keys.append(k)
+            values.append(v)
+        data.append((torch.cat(keys, dim=0), torch.cat(values, dim=0)))
+    return DynamicCache(ddp_cache_data=data)
+
+
+class CachedRows:
+    """Groups of ``N`` growing contexts decoded together: one KV cache, one forward per step.
+
+    Every group (e.g. the full prompts, then the short contexts of each anchored expert) gains the same
+    token per row each step. Position ids count real tokens only, so a short context sits at positions
+    ``0..`` exactly as if it were the whole input, and left padding is invisible to absolute-position models.
+    """
+
+    def __init__(self, model: Any, pad_id: int):
+        self.model = model
+        self.pad_id = pad_id
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None
+        self.next_pos: torch.Tensor | None = None
+        self.groups = 0
+        self.rows = 0
+
+    def _run(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any = None) -> Any:
+        return self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            **_keeps_last_logits_only(self.model),
+        )
+
+    def prefill(self, groups: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """Encode each group ``(ids [N, W_g], left-padded mask)``; returns ``log f`` ``[N, V]`` per group.
+
+        Each group runs at its own width (a short context is not padded to the prompt's length) and the
+        caches are then joined; models whose cache cannot be joined run one padded batch instead.
+        """
+        self.groups = len(groups)
+        self.rows = int(groups[0][0].shape[0])
+        width = max(int(ids.shape[1]) for ids, _ in groups)
+        outs = []
+        for ids, mask in groups:
+            pos = positions_from_mask(mask)
+            outs.append((self._run(ids, mask, pos), mask, pos))
+        if len(outs) == 1:
+            cache = outs[0][0].past_key_values
+        else:
+            cache = _merge_left_padded([o.past_key_values for o, _, _ in outs], width)
+        masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m, _ in outs]
+        self.mask = torch.cat(masks, dim=0)
+        self.next_pos = torch.cat([p[:, -1] + 1 for _, _, p in outs], dim=0)
+        if cache is None:
+            ids = torch.cat(
+                [torch.nn.functional.pad(i, (width - i.shape[1], 0), value=self.pad_id) for i, _ in groups]
+            )
+            out = self._run(ids, self.mask, positions_from_mask(self.mask))
+            self.cache = out.past_key_values
+            return list(log_softmax32(out.logits[:, -1, :]).split(self.rows, dim=0))
+        self.cache = cache
+        return [log_softmax32(o.logits[:, -1, :]) for o, _, _ in outs]
+
+    def step(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Append ``tokens`` ``[N]`` to every group; returns the next ``log f`` ``[N, V]`` per group."""
+        assert self.mask is not None and self.next_pos is not None
+        ids = tokens.repeat(self.groups).view(-1, 1)
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        out = self._run(ids, self.mask, self.next_pos.view(-1, 1), self.cache)
+        self.cache = out.past_key_values
+        self.next_pos = self.next_pos + 1
+        return list(log_softmax32(out.logits[:, -1, :]).split(self.rows, dim=0))
+
+    def reorder(self, parents: torch.Tensor) -> None:
+        """Row ``r`` of every group continues former row ``parents[r]`` (beam search)."""
+        assert self.mask is not None and self.next_pos is not None
+        index = torch.cat([parents + g * self.rows for g in range(self.groups)])
+        self.cache.reorder_cache(index)
+        self.mask = self.mask.index_select(0, index)
+        self.next_pos = self.next_pos.index_select(0, index)
+
+
+def short_groups(
+    input_ids: torch.Tensor,
+    anchors: Sequence[torch.Tensor],
+    has_prefix: torch.Tensor,
+    prefix: Sequence[int],
+    pad_id: int,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Left-padded ``(ids, mask)`` of each anchored expert's short contexts, ready for ``prefill``."""
+    return [
+        left_pad(anchored_contexts(input_ids, a, has_prefix, prefix), pad_id, input_ids.device)
+        for a in anchors
+    ]
+
+
+def mix_experts(log_probs: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
+    """``product_of_experts`` (paper eq. 1) with a fast path for the usual case.
+
+    When no expert holds ``-inf`` (nothing has masked ``f_max``), the NaN-safe bookkeeping of
+    ``cblight.boosting.mix_log_probs`` is not needed: a weighted sum and one log-softmax give the same
+    numbers with a third of the passes over ``[N, vocab]``, which matters on CPU at every decoding step.
+    """
+    if all(bool(lp.amin() > -math.inf) for lp in log_probs):
+        total = log_probs[0] * weights[0]
+        for lp, w in zip(log_probs[1:], weights[1:]):
+            total.add_(lp, alpha=w)
+        return torch.log_softmax(total, dim=-1)
+    return product_of_experts(log_probs, weights)
+
+
+def boosted_scores(
+    model: Any,
+    boosting: Boosting,
+    input_ids: torch.Tensor,
+    info: RowInfo,
+    prefix: tuple[int, ...],
+    full: torch.Tensor,
+    anchored: list[torch.Tensor],
+) -> torch.Tensor:
+    """``log_softmax(w_full log f_max + Σ w_i log f_i)`` (paper eq. 1) for the current rows, float32.
+
+    ``anchored`` holds ``log f`` of the anchored experts in expert order; last-``k`` experts are run here.
+    """
+    lps = [full]
+    weights = [boosting.full_weight]
+    it = iter(anchored)
+    for rule, weight in boosting.active:
+        if isinstance(rule, LastTokens):
+            lps.append(
+                window_log_probs(model, input_ids, info.content_start, info.has_prefix, prefix, rule.k, full)
+            )
+        else:
+            lps.append(next(it))
+        weights.append(weight)
+    return mix_experts(lps, weights)
+
+
+def active_anchors(boosting: Boosting, info: RowInfo) -> list[torch.Tensor]:
+    """Per-row anchor columns of the active anchored experts, in expert order."""
+    out = []
+    for (rule, weight), anchor in zip(boosting.experts, info.anchors):
+        if weight != 0.0 and not isinstance(rule, LastTokens):
+            assert anchor is not None
+            out.append(anchor)
+    return out

@@ -1,0 +1,268 @@
+"""Prompts for boosted decoding: encoding, fitting to the model window, and where each short context starts.
+
+Prompts become token rows with the tokenizer's conventions (``cblight.scoring.Encoder``: Llama's BOS in
+front, an empty prompt is BOS/EOS alone), are cut to leave room for the new tokens, and are left-padded.
+For every anchored expert (``AfterSeparator``, ``AfterMarker``) each row records the column where its short
+context starts; the short context is then ``prefix + row[anchor:] + generated`` (DESIGN.md §1).
+
+Cutting follows DESIGN.md §1: a prompt longer than ``window - max_new_tokens`` is cut from the left with
+the special prefix kept; with a marker, the text just before the marker goes instead (for summarisation:
+the article's tail is cut, `` TL;DR:`` kept), since the lead of a news article is what a summary needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cblight.generation.spec import AfterMarker, AfterSeparator, Boosting, BoostingError, LastTokens
+from cblight.scoring import Encoder, left_pad
+
+Prompts = Sequence[str] | Sequence[Sequence[int]] | torch.Tensor
+
+
+def separator_ids(tokenizer: Any, separator: str | None) -> list[int]:
+    """Token ids of a turn separator: the tokenizer's EOS for ``None`` (DialoGPT), never a literal."""
+    if separator is None:
+        if tokenizer.eos_token_id is None:
+            raise BoostingError(
+                "separator=None means the tokenizer's EOS, and this tokenizer has no EOS token"
+            )
+        return [int(tokenizer.eos_token_id)]
+    ids = Encoder(tokenizer).body(separator) if separator else []
+    if not ids:
+        raise BoostingError(f"separator {separator!r} encodes to no tokens")
+    return ids
+
+
+def marker_ids(tokenizer: Any, marker: str) -> list[int]:
+    ids = Encoder(tokenizer).body(marker)
+    if not ids:
+        raise BoostingError(f"marker {marker!r} encodes to no tokens")
+    return ids
+
+
+def last_occurrence(row: Sequence[int], pattern: Sequence[int], start: int = 0) -> int:
+    """Index of the last occurrence of ``pattern`` in ``row[start:]`` (as an index into ``row``), or -1."""
+    n = len(pattern)
+    for i in range(len(row) - n, start - 1, -1):
+        if list(row[i : i + n]) == list(pattern):
+            return i
+    return -1
+
+
+def _has_prefix(row: Sequence[int], prefix: Sequence[int]) -> bool:
+    return bool(prefix) and len(row) >= len(prefix) and list(row[: len(prefix)]) == list(prefix)
+
+
+def _anchor(row: Sequence[int], rule: Any, pattern: Sequence[int], n_prefix: int, index: int) -> int:
+    """Where the short context of ``rule`` starts in ``row`` (a clear error when it cannot)."""
+    if isinstance(rule, AfterSeparator):
+        if len(row) - len(pattern) < n_prefix or list(row[len(row) - len(pattern) :]) != list(pattern):
+            raise BoostingError(
+                f"prompt {index} does not end with the turn separator {pattern} (response mode): the short "
+                "context is the separator plus the response, so each prompt must end with it (DialoGPT: "
+                "every turn followed by EOS; see dialog_prompt)"
+            )
+        return len(row) - len(pattern)
+    at = last_occurrence(row, pattern, n_prefix)
+    if at < 0:
+        raise BoostingError(
+            f"prompt {index} does not contain the marker {rule.marker!r} (tokens {list(pattern)}); "
+            "marker mode needs it in every prompt (see fit_marker_prompt)"
+        )
+    return at
+
+
+def fit_row(
+    row: Sequence[int], room: int, prefix: Sequence[int] = (), keep_from: int | None = None, index: int = 0
+) -> list[int]:
+    """Cut a token row to at most ``room`` tokens (DESIGN.md §1).
+
+    Without ``keep_from`` the row is cut from the left, keeping the special prefix. With ``keep_from`` (a
+    marker's position) everything from it on is kept and the tokens just before it are dropped, so the
+    head of the text survives (summarisation: the article's tail is cut, the marker kept).
+    """
+    row = list(row)
+    if len(row) <= room:
+        return row
+    keep_prefix = list(prefix) if _has_prefix(row, prefix) else []
+    if keep_from is None:
+        if room <= len(keep_prefix):
+            raise BoostingError(f"prompt {index}: no room for any prompt token (room {room})")
+        return keep_prefix + row[len(row) - (room - len(keep_prefix)) :]
+    tail = row[keep_from:]
+    head_room = room - len(tail)
+    if head_room < len(keep_prefix):
+        raise BoostingError(
+            f"prompt {index}: the marker and the {len(tail)} tokens from it on do not fit in {room} tokens "
+            "(model window minus max_new_tokens)"
+        )
+    return row[:head_room] + tail
+
+
+def fit_marker_prompt(
+    tokenizer: Any, article: str, *, marker: str = " TL;DR:", max_tokens: int = 1024
+) -> list[int]:
+    """``article + marker`` as token ids in at most ``max_tokens`` tokens, the article cut from its end.
+
+    The paper's summarisation prompt (appendix "GPT-2 summarization experiments"): the article followed by
+    `` TL;DR:``; when it is too long, the article's tail is dropped and the marker kept. The marker is
+    encoded on its own so its tokens are exactly those ``AfterMarker`` looks for.
+    """
+    enc = Encoder(tokenizer)
+    body = enc.body(article) if article else []
+    row = enc.prefix + body + marker_ids(tokenizer, marker)
+    return fit_row(row, max_tokens, enc.prefix, keep_from=len(enc.prefix) + len(body))
+
+
+def dialog_prompt(tokenizer: Any, turns: Sequence[str], separator: str | None = None) -> list[int]:
+    """DialoGPT's prompt: every turn followed by the separator (EOS by default), as token ids."""
+    if not turns:
+        raise BoostingError("a dialog prompt needs at least one turn")
+    enc = Encoder(tokenizer)
+    sep = separator_ids(tokenizer, separator)
+    row = list(enc.prefix)
+    for turn in turns:
+        row += enc.body(turn) + sep
+    return row
+
+
+@dataclass
+class RowInfo:
+    """Per-row facts the decoders need, for ``N`` rows (prompts repeated for beams / return sequences)."""
+
+    content_start: torch.Tensor  # [N] first real column of the left-padded prompt
+    has_prefix: torch.Tensor  # [N] bool: the row starts with the tokenizer's special prefix (BOS)
+    anchors: tuple[torch.Tensor | None, ...]  # per expert: [N] column where its short context starts
+
+
+@dataclass
+class PreparedPrompts:
+    """Left-padded prompt batch plus what the short contexts of a ``Boosting`` need."""
+
+    rows: list[list[int]]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prefix: tuple[int, ...]
+    info: RowInfo
+
+    @property
+    def width(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    def rows_for(self, n_rows: int, device: Any) -> RowInfo:
+        """``RowInfo`` for ``n_rows`` rows: generate repeats each prompt ``n_rows / B`` times in a row."""
+        batch = len(self.rows)
+        if n_rows % batch:
+            raise BoostingError(f"generate produced {n_rows} rows for {batch} prompts (not a multiple)")
+        rep = n_rows // batch
+
+        def expand(t: torch.Tensor) -> torch.Tensor:
+            return t.repeat_interleave(rep, dim=0).to(device)
+
+        info = self.info
+        return RowInfo(
+            expand(info.content_start),
+            expand(info.has_prefix),
+            tuple(None if a is None else expand(a) for a in info.anchors),
+        )
+
+
+def _rows_from(prompts: Prompts, attention_mask: torch.Tensor | None, enc: Encoder) -> list[list[int]]:
+    if isinstance(prompts, torch.Tensor):
+        if prompts.dim() != 2:
+            raise BoostingError(f"input_ids must be [batch, length], got shape {tuple(prompts.shape)}")
+        if attention_mask is None:
+            return [list(map(int, r)) for r in prompts.tolist()]
+        if attention_mask.shape != prompts.shape:
+            raise BoostingError("attention_mask must have the shape of input_ids")
+        return [
+            [int(t) for t, m in zip(r, mr) if m] for r, mr in zip(prompts.tolist(), attention_mask.tolist())
+        ]
+    if isinstance(prompts, str):
+        raise BoostingError("prompts must be a list of strings (or token-id rows), not one string")
+    rows: list[list[int]] = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            rows.append(enc.context(p))
+        elif isinstance(p, Sequence) and all(isinstance(t, int) for t in p):
+            rows.append(list(p))
+        else:
+            raise BoostingError(f"prompt {i} must be a string or a list of token ids, got {type(p).__name__}")
+    return rows
+
+
+def prepare_prompts(
+    tokenizer: Any,
+    prompts: Prompts,
+    boosting: Boosting,
+    *,
+    room: int | None = None,
+    attention_mask: torch.Tensor | None = None,
+    device: Any = "cpu",
+) -> PreparedPrompts:
+    """Encode, fit (to ``room`` tokens, usually the window minus ``max_new_tokens``) and left-pad prompts.
+
+    ``prompts`` are strings, token-id lists, or an ``input_ids`` tensor (with its ``attention_mask`` when
+    padded). Anchored experts get, for every row, the column where their short context starts; a prompt
+    without the marker, or a response-mode prompt not ending with the separator, is a ``BoostingError``.
+    """
+    enc = Encoder(tokenizer)
+    prefix = list(enc.prefix)
+    rows = _rows_from(prompts, attention_mask, enc)
+    if not rows:
+        raise BoostingError("no prompts to generate from")
+    for i, r in enumerate(rows):
+        if not r:
+            raise BoostingError(f"prompt {i} is empty (use Encoder.context('') for BOS/EOS alone)")
+    if room is not None and room < 1:
+        raise BoostingError(f"no room for a prompt: max_new_tokens leaves {room} tokens of the model window")
+
+    patterns: list[list[int] | None] = []
+    for rule, _ in boosting.experts:
+        if isinstance(rule, AfterSeparator):
+            patterns.append(separator_ids(tokenizer, rule.separator))
+        elif isinstance(rule, AfterMarker):
+            patterns.append(marker_ids(tokenizer, rule.marker))
+        else:
+            patterns.append(None)
+
+    def anchors_of(row: list[int], index: int) -> list[int | None]:
+        n_prefix = len(prefix) if _has_prefix(row, prefix) else 0
+        return [
+            None if pat is None else _anchor(row, rule, pat, n_prefix, index)
+            for (rule, _), pat in zip(boosting.experts, patterns)
+        ]
+
+    fitted: list[list[int]] = []
+    for i, row in enumerate(rows):
+        if room is not None and len(row) > room:
+            marks = [
+                a
+                for (rule, _), a in zip(boosting.experts, anchors_of(row, i))
+                if isinstance(rule, AfterMarker) and a is not None
+            ]
+            row = fit_row(row, room, prefix, keep_from=min(marks) if marks else None, index=i)
+        fitted.append(row)
+
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids, mask = left_pad(fitted, int(pad_id if pad_id is not None else 0), device)
+    width = ids.shape[1]
+    starts = [width - len(r) for r in fitted]
+    per_row = [anchors_of(r, i) for i, r in enumerate(fitted)]
+    anchors: list[torch.Tensor | None] = []
+    for e, (rule, _) in enumerate(boosting.experts):
+        if isinstance(rule, LastTokens):
+            anchors.append(None)
+        else:
+            anchors.append(torch.tensor([s + a[e] for s, a in zip(starts, per_row)], dtype=torch.long))
+    info = RowInfo(
+        content_start=torch.tensor(starts, dtype=torch.long),
+        has_prefix=torch.tensor([_has_prefix(r, prefix) for r in fitted], dtype=torch.bool),
+        anchors=tuple(anchors),
+    )
+    return PreparedPrompts(fitted, ids, mask, tuple(prefix), info)
