@@ -194,7 +194,11 @@ def next_token_alpha_sweep(
             log_prob.append(normalize_log_scores(scores).gather(1, tgt).squeeze(1))
         correct.append(scores.argmax(dim=-1) == tgt.squeeze(1))
         rank.append((scores > target_score).sum(dim=-1) + 1)
-    return {"correct": torch.stack(correct, 1), "log_prob": torch.stack(log_prob, 1), "rank": torch.stack(rank, 1)}
+    return {
+        "correct": torch.stack(correct, 1),
+        "log_prob": torch.stack(log_prob, 1),
+        "rank": torch.stack(rank, 1),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
