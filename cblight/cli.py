@@ -1,24 +1,29 @@
 """LightningCLI wiring for the entry points (``evaluate.py``, ``train.py``).
 
-``evaluate_cli`` parses ``BoostedEvaluator`` and ``EvalDataModule`` arguments from their signatures, runs
-Lightning's validation loop on the alpha-selection splits and then its test loop on the reported splits.
-Logs go to a CSV logger under ``model.output_dir`` unless a logger is configured (e.g.
-``-c configs/logger/wandb.yaml``).
+``evaluate_cli`` parses the evaluation module (``BoostedEvaluator`` by default; a config may name
+``cblight.modules.generation.BoostedGenerationEvaluator`` as ``model.class_path``) and ``EvalDataModule``
+from their signatures. ``BoostedEvaluator`` runs Lightning's validation loop on the alpha-selection splits,
+then its test loop on the reported splits; the generation module runs the test loop. Logs go to a CSV logger
+under ``model.output_dir`` unless a logger is configured (e.g. ``-c configs/logger/wandb.yaml``).
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import CblightError
 from cblight.modules.evaluation import DEFAULT_KS, BoostedEvaluator, resolve_output_dir
+from cblight.modules.generation import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
 
 EVAL_TRAINER_DEFAULTS: dict[str, Any] = {
     "enable_checkpointing": False,
@@ -27,13 +32,13 @@ EVAL_TRAINER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _tokenizer_for(model: str, tokenizer: str | None) -> str:
-    return tokenizer or model
+def _tokenizer_of(model: Any) -> str:
+    return model.tokenizer_name
 
 
-def _largest_k(ks: Sequence[int] | None) -> int:
+def _largest_k(model: Any) -> int:
     """The largest short-context length of the next-token grid (LAMA keeps prompts longer than it)."""
-    return max(ks) if ks else max(DEFAULT_KS)
+    return max(getattr(model, "ks", None) or DEFAULT_KS)
 
 
 def require_wandb(logger_config: Any) -> None:
@@ -52,27 +57,37 @@ def require_wandb(logger_config: Any) -> None:
 
 class EvaluateCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.link_arguments(("model.model", "model.tokenizer"), "data.tokenizer", compute_fn=_tokenizer_for)
-        parser.link_arguments("model.ks", "data.max_k", compute_fn=_largest_k)
+        parser.set_defaults({"model": {"class_path": "cblight.modules.evaluation.BoostedEvaluator"}})
+        parser.link_arguments("model", "data.tokenizer", compute_fn=_tokenizer_of, apply_on="instantiate")
+        parser.link_arguments("model", "data.max_k", compute_fn=_largest_k, apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         config = self.config
         logger = config.trainer.logger
         require_wandb(logger)
         if logger is None or logger is True:
+            args = config.model.init_args
+            default_dir = (
+                inspect.signature(_model_class(config.model.class_path)).parameters["output_dir"].default
+            )
             config.trainer.logger = {
                 "class_path": "lightning.pytorch.loggers.CSVLogger",
                 "init_args": {
-                    "save_dir": str(resolve_output_dir(config.model.output_dir, config.model.model)),
+                    "save_dir": str(resolve_output_dir(args.get("output_dir") or default_dir, args.model)),
                     "name": "logs",
                 },
             }
 
 
-def run_evaluation(trainer: Any, model: BoostedEvaluator, datamodule: EvalDataModule) -> dict[str, Any]:
+def _model_class(class_path: str) -> Any:
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def run_evaluation(trainer: Any, model: LightningModule, datamodule: EvalDataModule) -> dict[str, Any]:
     """Choose alpha* (and k*) on the selection splits, then report on the test splits."""
     datamodule.setup("validate")
-    if datamodule.loader_splits("selection"):
+    if isinstance(model, BoostedEvaluator) and datamodule.loader_splits("selection"):
         trainer.validate(model, datamodule=datamodule, verbose=False)
     trainer.test(model, datamodule=datamodule, verbose=False)
     if model.summary:
@@ -80,12 +95,27 @@ def run_evaluation(trainer: Any, model: BoostedEvaluator, datamodule: EvalDataMo
     return model.results
 
 
+def _bad_input(err: BaseException) -> CblightError | None:
+    """The ``CblightError`` behind ``err``: jsonargparse wraps errors raised while it instantiates a class."""
+    seen: BaseException | None = err
+    for _ in range(20):
+        if seen is None:
+            return None
+        if isinstance(seen, CblightError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def exit_on_bad_input(fn: Any) -> Any:
     """Run ``fn``; bad input (``CblightError``) becomes one line on stderr and exit status 2."""
     try:
         return fn()
-    except CblightError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except Exception as err:
+        bad = _bad_input(err)
+        if bad is None:
+            raise
+        print(f"error: {bad}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
@@ -93,15 +123,21 @@ def evaluate_cli(args: Sequence[str] | None = None) -> dict[str, Any]:
     return exit_on_bad_input(lambda: _evaluate(args))
 
 
-def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
+def build_evaluate_cli(args: Sequence[str] | None = None) -> EvaluateCLI:
+    """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
-    cli = EvaluateCLI(
-        BoostedEvaluator,
+    return EvaluateCLI(
+        LightningModule,
         EvalDataModule,
+        subclass_mode_model=True,
         run=False,
         trainer_defaults=EVAL_TRAINER_DEFAULTS,
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1234,
         args=list(args) if args is not None else None,
     )
+
+
+def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
+    cli = build_evaluate_cli(args)
     return run_evaluation(cli.trainer, cli.model, cli.datamodule)

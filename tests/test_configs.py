@@ -26,7 +26,7 @@ def test_there_are_configs_for_the_evaluation_tables():
 def test_config_opens_with_its_table_and_command(path):
     text = path.read_text()
     assert text.startswith("# "), "a config opens with a comment naming its paper table"
-    assert re.match(r"# (Table|Figure|Tables|Figures) \d", text), text.splitlines()[0]
+    assert re.match(r"# (Table|Figure|Tables|Figures) ([A-Z]\.)?\d", text), text.splitlines()[0]
     assert entry_point(path) is not None, "the opening comment shows the command that runs it"
     assert isinstance(yaml.safe_load(text), dict)
 
@@ -35,18 +35,37 @@ def test_config_opens_with_its_table_and_command(path):
     "path", [p for p in CONFIGS if entry_point(p) == "evaluate.py"], ids=lambda p: p.name
 )
 def test_evaluation_config_builds(path, tmp_path):
-    from cblight.cli import EVAL_TRAINER_DEFAULTS, EvaluateCLI
-    from cblight.data.datamodule import EvalDataModule
-    from cblight.modules.evaluation import BoostedEvaluator
+    from cblight.cli import build_evaluate_cli
 
-    cli = EvaluateCLI(
-        BoostedEvaluator,
-        EvalDataModule,
-        run=False,
-        trainer_defaults=EVAL_TRAINER_DEFAULTS,
-        args=["-c", str(path), "--model.output_dir", str(tmp_path / "out")],
-    )
+    cli = build_evaluate_cli(["-c", str(path), "--model.output_dir", str(tmp_path / "out")])
     data, model = cli.datamodule, cli.model
+    assert data.tokenizer == model.tokenizer_name  # linked from the model
+    if path.name == "webtext_generation.yaml":  # Table 2 / Figure 3
+        names = [d.name for d in model.decodings]
+        assert names[:3] == ["sampling", "sampling T=0.9", "nucleus p=0.95"] and len(names) == 3 + 4 * 5
+        assert {d.k for d in model.decodings[3:]} == {8, 16, 32, 64}
+        assert all(d.top_p == 0.95 and d.do_sample for d in model.decodings[2:])
+        assert model.hparams.max_new_tokens == 200 and data.task_names == ["webtext"]
+        return
+    if path.name == "dstc7_dialog.yaml":  # Table 3
+        assert [d.num_beams for d in model.decodings[:2]] == [10, 1] and len(model.decodings) == 2 + 8
+        assert {d.mode for d in model.decodings[2:]} == {"response"}
+        return
+    if path.name == "summarization.yaml":  # summarisation table
+        assert [d.alpha for d in model.decodings] == [
+            0.0,
+            -0.1,
+            -0.2,
+            -0.3,
+            -0.4,
+            -0.5,
+            -0.6,
+            -0.7,
+            -0.8,
+            -0.9,
+        ]
+        assert data.task_names == ["cnn_dailymail", "xsum"] and model.hparams.max_new_tokens == 100
+        return
     assert data.max_k == max(model.ks)  # linked from model.ks
     if path.name == "multiple_choice.yaml":  # Table 4
         assert len(data.task_names) == 15

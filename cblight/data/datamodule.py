@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch.distributed as dist
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader
 
 from cblight.data.examples import ChoiceExample, DataError, Example, GenerationExample, NextTokenExample
@@ -238,10 +240,16 @@ class EvalDataModule(LightningDataModule):
         return [self.splits[name][role] for name in self.task_names if role in self.splits[name]]
 
     def _loader(self, split: TaskSplit) -> DataLoader:
+        dataset = _ExampleList(split.examples)
+        sampler = None
+        if split.task.kind == "generation" and dist.is_available() and dist.is_initialized():
+            # generation metrics stream per document: a padded DistributedSampler would score repeats twice
+            sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
         return DataLoader(
-            _ExampleList(split.examples),  # type: ignore[arg-type]
+            dataset,  # type: ignore[arg-type]
             batch_size=self.batch_size,
             shuffle=False,
+            sampler=sampler,
             num_workers=self.num_workers,
             collate_fn=_collate,
         )

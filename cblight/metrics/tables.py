@@ -1,13 +1,15 @@
-"""The paper's metric sets in the paper's units, as plain floats.
+"""The paper's metric sets in the paper's units: streaming suites and their one-call functional forms.
 
-* ``generation_table`` (Table 2, WebText completions): ``ppl`` (raw), ``self_bleu4`` (a fraction, as the
-  paper's "BLEU-4" column), ``zipf`` (raw), ``rep``, ``lr_50``, ``lr_100``, ``delta``, ``ltf`` (percent).
-* ``dialog_table`` (Table 3, DSTC7): ``nist2``, ``nist4`` (raw), ``bleu2``, ``bleu4``, ``meteor``
-  (percent), ``ent4`` (nats), ``dist1``, ``dist2`` (percent), ``avg_len`` (words), and
+* Table 2 (WebText completions), ``TextSuite`` / ``generation_table``: ``ppl`` (raw), ``self_bleu4`` (a
+  fraction, as the paper's "BLEU-4" column), ``zipf`` (raw), ``rep``, ``lr_50``, ``lr_100``, ``delta``,
+  ``ltf`` (percent).
+* Table 3 (DSTC7), ``DialogSuite`` / ``dialog_table``: ``nist2``, ``nist4`` (raw), ``bleu2``, ``bleu4``,
+  ``meteor`` (percent), ``ent4`` (nats), ``dist1``, ``dist2`` (percent), ``avg_len`` (words), and
   ``meteor_synonyms`` (bool: whether WordNet synonyms were matched).
-* ``summary_table`` (summarisation appendix): ``rouge1``, ``rouge2``, ``rougeL`` (percent).
+* Summarisation appendix, ``SummarySuite`` / ``summary_table``: ``rouge1``, ``rouge2``, ``rougeL`` (percent).
 
-The metric classes themselves return fractions; only these tables scale to percent.
+A suite is an ``nn.Module`` of torchmetrics (states synced across processes at ``compute``); the metric
+classes themselves return fractions, and only the suites scale to the paper's units.
 """
 
 from __future__ import annotations
@@ -15,23 +17,137 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cblight.metrics.coherence import SHORT_CONTEXT, context_sensitivity
-from cblight.metrics.dialog import (
-    Normalize,
-    corpus_bleu,
-    corpus_nist_score,
-    meteor,
-    ngram_diversity,
-    response_length,
-)
-from cblight.metrics.rouge import rouge
+import torch
+from torch import nn
+
+from cblight.metrics.coherence import SHORT_CONTEXT, ContextSensitivity, generated_token_log_probs
+from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, Meteor, NGramDiversity, Normalize, ResponseLength
+from cblight.metrics.rouge import ROUGE
 from cblight.metrics.text_stats import (
+    LongRangeRepetition,
+    RepetitionRate,
+    SelfBLEU,
     TokenDocs,
-    long_range_repetition,
-    repetition_rate,
-    self_bleu,
-    zipf_coefficient,
+    ZipfCoefficient,
+    as_token_lists,
 )
+
+TEXT_COLUMNS = ("ppl", "self_bleu4", "zipf", "rep", "lr_50", "lr_100", "delta", "ltf")
+DIALOG_COLUMNS = ("nist2", "nist4", "bleu2", "bleu4", "meteor", "ent4", "dist1", "dist2", "avg_len")
+SUMMARY_COLUMNS = ("rouge1", "rouge2", "rougeL")
+
+
+class TextSuite(nn.Module):
+    """Table 2's columns, accumulated batch by batch.
+
+    ``update(generations, full_log_probs, short_log_probs, ids)``: the generated token ids, their
+    ``log p_full`` / ``log p_short`` under the base LM (``generated_token_log_probs``), and document ids
+    (they fix the self-BLEU sample's order under DDP).
+    """
+
+    columns = TEXT_COLUMNS
+
+    def __init__(self, eos_token_id: int | None = None, self_bleu_samples: int | None = 1000, seed: int = 0):
+        super().__init__()
+        self.lr = LongRangeRepetition((50, 100))
+        self.zipf = ZipfCoefficient()
+        self.rep = RepetitionRate(eos_token_id=eos_token_id)
+        self.self_bleu = SelfBLEU(4, self_bleu_samples, seed)
+        self.sensitivity = ContextSensitivity()
+
+    def update(
+        self,
+        generations: TokenDocs,
+        full_log_probs: Sequence[torch.Tensor],
+        short_log_probs: Sequence[torch.Tensor],
+        ids: Sequence[int] | None = None,
+    ) -> None:
+        docs = as_token_lists(generations, "generations")
+        self.lr.update(docs)
+        self.zipf.update(docs)
+        self.rep.update(docs)
+        self.self_bleu.update(docs, ids)
+        self.sensitivity.update(list(full_log_probs), list(short_log_probs))
+
+    def compute(self) -> dict[str, float]:
+        lr = self.lr.compute()
+        base = self.sensitivity.compute()
+        return {
+            "ppl": float(base["ppl"]),
+            "self_bleu4": float(self.self_bleu.compute()),
+            "zipf": float(self.zipf.compute()),
+            "rep": 100 * float(self.rep.compute()),
+            "lr_50": 100 * float(lr["lr_50"]),
+            "lr_100": 100 * float(lr["lr_100"]),
+            "delta": 100 * float(base["delta"]),
+            "ltf": 100 * float(base["ltf"]),
+        }
+
+    def reset(self) -> None:
+        for metric in self.children():
+            metric.reset()
+
+
+class DialogSuite(nn.Module):
+    """Table 3's columns, accumulated batch by batch: ``update(hypotheses, references)``."""
+
+    columns = DIALOG_COLUMNS
+
+    def __init__(self, normalize: Normalize = "dstc", use_synonyms: bool | None = None):
+        super().__init__()
+        self.nist = CorpusNIST((2, 4), normalize)
+        self.bleu = CorpusBLEU((2, 4), normalize)
+        self.meteor = Meteor(normalize, use_synonyms)
+        self.diversity = NGramDiversity((1, 2), (4,), normalize)
+        self.length = ResponseLength(normalize)
+
+    def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
+        self.nist.update(hypotheses, references)
+        self.bleu.update(hypotheses, references)
+        self.meteor.update(hypotheses, references)
+        self.diversity.update(hypotheses)
+        self.length.update(hypotheses)
+
+    def compute(self) -> dict[str, Any]:
+        nist = self.nist.compute()
+        bleu = self.bleu.compute()
+        met = self.meteor.compute()
+        div = self.diversity.compute()
+        return {
+            "nist2": float(nist["nist2"]),
+            "nist4": float(nist["nist4"]),
+            "bleu2": 100 * float(bleu["bleu2"]),
+            "bleu4": 100 * float(bleu["bleu4"]),
+            "meteor": 100 * float(met["meteor"]),
+            "meteor_synonyms": bool(met["meteor_synonyms"]),
+            "ent4": float(div["ent4"]),
+            "dist1": 100 * float(div["dist1"]),
+            "dist2": 100 * float(div["dist2"]),
+            "avg_len": float(self.length.compute()),
+        }
+
+    def reset(self) -> None:
+        for metric in self.children():
+            metric.reset()
+
+
+class SummarySuite(nn.Module):
+    """The summarisation table's ROUGE-1/2/L F-measures: ``update(predictions, references)``."""
+
+    columns = SUMMARY_COLUMNS
+
+    def __init__(self, use_stemmer: bool = True):
+        super().__init__()
+        self.rouge = ROUGE(use_stemmer=use_stemmer)
+
+    def update(self, predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> None:
+        self.rouge.update(predictions, references)
+
+    def compute(self) -> dict[str, float]:
+        return {key: 100 * float(value) for key, value in self.rouge.compute().items()}
+
+    def reset(self) -> None:
+        self.rouge.reset()
 
 
 def generation_table(
@@ -53,20 +169,12 @@ def generation_table(
     ``generations``: the continuation ids; ``eos_token_id``: dropped from a generation's end before
     the repetition test (GPT-2: 50256).
     """
-    base = context_sensitivity(
+    scored = generated_token_log_probs(
         model, contexts, generations, k=k, prefix=prefix, batch_size=batch_size, pad_id=pad_id
     )
-    lr = long_range_repetition(generations, (50, 100))
-    return {
-        "ppl": base["ppl"],
-        "self_bleu4": self_bleu(generations, 4, self_bleu_samples, seed),
-        "zipf": zipf_coefficient(generations),
-        "rep": 100 * repetition_rate(generations, eos_token_id=eos_token_id),
-        "lr_50": 100 * lr["lr_50"],
-        "lr_100": 100 * lr["lr_100"],
-        "delta": 100 * base["delta"],
-        "ltf": 100 * base["ltf"],
-    }
+    suite = TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples, seed=seed)
+    suite.update(generations, [f for f, _ in scored], [s for _, s in scored])
+    return suite.compute()
 
 
 def dialog_table(
@@ -77,28 +185,15 @@ def dialog_table(
     use_synonyms: bool | None = None,
 ) -> dict[str, Any]:
     """Table 3's columns for one set of responses against their reference lists."""
-    nist = corpus_nist_score(hypotheses, references, (2, 4), normalize)
-    bleu = corpus_bleu(hypotheses, references, (2, 4), normalize)
-    met = meteor(hypotheses, references, normalize, use_synonyms)
-    div = ngram_diversity(hypotheses, (1, 2), (4,), normalize)
-    return {
-        "nist2": nist["nist2"],
-        "nist4": nist["nist4"],
-        "bleu2": 100 * bleu["bleu2"],
-        "bleu4": 100 * bleu["bleu4"],
-        "meteor": 100 * met["meteor"],
-        "meteor_synonyms": bool(met["meteor_synonyms"]),
-        "ent4": div["ent4"],
-        "dist1": 100 * div["dist1"],
-        "dist2": 100 * div["dist2"],
-        "avg_len": response_length(hypotheses, normalize),
-    }
+    suite = DialogSuite(normalize, use_synonyms)
+    suite.update(hypotheses, references)
+    return suite.compute()
 
 
 def summary_table(
     predictions: Sequence[str], references: Sequence[str | Sequence[str]], *, use_stemmer: bool = True
 ) -> dict[str, float]:
     """The summarisation table's ROUGE-1/2/L F-measures in percent."""
-    return {
-        key: 100 * value for key, value in rouge(predictions, references, use_stemmer=use_stemmer).items()
-    }
+    suite = SummarySuite(use_stemmer)
+    suite.update(predictions, references)
+    return suite.compute()

@@ -260,8 +260,9 @@ def self_bleu(documents: TokenDocs, max_order: int = 4, n_sample: int | None = 1
 
 class SelfBLEU(RaggedMetric):
     """Self-BLEU-``max_order`` (paper Table 2 "BLEU-4", a fraction there). With ``n_sample`` smaller than
-    the corpus the sample is drawn from the gathered corpus, whose order under DDP is rank by rank; use
-    ``n_sample=None`` for a value that does not depend on how the corpus was split."""
+    the corpus the sample is drawn from the gathered corpus: pass each document's ``ids`` to ``update`` so
+    the corpus is put in id order first and the value does not depend on how it was split across
+    processes (or use ``n_sample=None``, every generation)."""
 
     higher_is_better = None
 
@@ -271,10 +272,22 @@ class SelfBLEU(RaggedMetric):
         self.n_sample = None if n_sample is None else check_order(n_sample, "n_sample")
         self.seed = seed
         self.add_ragged_state("docs")
+        self.add_state("ids", default=[], dist_reduce_fx="cat")
 
-    def update(self, documents: TokenDocs) -> None:
-        self.append_ragged("docs", as_token_lists(documents))
+    def update(self, documents: TokenDocs, ids: Sequence[int] | None = None) -> None:
+        docs = as_token_lists(documents)
+        if ids is not None:
+            if len(ids) != len(docs):
+                raise ValueError(f"{len(ids)} ids for {len(docs)} documents")
+            self.append_longs("ids", ids)
+        self.append_ragged("docs", docs)
 
     def compute(self) -> torch.Tensor:
-        value = self_bleu(self.read_ragged("docs"), self.max_order, self.n_sample, self.seed)
+        docs = self.read_ragged("docs")
+        ids = self.read_longs("ids")
+        if ids:
+            if len(ids) != len(docs):
+                raise ValueError("SelfBLEU.update was called both with and without ids")
+            docs = [doc for _, doc in sorted(zip(ids, docs), key=lambda pair: pair[0])]
+        value = self_bleu(docs, self.max_order, self.n_sample, self.seed)
         return torch.tensor(value, dtype=torch.float64)

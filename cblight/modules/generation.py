@@ -1,0 +1,635 @@
+"""Boosted generation experiments as a LightningModule (paper Tables 2 and 3, the summarisation table,
+Figure 3).
+
+Each test batch of prompts is decoded by every configured decoding (plain sampling, nucleus, beam search,
+and boosted variants: ``cblight.generation.boosted_generate``), and each decoding's outputs update the
+task's metric suite (``cblight.metrics.tables``): Table 2's columns for WebText (perplexity, LTF and delta
+under the base LM among them), Table 3's for DSTC7, ROUGE-1/2/L for summaries (the first 3 or 2 sentences
+of the generated text). The "Human" row scores the held-out human text the same way.
+
+Every generation is appended to a per-(task, decoding) JSON-lines cache as it is produced, with the
+per-token log-probabilities the Table 2 metrics need, so an interrupted run resumes and a finished one
+recomputes its tables without the model. At the end rank 0 writes ``generations/<task>/<decoding>.jsonl``
+(prompt, prompt tokens, generated tokens, text), ``results.json``, a Figure-3 plot when a grid is given,
+and prints the table.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import LightningModule
+from torch import nn
+
+from cblight import __version__
+from cblight.data.datamodule import TaskSplit
+from cblight.data.examples import DataError, GenerationExample
+from cblight.data.prompts import fit_example
+from cblight.data.sentences import first_sentences
+from cblight.errors import ConfigError
+from cblight.metrics.coherence import generated_token_log_probs
+from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
+from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
+from cblight.results import RecordCache, atomic_write_json, atomic_write_jsonl, digest, format_table
+from cblight.scoring import Encoder
+
+DecodingMode = Literal["auto", "plain", "last_k", "response", "marker"]
+Table = Literal["text", "dialog", "summary"]
+_AUTO_MODE: dict[str, str] = {"text": "last_k", "dialog": "response", "summary": "marker"}
+DEFAULT_MAX_NEW_TOKENS = 64  # tasks whose paper setting gives none (DSTC7 responses end at EOS well before)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """One decoding method: a row of Table 2, 3 or the summarisation table.
+
+    ``mode`` picks the short context of boosting: ``last_k`` (WebText), ``response`` (dialog: separator +
+    response so far), ``marker`` (`` TL;DR:`` + summary so far), ``plain`` (no boosting), or ``auto`` (the
+    task's own: last_k for text, response for dialog, marker for summaries; plain when ``alpha == 0``).
+    Sampling options apply after mixing; with ``do_sample`` an unset ``top_k`` means no top-k cut (not
+    transformers' default of 50), as the paper's pure sampling and nucleus baselines.
+    """
+
+    name: str = "greedy"
+    mode: DecodingMode = "auto"
+    k: int = 32
+    alpha: float = 0.0
+    do_sample: bool = False
+    top_p: float | None = None
+    top_k: int | None = None
+    temperature: float | None = None
+    num_beams: int = 1
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.name).strip("_") or "decoding"
+
+    def resolved_mode(self, table: Table) -> str:
+        if self.mode != "auto":
+            return self.mode
+        return "plain" if self.alpha == 0 else _AUTO_MODE[table]
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"do_sample": self.do_sample, "num_beams": self.num_beams}
+        if self.do_sample:
+            kwargs["top_k"] = 0 if self.top_k is None else self.top_k
+            if self.top_p is not None:
+                kwargs["top_p"] = self.top_p
+            if self.temperature is not None:
+                kwargs["temperature"] = self.temperature
+        return kwargs
+
+
+@dataclass(frozen=True)
+class DecodingGrid:
+    """Boosted decodings over a (k, alpha) grid, e.g. Table 2 / Figure 3: k in {8, 16, 32, 64} x alpha in
+    {-0.4, -0.2, -0.1, -0.05, -0.025} with top-p 0.95. For the dialog and summary modes ``k`` plays no part:
+    leave ``ks`` empty."""
+
+    alphas: tuple[float, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
+    ks: tuple[int, ...] = (8, 16, 32, 64)
+    mode: DecodingMode = "auto"
+    do_sample: bool = False
+    top_p: float | None = None
+    top_k: int | None = None
+    temperature: float | None = None
+    num_beams: int = 1
+
+    def decodings(self) -> list[Decoding]:
+        out = []
+        for k in self.ks or (None,):
+            for alpha in self.alphas:
+                name = f"boost k={k} alpha={alpha:g}" if k is not None else f"boost alpha={alpha:g}"
+                out.append(
+                    Decoding(
+                        name=name,
+                        mode=self.mode,
+                        k=k if k is not None else 32,
+                        alpha=float(alpha),
+                        do_sample=self.do_sample,
+                        top_p=self.top_p,
+                        top_k=self.top_k,
+                        temperature=self.temperature,
+                        num_beams=self.num_beams,
+                    )
+                )
+        return out
+
+
+@dataclass
+class _Task:
+    split: TaskSplit
+    table: Table
+    max_new_tokens: int
+    decodings: list[Decoding] = field(default_factory=list)
+
+
+def _table_of(split: TaskSplit) -> Table:
+    spec = split.task
+    if spec.kind != "generation":
+        raise DataError(f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator")
+    if spec.output_sentences:
+        return "summary"
+    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
+        return "dialog"
+    return "text"
+
+
+class BoostedGenerationEvaluator(LightningModule):
+    """Generation with and without coherence boosting, scored with the paper's metrics.
+
+    Args:
+        model: Hub id or local directory of the causal LM that generates.
+        tokenizer: its tokenizer (default: ``model``).
+        revision: model revision on the Hub.
+        dtype: weights dtype; mixing and log-softmax run in float32.
+        device_map: accelerate device map for a model that needs sharding.
+        trust_remote_code: allow custom model code (off unless asked).
+        decodings: the rows to generate (default: greedy).
+        grid: boosted decodings over a (k, alpha) grid, appended to ``decodings`` (Figure 3's plot).
+        max_new_tokens: tokens to generate (default: the task's, 200 for WebText and 100 for summaries).
+        seed: base seed; each generate call is seeded from it, the decoding and the example ids, so ranks
+            differ under DDP and a rerun reproduces the same samples.
+        metrics_model: the base LM of perplexity, LTF and delta (default: ``model``; set it to the base
+            checkpoint when ``model`` is a tuned one).
+        short_window: the short context of LTF and delta (20 tokens in the paper).
+        self_bleu_samples: hypotheses sampled for self-BLEU (degen's 1000; ``None`` scores all).
+        human: also score the held-out human text (the "Human" row).
+        score_batch_size: documents per forward pass when scoring with the base LM.
+        output_dir: where generations, results, plots, cache and logs go (``{model}`` = the model's name).
+        overwrite: discard the generation cache in ``output_dir`` instead of resuming from it.
+        plots: write Figure 3 (metrics vs alpha per k, with the human line) when a grid is given.
+        log_samples: generations per decoding logged as a W&B table (when W&B logs).
+    """
+
+    def __init__(
+        self,
+        model: str = "gpt2",
+        tokenizer: str | None = None,
+        revision: str | None = None,
+        dtype: DTypeName = "float32",
+        device_map: str | None = None,
+        trust_remote_code: bool = False,
+        decodings: list[Decoding] | None = None,
+        grid: DecodingGrid | None = None,
+        max_new_tokens: int | None = None,
+        seed: int = 1234,
+        metrics_model: str | None = None,
+        short_window: int = 20,
+        self_bleu_samples: int | None = 1000,
+        human: bool = True,
+        score_batch_size: int = 8,
+        output_dir: str = "outputs/generation/{model}",
+        overwrite: bool = False,
+        plots: bool = True,
+        log_samples: int = 16,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        from cblight.modules.evaluation import resolve_output_dir
+
+        self.model_name = model
+        self.tokenizer_name = tokenizer or model
+        self.decodings = list(decodings) if decodings else [Decoding()]
+        self.grid = grid
+        if grid is not None:
+            if not grid.alphas:
+                raise ConfigError("grid.alphas: the alpha grid is empty")
+            if any(k < 1 for k in grid.ks):
+                raise ConfigError(f"grid.ks: every k must be >= 1, got {list(grid.ks)}")
+            self.decodings += grid.decodings()
+        for d in self.decodings:
+            self._check_decoding(d)
+        slugs = [d.slug for d in self.decodings]
+        if len(set(slugs)) != len(slugs):
+            raise ConfigError(f"decodings need distinct names; got {[d.name for d in self.decodings]}")
+        if max_new_tokens is not None and max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if short_window < 1:
+            raise ConfigError(f"short_window must be at least 1, got {short_window}")
+        self.output_dir = resolve_output_dir(output_dir, model)
+        self.lm: nn.Module | None = None
+        self._sharded_lm: Any = None
+        self._metrics_lm: Any = None
+        self.tok: Any = None
+        self.suites = nn.ModuleDict()
+        self._tasks: list[_Task] = []
+        self._caches: dict[tuple[str, str], RecordCache] = {}
+        self._cached: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+        self.results: dict[str, Any] = {}
+        self.summary = ""
+        self._started = time.time()
+
+    @staticmethod
+    def _check_decoding(d: Decoding) -> None:
+        if not math.isfinite(d.alpha):
+            raise ConfigError(f"decoding {d.name!r}: alpha must be finite, got {d.alpha}")
+        if d.k < 1:
+            raise ConfigError(f"decoding {d.name!r}: k must be at least 1, got {d.k}")
+        if d.top_p is not None and not (0.0 < d.top_p <= 1.0):
+            raise ConfigError(f"decoding {d.name!r}: top_p must be in (0, 1], got {d.top_p}")
+        if d.temperature is not None and not (d.temperature > 0 and math.isfinite(d.temperature)):
+            raise ConfigError(f"decoding {d.name!r}: temperature must be positive, got {d.temperature}")
+        if d.num_beams < 1:
+            raise ConfigError(f"decoding {d.name!r}: num_beams must be at least 1, got {d.num_beams}")
+        if d.mode == "plain" and d.alpha != 0:
+            raise ConfigError(f"decoding {d.name!r}: mode 'plain' takes no alpha (got {d.alpha})")
+
+    # -- setup ---------------------------------------------------------------------------------------------
+    @property
+    def language_model(self) -> Any:
+        return self._sharded_lm if self._sharded_lm is not None else self.lm
+
+    def _signature(self, task: _Task, decoding: Decoding | None) -> dict[str, Any]:
+        sig = {
+            "model": self.model_name,
+            "tokenizer": self.tokenizer_name,
+            "revision": self.hparams.revision,
+            "dtype": self.hparams.dtype,
+            "task": task.split.name,
+            "split": task.split.split,
+            "max_new_tokens": task.max_new_tokens,
+            "seed": self.hparams.seed,
+            "metrics_model": self.hparams.metrics_model or self.model_name,
+            "short_window": self.hparams.short_window,
+        }
+        if decoding is not None:
+            sig["decoding"] = asdict(replace(decoding, name=decoding.slug))
+        else:
+            sig.pop("seed")
+            sig["decoding"] = "human"
+        return sig
+
+    def setup(self, stage: str) -> None:
+        if stage != "test":
+            raise ConfigError("BoostedGenerationEvaluator runs the test loop only (evaluate.py does that)")
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "loader_splits"):
+            raise DataError("BoostedGenerationEvaluator needs an EvalDataModule")
+        if self.hparams.overwrite and self.trainer.is_global_zero:
+            shutil.rmtree(self.output_dir / "cache", ignore_errors=True)
+        self.trainer.strategy.barrier()
+        self.tok = load_tokenizer(
+            self.tokenizer_name,
+            revision=self.hparams.revision,
+            trust_remote_code=self.hparams.trust_remote_code,
+        )
+        self._tasks = []
+        pending = False
+        for split in dm.loader_splits("report"):
+            table = _table_of(split)
+            max_new = self.hparams.max_new_tokens or split.task.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+            task = _Task(split, table, max_new, self.decodings)
+            self._tasks.append(task)
+            for decoding in [*task.decodings, None]:
+                if decoding is None and not self._scores_human(task):
+                    continue
+                slug = decoding.slug if decoding is not None else "human"
+                key = (split.name, slug)
+                suite_key = self._suite_key(split.name, slug)
+                if suite_key not in self.suites:
+                    self.suites[suite_key] = self._new_suite(table)
+                cache = RecordCache(
+                    self.output_dir / "cache" / split.name / slug,
+                    self._signature(task, decoding),
+                    self.global_rank,
+                )
+                self._caches[key] = cache
+                self._cached[key] = cache.load()
+                pending = pending or any(
+                    self._cached[key].get(ex.idx, {}).get("input") != digest(ex.input_key())
+                    for ex in split.examples
+                )
+        if pending and self.language_model is None:
+            self._load_model()
+
+    def _suite_key(self, task: str, slug: str) -> str:
+        # ModuleDict keys may not hold "." (alphas do): key by the decoding's position instead
+        index = next((i for i, d in enumerate(self.decodings) if d.slug == slug), "human")
+        return f"{task}__{index}"
+
+    def _scores_human(self, task: _Task) -> bool:
+        return bool(self.hparams.human) and any(
+            isinstance(ex, GenerationExample) and ex.human for ex in task.split.examples
+        )
+
+    def _new_suite(self, table: Table) -> nn.Module:
+        if table == "text":
+            return TextSuite(
+                eos_token_id=self.tok.eos_token_id, self_bleu_samples=self.hparams.self_bleu_samples
+            )
+        if table == "dialog":
+            return DialogSuite()
+        return SummarySuite()
+
+    def _load_model(self) -> None:
+        model = load_causal_lm(
+            self.model_name,
+            dtype=self.hparams.dtype,
+            device_map=self.hparams.device_map,
+            revision=self.hparams.revision,
+            trust_remote_code=self.hparams.trust_remote_code,
+        )
+        if self.hparams.device_map is not None:
+            self._sharded_lm = model
+        else:
+            self.lm = model.to(self.device)
+
+    @property
+    def metrics_lm(self) -> Any:
+        """The base LM of perplexity, LTF and delta: ``metrics_model``, or the generating model itself."""
+        name = self.hparams.metrics_model
+        if name is None or name == self.model_name:
+            if self.language_model is None:
+                self._load_model()
+            return self.language_model
+        if self._metrics_lm is None:
+            self._metrics_lm = load_causal_lm(name, dtype=self.hparams.dtype, revision=self.hparams.revision)
+            self._metrics_lm.to(self.device)
+        return self._metrics_lm
+
+    # -- one batch -----------------------------------------------------------------------------------------
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # text examples; prompts are encoded in the step
+
+    def _prompt_ids(self, task: _Task, examples: Sequence[GenerationExample]) -> list[list[int]]:
+        window = model_window(self.language_model) if self.language_model is not None else None
+        if window is None:
+            from transformers import AutoConfig
+
+            cfg = AutoConfig.from_pretrained(self.model_name, revision=self.hparams.revision)
+            window = next(
+                getattr(cfg, a)
+                for a in ("n_positions", "max_position_embeddings", "n_ctx")
+                if isinstance(getattr(cfg, a, None), int)
+            )
+        budget = window - task.max_new_tokens
+        if budget < 1:
+            raise ConfigError(
+                f"max_new_tokens={task.max_new_tokens} leaves no room in the model window of {window}"
+            )
+        return [fit_example(self.tok, ex, budget) for ex in examples]
+
+    def _seed(self, decoding: Decoding, ids: Sequence[int]) -> int:
+        key = f"{self.hparams.seed}|{decoding.slug}|{','.join(map(str, ids))}"
+        return zlib.crc32(key.encode("utf-8"))
+
+    def _generate(
+        self, task: _Task, decoding: Decoding, examples: list[GenerationExample]
+    ) -> list[dict[str, Any]]:
+        from cblight.generation import boosted_generate
+
+        if self.language_model is None:
+            self._load_model()
+        prompts = self._prompt_ids(task, examples)
+        mode = decoding.resolved_mode(task.table)
+        boost = {} if mode == "plain" else {"mode": mode, "k": decoding.k, "alpha": decoding.alpha}
+        out = boosted_generate(
+            self.language_model,
+            self.tok,
+            prompts,
+            max_new_tokens=task.max_new_tokens,
+            seed=self._seed(decoding, [ex.idx for ex in examples]),
+            **boost,
+            **decoding.generate_kwargs(),
+        )
+        return [
+            self._record(task, ex, prompt, tokens, text)
+            for ex, prompt, tokens, text in zip(examples, out.prompts.rows, out.tokens, out.texts)
+        ]
+
+    def _human(self, task: _Task, examples: list[GenerationExample]) -> list[dict[str, Any]]:
+        prompts = self._prompt_ids(task, examples)
+        enc = Encoder(self.tok)
+        records = []
+        for ex, prompt in zip(examples, prompts):
+            tokens = enc.body(ex.human or "")[: task.max_new_tokens]
+            records.append(self._record(task, ex, prompt, tokens, self.tok.decode(tokens)))
+        return records
+
+    def _record(
+        self, task: _Task, ex: GenerationExample, prompt: list[int], tokens: list[int], text: str
+    ) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "id": ex.idx,
+            "input": digest(ex.input_key()),
+            "prompt": ex.prompt,
+            "context": list(prompt),
+            "tokens": list(tokens),
+            "text": text,
+        }
+        if task.table == "summary":
+            record["summary"] = first_sentences(text, task.split.task.output_sentences)
+        return record
+
+    def _add_log_probs(self, records: list[dict[str, Any]]) -> None:
+        """Per-token ``log p_full`` / ``log p_short`` under the base LM (Table 2's ppl, LTF, delta)."""
+        todo = [r for r in records if r["tokens"] and "lp_full" not in r]
+        if not todo:
+            return
+        enc = Encoder(self.tok)
+        scored = generated_token_log_probs(
+            self.metrics_lm,
+            [r["context"] for r in todo],
+            [r["tokens"] for r in todo],
+            k=self.hparams.short_window,
+            prefix=enc.prefix,
+            batch_size=self.hparams.score_batch_size,
+            pad_id=int(self.tok.pad_token_id or 0),
+        )
+        for r, (full, short) in zip(todo, scored):
+            r["lp_full"] = [round(x, 6) for x in full.tolist()]
+            r["lp_short"] = [round(x, 6) for x in short.tolist()]
+
+    def _records(
+        self, task: _Task, decoding: Decoding | None, batch: list[GenerationExample]
+    ) -> list[dict[str, Any]]:
+        slug = decoding.slug if decoding is not None else "human"
+        key = (task.split.name, slug)
+        cached = self._cached[key]
+        have = {
+            ex.idx: cached[ex.idx]
+            for ex in batch
+            if cached.get(ex.idx, {}).get("input") == digest(ex.input_key())
+        }
+        todo = [ex for ex in batch if ex.idx not in have]
+        if decoding is None:
+            todo = [ex for ex in todo if ex.human]
+        if todo:
+            fresh = self._generate(task, decoding, todo) if decoding is not None else self._human(task, todo)
+            if task.table == "text":
+                self._add_log_probs(fresh)
+            self._caches[key].append(fresh)
+            for rec in fresh:
+                cached[rec["id"]] = rec
+                have[rec["id"]] = rec
+        return [have[ex.idx] for ex in batch if ex.idx in have]
+
+    def _update(self, task: _Task, slug: str, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        suite = self.suites[self._suite_key(task.split.name, slug)]
+        examples = [task.split.by_idx[r["id"]] for r in records]
+        if task.table == "text":
+            kept = [r for r in records if r["tokens"]]
+            suite.update(
+                [r["tokens"] for r in kept],
+                [torch.tensor(r["lp_full"]) for r in kept],
+                [torch.tensor(r["lp_short"]) for r in kept],
+                ids=[r["id"] for r in kept],
+            )
+        elif task.table == "dialog":
+            suite.update([r["text"].strip() for r in records], [list(ex.references) for ex in examples])
+        else:
+            suite.update([r["summary"] for r in records], [list(ex.references) for ex in examples])
+
+    def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
+        task = self._tasks[dataloader_idx]
+        for decoding in task.decodings:
+            self._update(task, decoding.slug, self._records(task, decoding, batch))
+        if self._scores_human(task):
+            self._update(task, "human", self._records(task, None, batch))
+
+    # -- results -------------------------------------------------------------------------------------------
+    def on_test_epoch_end(self) -> None:
+        self.results = {}
+        blocks = []
+        for task in self._tasks:
+            name = task.split.name
+            rows: dict[str, dict[str, Any]] = {}
+            for decoding in task.decodings:
+                rows[decoding.name] = self._compute(name, decoding.slug)
+            human = self._compute(name, "human") if self._scores_human(task) else None
+            columns = list(self.suites[self._suite_key(name, task.decodings[0].slug)].columns)
+            logged = {}
+            for decoding in task.decodings:
+                for col in columns:
+                    logged[f"test/{name}/{decoding.slug}/{col}"] = float(rows[decoding.name][col])
+            if human is not None:
+                logged.update({f"test/{name}/human/{col}": float(human[col]) for col in columns})
+            self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
+            result = {
+                "table": task.table,
+                "split": task.split.split,
+                "n": len(task.split.examples),
+                "max_new_tokens": task.max_new_tokens,
+                "columns": columns,
+                "rows": rows,
+                "human": human,
+                "decodings": {d.name: asdict(d) for d in task.decodings},
+            }
+            self.results[name] = result
+            table_rows = [[d, *(rows[d][c] for c in columns)] for d in rows]
+            if human is not None:
+                table_rows.append(["Human", *(human[c] for c in columns)])
+            blocks.append(f"{task.split.task.title} ({task.split.split}, n={result['n']})\n")
+            blocks[-1] += format_table(["decoding", *columns], table_rows)
+            if self.trainer.is_global_zero:
+                self._write_task_files(task, result)
+        self.trainer.strategy.barrier()
+        if self.trainer.is_global_zero and self.results:
+            text = "\n\n".join(blocks)
+            payload = {
+                "cblight_version": __version__,
+                "model": self.model_name,
+                "metrics_model": self.hparams.metrics_model or self.model_name,
+                "dtype": self.hparams.dtype,
+                "seed": self.hparams.seed,
+                "seconds": round(time.time() - self._started, 1),
+                "summary": text,
+                "tasks": self.results,
+            }
+            path = atomic_write_json(self.output_dir / "results.json", payload)
+            self.summary = (
+                f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
+            )
+
+    def _compute(self, task: str, slug: str) -> dict[str, Any]:
+        suite = self.suites[self._suite_key(task, slug)]
+        values = suite.compute()
+        suite.reset()
+        return values
+
+    def _write_task_files(self, task: _Task, result: dict[str, Any]) -> None:
+        name = task.split.name
+        files: dict[str, str] = {}
+        keep = ("id", "prompt", "context", "tokens", "text", "summary")
+        for decoding in task.decodings:
+            records = RecordCache(
+                self.output_dir / "cache" / name / decoding.slug, self._signature(task, decoding)
+            ).load()
+            ids = set(task.split.by_idx)
+            rows = [{k: v for k, v in records[i].items() if k in keep} for i in sorted(records) if i in ids]
+            path = self.output_dir / "generations" / name / f"{decoding.slug}.jsonl"
+            atomic_write_jsonl(path, rows)
+            files[decoding.name] = str(path.relative_to(self.output_dir))
+            self._log_samples(name, decoding, rows)
+        result["files"] = files
+        if self.hparams.plots and self.grid is not None:
+            plot = self.output_dir / "plots" / f"{name}_figure3.png"
+            save_figure3(plot, task.split.task.title, self.grid, task.decodings, result)
+            result["files"]["figure3"] = str(plot.relative_to(self.output_dir))
+
+    def _log_samples(self, task: str, decoding: Decoding, rows: list[dict[str, Any]]) -> None:
+        n = self.hparams.log_samples
+        if n <= 0:
+            return
+        for logger in self.loggers:
+            if hasattr(logger, "log_table"):  # WandbLogger
+                data = [[r["id"], r["prompt"][-500:], r["text"]] for r in rows[:n]]
+                logger.log_table(
+                    key=f"test/{task}/{decoding.slug}/samples", columns=["id", "prompt", "text"], data=data
+                )
+
+
+def save_figure3(
+    path: Path, title: str, grid: DecodingGrid, decodings: list[Decoding], result: dict[str, Any]
+) -> Path:
+    """Paper Figure 3: each metric against alpha, one line per k, the human score as a horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    from cblight.results import _tmp_path
+
+    columns = [c for c in result["columns"] if c != "meteor_synonyms"]
+    names = {(d.k if grid.ks else None, d.alpha): d.name for d in decodings}
+    ncols = 4
+    nrows = math.ceil(len(columns) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3 * nrows), squeeze=False)
+    alphas = sorted(grid.alphas)
+    for ax, col in zip(axes.flat, columns):
+        for k in grid.ks or (None,):
+            ys = [result["rows"][names[(k, a)]][col] for a in alphas]
+            ax.plot(alphas, ys, marker="o", label=f"k = {k}" if k is not None else "boosted")
+        if result.get("human"):
+            ax.axhline(result["human"][col], color="black", linestyle="--", linewidth=1, label="human")
+        ax.set_title(col)
+        ax.set_xlabel("alpha")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(columns) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{title}: metrics vs alpha (Figure 3)")
+    fig.tight_layout()
+    fd, tmp = _tmp_path(path)
+    import os
+
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=100)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+    return path
