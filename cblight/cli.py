@@ -14,7 +14,7 @@ import inspect
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningCLI
@@ -60,6 +60,12 @@ class EvaluateCLI(LightningCLI):
         parser.set_defaults({"model": {"class_path": "cblight.modules.evaluation.BoostedEvaluator"}})
         parser.link_arguments("model", "data.tokenizer", compute_fn=_tokenizer_of, apply_on="instantiate")
         parser.link_arguments("model", "data.max_k", compute_fn=_largest_k, apply_on="instantiate")
+        parser.add_argument(
+            "--compare",
+            type=Optional[dict[str, str]],  # noqa: UP045  (jsonargparse reads the annotation at runtime)
+            default=None,
+            help="evaluate several checkpoints ({label: model path}) with this config; one comparison table",
+        )
 
     def before_instantiate_classes(self) -> None:
         config = self.config
@@ -84,13 +90,15 @@ def _model_class(class_path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def run_evaluation(trainer: Any, model: LightningModule, datamodule: EvalDataModule) -> dict[str, Any]:
+def run_evaluation(
+    trainer: Any, model: LightningModule, datamodule: EvalDataModule, print_summary: bool = True
+) -> dict[str, Any]:
     """Choose alpha* (and k*) on the selection splits, then report on the test splits."""
     datamodule.setup("validate")
     if isinstance(model, BoostedEvaluator) and datamodule.loader_splits("selection"):
         trainer.validate(model, datamodule=datamodule, verbose=False)
     trainer.test(model, datamodule=datamodule, verbose=False)
-    if model.summary:
+    if print_summary and model.summary:
         rank_zero_info("\n" + model.summary)
     return model.results
 
@@ -140,4 +148,8 @@ def build_evaluate_cli(args: Sequence[str] | None = None) -> EvaluateCLI:
 
 def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
     cli = build_evaluate_cli(args)
+    if cli.config.get("compare"):
+        from cblight.compare import run_comparison
+
+        return run_comparison(cli, cli.config["compare"])
     return run_evaluation(cli.trainer, cli.model, cli.datamodule)

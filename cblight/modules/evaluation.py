@@ -86,6 +86,8 @@ class BoostedEvaluator(LightningModule):
         length_normalize: divide each answer's score by its length in characters, as the reference can.
         output_dir: where results, predictions, plots, the per-example cache and logs go; ``{model}`` is
             replaced by the model's name (its last path component), so one config serves many models.
+        run_label: names this run in logged metrics (``test/<task>/<run_label>/acc``), for comparisons
+            of several checkpoints in one logger.
         overwrite: discard an existing per-example cache in ``output_dir`` instead of resuming from it.
         plots: write one accuracy-vs-alpha PNG per task.
     """
@@ -108,6 +110,7 @@ class BoostedEvaluator(LightningModule):
         output_dir: str = "outputs/eval/{model}",
         overwrite: bool = False,
         plots: bool = True,
+        run_label: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -141,6 +144,10 @@ class BoostedEvaluator(LightningModule):
         self._started = time.time()
 
     # -- setup ---------------------------------------------------------------------------------------------
+    def _key(self, task: str) -> str:
+        label = self.hparams.run_label
+        return f"{task}/{label}" if label else task
+
     @property
     def language_model(self) -> Any:
         return self._sharded_lm if self._sharded_lm is not None else self.lm
@@ -418,11 +425,11 @@ class BoostedEvaluator(LightningModule):
                 )
             self.selected[split.name] = info
             logged = {
-                f"val/{split.name}/acc": info["acc"],
-                f"val/{split.name}/alpha_star": info["alpha_star"],
+                f"val/{self._key(split.name)}/acc": info["acc"],
+                f"val/{self._key(split.name)}/alpha_star": info["alpha_star"],
             }
             if "k_star" in info:
-                logged[f"val/{split.name}/k_star"] = float(info["k_star"])
+                logged[f"val/{self._key(split.name)}/k_star"] = float(info["k_star"])
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             sweep.reset()
 
@@ -439,7 +446,9 @@ class BoostedEvaluator(LightningModule):
                 result, rows = self._report_next_token(split, out)
             self.results[split.name] = result
             logged = {
-                f"test/{split.name}/{k}": float(v) for k, v in result["report"].items() if _is_number(v)
+                f"test/{self._key(split.name)}/{k}": float(v)
+                for k, v in result["report"].items()
+                if _is_number(v)
             }
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             summary_rows.append(_summary_row(split.name, result))
@@ -613,7 +622,7 @@ class BoostedEvaluator(LightningModule):
     def _log_plot(self, task: str, path: Path) -> None:
         for logger in self.loggers:
             if hasattr(logger, "log_image"):  # WandbLogger
-                logger.log_image(key=f"test/{task}/alpha_curve", images=[str(path)])
+                logger.log_image(key=f"test/{self._key(task)}/alpha_curve", images=[str(path)])
 
     def _write_results(self, summary_rows: list[list[Any]]) -> None:
         table = format_table(

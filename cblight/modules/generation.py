@@ -169,6 +169,8 @@ class BoostedGenerationEvaluator(LightningModule):
         overwrite: discard the generation cache in ``output_dir`` instead of resuming from it.
         plots: write Figure 3 (metrics vs alpha per k, with the human line) when a grid is given.
         log_samples: generations per decoding logged as a W&B table (when W&B logs).
+        run_label: names this run in logged metrics (``test/<task>/<run_label>/<decoding>/<metric>``), for
+            comparisons of several checkpoints in one logger.
     """
 
     def __init__(
@@ -192,6 +194,7 @@ class BoostedGenerationEvaluator(LightningModule):
         overwrite: bool = False,
         plots: bool = True,
         log_samples: int = 16,
+        run_label: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -199,7 +202,10 @@ class BoostedGenerationEvaluator(LightningModule):
 
         self.model_name = model
         self.tokenizer_name = tokenizer or model
-        self.decodings = list(decodings) if decodings else [Decoding()]
+        # hparams round-trips (checkpoints, comparisons) hand the dataclasses back as dicts
+        self.decodings = [Decoding(**d) if isinstance(d, dict) else d for d in decodings or [Decoding()]]
+        if isinstance(grid, dict):
+            grid = DecodingGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in grid.items()})
         self.grid = grid
         if grid is not None:
             if not grid.alphas:
@@ -245,6 +251,10 @@ class BoostedGenerationEvaluator(LightningModule):
             raise ConfigError(f"decoding {d.name!r}: mode 'plain' takes no alpha (got {d.alpha})")
 
     # -- setup ---------------------------------------------------------------------------------------------
+    def _key(self, task: str) -> str:
+        label = self.hparams.run_label
+        return f"{task}/{label}" if label else task
+
     @property
     def language_model(self) -> Any:
         return self._sharded_lm if self._sharded_lm is not None else self.lm
@@ -513,9 +523,9 @@ class BoostedGenerationEvaluator(LightningModule):
             logged = {}
             for decoding in task.decodings:
                 for col in columns:
-                    logged[f"test/{name}/{decoding.slug}/{col}"] = float(rows[decoding.name][col])
+                    logged[f"test/{self._key(name)}/{decoding.slug}/{col}"] = float(rows[decoding.name][col])
             if human is not None:
-                logged.update({f"test/{name}/human/{col}": float(human[col]) for col in columns})
+                logged.update({f"test/{self._key(name)}/human/{col}": float(human[col]) for col in columns})
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
             result = {
                 "table": task.table,
@@ -587,7 +597,9 @@ class BoostedGenerationEvaluator(LightningModule):
             if hasattr(logger, "log_table"):  # WandbLogger
                 data = [[r["id"], r["prompt"][-500:], r["text"]] for r in rows[:n]]
                 logger.log_table(
-                    key=f"test/{task}/{decoding.slug}/samples", columns=["id", "prompt", "text"], data=data
+                    key=f"test/{self._key(task)}/{decoding.slug}/samples",
+                    columns=["id", "prompt", "text"],
+                    data=data,
                 )
 
 
