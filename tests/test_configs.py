@@ -51,6 +51,13 @@ def test_evaluation_config_builds(path, tmp_path):
         assert [d.num_beams for d in model.decodings[:2]] == [10, 1] and len(model.decodings) == 2 + 8
         assert {d.mode for d in model.decodings[2:]} == {"response"}
         return
+    if path.name == "compare_tuned_webtext.yaml":  # Table 2's nucleus, boost and self-tune rows
+        assert set(cli.config["compare"]) == {"base", "tuned"}
+        assert [(d.mode, d.k, d.alpha, d.top_p) for d in model.decodings] == [
+            ("auto", 32, 0.0, 0.95),
+            ("last_k", 32, -0.05, 0.95),
+        ]
+        return
     if path.name == "summarization.yaml":  # summarisation table
         assert [d.alpha for d in model.decodings] == [
             0.0,
