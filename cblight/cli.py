@@ -93,11 +93,11 @@ class LoggerSaveConfigCallback(SaveConfigCallback):
 class CBLightCLI(LightningCLI):
     """LightningCLI with cblight's early checks (see the module docstring)."""
 
-    def _subconfig(self) -> Any:
-        return self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
-
-    def before_instantiate_classes(self) -> None:
-        config = self._subconfig()
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        # Checked right after parsing: LightningCLI itself opens ckpt_path next, then builds everything.
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand, self.config) if subcommand else self.config
         check_wandb_available(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
 

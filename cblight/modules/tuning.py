@@ -76,6 +76,9 @@ class CoherenceTuning(L.LightningModule):
         gradient_checkpointing: recompute activations in the backward pass (transformers' implementation).
         dtype: dtype the weights are loaded in (use the trainer's ``precision`` for mixed precision).
         window_chunk_size: short-context windows per forward pass of the teacher.
+        val_against_initial: also log ``val/tuning/kl_initial``, the KL from the boosted *initial* model
+            (what tuning approximates) on the validation samples; with the live teacher this keeps a
+            frozen copy of the initial weights.
         export_dir: where ``save_pretrained`` writes the tuned model and tokenizer at the end of ``fit``
             (default ``<log_dir>/hf_model``); ``export: false`` skips it.
         log_samples_every_n_steps, num_logged_samples: sample generations logged as a table (W&B) and
@@ -103,6 +106,7 @@ class CoherenceTuning(L.LightningModule):
         revision: str | None = None,
         trust_remote_code: bool = False,
         window_chunk_size: int = 256,
+        val_against_initial: bool = False,
         export: bool = True,
         export_dir: str | None = None,
         log_samples_every_n_steps: int = 8,
@@ -148,15 +152,17 @@ class CoherenceTuning(L.LightningModule):
         self.model.train()
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # The frozen teacher is not a registered submodule: it stays out of checkpoints, DDP and the optimizer.
-        frozen = None
-        if teacher == "frozen":
-            frozen = copy.deepcopy(self.model).eval().requires_grad_(False)
-        object.__setattr__(self, "frozen_teacher", frozen)
+        # The initial copy is not a registered submodule: it stays out of checkpoints, DDP and the optimizer.
+        initial = None
+        if teacher == "frozen" or val_against_initial:
+            initial = copy.deepcopy(self.model).eval().requires_grad_(False)
+        object.__setattr__(self, "initial_model", initial)
+        object.__setattr__(self, "frozen_teacher", initial if teacher == "frozen" else None)
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.eos_id = self.tokenizer.eos_token_id
         self.val_kl = MeanMetric()
         self.val_kl_long = MeanMetric()
+        self.val_kl_initial = MeanMetric()
         self._rng: dict[str, torch.Tensor] | None = None
         self._loaded_rng: dict[str, Any] | None = None
         self._step_start = 0.0
@@ -224,8 +230,8 @@ class CoherenceTuning(L.LightningModule):
         return state
 
     def on_train_start(self) -> None:
-        if self.frozen_teacher is not None:
-            self.frozen_teacher.to(self.device)
+        if self.initial_model is not None:
+            self.initial_model.to(self.device)
         rank, world = self.global_rank, self.trainer.world_size
         loaded = self._loaded_rng
         if loaded is not None and loaded.get("world_size") == world:
@@ -250,8 +256,8 @@ class CoherenceTuning(L.LightningModule):
         self._loaded_rng = None
 
     def on_validation_start(self) -> None:
-        if self.frozen_teacher is not None:
-            self.frozen_teacher.to(self.device)
+        if self.initial_model is not None:
+            self.initial_model.to(self.device)
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         if not prompts:
@@ -304,7 +310,8 @@ class CoherenceTuning(L.LightningModule):
             return self._generate(batch["prompts"])
 
     # -- the loss ------------------------------------------------------------------------------------
-    def kl_terms(self, sampled: Sampled) -> KLTerms:
+    def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
+        """The KL terms of a sampled batch under the configured teacher (or ``teacher_model``)."""
         hp = self.hparams
         sync = self._window_call_sync if self._synced() else None
         return tuning_kl_terms(
@@ -314,7 +321,7 @@ class CoherenceTuning(L.LightningModule):
             alpha=hp.alpha,
             last_m=hp.last_m,
             prefix=self.encoder.prefix,
-            teacher_model=self.frozen_teacher,
+            teacher_model=teacher_model if teacher_model is not None else self.frozen_teacher,
             chunk_size=hp.window_chunk_size,
             sync_window_calls=sync,
         )
@@ -371,15 +378,21 @@ class CoherenceTuning(L.LightningModule):
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
         sampled = self.sample_fixed(batch, _seed(self.hparams.seed, 1_000_003, batch_idx, self.global_rank))
+        n = len(batch["prompts"])
         with torch.no_grad():
             terms = self.kl_terms(sampled)
-        if terms.count:
-            self.val_kl.update(terms.kl.detach())
-        if bool(terms.long.any()):
-            self.val_kl_long.update(terms.kl.detach()[terms.long])
-        n = len(batch["prompts"])
+            if self.initial_model is not None and self.frozen_teacher is None:
+                initial = self.kl_terms(sampled, teacher_model=self.initial_model)
+            else:
+                initial = terms
+        kl = terms.kl.detach()
+        self.val_kl.update(kl)
+        self.val_kl_long.update(kl[terms.long] if bool(terms.long.any()) else kl.new_zeros(0))
         self.log("val/tuning/kl", self.val_kl, on_step=False, on_epoch=True, batch_size=n)
         self.log("val/tuning/kl_long", self.val_kl_long, on_step=False, on_epoch=True, batch_size=n)
+        if self.initial_model is not None:
+            self.val_kl_initial.update(initial.kl.detach())
+            self.log("val/tuning/kl_initial", self.val_kl_initial, on_step=False, on_epoch=True, batch_size=n)
 
     # -- tracking -------------------------------------------------------------------------------------
     def _maybe_log_samples(self, prompts: Sequence[str], sampled: Sampled) -> None:
