@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cblight.models import load_causal_lm, load_tokenizer
+from cblight.modules.tuning import RNG_KEY
 from cblight.scoring import Encoder, left_pad
 from cblight.tuning import sample_sequences, sampled_token_mask
 
@@ -107,3 +108,9 @@ def test_ddp_gradients_and_weights_match_one_process(tiny_gpt2_dir, tmp_path):
                 name
             )
     assert max(g.abs().max().item() for g in single.grads.values()) > 1e-4
+
+    # The checkpoint holds each process's own sampling state (seeded seed + rank, so they differ).
+    rng = torch.load(tmp_path / "ddp.ckpt", weights_only=False)[RNG_KEY]
+    assert rng["world_size"] == 2 and len(rng["cpu"]) == 2
+    assert not torch.equal(rng["cpu"][0], rng["cpu"][1])
+    assert torch.equal(rng["cpu"][1], torch.Generator().manual_seed(1).get_state())

@@ -168,6 +168,29 @@ def test_validation_logs_held_out_kl(peaky_gpt2_dir):
     assert metrics["val/tuning/kl_initial"] > 0
 
 
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
+    plain, checkpointed = _tuning(tiny_gpt2_dir), _tuning(tiny_gpt2_dir, gradient_checkpointing=True)
+    assert checkpointed.model.is_gradient_checkpointing and checkpointed.model.training
+    sampled = plain.sample({"prompts": PROMPTS[:3]})
+    grads = []
+    for module in (plain, checkpointed):
+        terms = module.kl_terms(sampled)
+        (terms.kl.mean() + terms.anchor).backward()
+        grads.append({n: p.grad for n, p in module.model.named_parameters()})
+    for name, grad in grads[0].items():
+        assert torch.allclose(grad, grads[1][name], atol=1e-7, rtol=1e-4), name
+
+
+def test_bf16_mixed_precision_step(tiny_gpt2_dir):
+    module = _tuning(tiny_gpt2_dir)
+    before = _weights(module)
+    trainer = _trainer(1, precision="bf16-mixed")
+    trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    assert torch.isfinite(trainer.callback_metrics["train/tuning/loss"])
+    assert any(not torch.equal(v, _weights(module)[n]) for n, v in before.items())
+    assert all(p.dtype == torch.float32 for p in module.model.parameters())
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Prompt batches
 

@@ -62,6 +62,7 @@ def run(model_dir: str, batch_file: str, devices: int) -> PresampledTuning:
 if __name__ == "__main__":
     model_dir, batch_file, out_dir = sys.argv[1:4]
     module = run(model_dir, batch_file, devices=2)
+    module.trainer.save_checkpoint(Path(out_dir) / "ddp.ckpt")  # every process takes part (RNG gather)
     rank = int(os.environ["LOCAL_RANK"])
     weights = {n: p.detach().clone() for n, p in module.model.named_parameters()}
     torch.save({"grads": module.grads, "weights": weights}, Path(out_dir) / f"rank{rank}.pt")
