@@ -179,18 +179,23 @@ class CoherenceTuning(L.LightningModule):
         return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
 
     def check_prompts(self, prompts: Sequence[str]) -> None:
-        """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero)."""
+        """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero).
+
+        Stops at the first prompt that is long enough, so large prompt files cost little."""
         if not prompts:
             raise TuningConfigError("the prompt data module yields no prompts")
-        lengths = [len(self.prompt_ids(p)) for p in dict.fromkeys(prompts)]
-        longest = longest_useful_position(lengths, len(self.encoder.prefix), self.hparams.max_new_tokens)
-        if longest <= self.hparams.k:
-            raise TuningConfigError(
-                f"no sampled position can see more than {longest} tokens of context (longest prompt "
-                f"{max(lengths)} tokens + max_new_tokens {self.hparams.max_new_tokens}), which is not more than "
-                f"k = {self.hparams.k}: f_k would equal f_max everywhere and the KL would be identically zero. "
-                "Use longer prompts, more max_new_tokens or a smaller k."
-            )
+        n_prefix, new = len(self.encoder.prefix), self.hparams.max_new_tokens
+        longest = 0
+        for prompt in dict.fromkeys(prompts):
+            longest = max(longest, len(self.prompt_ids(prompt)))
+            if longest_useful_position([longest], n_prefix, new) > self.hparams.k:
+                return
+        raise TuningConfigError(
+            f"no sampled position can see more than {longest_useful_position([longest], n_prefix, new)} tokens "
+            f"of context (longest prompt {longest} tokens + max_new_tokens {new}), which is not more than "
+            f"k = {self.hparams.k}: f_k would equal f_max everywhere and the KL would be identically zero. "
+            "Use longer prompts, more max_new_tokens or a smaller k."
+        )
 
     def setup(self, stage: str) -> None:
         if stage != "fit":
@@ -271,7 +276,9 @@ class CoherenceTuning(L.LightningModule):
         trainer = self._trainer
         if trainer is None or trainer.world_size == 1:
             return False
-        return not isinstance(trainer.strategy, (DDPStrategy, SingleDeviceStrategy))
+        strategy = trainer.strategy
+        replicated = isinstance(strategy, (DDPStrategy, SingleDeviceStrategy))
+        return not replicated or "DeepSpeed" in type(strategy).__name__  # DeepSpeed subclasses DDP
 
     def _generate(self, prompts: Sequence[str]) -> Sampled:
         ids, mask = self.encode_prompts(prompts)
