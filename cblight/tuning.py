@@ -213,18 +213,23 @@ def sample_sequences(
 
     if eos_token_id is None:
         eos_token_id = getattr(model.generation_config, "eos_token_id", None)
+    config = GenerationConfig(
+        do_sample=True,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+    )
+    # generate() fills every option we leave unset from the model's own generation config (a chat model's
+    # temperature 0.6 / top_p 0.9 / repetition penalty...): hide it, so the samples come from f itself.
+    own_config = model.generation_config
     was_training = model.training
+    model.generation_config = GenerationConfig(bos_token_id=own_config.bos_token_id)
     model.eval()
     try:
-        config = GenerationConfig(
-            do_sample=True,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            eos_token_id=eos_token_id,
-            pad_token_id=pad_token_id,
-        )
         out = model.generate(
             input_ids=prompt_ids,
             attention_mask=prompt_mask,
@@ -233,6 +238,7 @@ def sample_sequences(
             synced_gpus=synced_gpus,
         )
     finally:
+        model.generation_config = own_config
         model.train(was_training)
     sequences = out if torch.is_tensor(out) else out.sequences
     width = prompt_ids.shape[1]

@@ -257,3 +257,13 @@ def test_disable_dropout_makes_train_mode_deterministic(tiny_model_dir):
     assert model.training
     assert torch.allclose(model(input_ids=ids).logits, reference, atol=1e-6)
     assert torch.allclose(model(input_ids=ids).logits, reference, atol=1e-6)
+
+
+def test_sampling_ignores_the_models_own_generation_settings(tiny_gpt2_dir):
+    """generate() fills unset options from the model's generation config; here that config suppresses
+    all but the last 257 tokens, which must not leak into the tuning samples (they come from f)."""
+    model, tok = load_causal_lm(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir))
+    model.generation_config.suppress_tokens = list(range(50000))
+    sampled = _sample(model, tok, PROMPTS[:2], max_new_tokens=8)
+    assert (sampled.sequences[sampled.sampled] < 50000).any()
+    assert model.generation_config.suppress_tokens == list(range(50000))  # given back
