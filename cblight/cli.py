@@ -1,29 +1,102 @@
-"""LightningCLI wiring for the entry points (``evaluate.py``, ``train.py``).
+"""LightningCLI wiring shared by the entry points (``evaluate.py``, ``train.py``).
 
 ``evaluate_cli`` parses the evaluation module (``BoostedEvaluator`` by default; a config may name
 ``cblight.modules.generation.BoostedGenerationEvaluator`` as ``model.class_path``) and ``EvalDataModule``
 from their signatures. ``BoostedEvaluator`` runs Lightning's validation loop on the alpha-selection splits,
-then its test loop on the reported splits; the generation module runs the test loop. Logs go to a CSV logger
-under ``model.output_dir`` unless a logger is configured (e.g. ``-c configs/logger/wandb.yaml``).
+then its test loop on the reported splits; the generation module runs the test loop; ``--compare`` runs
+either for several checkpoints (``cblight.compare``). ``train_cli`` is coherence tuning's LightningCLI.
+
+Both fail before any work on bad input (W&B asked for without the ``wandb`` package, a resume checkpoint
+that is missing or not a Lightning checkpoint, invalid options) with one line naming the cause. Logs go to
+CSV by default; ``configs/logger/wandb.yaml`` is a generic ``trainer.logger`` override for any config.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Optional
 
+import yaml
 from lightning.pytorch import LightningModule
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import CblightError
 from cblight.modules.evaluation import DEFAULT_KS, BoostedEvaluator, resolve_output_dir
 from cblight.modules.generation import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
+
+
+class CLIConfigError(CblightError):
+    """A command-line or config option that cannot work."""
+
+
+def _class_paths(value: Any) -> list[str]:
+    """Every ``class_path`` inside a parsed config value (a dict, a list, a jsonargparse Namespace)."""
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    found: list[str] = []
+    if isinstance(value, dict):
+        if isinstance(value.get("class_path"), str):
+            found.append(value["class_path"])
+        for item in value.values():
+            found.extend(_class_paths(item))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found.extend(_class_paths(item))
+    elif isinstance(value, str):
+        found.append(value)
+    return found
+
+
+def check_wandb_available(logger_config: Any) -> None:
+    """Refuse a W&B logger when the ``wandb`` package is missing (Lightning would fail later, deep inside)."""
+    wants_wandb = any("wandb" in path.lower() for path in _class_paths(logger_config))
+    if wants_wandb and importlib.util.find_spec("wandb") is None:
+        raise CLIConfigError(
+            "W&B logging was asked for (trainer.logger holds a WandbLogger, e.g. via -c configs/logger/wandb.yaml) "
+            "but the wandb package is not installed: pip install 'cblight[wandb]' (or drop the W&B logger)"
+        )
+
+
+def check_checkpoint_path(ckpt_path: str | None) -> None:
+    """A resume checkpoint must be an existing Lightning checkpoint file (``last``/``best``/``hpc`` pass)."""
+    if ckpt_path is None or str(ckpt_path) in ("last", "best", "hpc", "registry"):
+        return
+    path = Path(ckpt_path).expanduser()
+    if not path.exists():
+        raise CLIConfigError(f"ckpt_path {str(ckpt_path)!r} does not exist")
+    if path.is_dir():
+        hint = (
+            " (it is a Hugging Face model directory: pass it as the model path, e.g. --model.model, not ckpt_path)"
+            if (path / "config.json").exists()
+            else ""
+        )
+        raise CLIConfigError(
+            f"ckpt_path {str(ckpt_path)!r} is a directory, not a Lightning checkpoint file{hint}"
+        )
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise CLIConfigError(
+            f"ckpt_path {str(ckpt_path)!r} is not a Lightning checkpoint (not a torch.save zip archive)"
+        )
+
+
+class LoggerSaveConfigCallback(SaveConfigCallback):
+    """Writes ``config.yaml`` to the log directory and logs the parsed config to every logger."""
+
+    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"config": config})
+
 
 EVAL_TRAINER_DEFAULTS: dict[str, Any] = {
     "enable_checkpointing": False,
@@ -41,20 +114,6 @@ def _largest_k(model: Any) -> int:
     return max(getattr(model, "ks", None) or DEFAULT_KS)
 
 
-def require_wandb(logger_config: Any) -> None:
-    """Fail before any work when W&B logging is asked for but the package is missing."""
-    text = str(logger_config)
-    if "WandbLogger" not in text:
-        return
-    try:
-        import wandb  # noqa: F401
-    except ImportError:
-        raise SystemExit(
-            "W&B logging was requested (WandbLogger) but the 'wandb' package is not installed: "
-            "pip install 'cblight[wandb]' or drop -c configs/logger/wandb.yaml"
-        ) from None
-
-
 class EvaluateCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.set_defaults({"model": {"class_path": "cblight.modules.evaluation.BoostedEvaluator"}})
@@ -70,7 +129,7 @@ class EvaluateCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         logger = config.trainer.logger
-        require_wandb(logger)
+        check_wandb_available(logger)
         if logger is None or logger is True:
             args = config.model.init_args
             default_dir = (
@@ -153,3 +212,48 @@ def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
 
         return run_comparison(cli, cli.config["compare"])
     return run_evaluation(cli.trainer, cli.model, cli.datamodule)
+
+
+class CBLightCLI(LightningCLI):
+    """LightningCLI with cblight's early checks (see the module docstring)."""
+
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        # Checked right after parsing: LightningCLI itself opens ckpt_path next, then builds everything.
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand, self.config) if subcommand else self.config
+        check_wandb_available(config.get("trainer", {}).get("logger"))
+        check_checkpoint_path(config.get("ckpt_path"))
+
+    def before_fit(self) -> None:
+        check = getattr(self.model, "check_prompts", None)
+        prompts = getattr(self.datamodule, "train_prompts", None)
+        if callable(check) and callable(prompts):
+            check(prompts())
+
+
+def _defaults() -> dict[str, Any]:
+    return {
+        "logger": {
+            "class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": "outputs", "name": "coherence_tuning"},
+        }
+    }
+
+
+def train_cli(args: Any = None, run: bool = True) -> CBLightCLI:
+    """``python train.py fit -c configs/coherence_tuning.yaml``: coherence tuning (paper appendix)."""
+    from cblight.data.tuning_prompts import PromptDataModule
+    from cblight.modules.tuning import CoherenceTuning
+
+    return CBLightCLI(
+        CoherenceTuning,
+        PromptDataModule,
+        save_config_callback=LoggerSaveConfigCallback,
+        save_config_kwargs={"overwrite": True},
+        trainer_defaults=_defaults(),
+        seed_everything_default=0,
+        auto_configure_optimizers=False,
+        args=args,
+        run=run,
+    )

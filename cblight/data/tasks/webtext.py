@@ -37,7 +37,12 @@ SPEC = register(
         premise_free="the last k tokens",
         source=DataSource(
             local=LocalFiles(
-                files={"test": ("webtext.test.jsonl", *hub_layout("test"))},
+                files={
+                    "test": ("webtext.test.jsonl", *hub_layout("test")),
+                    # the other splits of the GPT-2 output dataset: prompt sources for coherence tuning
+                    "train": ("webtext.train.jsonl", *hub_layout("train")),
+                    "validation": ("webtext.valid.jsonl", *hub_layout("validation")),
+                },
                 hint="Use webtext.test.jsonl of github.com/openai/gpt-2-output-dataset.",
             ),
             hub_refusal="WebText is read from a local file: pass data_dir=<folder with webtext.test.jsonl of the "

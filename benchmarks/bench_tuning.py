@@ -1,0 +1,271 @@
+"""Speed of coherence tuning (DESIGN.md §5), on a GPT-2-small-shaped random model (``GPT2Config()``
+defaults, built here; nothing is downloaded).
+
+1. One tuning step (sample ``--new`` tokens + boosted teacher + student forward/backward) against a plain
+   causal-LM training step (forward/backward of the cross-entropy) on the same ``[batch, prompt + new]``
+   token batch, in this process; KL over the last ``--last-m`` positions and over all sampled positions.
+   The optimizer step is left out of both. Floor: at most 3x with the last 8 positions.
+2. Throughput of the full Lightning training step (AdamW included) with 2 CPU DDP processes (gloo) of one
+   thread each against one process of one thread, same per-process batch. Floor: at least 1.6x.
+
+    python benchmarks/bench_tuning.py                     # both parts, defaults below
+    python benchmarks/bench_tuning.py --skip-ddp --batch 8 --repeats 5
+
+The machine is shared: the script prints the load average before and after, so a disturbed run shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_model(out: Path) -> Path:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from cblight.tiny import gpt2_tokenizer
+
+    torch.manual_seed(0)
+    tok = gpt2_tokenizer()
+    GPT2LMHeadModel(GPT2Config()).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _median_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def step_ratios(model_dir: Path, args: argparse.Namespace) -> dict[str, float]:
+    import torch
+
+    from cblight.models import load_causal_lm
+    from cblight.tuning import disable_dropout, sample_sequences, tuning_kl_terms
+
+    torch.set_num_threads(args.threads)
+    model = load_causal_lm(str(model_dir))
+    disable_dropout(model)
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, model.config.vocab_size - 1, (args.batch, args.prompt), generator=g)
+    mask = torch.ones_like(prompts)
+    eos = model.config.eos_token_id
+
+    def sample():
+        return sample_sequences(
+            model, prompts, mask, max_new_tokens=args.new, eos_token_id=eos, pad_token_id=eos
+        )
+
+    fixed = sample()
+    assert fixed.sampled.sum() > 0
+
+    def plain():
+        model.zero_grad(set_to_none=True)
+        out = model(input_ids=fixed.sequences, attention_mask=fixed.attention_mask, labels=fixed.sequences)
+        out.loss.backward()
+
+    def tuning(last_m):
+        def run():
+            model.zero_grad(set_to_none=True)
+            sampled = sample()
+            terms = tuning_kl_terms(model, sampled, k=args.k, alpha=args.alpha, last_m=last_m)
+            (terms.kl.sum() / max(terms.count, 1) + terms.anchor).backward()
+
+        return run
+
+    t_plain = _median_time(plain, args.repeats)
+    t_last = _median_time(tuning(args.last_m), args.repeats)
+    t_all = _median_time(tuning(None), args.repeats)
+    t_sample = _median_time(sample, args.repeats)
+    return {
+        "plain_s": t_plain,
+        "tuning_last_m_s": t_last,
+        "tuning_all_s": t_all,
+        "sample_only_s": t_sample,
+        "ratio_last_m": t_last / t_plain,
+        "ratio_all": t_all / t_plain,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DDP throughput: each process is a worker started by this script
+
+
+def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import Callback
+
+    from cblight.data.tuning_prompts import PromptDataModule
+    from cblight.modules.tuning import CoherenceTuning
+
+    torch.set_num_threads(1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+
+    class StepTimer(Callback):
+        """Wall time per step, and this process's CPU time per step (all its threads, gloo's included)."""
+
+        def __init__(self):
+            self.times: list[float] = []
+            self.cpu: list[float] = []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.times.append(time.perf_counter() - self.start)
+            self.cpu.append(time.process_time() - self.cpu_start)
+
+    timer = StepTimer()
+    module = CoherenceTuning(
+        model=model_dir,
+        k=args.k,
+        alpha=args.alpha,
+        last_m=args.last_m,
+        max_new_tokens=args.new,
+        export=False,
+        log_samples_every_n_steps=0,
+    )
+    text = " ".join(["The quick brown fox jumps over the lazy dog near the quiet river bank."] * 3)
+    prompts = [f"{i}: {text}" for i in range(64)]
+    trainer = L.Trainer(
+        max_steps=args.ddp_steps + 1,
+        accelerator="cpu",
+        devices=world,
+        strategy="ddp" if world > 1 else "auto",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+    )
+    trainer.fit(module, PromptDataModule(prompts=prompts, batch_size=args.batch))
+    step = statistics.median(timer.times[1:])  # the first step warms up
+    cpu = statistics.median(timer.cpu[1:])
+    result = {"step_s": step, "sequences_per_s": world * args.batch / step, "cpu_s": cpu}
+    Path(f"{out_file}.rank{trainer.global_rank}").write_text(json.dumps(result))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_workers(model_dir: Path, world: int, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+    out = tmp / f"ddp{world}.json"
+    port = str(_free_port())
+    base = [sys.executable, __file__, "--worker", str(model_dir), str(out)] + _passthrough(args)
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        if world > 1:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(world), NODE_RANK="0")
+            env["LOCAL_RANK"] = str(rank)
+        procs.append(subprocess.Popen(base, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for proc in procs:
+        log, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"worker failed:\n{log.decode()[-4000:]}")
+    ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(world)]
+    return {**ranks[0], "cpu_s": max(r["cpu_s"] for r in ranks)}
+
+
+def _passthrough(args: argparse.Namespace) -> list[str]:
+    return [
+        f"--batch={args.batch}",
+        f"--prompt={args.prompt}",
+        f"--new={args.new}",
+        f"--k={args.k}",
+        f"--alpha={args.alpha}",
+        f"--last-m={args.last_m}",
+        f"--ddp-steps={args.ddp_steps}",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batch", type=int, default=4, help="sequences per step (per process for DDP)")
+    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens (step ratios)")
+    parser.add_argument("--new", type=int, default=32, help="sampled tokens per sequence")
+    parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--alpha", type=float, default=-0.05)
+    parser.add_argument("--last-m", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for the step ratios")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ddp-steps", type=int, default=3, help="timed steps per DDP configuration")
+    parser.add_argument("--skip-ddp", action="store_true")
+    parser.add_argument("--skip-steps", action="store_true")
+    parser.add_argument("--worker", nargs=2, metavar=("MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker[0], args.worker[1], args)
+        return
+
+    print(f"load average before: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        model_dir = build_model(tmp / "gpt2-small-random")
+        shape = (
+            f"GPT2Config() random, batch {args.batch}, prompt {args.prompt} + {args.new} sampled, k {args.k}"
+        )
+        if not args.skip_steps:
+            r = step_ratios(model_dir, args)
+            print(f"\n[step] {shape}, {args.threads} thread(s), median of {args.repeats}")
+            print(f"  plain causal-LM step (fwd+bwd):        {r['plain_s']:.2f} s")
+            print(f"  sampling alone ({args.new} tokens):           {r['sample_only_s']:.2f} s")
+            print(
+                f"  tuning step, KL on last {args.last_m}:         {r['tuning_last_m_s']:.2f} s"
+                f"  -> {r['ratio_last_m']:.2f}x plain (floor: <= 3x)"
+            )
+            print(
+                f"  tuning step, KL on all positions:    {r['tuning_all_s']:.2f} s  -> {r['ratio_all']:.2f}x plain"
+            )
+        if not args.skip_ddp:
+            one = run_workers(model_dir, 1, args, tmp)
+            two = run_workers(model_dir, 2, args, tmp)
+            ratio = two["sequences_per_s"] / one["sequences_per_s"]
+            print(
+                f"\n[ddp] Lightning training step (KL on last {args.last_m}, AdamW), {args.batch} sequences/process"
+            )
+            print(
+                f"  1 process  x 1 thread: {one['step_s']:.2f} s/step, {one['sequences_per_s']:.3f} sequences/s"
+            )
+            print(
+                f"  2 processes x 1 thread: {two['step_s']:.2f} s/step, {two['sequences_per_s']:.3f} sequences/s"
+            )
+            print(f"  throughput ratio: {ratio:.2f}x (floor: >= 1.6x)")
+            # With two free cores each process has one to itself and the wall time follows its CPU time;
+            # when other jobs share the cores, this CPU-time ratio shows what DDP itself costs.
+            cpu_ratio = 2 * one["cpu_s"] / two["cpu_s"]
+            print(
+                f"  CPU time per step: {one['cpu_s']:.2f} s (1 process), {two['cpu_s']:.2f} s (busiest of 2)"
+            )
+            print(f"  throughput ratio if each process had its own core: {cpu_ratio:.2f}x")
+    print(f"\nload average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

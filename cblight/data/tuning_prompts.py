@@ -1,0 +1,309 @@
+"""Prompts for coherence tuning: any list of strings, a text or JSON-lines file, or BOS alone.
+
+The paper samples its tuning sequences from the model itself (appendix "From coherence boosting to
+coherence tuning"); a prompt in front of the samples (e.g. the first sentence of a WebText document, as in
+Table 2's experiment) makes them longer than the short context ``k``, so that boosting has something to act
+on. ``PromptDataModule`` serves batches of prompt *strings*; the LightningModule tokenises them with its own
+tokenizer, so one data module works for every model.
+
+A benchmark of ``cblight.data`` is a source too: ``task: webtext`` takes the prompts its task spec renders
+(WebText: each document's first sentence, by the offline sentence splitter), from ``data_dir`` and
+``split`` (default ``train``, so tuning prompts stay apart from the evaluation's test prompts).
+Other sources subclass ``PromptDataModule`` and override ``load_prompts``.
+
+Batches are a pure function of the batch number, the rank and the seed (``PromptStream``), and the data
+module records how many batches training consumed in its ``state_dict``, so a run resumed from a
+mid-run checkpoint sees exactly the prompts an uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+from torch.utils.data import DataLoader, IterableDataset
+
+from cblight.errors import CblightError
+
+__all__ = ["PromptDataError", "PromptDataModule", "PromptStream", "read_prompts"]
+
+
+class PromptDataError(CblightError):
+    """A prompt source that is missing, unreadable or empty."""
+
+
+def read_prompts(path: str | Path, text_field: str = "text") -> list[str]:
+    """Prompts from a file: ``.jsonl`` (one object per line, ``text_field`` holds the prompt; a bare JSON
+    string per line also works), ``.json`` (a list of strings or of such objects) or plain text (one
+    prompt per line). Blank prompts are dropped."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise PromptDataError(f"prompts_file {str(path)!r} does not exist")
+    if not p.is_file():
+        raise PromptDataError(f"prompts_file {str(path)!r} is not a file")
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise PromptDataError(f"prompts_file {str(path)!r} is not UTF-8 text ({err})") from err
+    suffix = p.suffix.lower()
+    if suffix == ".jsonl":
+        items: list[Any] = []
+        for n, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                items.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise PromptDataError(f"{p}:{n} is not valid JSON ({err.msg})") from err
+    elif suffix == ".json":
+        try:
+            items = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise PromptDataError(f"{p} is not valid JSON ({err.msg})") from err
+        if not isinstance(items, list):
+            raise PromptDataError(f"{p} must hold a JSON list of prompts")
+    else:
+        items = raw.splitlines()
+    prompts = []
+    for n, item in enumerate(items, 1):
+        if isinstance(item, dict):
+            if text_field not in item:
+                raise PromptDataError(f"{p}: record {n} has no field {text_field!r} (set text_field)")
+            item = item[text_field]
+        if not isinstance(item, str):
+            raise PromptDataError(f"{p}: record {n} is a {type(item).__name__}, not a string")
+        if item.strip():
+            prompts.append(item)
+    return prompts
+
+
+def _rng(*parts: int) -> np.random.Generator:
+    return np.random.default_rng([int(x) for x in parts])
+
+
+class PromptStream(IterableDataset):
+    """An endless stream of prompt batches for one process.
+
+    Batch ``i`` holds this rank's share of global batch ``i``: the global batches walk through a seeded
+    permutation of the pool per epoch (every prompt once per epoch, ranks disjoint), and pools smaller than
+    a global batch are tiled. ``start`` is the first batch number to yield.
+    """
+
+    def __init__(
+        self,
+        pool: Sequence[str],
+        batch_size: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        start: int = 0,
+    ):
+        if not pool:
+            raise PromptDataError("the prompt pool is empty")
+        self.pool = list(pool)
+        self.batch_size = int(batch_size)
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.seed = int(seed)
+        self.start = int(start)
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    def global_indices(self, i: int) -> np.ndarray:
+        n, g = len(self.pool), self.global_batch
+        if n < g:  # each batch tiles fresh permutations of a small pool
+            rng = _rng(self.seed, 1, i)
+            return np.concatenate([rng.permutation(n) for _ in range(-(-g // n))])[:g]
+        per_epoch = n // g
+        epoch, j = divmod(i, per_epoch)
+        return _rng(self.seed, 0, epoch).permutation(n)[j * g : (j + 1) * g]
+
+    def batch(self, i: int) -> dict[str, Any]:
+        idx = self.global_indices(i)[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+        return {"prompts": [self.pool[j] for j in idx], "index": i}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        i = self.start
+        while True:
+            yield self.batch(i)
+            i += 1
+
+
+class PromptDataModule(L.LightningDataModule):
+    """Batches of prompt strings for coherence tuning.
+
+    Exactly one source: ``prompts`` (a list of strings), ``prompts_file`` (see ``read_prompts``) or
+    ``bos_only`` (every sample starts from the model's BOS/EOS token alone, the paper's unconditional
+    sampling). ``batch_size`` is per process; the global batch is ``batch_size × processes``. ``val_size``
+    prompts are held out (after a seeded shuffle) for a validation KL; with ``bos_only`` the validation
+    set is ``val_size`` empty prompts. ``limit`` keeps only the first prompts of the source.
+    """
+
+    def __init__(
+        self,
+        prompts: list[str] | None = None,
+        prompts_file: str | None = None,
+        text_field: str = "text",
+        bos_only: bool = False,
+        task: str | None = None,
+        data_dir: str | None = None,
+        split: str = "train",
+        batch_size: int = 32,
+        val_size: int = 0,
+        val_batch_size: int | None = None,
+        limit: int | None = None,
+        seed: int = 0,
+    ):
+        super().__init__()
+        given = {
+            "prompts": prompts is not None,
+            "prompts_file": prompts_file is not None,
+            "bos_only": bos_only,
+            "task": task is not None,
+        }
+        sources = [name for name, on in given.items() if on]
+        if len(sources) != 1:
+            raise PromptDataError(
+                "give exactly one prompt source: prompts (a list), prompts_file (a path), task (a generation "
+                "benchmark such as webtext) or bos_only: true"
+                + (f"; got {', '.join(sources)}" if sources else "; got none")
+            )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise PromptDataError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if val_size < 0:
+            raise PromptDataError(f"val_size must be at least 0, got {val_size}")
+        if limit is not None and limit < 1:
+            raise PromptDataError(f"limit must be a positive integer or null, got {limit}")
+        if prompts_file is not None and not Path(prompts_file).expanduser().is_file():
+            what = (
+                "is a directory, not a file" if Path(prompts_file).expanduser().is_dir() else "does not exist"
+            )
+            raise PromptDataError(f"prompts_file {prompts_file!r} {what}")
+        if task is not None:
+            from cblight.data.registry import get_task
+
+            spec = get_task(task)  # an unknown name fails here
+            if spec.kind != "generation":
+                raise PromptDataError(
+                    f"task {task!r} is a {spec.kind} benchmark; prompts come from generation tasks"
+                )
+        self.task = task
+        self.data_dir = data_dir
+        self.split = split
+        self.prompt_list = list(prompts) if prompts is not None else None
+        self.prompts_file = prompts_file
+        self.text_field = text_field
+        self.bos_only = bos_only
+        self.batch_size = batch_size
+        self.val_size = val_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.limit = limit
+        self.seed = seed
+        self._split: tuple[list[str], list[str]] | None = None
+        self._next_batch = 0  # training batches consumed so far (checkpointed)
+
+    # -- the prompt pool -----------------------------------------------------------------------------
+    def load_prompts(self) -> list[str]:
+        """All prompts of the source, in source order (override for a dataset-specific source)."""
+        if self.bos_only:
+            return [""]
+        if self.task is not None:
+            return self._task_prompts()
+        if self.prompt_list is not None:
+            bad = [i for i, p in enumerate(self.prompt_list) if not isinstance(p, str)]
+            if bad:
+                raise PromptDataError(f"prompts[{bad[0]}] is not a string")
+            return [p for p in self.prompt_list if p.strip()]
+        assert self.prompts_file is not None
+        return read_prompts(self.prompts_file, self.text_field)
+
+    def _task_prompts(self) -> list[str]:
+        from cblight.data.registry import RenderContext, get_task
+        from cblight.data.sources import load_split_records
+
+        spec = get_task(self.task)
+        records = load_split_records(spec.name, self.split, spec.source, data_dir=self.data_dir)
+        ctx = RenderContext(split=self.split)
+        return [spec.render(rec, i, ctx).prompt for i, rec in enumerate(records)]
+
+    def _pools(self) -> tuple[list[str], list[str]]:
+        if self._split is None:
+            pool = self.load_prompts()
+            if self.limit is not None:
+                pool = pool[: self.limit]
+            source = self._source_name()
+            if not pool:
+                raise PromptDataError(f"the prompt source ({source}) yields no prompts")
+            if self.bos_only:
+                self._split = (pool, [""] * self.val_size)
+            else:
+                if self.val_size >= len(pool):
+                    raise PromptDataError(
+                        f"val_size = {self.val_size} leaves no training prompts out of {len(pool)} from {source}"
+                    )
+                order = _rng(self.seed, 2).permutation(len(pool)) if self.val_size else np.arange(len(pool))
+                val = [pool[i] for i in order[: self.val_size]]
+                train = [pool[i] for i in sorted(order[self.val_size :])]
+                self._split = (train, val)
+        return self._split
+
+    def _source_name(self) -> str:
+        if self.bos_only:
+            return "bos_only"
+        if self.task is not None:
+            return f"task {self.task!r} split {self.split!r}"
+        return "prompts" if self.prompt_list is not None else f"prompts_file {self.prompts_file!r}"
+
+    def train_prompts(self) -> list[str]:
+        return self._pools()[0]
+
+    def val_prompts(self) -> list[str]:
+        return self._pools()[1]
+
+    # -- Lightning ----------------------------------------------------------------------------------
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def train_dataloader(self) -> DataLoader:
+        rank, world = self._rank_world()
+        stream = PromptStream(
+            self.train_prompts(),
+            self.batch_size,
+            rank=rank,
+            world_size=world,
+            seed=self.seed,
+            start=self._next_batch,
+        )
+        return DataLoader(stream, batch_size=None)
+
+    def val_dataloader(self) -> list[Any]:
+        val = self.val_prompts()
+        if not val:
+            return []
+        rank, world = self._rank_world()
+        # every rank gets the same number of batches (collectives run per batch): the last ones wrap around
+        share = -(-len(val) // world)
+        mine = [val[(rank + world * j) % len(val)] for j in range(share)]
+        chunks = [mine[i : i + self.val_batch_size] for i in range(0, len(mine), self.val_batch_size)]
+        return DataLoader([{"prompts": c, "index": i} for i, c in enumerate(chunks)], batch_size=None)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # Runs right before the training step, after Lightning's prefetch: the count is what training used.
+        trainer = self.trainer
+        if trainer is not None and trainer.training and isinstance(batch, dict) and "index" in batch:
+            self._next_batch = int(batch["index"]) + 1
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"next_batch": self._next_batch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._next_batch = int(state_dict.get("next_batch", 0))

@@ -1,0 +1,473 @@
+"""Coherence tuning as a LightningModule (paper appendix "From coherence boosting to coherence tuning",
+Table 2's "self-tune" row; DESIGN.md §1).
+
+Each training step samples a batch from the current model, computes its coherence-boosted distribution
+``f_alpha ∝ f_max^(1-alpha) f_k^alpha`` with no gradient, and steps on ``KL(f_alpha || f_θ)``; the maths
+lives in ``cblight.tuning``. Distribution is Lightning's (DDP; FSDP for models that outgrow one GPU).
+
+Defaults follow the paper where it speaks (32 steps of 32 sequences of 32 sampled tokens, set in the
+trainer and data module) and are ours where its code figure is missing: ``k = 32`` and ``alpha = -0.05``
+(Table 2's first boost row, the one whose ``k`` fits inside a WebText first sentence plus 32 sampled
+tokens), AdamW with learning rate 1e-5. See docs/tuning.md for the reasoning.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import numpy as np
+import torch
+from torchmetrics import MeanMetric
+
+from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
+from cblight.scoring import Encoder, left_pad
+from cblight.tuning import (
+    KLTerms,
+    Sampled,
+    TuningConfigError,
+    check_tuning_options,
+    disable_dropout,
+    longest_useful_position,
+    sample_sequences,
+    tuning_kl_terms,
+)
+
+log = logging.getLogger(__name__)
+
+OptimizerCallable = Callable[[Iterable], torch.optim.Optimizer]
+LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
+
+RNG_KEY = "cblight_sampling_rng"
+
+__all__ = ["CoherenceTuning"]
+
+
+def _seed(*parts: int) -> int:
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
+class CoherenceTuning(L.LightningModule):
+    """Coherence tuning of any Hugging Face causal LM.
+
+    Args:
+        model: Hub id or local directory of the pretrained model (``AutoModelForCausalLM``).
+        tokenizer: tokenizer id/directory (default: ``model``).
+        k: short-context length of the boosted teacher's short expert ``f_k``.
+        alpha: boosting weight in the generation form ``(1-alpha) log f_max + alpha log f_k``
+            (Table 2; negative boosts long-range context).
+        teacher: ``"live"`` (the paper: the current model boosted) or ``"frozen"`` (a frozen copy of the
+            initial model boosted; costs one extra full forward and a copy of the weights).
+        last_m: KL only over the last ``m`` positions of the samples (``None``: every sampled position).
+        max_new_tokens: tokens sampled after each prompt (the paper: 32).
+        max_prompt_tokens: prompts are cut from the left to this many tokens (BOS kept).
+        temperature, top_p, top_k: sampling of the tuning sequences (defaults: plain sampling from ``f``).
+        seed: sampling seed; process ``r`` starts from ``seed + r``, and the state is checkpointed.
+        optimizer, lr_scheduler: factories called with the parameters / the optimizer
+            (default: AdamW lr 1e-5, weight decay 0, constant rate). Schedulers step every optimizer step.
+        gradient_checkpointing: recompute activations in the backward pass (transformers' implementation).
+        dtype: dtype the weights are loaded in (use the trainer's ``precision`` for mixed precision).
+        window_chunk_size: short-context windows per forward pass of the teacher.
+        val_against_initial: also log ``val/tuning/kl_initial``, the KL from the boosted *initial* model
+            (what tuning approximates) on the validation samples; with the live teacher this keeps a
+            frozen copy of the initial weights.
+        export_dir: where ``save_pretrained`` writes the tuned model and tokenizer at the end of ``fit``
+            (default ``<log_dir>/hf_model``); ``export: false`` skips it.
+        log_samples_every_n_steps, num_logged_samples: sample generations logged as a table (W&B) and
+            appended to ``<log_dir>/samples.jsonl``.
+    """
+
+    def __init__(
+        self,
+        model: str = "gpt2",
+        tokenizer: str | None = None,
+        k: int = 32,
+        alpha: float = -0.05,
+        teacher: Literal["live", "frozen"] = "live",
+        last_m: int | None = None,
+        max_new_tokens: int = 32,
+        max_prompt_tokens: int = 128,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+        optimizer: OptimizerCallable | None = None,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        gradient_checkpointing: bool = False,
+        dtype: DTypeName = "float32",
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+        window_chunk_size: int = 256,
+        val_against_initial: bool = False,
+        export: bool = True,
+        export_dir: str | None = None,
+        log_samples_every_n_steps: int = 8,
+        num_logged_samples: int = 4,
+    ):
+        super().__init__()
+        check_tuning_options(k=k, alpha=alpha, last_m=last_m, max_new_tokens=max_new_tokens)
+        if teacher not in ("live", "frozen"):
+            raise TuningConfigError(f"teacher must be 'live' or 'frozen', got {teacher!r}")
+        if not (temperature > 0 and math.isfinite(temperature)):
+            raise TuningConfigError(f"temperature must be positive, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise TuningConfigError(f"top_p must be in (0, 1], got {top_p}")
+        if top_k < 0:
+            raise TuningConfigError(f"top_k must be at least 0 (0 disables it), got {top_k}")
+        if max_prompt_tokens < 1 or window_chunk_size < 1:
+            raise TuningConfigError("max_prompt_tokens and window_chunk_size must be positive")
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = lr_scheduler
+
+        self.tokenizer = load_tokenizer(
+            tokenizer or model, revision=revision, trust_remote_code=trust_remote_code
+        )
+        self.model = load_causal_lm(
+            model, dtype=dtype, revision=revision, trust_remote_code=trust_remote_code
+        )
+        self.encoder = Encoder(self.tokenizer)
+        self.window = model_window(self.model)
+        check_tuning_options(
+            k=k,
+            alpha=alpha,
+            last_m=last_m,
+            max_new_tokens=max_new_tokens,
+            window=self.window - len(self.encoder.prefix),
+        )
+        if max_new_tokens + len(self.encoder.prefix) + 1 > self.window:
+            raise TuningConfigError(
+                f"max_new_tokens = {max_new_tokens} does not fit the model window of {self.window}"
+            )
+        self.max_prompt_tokens = min(max_prompt_tokens, self.window - max_new_tokens)
+        disable_dropout(self.model)
+        self.model.train()
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # The initial copy is not a registered submodule: it stays out of checkpoints, DDP and the optimizer.
+        initial = None
+        if teacher == "frozen" or val_against_initial:
+            initial = copy.deepcopy(self.model).eval().requires_grad_(False)
+        object.__setattr__(self, "initial_model", initial)
+        object.__setattr__(self, "frozen_teacher", initial if teacher == "frozen" else None)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.eos_id = self.tokenizer.eos_token_id
+        self.val_kl = MeanMetric()
+        self.val_kl_long = MeanMetric()
+        self.val_kl_initial = MeanMetric()
+        self._rng: dict[str, torch.Tensor] | None = None
+        self._loaded_rng: dict[str, Any] | None = None
+        self._step_start = 0.0
+        self._step_tokens = 0
+
+    # -- checks ---------------------------------------------------------------------------------------
+    def prompt_ids(self, text: str) -> list[int]:
+        """Token ids of a prompt (BOS/EOS alone for an empty one), cut from the left, special prefix kept."""
+        ids = self.encoder.context(text)
+        if len(ids) <= self.max_prompt_tokens:
+            return ids
+        prefix = self.encoder.prefix
+        keep = self.max_prompt_tokens - len(prefix)
+        return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
+
+    def check_prompts(self, prompts: Sequence[str]) -> None:
+        """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero).
+
+        Stops at the first prompt that is long enough, so large prompt files cost little."""
+        if not prompts:
+            raise TuningConfigError("the prompt data module yields no prompts")
+        n_prefix, new = len(self.encoder.prefix), self.hparams.max_new_tokens
+        longest = 0
+        for prompt in dict.fromkeys(prompts):
+            longest = max(longest, len(self.prompt_ids(prompt)))
+            if longest_useful_position([longest], n_prefix, new) > self.hparams.k:
+                return
+        raise TuningConfigError(
+            f"no sampled position can see more than {longest_useful_position([longest], n_prefix, new)} tokens "
+            f"of context (longest prompt {longest} tokens + max_new_tokens {new}), which is not more than "
+            f"k = {self.hparams.k}: f_k would equal f_max everywhere and the KL would be identically zero. "
+            "Use longer prompts, more max_new_tokens or a smaller k."
+        )
+
+    def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
+        trainer = self.trainer
+        if trainer.max_steps is None or trainer.max_steps < 0:
+            raise TuningConfigError(
+                "set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"
+            )
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is not None and hasattr(datamodule, "train_prompts"):
+            self.check_prompts(datamodule.train_prompts())
+
+    # -- optimisation ---------------------------------------------------------------------------------
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.parameters() if p.requires_grad]
+        if self.optimizer_factory is None:
+            optimizer = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0)
+        else:
+            optimizer = self.optimizer_factory(params)
+        if self.scheduler_factory is None:
+            return optimizer
+        # One endless epoch: a scheduler must step per optimizer step, never per epoch.
+        scheduler = self.scheduler_factory(optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # -- sampling with a checkpointed random state -------------------------------------------------------
+    def _devices(self) -> list[torch.device]:
+        return [self.device] if self.device.type == "cuda" else []
+
+    def _fresh_rng(self, seed: int) -> dict[str, torch.Tensor]:
+        with torch.random.fork_rng(devices=self._devices()):
+            torch.manual_seed(seed)
+            state = {"cpu": torch.get_rng_state()}
+            if self.device.type == "cuda":
+                state["cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def on_train_start(self) -> None:
+        if self.initial_model is not None:
+            self.initial_model.to(self.device)
+        rank, world = self.global_rank, self.trainer.world_size
+        loaded = self._loaded_rng
+        if loaded is not None and loaded.get("world_size") == world:
+            self._rng = {key: rows[rank].clone() for key, rows in loaded.items() if key != "world_size"}
+            if self.device.type == "cuda" and "cuda" not in self._rng:
+                self._rng["cuda"] = self._fresh_rng(_seed(self.hparams.seed, rank, self.global_step))["cuda"]
+            if self.device.type != "cuda":
+                self._rng.pop("cuda", None)
+        else:
+            if loaded is not None:
+                log.warning(
+                    "the checkpoint's sampling states are for %s processes, this run has %s: reseeding",
+                    loaded.get("world_size"),
+                    world,
+                )
+            seed = (
+                self.hparams.seed + rank
+                if loaded is None
+                else _seed(self.hparams.seed, rank, self.global_step)
+            )
+            self._rng = self._fresh_rng(seed)
+        self._loaded_rng = None
+
+    def on_validation_start(self) -> None:
+        if self.initial_model is not None:
+            self.initial_model.to(self.device)
+
+    def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        if not prompts:
+            raise TuningConfigError("the prompt data module yielded an empty batch")
+        return left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, self.device)
+
+    def _synced(self) -> bool:
+        """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
+        from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+
+        trainer = self._trainer
+        if trainer is None or trainer.world_size == 1:
+            return False
+        strategy = trainer.strategy
+        replicated = isinstance(strategy, (DDPStrategy, SingleDeviceStrategy))
+        return not replicated or "DeepSpeed" in type(strategy).__name__  # DeepSpeed subclasses DDP
+
+    def _generate(self, prompts: Sequence[str]) -> Sampled:
+        ids, mask = self.encode_prompts(prompts)
+        hp = self.hparams
+        return sample_sequences(
+            self.model,
+            ids,
+            mask,
+            max_new_tokens=hp.max_new_tokens,
+            eos_token_id=self.eos_id,
+            pad_token_id=self.pad_id,
+            temperature=hp.temperature,
+            top_p=hp.top_p,
+            top_k=hp.top_k,
+            synced_gpus=self._synced(),
+        )
+
+    def sample(self, batch: dict[str, Any]) -> Sampled:
+        """Sample the tuning sequences of a batch, advancing this process's sampling random state."""
+        if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
+            self._rng = self._fresh_rng(self.hparams.seed + self.global_rank)
+        with torch.random.fork_rng(devices=self._devices()):
+            torch.set_rng_state(self._rng["cpu"])
+            if "cuda" in self._rng:
+                torch.cuda.set_rng_state(self._rng["cuda"], self.device)
+            sampled = self._generate(batch["prompts"])
+            self._rng = {"cpu": torch.get_rng_state()}
+            if self.device.type == "cuda":
+                self._rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return sampled
+
+    def sample_fixed(self, batch: dict[str, Any], seed: int) -> Sampled:
+        """Sample with a given seed, leaving the tuning random state alone (validation)."""
+        with torch.random.fork_rng(devices=self._devices()):
+            torch.manual_seed(seed)
+            return self._generate(batch["prompts"])
+
+    # -- the loss ------------------------------------------------------------------------------------
+    def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
+        """The KL terms of a sampled batch under the configured teacher (or ``teacher_model``)."""
+        hp = self.hparams
+        sync = self._window_call_sync if self._synced() else None
+        return tuning_kl_terms(
+            self.model,
+            sampled,
+            k=hp.k,
+            alpha=hp.alpha,
+            last_m=hp.last_m,
+            prefix=self.encoder.prefix,
+            teacher_model=teacher_model if teacher_model is not None else self.frozen_teacher,
+            chunk_size=hp.window_chunk_size,
+            sync_window_calls=sync,
+        )
+
+    def _window_call_sync(self, local_calls: int) -> int:
+        t = torch.tensor([local_calls], device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return int(t.item())
+
+    def _global_sums(self, terms: KLTerms, sampled: Sampled) -> dict[str, float]:
+        """Counts and sums over every process in one all-reduce."""
+        long = terms.long
+        kl = terms.kl.detach()
+        local = torch.stack(
+            [
+                torch.tensor(float(terms.count), device=self.device),
+                long.sum().float(),
+                sampled.sampled.sum().float(),
+                kl.sum(),
+                (kl * long).sum(),
+                (terms.gap * long).sum(),
+            ]
+        ).to(self.device, torch.float64)
+        total = self.trainer.strategy.reduce(local, reduce_op="sum") if self._trainer is not None else local
+        names = ["count", "long", "sampled_tokens", "kl_sum", "kl_long_sum", "gap_long_sum"]
+        return dict(zip(names, total.tolist()))
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        sampled = self.sample(batch)
+        terms = self.kl_terms(sampled)
+        sums = self._global_sums(terms, sampled)
+        count = max(sums["count"], 1.0)
+        # Sum over this process's positions / positions of all processes, times the number of processes
+        # because DDP averages gradients: the update is the gradient of the global per-position mean.
+        loss = terms.kl.sum() * (self.trainer.world_size / count) + terms.anchor
+        long = max(sums["long"], 1.0)
+        prefix = "train/tuning"
+        self.log(f"{prefix}/loss", sums["kl_sum"] / count, prog_bar=True, batch_size=len(batch["prompts"]))
+        self.log(f"{prefix}/kl_long", sums["kl_long_sum"] / long, batch_size=len(batch["prompts"]))
+        self.log(f"{prefix}/logprob_gap", sums["gap_long_sum"] / long, batch_size=len(batch["prompts"]))
+        self.log(f"{prefix}/long_fraction", sums["long"] / count, batch_size=len(batch["prompts"]))
+        self._step_tokens = int(sums["sampled_tokens"])
+        self._maybe_log_samples(batch["prompts"], sampled)
+        return loss
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._step_start = time.perf_counter()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        elapsed = time.perf_counter() - self._step_start
+        if elapsed > 0:
+            self.log("train/tuning/tokens_per_s", self._step_tokens / elapsed, batch_size=1)
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        # The same held-out prompts and random seeds every time, so values are comparable across the run.
+        sampled = self.sample_fixed(batch, _seed(self.hparams.seed, 1_000_003, batch_idx, self.global_rank))
+        n = len(batch["prompts"])
+        with torch.no_grad():
+            terms = self.kl_terms(sampled)
+            if self.initial_model is not None and self.frozen_teacher is None:
+                initial = self.kl_terms(sampled, teacher_model=self.initial_model)
+            else:
+                initial = terms
+        kl = terms.kl.detach()
+        self.val_kl.update(kl)
+        self.val_kl_long.update(kl[terms.long] if bool(terms.long.any()) else kl.new_zeros(0))
+        self.log("val/tuning/kl", self.val_kl, on_step=False, on_epoch=True, batch_size=n)
+        self.log("val/tuning/kl_long", self.val_kl_long, on_step=False, on_epoch=True, batch_size=n)
+        if self.initial_model is not None:
+            self.val_kl_initial.update(initial.kl.detach())
+            self.log("val/tuning/kl_initial", self.val_kl_initial, on_step=False, on_epoch=True, batch_size=n)
+
+    # -- tracking -------------------------------------------------------------------------------------
+    def _maybe_log_samples(self, prompts: Sequence[str], sampled: Sampled) -> None:
+        every = self.hparams.log_samples_every_n_steps
+        if not every or self.global_step % every or not self.trainer.is_global_zero:
+            return
+        n = min(self.hparams.num_logged_samples, len(prompts))
+        rows = []
+        for i in range(n):
+            tokens = sampled.sequences[i, sampled.prompt_width :][sampled.sampled[i, sampled.prompt_width :]]
+            text = self.tokenizer.decode(tokens.tolist(), skip_special_tokens=False)
+            rows.append([int(self.global_step), prompts[i], text])
+        from lightning.pytorch.loggers import WandbLogger
+
+        for logger in self.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_text(key="train/tuning/samples", columns=["step", "prompt", "sample"], data=rows)
+        log_dir = self.trainer.log_dir
+        if log_dir:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            with open(os.path.join(log_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
+                for step, prompt, text in rows:
+                    f.write(json.dumps({"step": step, "prompt": prompt, "sample": text}) + "\n")
+
+    # -- checkpoints and export ---------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Store every process's sampling random state (Lightning does not save random states)."""
+        if self._rng is None:
+            return
+        world = self.trainer.world_size if self._trainer is not None else 1
+        entry: dict[str, Any] = {"world_size": world}
+        for key, state in self._rng.items():
+            if world > 1:
+                gathered = self.all_gather(state.to(self.device)).cpu()
+            else:
+                gathered = state.unsqueeze(0)
+            entry[key] = [row.clone() for row in gathered]
+        checkpoint[RNG_KEY] = entry
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._loaded_rng = checkpoint.get(RNG_KEY)
+
+    def export_path(self) -> Path:
+        if self.hparams.export_dir:
+            return Path(self.hparams.export_dir)
+        root = (self.trainer.log_dir if self._trainer is not None else None) or "."
+        return Path(root) / "hf_model"
+
+    def export_pretrained(self, out_dir: str | Path | None = None) -> Path:
+        """``save_pretrained`` of the tuned model and its tokenizer, loadable by
+        ``AutoModelForCausalLM.from_pretrained``. Call it on every process (sharded weights are gathered)."""
+        out = Path(out_dir) if out_dir is not None else self.export_path()
+        if self._trainer is not None:
+            state = self.trainer.strategy.lightning_module_state_dict()
+            is_zero = self.trainer.is_global_zero
+        else:
+            state, is_zero = self.state_dict(), True
+        if is_zero:
+            weights = {name[len("model.") :]: t for name, t in state.items() if name.startswith("model.")}
+            out.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(out, state_dict=weights)
+            self.tokenizer.save_pretrained(out)
+        if self._trainer is not None:
+            self.trainer.strategy.barrier("cblight-export")
+        return out
+
+    def on_fit_end(self) -> None:
+        if self.hparams.export:
+            out = self.export_pretrained()
+            if self.trainer.is_global_zero:
+                log.info("tuned model saved to %s", out)

@@ -1,0 +1,177 @@
+"""train.py's LightningCLI: the configs parse, a tiny end-to-end run writes CSV logs, an offline W&B run
+(loss, KL, log-prob gap, tokens/s, a samples table, the config) and a loadable Hugging Face export, and
+bad options fail before any work starts."""
+
+import contextlib
+import glob
+import io
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from transformers import AutoModelForCausalLM
+
+from cblight.cli import CLIConfigError, train_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
+WANDB = str(ROOT / "configs" / "logger" / "wandb.yaml")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _print_config(*configs: str) -> dict:
+    args = ["fit"] + [a for c in configs for a in ("-c", c)] + ["--print_config"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
+        train_cli(args=args)
+    assert exit_info.value.code in (0, None)
+    return yaml.safe_load(out.getvalue())
+
+
+def test_configs_parse_with_the_paper_defaults():
+    config = _print_config(CONFIG)
+    assert config["trainer"]["max_steps"] == 32
+    assert config["data"]["batch_size"] == 32
+    assert (config["data"]["task"], config["data"]["split"]) == ("webtext", "train")  # first sentences
+    model = config["model"]
+    assert (model["max_new_tokens"], model["k"], model["alpha"], model["teacher"]) == (32, 32, -0.05, "live")
+    assert model["optimizer"]["class_path"] == "torch.optim.AdamW"
+    assert model["optimizer"]["init_args"]["lr"] == 1e-5
+    assert config["trainer"]["logger"]["class_path"].endswith("CSVLogger")
+
+    with_wandb = _print_config(CONFIG, WANDB)
+    loggers = with_wandb["trainer"]["logger"]
+    assert [lg["class_path"].rsplit(".", 1)[1] for lg in loggers] == ["CSVLogger", "WandbLogger"]
+    assert loggers[1]["init_args"]["offline"] is True and loggers[1]["init_args"]["project"] == "cblight"
+    first_line = Path(CONFIG).read_text().splitlines()[0]
+    assert "Table 2" in first_line or "coherence tuning" in first_line.lower()
+
+
+def _wandb_records(path: str) -> list:
+    """Records of an offline W&B run file (LevelDB-log framing: 32 KiB blocks, 7-byte record headers)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = Path(path).read_bytes()
+    assert data[:4] == b":W&B"
+    pos, pending, records = 7, b"", []
+    while pos + 7 <= len(data):
+        room = 32768 - pos % 32768
+        if room < 7:
+            pos += room
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        pos += 7
+        if kind == 0 and length == 0:
+            pos += room - 7
+            continue
+        chunk, pos = data[pos : pos + length], pos + length
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            records.append(pending + chunk)
+    parsed = []
+    for raw in records:
+        record = pb.Record()
+        record.ParseFromString(raw)
+        parsed.append(record)
+    return parsed
+
+
+def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "\n".join(
+            json.dumps({"text": t}) for t in ["The quick brown fox jumps", "A journey of a thousand miles"]
+        )
+    )
+    args = [
+        "fit", "-c", CONFIG, "-c", WANDB,
+        "--model.model", str(tiny_gpt2_dir), "--model.k", "3", "--model.max_new_tokens", "5",
+        "--model.log_samples_every_n_steps", "1",
+        "--data.task", "null", "--data.prompts_file", str(prompts), "--data.batch_size", "2",
+        "--data.val_size", "1", "--model.export_dir", "null",
+        "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+    ]  # fmt: skip
+    try:
+        train_cli(args=args)
+    finally:
+        wandb.finish()
+
+    (run_dir,) = glob.glob("outputs/*/version_*")
+    header = Path(run_dir, "metrics.csv").read_text().splitlines()[0].split(",")
+    for name in ["train/tuning/loss", "train/tuning/kl_long", "train/tuning/logprob_gap", "val/tuning/kl"]:
+        assert name in header, name
+    assert yaml.safe_load(Path(run_dir, "config.yaml").read_text())["model"]["k"] == 3
+    samples = [json.loads(line) for line in Path(run_dir, "samples.jsonl").read_text().splitlines()]
+    assert {s["step"] for s in samples} == {0, 1} and all("sample" in s for s in samples)
+    assert AutoModelForCausalLM.from_pretrained(Path(run_dir, "hf_model")) is not None
+    assert glob.glob(f"{run_dir}/checkpoints/*.ckpt")
+
+    (wandb_file,) = glob.glob("outputs/wandb/offline-run-*/run-*.wandb")
+    records = _wandb_records(wandb_file)
+    history = {
+        item.key or "/".join(item.nested_key)
+        for r in records
+        if r.HasField("history")
+        for item in r.history.item
+    }
+    for name in [
+        "train/tuning/loss",
+        "train/tuning/kl_long",
+        "train/tuning/logprob_gap",
+        "train/tuning/tokens_per_s",
+        "val/tuning/kl",
+    ]:
+        assert name in history, name
+    assert any(key.startswith("train/tuning/samples") for key in history)
+    config_keys = {u.key for r in records if r.HasField("config") for u in r.config.update}
+    assert "config" in config_keys and "k" in config_keys
+    (table,) = glob.glob("outputs/wandb/offline-run-*/files/media/table/train/tuning/samples_*.table.json")[
+        :1
+    ]
+    assert json.loads(Path(table).read_text())["columns"] == ["step", "prompt", "sample"]
+
+
+def test_wandb_without_the_package_fails_before_any_work(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+    # The model path does not exist either: the W&B check must come first.
+    with pytest.raises(CLIConfigError, match="wandb package is not installed"):
+        train_cli(args=["fit", "-c", CONFIG, "-c", WANDB, "--model.model", "/does/not/exist"])
+
+
+def test_bad_checkpoint_paths_fail_before_any_work(tiny_gpt2_dir, tmp_path):
+    (tmp_path / "notes.ckpt").write_text("not a checkpoint")
+    for ckpt, message in [
+        (tmp_path / "missing.ckpt", "does not exist"),
+        (tiny_gpt2_dir, "Hugging Face model directory"),
+        (tmp_path / "notes.ckpt", "not a Lightning checkpoint"),
+    ]:
+        with pytest.raises(CLIConfigError, match=message):
+            train_cli(
+                args=["fit", "-c", CONFIG, "--model.model", "/does/not/exist", "--ckpt_path", str(ckpt)]
+            )

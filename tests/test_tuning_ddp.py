@@ -1,0 +1,116 @@
+"""2-process CPU DDP (gloo) against one process on the same pre-sampled global batch: the averaged
+gradient and the weights after one step agree, although the two halves hold different numbers of
+positions (the KL is normalised by the global count)."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cblight.models import load_causal_lm, load_tokenizer
+from cblight.modules.tuning import RNG_KEY
+from cblight.scoring import Encoder, left_pad
+from cblight.tuning import sample_sequences, sampled_token_mask
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_gradients_and_weights_match_one_process(tiny_gpt2_dir, tmp_path):
+    from tests.tuning_ddp_worker import run
+
+    model_dir = tmp_path / "model"
+    model, tok = load_causal_lm(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir))
+    with torch.no_grad():  # peaked predictions: gradients well above float noise
+        model.transformer.wte.weight.mul_(5)
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+
+    enc = Encoder(tok)
+    prompts = [
+        "The quick brown fox jumps over",
+        "Hello there",
+        "A journey of a thousand",
+        "She opened the door",
+    ]
+    ids, mask = left_pad([enc.context(p) for p in prompts], tok.pad_token_id, "cpu")
+    torch.manual_seed(0)
+    sampled = sample_sequences(
+        model, ids, mask, max_new_tokens=6, eos_token_id=None, pad_token_id=tok.eos_token_id
+    )
+    seqs = sampled.sequences.clone()
+    seqs[0, sampled.prompt_width + 1] = tok.eos_token_id  # rank 0 holds fewer positions than rank 1
+    valid = sampled_token_mask(seqs, sampled.prompt_width, tok.eos_token_id)
+    assert valid[:2].sum() < valid[2:].sum()
+    batch_file = tmp_path / "batch.pt"
+    torch.save(
+        {
+            "sequences": seqs,
+            "attention_mask": sampled.attention_mask,
+            "prompt_width": sampled.prompt_width,
+            "sampled": valid,
+        },
+        batch_file,
+    )
+
+    port = str(_free_port())
+    procs = []
+    for rank in range(2):
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "WORLD_SIZE": "2",
+            "NODE_RANK": "0",
+            "LOCAL_RANK": str(rank),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT),
+        }
+        cmd = [
+            sys.executable,
+            str(ROOT / "tests" / "tuning_ddp_worker.py"),
+            str(model_dir),
+            str(batch_file),
+            str(tmp_path),
+        ]
+        procs.append(
+            subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+
+    single = run(str(model_dir), str(batch_file), devices=1)
+    for proc in procs:
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, out.decode()[-3000:]
+
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    single_weights = dict(single.model.named_parameters())
+    for name, grad in single.grads.items():
+        for r in ranks:
+            assert torch.allclose(r["grads"][name], grad, atol=1e-7, rtol=1e-4), name
+            assert torch.allclose(r["weights"][name], single_weights[name].detach(), atol=1e-7, rtol=1e-5), (
+                name
+            )
+    assert max(g.abs().max().item() for g in single.grads.values()) > 1e-4
+
+    # The checkpoint holds each process's own sampling state (seeded seed + rank, so they differ).
+    rng = torch.load(tmp_path / "ddp.ckpt", weights_only=False)[RNG_KEY]
+    assert rng["world_size"] == 2 and len(rng["cpu"]) == 2
+    assert not torch.equal(rng["cpu"][0], rng["cpu"][1])
+    assert torch.equal(rng["cpu"][1], torch.Generator().manual_seed(1).get_state())

@@ -1,0 +1,284 @@
+"""The coherence-tuning LightningModule and prompt data module: a tiny run moves the model towards its
+boosted version, resuming from a mid-run checkpoint reaches the uninterrupted run's weights, the Hugging
+Face export reloads with the same logits, and bad input fails before any work starts."""
+
+import copy
+from functools import partial
+
+import lightning as L
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from cblight.data.tuning_prompts import PromptDataError, PromptDataModule, PromptStream, read_prompts
+from cblight.models import ModelLoadError, load_causal_lm
+from cblight.modules.tuning import RNG_KEY, CoherenceTuning
+from cblight.tuning import TuningConfigError, tuning_kl_terms
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a shared 2-core machine they lose a lot."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog",
+    "A journey of a thousand miles begins",
+    "Question: what is the capital of France? Answer:",
+    "She opened the door because the bell rang",
+    "Title: Markets rally. Summary:",
+    "This quote has a tone that is",
+]
+
+
+def _trainer(max_steps, tmp_path=None, callbacks=(), **kwargs):
+    return L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=bool(callbacks),
+        callbacks=list(callbacks),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=0,
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def peaky_gpt2_dir(tmp_path_factory):
+    """A tiny GPT-2 whose scaled embeddings make its predictions peaked and context-dependent, so that
+    f_k and f_max differ measurably (a fresh random model is nearly uniform)."""
+    from cblight.tiny import build_tiny_gpt2
+
+    path = build_tiny_gpt2(tmp_path_factory.mktemp("models") / "peaky-gpt2", seed=3)
+    model = load_causal_lm(str(path))
+    with torch.no_grad():
+        model.transformer.wte.weight.mul_(5)
+        model.transformer.wpe.weight.mul_(5)
+    model.save_pretrained(path)
+    return path
+
+
+def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir):
+    """Held-out samples of the initial model: KL(boosted initial model || tuned model) falls.
+
+    With the paper's live teacher the objective itself need not fall (each step re-boosts the current
+    model); what tuning buys is a model close to the boosted initial one, which is what this measures.
+    """
+    torch.manual_seed(0)
+    module = CoherenceTuning(
+        model=str(peaky_gpt2_dir),
+        k=4,
+        alpha=-0.5,
+        max_new_tokens=10,
+        optimizer=partial(torch.optim.Adam, lr=3e-4),
+        export=False,
+        log_samples_every_n_steps=0,
+    )
+    initial = copy.deepcopy(module.model).eval()
+    held_out = [module.sample_fixed({"prompts": PROMPTS}, seed=100 + i) for i in range(2)]
+
+    def held_out_kl():
+        with torch.no_grad():
+            terms = [
+                tuning_kl_terms(module.model, s, k=4, alpha=-0.5, teacher_model=initial) for s in held_out
+            ]
+        return float(torch.cat([t.kl for t in terms]).mean())
+
+    before = held_out_kl()
+    _trainer(8).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=6))
+    after = held_out_kl()
+    assert before > 0.01
+    assert after < 0.8 * before, (before, after)
+
+
+def _tuning(path, **kwargs):
+    defaults = dict(
+        model=str(path),
+        k=3,
+        alpha=-0.5,
+        max_new_tokens=6,
+        optimizer=partial(torch.optim.Adam, lr=1e-3),
+        export=False,
+        log_samples_every_n_steps=0,
+    )
+    return CoherenceTuning(**{**defaults, **kwargs})
+
+
+def _weights(module):
+    return {k: v.detach().clone() for k, v in module.model.state_dict().items()}
+
+
+def test_resume_from_mid_run_checkpoint_matches_uninterrupted_run(tiny_gpt2_dir, tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    data = partial(PromptDataModule, prompts=PROMPTS, batch_size=4)
+    every2 = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
+    full = _tuning(tiny_gpt2_dir)
+    _trainer(4, tmp_path, [every2]).fit(full, data())
+    mid = tmp_path / "ckpt" / "epoch=0-step=2.ckpt"
+    assert mid.exists()
+
+    resumed = _tuning(tiny_gpt2_dir)
+    _trainer(4, tmp_path).fit(resumed, data(), ckpt_path=str(mid))
+    for name, value in _weights(full).items():
+        assert torch.equal(value, _weights(resumed)[name]), name
+
+    # The sampling state in the checkpoint is what makes this work: without it the samples differ.
+    state = torch.load(mid, weights_only=False)
+    assert state[RNG_KEY]["world_size"] == 1 and len(state[RNG_KEY]["cpu"]) == 1
+    del state[RNG_KEY]
+    torch.save(state, tmp_path / "no_rng.ckpt")
+    reseeded = _tuning(tiny_gpt2_dir)
+    _trainer(4, tmp_path).fit(reseeded, data(), ckpt_path=str(tmp_path / "no_rng.ckpt"))
+    assert any(not torch.equal(v, _weights(reseeded)[n]) for n, v in _weights(full).items())
+
+
+def test_hf_export_reloads_with_the_same_logits(tiny_model_dir, tmp_path):
+    module = _tuning(tiny_model_dir, export=True, export_dir=str(tmp_path / "hf"))
+    _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    untouched = load_causal_lm(str(tiny_model_dir))
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    ids = tok(PROMPTS[0], return_tensors="pt")["input_ids"]
+    module.model.eval()
+    with torch.no_grad():
+        ours, theirs = module.model(input_ids=ids).logits, reloaded(input_ids=ids).logits
+        assert not torch.allclose(ours, untouched(input_ids=ids).logits)  # it did train
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    assert reloaded.config.to_dict().get("resid_pdrop", 0.1) == untouched.config.to_dict().get(
+        "resid_pdrop", 0.1
+    )
+
+
+def test_validation_logs_held_out_kl(peaky_gpt2_dir):
+    module = _tuning(peaky_gpt2_dir, val_against_initial=True)
+    trainer = _trainer(2, val_check_interval=2, check_val_every_n_epoch=None)
+    trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=3, val_size=2))
+    metrics = trainer.callback_metrics
+    for name in ["val/tuning/kl", "val/tuning/kl_long", "val/tuning/kl_initial", "train/tuning/loss"]:
+        assert name in metrics and torch.isfinite(metrics[name]), name
+    assert metrics["val/tuning/kl_initial"] > 0
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
+    plain, checkpointed = _tuning(tiny_gpt2_dir), _tuning(tiny_gpt2_dir, gradient_checkpointing=True)
+    assert checkpointed.model.is_gradient_checkpointing and checkpointed.model.training
+    sampled = plain.sample({"prompts": PROMPTS[:3]})
+    grads = []
+    for module in (plain, checkpointed):
+        terms = module.kl_terms(sampled)
+        (terms.kl.mean() + terms.anchor).backward()
+        grads.append({n: p.grad for n, p in module.model.named_parameters()})
+    for name, grad in grads[0].items():
+        assert torch.allclose(grad, grads[1][name], atol=1e-7, rtol=1e-4), name
+
+
+def test_bf16_mixed_precision_step(tiny_gpt2_dir):
+    module = _tuning(tiny_gpt2_dir)
+    before = _weights(module)
+    trainer = _trainer(1, precision="bf16-mixed")
+    trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    assert torch.isfinite(trainer.callback_metrics["train/tuning/loss"])
+    assert any(not torch.equal(v, _weights(module)[n]) for n, v in before.items())
+    assert all(p.dtype == torch.float32 for p in module.model.parameters())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Prompt batches
+
+
+def test_prompt_stream_ranks_share_the_global_batch():
+    pool = [f"p{i}" for i in range(10)]
+    one = PromptStream(pool, 4, seed=1)
+    ranks = [PromptStream(pool, 2, rank=r, world_size=2, seed=1) for r in range(2)]
+    for i in range(7):
+        assert ranks[0].batch(i)["prompts"] + ranks[1].batch(i)["prompts"] == one.batch(i)["prompts"]
+    # one epoch (2 global batches of 4 from 10 prompts) has no repeats
+    seen = one.batch(0)["prompts"] + one.batch(1)["prompts"]
+    assert len(set(seen)) == 8
+    assert [b["index"] for b, _ in zip(PromptStream(pool, 4, start=5), range(3))] == [5, 6, 7]
+    tiled = PromptStream(["a", "b"], 5).batch(0)["prompts"]
+    assert sorted(tiled) in (["a", "a", "a", "b", "b"], ["a", "a", "b", "b", "b"])
+
+
+def test_read_prompts_formats(tmp_path):
+    (tmp_path / "p.txt").write_text("first\n\n second \n")
+    (tmp_path / "p.jsonl").write_text('{"text": "a"}\n\n{"text": "b"}\n"c"\n')
+    (tmp_path / "p.json").write_text('["x", {"prompt": "y"}]')
+    assert read_prompts(tmp_path / "p.txt") == ["first", " second "]
+    assert read_prompts(tmp_path / "p.jsonl") == ["a", "b", "c"]
+    with pytest.raises(PromptDataError, match="field 'text'"):
+        read_prompts(tmp_path / "p.json")
+    (tmp_path / "q.jsonl").write_text('{"text": "a"}\n{oops\n')
+    with pytest.raises(PromptDataError, match=r"q\.jsonl:2"):
+        read_prompts(tmp_path / "q.jsonl")
+
+
+def test_bos_only_and_held_out_split():
+    dm = PromptDataModule(bos_only=True, val_size=3)
+    assert dm.train_prompts() == [""] and dm.val_prompts() == ["", "", ""]
+    dm = PromptDataModule(prompts=PROMPTS, val_size=2, seed=0)
+    assert len(dm.val_prompts()) == 2 and set(dm.val_prompts()).isdisjoint(dm.train_prompts())
+    assert sorted(dm.val_prompts() + dm.train_prompts()) == sorted(PROMPTS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input: clear errors before any work starts
+
+
+def test_invalid_alpha_and_k_fail_before_the_model_loads():
+    for kwargs, word in [({"k": 0}, "k"), ({"alpha": float("nan")}, "alpha"), ({"alpha": 0}, "alpha = 0")]:
+        with pytest.raises(TuningConfigError, match=word):
+            CoherenceTuning(model="/does/not/exist", **kwargs)
+    with pytest.raises(TuningConfigError, match="teacher"):
+        CoherenceTuning(model="/does/not/exist", teacher="other")
+
+
+def test_missing_or_non_model_paths(tmp_path):
+    with pytest.raises(ModelLoadError, match="no directory"):
+        CoherenceTuning(model=str(tmp_path / "missing"))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("hi")
+    with pytest.raises(ModelLoadError, match=r"not a (tokenizer|model) directory"):
+        CoherenceTuning(model=str(tmp_path / "notes"))
+
+
+def test_prompt_sources_that_yield_nothing(tmp_path):
+    with pytest.raises(PromptDataError, match="exactly one prompt source"):
+        PromptDataModule()
+    with pytest.raises(PromptDataError, match="exactly one prompt source"):
+        PromptDataModule(prompts=["a"], bos_only=True)
+    with pytest.raises(PromptDataError, match="does not exist"):
+        PromptDataModule(prompts_file=str(tmp_path / "missing.txt"))
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    with pytest.raises(PromptDataError, match="yields no prompts"):
+        PromptDataModule(prompts_file=str(tmp_path / "blank.txt")).train_prompts()
+    with pytest.raises(PromptDataError, match="yields no prompts"):
+        PromptDataModule(prompts=[]).train_prompts()
+    with pytest.raises(PromptDataError, match="leaves no training prompts"):
+        PromptDataModule(prompts=["a", "b"], val_size=2).train_prompts()
+
+
+def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir):
+    module = _tuning(tiny_gpt2_dir, k=8, max_new_tokens=4)
+    calls = []
+    module.sample = lambda batch: calls.append(batch)  # must never be reached
+    trainer = _trainer(2)
+    with pytest.raises(TuningConfigError, match="identically zero"):
+        trainer.fit(module, PromptDataModule(prompts=["Hi there"], batch_size=2))
+    assert not calls and trainer.global_step == 0
+    with pytest.raises(TuningConfigError, match="identically zero"):
+        module.check_prompts([""])  # BOS alone + 4 tokens
+    module.check_prompts(["one two three four five six seven"])  # 7 + 4 - 1 > 8
+    with pytest.raises(TuningConfigError, match="max_steps"):
+        L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False).fit(
+            module, PromptDataModule(prompts=PROMPTS)
+        )
