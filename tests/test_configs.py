@@ -13,7 +13,7 @@ CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
 def entry_point(path: Path) -> str | None:
-    match = re.search(r"python (\w+\.py) -c configs/", path.read_text())
+    match = re.search(r"python (\w+\.py)(?: fit)? -c configs/", path.read_text())
     return match.group(1) if match else None
 
 
