@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from cblight.data.examples import DataError
 from cblight.generation import (
     AfterMarker,
     AfterSeparator,
@@ -169,7 +170,7 @@ def test_fit_marker_prompt_cuts_the_article_tail(lm):
     assert fitted[-len(mark) :] == mark  # the marker is kept
     assert fitted[: 30 - len(mark)] == whole[: 30 - len(mark)]  # the head (and BOS) kept, the tail cut
     assert fit_marker_prompt(tok, "Short.", max_tokens=30) == enc.prefix + enc.body("Short.") + mark
-    with pytest.raises(BoostingError, match="do not fit"):
+    with pytest.raises(DataError, match="leaves no room"):
         fit_marker_prompt(tok, ARTICLE, max_tokens=len(mark) - 1)
 
 

@@ -32,21 +32,23 @@ def fit_prompt(
         raise ValueError(f"cut_from must be 'start' or 'end', got {cut_from!r}")
     if keep_suffix and not prompt.endswith(keep_suffix):
         raise DataError(f"prompt does not end with the marker to keep ({keep_suffix!r}): ...{prompt[-40:]!r}")
+    from cblight.generation.prompts import fit_row
+
     enc = Encoder(tokenizer)
     whole = enc.context(prompt)
     if len(whole) <= budget:
         return whole
-    body = prompt[: len(prompt) - len(keep_suffix)]
+    body = enc.body(prompt[: len(prompt) - len(keep_suffix)])
     suffix = enc.body(keep_suffix) if keep_suffix else []
-    room = budget - len(enc.prefix) - len(suffix)
-    if room < 1:
+    if budget - len(enc.prefix) - len(suffix) < 1:
         raise DataError(
             f"a token budget of {budget} leaves no room for the prompt: the special prefix and the kept "
             f"marker {keep_suffix!r} alone take {len(enc.prefix) + len(suffix)} tokens"
         )
-    ids = enc.body(body)
-    ids = ids[:room] if cut_from == "end" else ids[len(ids) - room :]
-    return enc.prefix + ids + suffix
+    row = enc.prefix + body + suffix
+    # cut_from="end": everything from the marker on is kept and the text just before it goes
+    keep_from = len(enc.prefix) + len(body) if cut_from == "end" else None
+    return fit_row(row, budget, enc.prefix, keep_from=keep_from)
 
 
 def fit_example(tokenizer: Any, example: GenerationExample, budget: int) -> list[int]:

@@ -107,16 +107,11 @@ def fit_row(
 def fit_marker_prompt(
     tokenizer: Any, article: str, *, marker: str = " TL;DR:", max_tokens: int = 1024
 ) -> list[int]:
-    """``article + marker`` as token ids in at most ``max_tokens`` tokens, the article cut from its end.
+    """``article + marker`` as token ids in at most ``max_tokens`` tokens, the article cut from its end
+    (the paper's summarisation prompt; ``cblight.data.prompts.fit_prompt`` with the marker kept)."""
+    from cblight.data.prompts import fit_prompt
 
-    The paper's summarisation prompt (appendix "GPT-2 summarization experiments"): the article followed by
-    `` TL;DR:``; when it is too long, the article's tail is dropped and the marker kept. The marker is
-    encoded on its own so its tokens are exactly those ``AfterMarker`` looks for.
-    """
-    enc = Encoder(tokenizer)
-    body = enc.body(article) if article else []
-    row = enc.prefix + body + marker_ids(tokenizer, marker)
-    return fit_row(row, max_tokens, enc.prefix, keep_from=len(enc.prefix) + len(body))
+    return fit_prompt(tokenizer, article + marker, max_tokens, keep_suffix=marker, cut_from="end")
 
 
 def dialog_prompt(tokenizer: Any, turns: Sequence[str], separator: str | None = None) -> list[int]:
