@@ -190,11 +190,18 @@ def save_alpha_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
+    return save_figure(fig, path, dpi=110)
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 100) -> Path:
+    """Write a matplotlib figure as PNG atomically, then close it."""
+    import matplotlib.pyplot as plt
+
     path = Path(path)
     fd, tmp = _tmp_path(path)
     os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=110)
+        fig.savefig(tmp, format="png", dpi=dpi)
         os.replace(tmp, path)
     finally:
         plt.close(fig)

@@ -184,12 +184,12 @@ def copy_cache(src: Path, dst: Path) -> Path:
 
 
 def test_rerun_with_new_grid_needs_no_model(evaluated, tiny_gpt2_dir, tmp_path, monkeypatch):
-    import cblight.modules.evaluation as evaluation
+    import cblight.modules.base as base
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model must not be loaded when every example is cached")
 
-    monkeypatch.setattr(evaluation, "load_causal_lm", refuse)
+    monkeypatch.setattr(base, "load_causal_lm", refuse)
     res = run(
         [
             "--model.model",

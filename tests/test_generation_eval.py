@@ -164,6 +164,7 @@ def test_boosted_generations_match_direct_call(generated, tiny_gpt2_dir):
 def test_rerun_is_cached_and_reproducible(generated, tiny_gpt2_dir, tmp_path, monkeypatch):
     import shutil
 
+    import cblight.modules.base as base
     import cblight.modules.generation as generation
 
     out, results = generated
@@ -172,6 +173,7 @@ def test_rerun_is_cached_and_reproducible(generated, tiny_gpt2_dir, tmp_path, mo
     def refuse(*args, **kwargs):
         raise AssertionError("a finished run must recompute its tables without the model")
 
+    monkeypatch.setattr(base, "load_causal_lm", refuse)
     monkeypatch.setattr(generation, "load_causal_lm", refuse)
     again = run(tiny_gpt2_dir, tmp_path / "again", ["--data.batch_size", "1"])
     for task in results:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch import LightningModule
 from torch import nn
 
 from cblight import __version__
@@ -36,7 +35,8 @@ from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError, NextTokenExample
 from cblight.errors import ConfigError
 from cblight.metrics.sweeps import ChoiceSweep, NextTokenSweep
-from cblight.models import DTypeName, load_causal_lm, load_tokenizer
+from cblight.models import DTypeName, load_tokenizer
+from cblight.modules.base import LanguageModelModule
 from cblight.results import (
     RecordCache,
     atomic_write_json,
@@ -67,7 +67,7 @@ def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option:
     return values
 
 
-class BoostedEvaluator(LightningModule):
+class BoostedEvaluator(LanguageModelModule):
     """Coherence-boosted evaluation of any Hugging Face causal LM.
 
     Args:
@@ -144,14 +144,6 @@ class BoostedEvaluator(LightningModule):
         self._started = time.time()
 
     # -- setup ---------------------------------------------------------------------------------------------
-    def _key(self, task: str) -> str:
-        label = self.hparams.run_label
-        return f"{task}/{label}" if label else task
-
-    @property
-    def language_model(self) -> Any:
-        return self._sharded_lm if self._sharded_lm is not None else self.lm
-
     def _signature(self, split: TaskSplit) -> dict[str, Any]:
         sig = {
             "model": self.model_name,
@@ -247,20 +239,6 @@ class BoostedEvaluator(LightningModule):
                             f"{split.name}: an answer at {ex.where} has {n} tokens, more than the model "
                             f"window of {window} (answers are never cut; contexts are cut from the left)"
                         )
-
-    def _load_model(self) -> None:
-        device_map = self.hparams.device_map
-        model = load_causal_lm(
-            self.model_name,
-            dtype=self.hparams.dtype,
-            device_map=device_map,
-            revision=self.hparams.revision,
-            trust_remote_code=self.hparams.trust_remote_code,
-        )
-        if device_map is not None:
-            self._sharded_lm = model
-        else:
-            self.lm = model.to(self.device)
 
     @property
     def scorer(self) -> Scorer:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch import LightningModule
 from torch import nn
 
 from cblight import __version__
@@ -39,6 +38,7 @@ from cblight.errors import ConfigError
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
+from cblight.modules.base import LanguageModelModule
 from cblight.results import RecordCache, atomic_write_json, atomic_write_jsonl, digest, format_table
 from cblight.scoring import Encoder
 
@@ -144,7 +144,7 @@ def _table_of(split: TaskSplit) -> Table:
     return "text"
 
 
-class BoostedGenerationEvaluator(LightningModule):
+class BoostedGenerationEvaluator(LanguageModelModule):
     """Generation with and without coherence boosting, scored with the paper's metrics.
 
     Args:
@@ -251,14 +251,6 @@ class BoostedGenerationEvaluator(LightningModule):
             raise ConfigError(f"decoding {d.name!r}: mode 'plain' takes no alpha (got {d.alpha})")
 
     # -- setup ---------------------------------------------------------------------------------------------
-    def _key(self, task: str) -> str:
-        label = self.hparams.run_label
-        return f"{task}/{label}" if label else task
-
-    @property
-    def language_model(self) -> Any:
-        return self._sharded_lm if self._sharded_lm is not None else self.lm
-
     def _signature(self, task: _Task, decoding: Decoding | None) -> dict[str, Any]:
         sig = {
             "model": self.model_name,
@@ -340,19 +332,6 @@ class BoostedGenerationEvaluator(LightningModule):
         if table == "dialog":
             return DialogSuite()
         return SummarySuite()
-
-    def _load_model(self) -> None:
-        model = load_causal_lm(
-            self.model_name,
-            dtype=self.hparams.dtype,
-            device_map=self.hparams.device_map,
-            revision=self.hparams.revision,
-            trust_remote_code=self.hparams.trust_remote_code,
-        )
-        if self.hparams.device_map is not None:
-            self._sharded_lm = model
-        else:
-            self.lm = model.to(self.device)
 
     @property
     def metrics_lm(self) -> Any:
@@ -612,7 +591,7 @@ def save_figure3(
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    from cblight.results import _tmp_path
+    from cblight.results import save_figure
 
     columns = [c for c in result["columns"] if c != "meteor_synonyms"]
     names = {(d.k if grid.ks else None, d.alpha): d.name for d in decodings}
@@ -634,14 +613,4 @@ def save_figure3(
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"{title}: metrics vs alpha (Figure 3)")
     fig.tight_layout()
-    fd, tmp = _tmp_path(path)
-    import os
-
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return save_figure(fig, path)
