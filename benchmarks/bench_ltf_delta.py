@@ -13,8 +13,8 @@ Prints (a) time per generated token at ``--tokens`` and ``2 x --tokens`` (linear
 (b) the speed-up over the authors' loop on the same documents, plus the largest log-probability
 difference between the two (they compute the same numbers).
 
-    python benchmarks/bench_ltf_delta.py                   # defaults: 2 docs, 32-token prompts, 48 tokens
-    python benchmarks/bench_ltf_delta.py --docs 8 --tokens 200 --threads 2
+    python benchmarks/bench_ltf_delta.py                   # defaults: 4 docs, 32-token prompts, 100 tokens
+    python benchmarks/bench_ltf_delta.py --docs 2 --tokens 48 --repeats 3   # a quick run
 """
 
 from __future__ import annotations
@@ -95,9 +95,9 @@ def ltf_delta(long, short):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--docs", type=int, default=2, help="documents (one full-context batch)")
+    parser.add_argument("--docs", type=int, default=4, help="documents (one full-context batch)")
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens per document")
-    parser.add_argument("--tokens", type=int, default=48, help="generated tokens per document")
+    parser.add_argument("--tokens", type=int, default=100, help="generated tokens per document")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="best of this many timings")
     args = parser.parse_args()

@@ -8,6 +8,7 @@ from cblight.scoring import (
     Encoder,
     Scorer,
     ScoringError,
+    default_window_chunk,
     special_prefix,
     windowed_log_probs,
     windowed_positions,
@@ -164,6 +165,11 @@ def test_windowed_log_probs_match_naive(lm):
         ref = naive_logprobs(model, window)[-1]
         assert float(got[n]) == pytest.approx(float(ref[ids[r, c]]), abs=1e-5)
         torch.testing.assert_close(dists[n], ref, atol=1e-5, rtol=0)
+    assert (
+        default_window_chunk(torch.device("cpu")) == 32 and default_window_chunk(torch.device("cuda")) == 256
+    )
+    with pytest.raises(ValueError, match="chunk_size"):
+        windowed_log_probs(model, ids, rows, cols, k, chunk_size=0)
 
 
 def test_bad_inputs(lm, tmp_path):

@@ -75,7 +75,7 @@ def generated_token_log_probs(
     k: int = SHORT_CONTEXT,
     prefix: Sequence[int] = (),
     batch_size: int = 8,
-    chunk_size: int = 256,
+    chunk_size: int | None = None,
     pad_id: int = 0,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per document, ``(log p_full, log p_short)`` of its generated tokens: two float32 CPU tensors.
@@ -85,7 +85,8 @@ def generated_token_log_probs(
     """
     check_order(k, "short-context length k")
     check_order(batch_size, "batch_size")
-    check_order(chunk_size, "chunk_size")
+    if chunk_size is not None:
+        check_order(chunk_size, "chunk_size")
     ctxs = as_token_lists(contexts, "contexts")
     gens = as_token_lists(generations, "generations")
     prefix = [int(t) for t in prefix]
@@ -123,7 +124,7 @@ def _score_batch(
     gens: list[list[int]],
     k: int,
     prefix: list[int],
-    chunk_size: int,
+    chunk_size: int | None,
     pad_id: int,
     device: torch.device,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -231,7 +232,7 @@ def context_sensitivity(
     k: int = SHORT_CONTEXT,
     prefix: Sequence[int] = (),
     batch_size: int = 8,
-    chunk_size: int = 256,
+    chunk_size: int | None = None,
     pad_id: int = 0,
 ) -> dict[str, float]:
     """``{"ltf", "delta", "ppl"}`` of generated documents under ``model`` (LTF and delta as fractions)."""
