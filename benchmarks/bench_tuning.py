@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,14 +47,18 @@ def build_model(out: Path) -> Path:
     return out
 
 
-def _median_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def _interleaved_medians(jobs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall time of each job, the jobs timed back to back in every repeat, so that a slow spell of
+    the machine hits all of them alike (timing one job after the other skews their ratios)."""
+    for fn in jobs.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in jobs}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in jobs.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def step_ratios(model_dir: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -93,10 +98,10 @@ def step_ratios(model_dir: Path, args: argparse.Namespace) -> dict[str, float]:
 
         return run
 
-    t_plain = _median_time(plain, args.repeats)
-    t_last = _median_time(tuning(args.last_m), args.repeats)
-    t_all = _median_time(tuning(None), args.repeats)
-    t_sample = _median_time(sample, args.repeats)
+    t = _interleaved_medians(
+        {"plain": plain, "last": tuning(args.last_m), "all": tuning(None), "sample": sample}, args.repeats
+    )
+    t_plain, t_last, t_all, t_sample = t["plain"], t["last"], t["all"], t["sample"]
     return {
         "plain_s": t_plain,
         "tuning_last_m_s": t_last,
@@ -214,7 +219,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=-0.05)
     parser.add_argument("--last-m", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the step ratios")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ddp-steps", type=int, default=3, help="timed steps per DDP configuration")
     parser.add_argument("--skip-ddp", action="store_true")
     parser.add_argument("--skip-steps", action="store_true")
@@ -233,7 +238,7 @@ def main() -> None:
         )
         if not args.skip_steps:
             r = step_ratios(model_dir, args)
-            print(f"\n[step] {shape}, {args.threads} thread(s), median of {args.repeats}")
+            print(f"\n[step] {shape}, {args.threads} thread(s), median of {args.repeats}, interleaved")
             print(f"  plain causal-LM step (fwd+bwd):        {r['plain_s']:.2f} s")
             print(f"  sampling alone ({args.new} tokens):           {r['sample_only_s']:.2f} s")
             print(

@@ -31,6 +31,7 @@ from cblight.boosting import boosted_log_probs, log_softmax32
 from cblight.errors import CblightError
 from cblight.scoring import (
     accepts_kwarg,
+    default_window_chunk,
     last_position_log_probs,
     positions_from_mask,
     windowed_log_probs,
@@ -295,7 +296,7 @@ def tuning_kl_terms(
     last_m: int | None = None,
     prefix: Sequence[int] = (),
     teacher_model: Any | None = None,
-    chunk_size: int = 256,
+    chunk_size: int | None = None,
     sync_window_calls: Callable[[int], int] | None = None,
 ) -> KLTerms:
     """``KL(f_alpha || f_θ)`` at every position in scope of a sampled batch.
@@ -308,6 +309,8 @@ def tuning_kl_terms(
     processes; the live teacher then runs dummy passes up to it, because a sharded model (FSDP) needs every
     process to make the same forward calls.
     """
+    if chunk_size is None:
+        chunk_size = default_window_chunk(sampled.sequences.device)
     scope = kl_scope(sampled.sampled, last_m)
     rows, cols = torch.nonzero(scope, as_tuple=True)
     first_col = int(cols.min()) if cols.numel() else sampled.sequences.shape[1] - 1

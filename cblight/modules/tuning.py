@@ -75,7 +75,8 @@ class CoherenceTuning(L.LightningModule):
             (default: AdamW lr 1e-5, weight decay 0, constant rate). Schedulers step every optimizer step.
         gradient_checkpointing: recompute activations in the backward pass (transformers' implementation).
         dtype: dtype the weights are loaded in (use the trainer's ``precision`` for mixed precision).
-        window_chunk_size: short-context windows per forward pass of the teacher.
+        window_chunk_size: short-context windows per forward pass of the teacher (default: 32 on CPU, 256
+            on accelerators, ``scoring.default_window_chunk``).
         val_against_initial: also log ``val/tuning/kl_initial``, the KL from the boosted *initial* model
             (what tuning approximates) on the validation samples; with the live teacher this keeps a
             frozen copy of the initial weights.
@@ -105,7 +106,7 @@ class CoherenceTuning(L.LightningModule):
         dtype: DTypeName = "float32",
         revision: str | None = None,
         trust_remote_code: bool = False,
-        window_chunk_size: int = 256,
+        window_chunk_size: int | None = None,
         val_against_initial: bool = False,
         export: bool = True,
         export_dir: str | None = None,
@@ -122,7 +123,7 @@ class CoherenceTuning(L.LightningModule):
             raise TuningConfigError(f"top_p must be in (0, 1], got {top_p}")
         if top_k < 0:
             raise TuningConfigError(f"top_k must be at least 0 (0 disables it), got {top_k}")
-        if max_prompt_tokens < 1 or window_chunk_size < 1:
+        if max_prompt_tokens < 1 or (window_chunk_size is not None and window_chunk_size < 1):
             raise TuningConfigError("max_prompt_tokens and window_chunk_size must be positive")
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
         self.optimizer_factory = optimizer
