@@ -100,13 +100,14 @@ def measure(args, model, tok, ids: torch.Tensor, dialog_ids: torch.Tensor, new: 
     authors_every = args.authors_repeats or args.repeats
     times: dict[str, list[float]] = {}
     for r in range(args.repeats):
+        this: dict[str, float] = {}
         for name in wanted:
             if name == "authors" and r >= authors_every:
                 continue
-            times.setdefault(name, []).append(timed(runs[name]))
+            this[name] = timed(runs[name])
+            times.setdefault(name, []).append(this[name])
         print(
-            f"  [N={new} repeat {r + 1}] " + ", ".join(f"{k}={v[-1]:.2f}s" for k, v in times.items()),
-            flush=True,
+            f"  [N={new} repeat {r + 1}] " + ", ".join(f"{k}={v:.2f}s" for k, v in this.items()), flush=True
         )
     return times, n_windows
 
