@@ -39,6 +39,18 @@ def tiny_model_dir(request, tiny_gpt2_dir, tiny_llama_dir) -> Path:
     return tiny_gpt2_dir if request.param == "gpt2" else tiny_llama_dir
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """For modules of many tiny forwards (``pytestmark = pytest.mark.usefixtures("one_thread")``): tiny
+    models gain nothing from threads, and on a shared 2-core machine OpenMP spin-waits cost up to 10x."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def gpt2_tokenizer():
     from cblight.tiny import gpt2_tokenizer

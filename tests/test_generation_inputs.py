@@ -26,12 +26,7 @@ from cblight.scoring import Encoder
 ARTICLE = "The quick brown fox jumps over the lazy dog. " * 12
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -24,14 +24,7 @@ from cblight.tuning import (
     tuning_kl_terms,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core machine they lose a lot."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 PROMPTS = ["The quick brown fox jumps over the lazy dog", "", "A journey of a thousand miles begins"]

@@ -10,7 +10,6 @@ import struct
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from transformers import AutoModelForCausalLM
 
@@ -21,12 +20,7 @@ CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 WANDB = str(ROOT / "configs" / "logger" / "wandb.yaml")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _print_config(*configs: str) -> dict:

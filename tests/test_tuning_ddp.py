@@ -19,12 +19,7 @@ from cblight.tuning import sample_sequences, sampled_token_mask
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _free_port() -> int:
@@ -110,7 +105,7 @@ def test_ddp_gradients_and_weights_match_one_process(tiny_gpt2_dir, tmp_path):
     assert max(g.abs().max().item() for g in single.grads.values()) > 1e-4
 
     # The checkpoint holds each process's own sampling state (seeded seed + rank, so they differ).
-    rng = torch.load(tmp_path / "ddp.ckpt", weights_only=False)[RNG_KEY]
+    rng = torch.load(tmp_path / "ddp.ckpt", weights_only=True)[RNG_KEY]
     assert rng["world_size"] == 2 and len(rng["cpu"]) == 2
     assert not torch.equal(rng["cpu"][0], rng["cpu"][1])
     assert torch.equal(rng["cpu"][1], torch.Generator().manual_seed(1).get_state())

@@ -15,14 +15,7 @@ from cblight.models import ModelLoadError, load_causal_lm
 from cblight.modules.tuning import RNG_KEY, CoherenceTuning
 from cblight.tuning import TuningConfigError, tuning_kl_terms
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core machine they lose a lot."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 PROMPTS = [
@@ -132,7 +125,7 @@ def test_resume_from_mid_run_checkpoint_matches_uninterrupted_run(tiny_gpt2_dir,
         assert torch.equal(value, _weights(resumed)[name]), name
 
     # The sampling state in the checkpoint is what makes this work: without it the samples differ.
-    state = torch.load(mid, weights_only=False)
+    state = torch.load(mid, weights_only=True)
     assert state[RNG_KEY]["world_size"] == 1 and len(state[RNG_KEY]["cpu"]) == 1
     del state[RNG_KEY]
     torch.save(state, tmp_path / "no_rng.ckpt")
