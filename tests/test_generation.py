@@ -171,18 +171,22 @@ def test_fused_cache_fallback_matches(lm, monkeypatch):
 # Against transformers' classifier-free guidance, where it is the same model.
 
 
-def cfg_generate(model, prepared, negative: list[int], scale: float, steps: int):
-    neg = torch.tensor([negative] * prepared.input_ids.shape[0])
+def plain_generate(model, prepared, steps, **kw):
     return model.generate(
         prepared.input_ids,
         attention_mask=prepared.attention_mask,
-        guidance_scale=scale,
-        negative_prompt_ids=neg,
         max_new_tokens=steps,
-        do_sample=False,
         output_scores=True,
         return_dict_in_generate=True,
         pad_token_id=0,
+        **kw,
+    )
+
+
+def cfg_generate(model, prepared, negative: list[int], scale: float, steps: int):
+    neg = torch.tensor([negative] * prepared.input_ids.shape[0])
+    return plain_generate(
+        model, prepared, steps, guidance_scale=scale, negative_prompt_ids=neg, do_sample=False
     )
 
 
@@ -214,18 +218,6 @@ def test_dialog_form_is_rescaled_cfg(lm):
 
 # ---------------------------------------------------------------------------------------------------------
 # Limits: the base model comes back where it should.
-
-
-def plain_generate(model, prepared, steps, **kw):
-    return model.generate(
-        prepared.input_ids,
-        attention_mask=prepared.attention_mask,
-        max_new_tokens=steps,
-        output_scores=True,
-        return_dict_in_generate=True,
-        pad_token_id=0,
-        **kw,
-    )
 
 
 def test_k_at_least_context_is_the_base_model(lm):
