@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cblight.generation import boosted_generate, dialog_prompt
 from cblight.generation.prompts import marker_ids, separator_ids
@@ -28,13 +27,6 @@ PROMPTS = [
 ]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def lm(tiny_model_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    return model, tok
 
 
 def cfg(model, prepared, negative, scale, seed=None, **kwargs):
@@ -54,8 +46,8 @@ def cfg(model, prepared, negative, scale, seed=None, **kwargs):
 
 
 @pytest.mark.parametrize("alpha", [-0.5, -2.0])
-def test_generation_form_is_cfg_with_scale_one_minus_alpha(lm, alpha):
-    model, tok = lm
+def test_generation_form_is_cfg_with_scale_one_minus_alpha(tiny_lm, alpha):
+    model, tok = tiny_lm
     negative = list(Encoder(tok).prefix) + marker_ids(tok, " TL;DR:")
     for sampling in ({"do_sample": False}, {"do_sample": True, "temperature": 0.7, "top_k": 0}):
         ours = boosted_generate(
@@ -67,8 +59,8 @@ def test_generation_form_is_cfg_with_scale_one_minus_alpha(lm, alpha):
 
 
 @pytest.mark.parametrize("alpha", [-0.5, -0.8])
-def test_next_token_form_is_cfg_with_rescaled_temperature(lm, alpha):
-    model, tok = lm
+def test_next_token_form_is_cfg_with_rescaled_temperature(tiny_lm, alpha):
+    model, tok = tiny_lm
     negative = list(Encoder(tok).prefix) + marker_ids(tok, " TL;DR:")
     scale, temperature = 1 / (1 + alpha), 0.9
     ours = boosted_generate(
@@ -87,10 +79,10 @@ def test_next_token_form_is_cfg_with_rescaled_temperature(lm, alpha):
     assert not torch.equal(same_t.sequences, theirs)
 
 
-def test_dialog_response_is_cfg_on_separator(lm):
+def test_dialog_response_is_cfg_on_separator(tiny_lm):
     """Response mode (separator + response so far) is CFG whose negative prompt is the separator: for
     GPT-2, whose tokenizer adds no BOS, that is CFG's default negative prompt (the prompt's last token)."""
-    model, tok = lm
+    model, tok = tiny_lm
     alpha = -0.5
     prompts = [
         dialog_prompt(tok, [t]) for t in ("Hi there", "Question: what is the capital of France?", "She")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cblight.generation import BoostingError, boosted_generate, dialog_prompt
 from cblight.scoring import left_pad
@@ -22,13 +21,6 @@ TEXTS = [
 STEPS = 6
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def lm(tiny_model_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    return model, tok
 
 
 def inputs_for(tok, mode: str) -> dict[str, torch.Tensor]:
@@ -62,8 +54,8 @@ def direct(model, tok, inputs, mode, alpha, k=3, **kwargs):
 
 
 @pytest.mark.parametrize("mode", ["last_k", "response", "marker"])
-def test_greedy_and_seeded_sampling_equal_boosted_generate(lm, mode):
-    model, tok = lm
+def test_greedy_and_seeded_sampling_equal_boosted_generate(tiny_lm, mode):
+    model, tok = tiny_lm
     inputs = inputs_for(tok, mode)
     boost = {"boost_mode": mode, "boost_k": 3, "boost_alpha": -0.5}
     ours = hub_style(model, tok, inputs, max_new_tokens=STEPS, **boost)
@@ -77,8 +69,8 @@ def test_greedy_and_seeded_sampling_equal_boosted_generate(lm, mode):
     assert ours.shape[0] == 2 * len(TEXTS) and torch.equal(ours, ref)
 
 
-def test_beams_forms_and_dict_output(lm):
-    model, tok = lm
+def test_beams_forms_and_dict_output(tiny_lm):
+    model, tok = tiny_lm
     inputs = inputs_for(tok, "marker")
     ours = hub_style(
         model, tok, inputs, max_new_tokens=STEPS, num_beams=3, boost_mode="marker", boost_alpha=-0.5
@@ -114,8 +106,8 @@ def test_beams_forms_and_dict_output(lm):
         assert torch.equal(a, b)
 
 
-def test_alpha_zero_is_plain_generate(lm):
-    model, tok = lm
+def test_alpha_zero_is_plain_generate(tiny_lm):
+    model, tok = tiny_lm
     inputs = inputs_for(tok, "last_k")
     plain = model.generate(**inputs, max_new_tokens=STEPS, do_sample=False, pad_token_id=tok.pad_token_id)
     width = inputs["input_ids"].shape[1]
@@ -125,8 +117,8 @@ def test_alpha_zero_is_plain_generate(lm):
     assert torch.equal(hub_style(model, tok, inputs, max_length=width + STEPS)[:, width:], new_tokens)
 
 
-def test_bad_input_is_one_clear_error(lm):
-    model, tok = lm
+def test_bad_input_is_one_clear_error(tiny_lm):
+    model, tok = tiny_lm
     inputs = inputs_for(tok, "last_k")
     with pytest.raises(BoostingError, match="needs the tokenizer"):
         model.generate(**inputs, custom_generate=str(ROOT), trust_remote_code=True, boost_alpha=-0.5)
