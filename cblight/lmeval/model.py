@@ -37,6 +37,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from lm_eval.models.utils_hf import stop_sequences_criteria
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
 
 from cblight.boosting import short_context_ids
 from cblight.errors import CblightError
@@ -242,14 +243,18 @@ class CblightLM(TemplateLM):
         for req, (_, cont) in zip(requests, encoded):
             if not cont:
                 raise CblightError(f"{req.task_name}: continuation {req.args[1]!r} encodes to no tokens")
+        shorts: list[tuple[list[int], list[int]] | None] = []
         if self.boosted:
             try:  # before any model call: a task without a rule fails at once, in one line
                 shorts = [self._short(req, ctx, cont) for req, (ctx, cont) in zip(requests, encoded)]
             except ShortContextError as err:
                 raise ShortContextError(str(err)) from None
-            out = self._boosted(encoded, shorts)
-        else:
-            out = self._plain(encoded)
+        # blocks of requests in lm-eval's order (a question's choices stay together), with a progress bar
+        block = 32 * self.scorer.rows_per_batch
+        out: list[tuple[float, bool]] = []
+        for lo in tqdm(range(0, len(encoded), block), desc="cblight loglikelihood", disable=disable_tqdm):
+            part = encoded[lo : lo + block]
+            out += self._boosted(part, shorts[lo : lo + block]) if self.boosted else self._plain(part)
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
         return out
