@@ -36,6 +36,7 @@ from cblight.data.prompts import fit_example
 from cblight.data.sentences import first_sentences
 from cblight.errors import ConfigError
 from cblight.metrics.coherence import generated_token_log_probs
+from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
 from cblight.modules.base import LanguageModelModule
@@ -163,6 +164,9 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             checkpoint when ``model`` is a tuned one).
         short_window: the short context of LTF and delta (20 tokens in the paper).
         self_bleu_samples: hypotheses sampled for self-BLEU (degen's 1000; ``None`` scores all).
+        meteor: dialog tables' METEOR: ``official`` (the METEOR 1.5 jar of the DSTC7 evaluation; needs
+            Java and ``cblight[dialog]``), ``nltk`` (column ``meteor_nltk``), or ``auto`` (official where
+            it can run, else nltk).
         human: also score the held-out human text (the "Human" row).
         score_batch_size: documents per forward pass when scoring with the base LM.
         output_dir: where generations, results, plots, cache and logs go (``{model}`` = the model's name).
@@ -188,6 +192,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         metrics_model: str | None = None,
         short_window: int = 20,
         self_bleu_samples: int | None = 1000,
+        meteor: MeteorRoute = "auto",
         human: bool = True,
         score_batch_size: int = 8,
         output_dir: str = "outputs/generation/{model}",
@@ -222,6 +227,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if short_window < 1:
             raise ConfigError(f"short_window must be at least 1, got {short_window}")
+        resolve_meteor_route(meteor)  # refuses an official METEOR that cannot run, before any work
         self.output_dir = resolve_output_dir(output_dir, model)
         self.lm: nn.Module | None = None
         self._sharded_lm: Any = None
@@ -330,7 +336,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
                 eos_token_id=self.tok.eos_token_id, self_bleu_samples=self.hparams.self_bleu_samples
             )
         if table == "dialog":
-            return DialogSuite()
+            return DialogSuite(meteor=self.hparams.meteor)
         return SummarySuite()
 
     @property
@@ -498,7 +504,9 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             for decoding in task.decodings:
                 rows[decoding.name] = self._compute(name, decoding.slug)
             human = self._compute(name, "human") if self._scores_human(task) else None
-            columns = list(self.suites[self._suite_key(name, task.decodings[0].slug)].columns)
+            suite = self.suites[self._suite_key(name, task.decodings[0].slug)]
+            columns = list(suite.columns)
+            titles = getattr(suite, "titles", {})  # Table 3 prints the paper's headers (N-2, B-4, ...)
             logged = {}
             for decoding in task.decodings:
                 for col in columns:
@@ -521,7 +529,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             if human is not None:
                 table_rows.append(["Human", *(human[c] for c in columns)])
             blocks.append(f"{task.split.task.title} ({task.split.split}, n={result['n']})\n")
-            blocks[-1] += format_table(["decoding", *columns], table_rows)
+            blocks[-1] += format_table(["decoding", *(titles.get(c, c) for c in columns)], table_rows)
             if self.trainer.is_global_zero:
                 self._write_task_files(task, result)
         self.trainer.strategy.barrier()
