@@ -199,3 +199,26 @@ def test_meteor_bad_input():
         nltk_meteor(["a", "b"], [["a"]])
     with pytest.raises(ValueError, match="empty corpus"):
         nltk_meteor([], [])
+
+
+@needs_jar
+def test_official_comparison_script(capsys):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "dstc7_official.py"
+    spec = importlib.util.spec_from_file_location("dstc7_official", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rows = [line.split(" | ") for line in script.main(["--sets", "unrelated"]).splitlines()[2:11]]
+    assert [r[1] for r in rows] == [
+        "NIST-2",
+        "NIST-4",
+        "BLEU-2",
+        "BLEU-4",
+        "METEOR",
+        "Ent-4",
+        "Dist-1",
+        "Dist-2",
+    ] + ["avg len"]
+    assert all(official == ours for _, _, official, ours, _ in rows)  # equal to the printed digits
+    assert rows[4][4] == "6.505 |"  # nltk's METEOR, far from the official 4.361
