@@ -30,12 +30,14 @@ from torchmetrics import Metric
 from cblight.metrics.dialog_text import (
     DialogCorpus,
     Normalize,
+    as_floats,
     check_hypotheses,
     check_n_refs,
     check_nonempty,
     check_normalize,
     cycle_references,
     dialog_words,
+    score_once,
 )
 from cblight.metrics.mteval import bleu_from_counts, bleu_segment_stats, mteval_nist, mteval_words
 from cblight.metrics.ngrams import (
@@ -265,10 +267,6 @@ class ResponseLength(Metric):
 # Functional forms
 
 
-def _floats(values: dict[str, torch.Tensor]) -> dict[str, float]:
-    return {k: float(v) for k, v in values.items()}
-
-
 def corpus_bleu(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
@@ -277,9 +275,7 @@ def corpus_bleu(
     n_refs: int | None = None,
 ) -> dict[str, float]:
     """``CorpusBLEU`` (mteval-v14c.pl) in one call."""
-    metric = CorpusBLEU(orders, normalize, n_refs)
-    metric.update(hypotheses, references)
-    return _floats(metric.compute())
+    return as_floats(score_once(CorpusBLEU(orders, normalize, n_refs), hypotheses, references))
 
 
 def corpus_nist_score(
@@ -290,9 +286,7 @@ def corpus_nist_score(
     n_refs: int | None = None,
 ) -> dict[str, float]:
     """``CorpusNIST`` (mteval-v14c.pl) in one call."""
-    metric = CorpusNIST(orders, normalize, n_refs)
-    metric.update(hypotheses, references)
-    return _floats(metric.compute())
+    return as_floats(score_once(CorpusNIST(orders, normalize, n_refs), hypotheses, references))
 
 
 def nltk_corpus_bleu(
@@ -301,9 +295,7 @@ def nltk_corpus_bleu(
     orders: Sequence[int] = (2, 4),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
-    metric = NltkCorpusBLEU(orders, normalize)
-    metric.update(hypotheses, references)
-    return _floats(metric.compute())
+    return as_floats(score_once(NltkCorpusBLEU(orders, normalize), hypotheses, references))
 
 
 def nltk_corpus_nist(
@@ -312,9 +304,7 @@ def nltk_corpus_nist(
     orders: Sequence[int] = (2, 4),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
-    metric = NltkCorpusNIST(orders, normalize)
-    metric.update(hypotheses, references)
-    return _floats(metric.compute())
+    return as_floats(score_once(NltkCorpusNIST(orders, normalize), hypotheses, references))
 
 
 def ngram_diversity(
@@ -323,12 +313,8 @@ def ngram_diversity(
     entropy_orders: Sequence[int] = (4,),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
-    metric = NGramDiversity(distinct_orders, entropy_orders, normalize)
-    metric.update(hypotheses)
-    return _floats(metric.compute())
+    return as_floats(score_once(NGramDiversity(distinct_orders, entropy_orders, normalize), hypotheses))
 
 
 def response_length(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> float:
-    metric = ResponseLength(normalize)
-    metric.update(hypotheses)
-    return float(metric.compute())
+    return float(score_once(ResponseLength(normalize), hypotheses))

@@ -36,10 +36,12 @@ from cblight.errors import ConfigError
 from cblight.metrics.dialog_text import (
     DialogCorpus,
     Normalize,
+    as_floats,
     check_nonempty,
     check_normalize,
     cycle_references,
     dialog_words,
+    score_once,
 )
 
 MeteorRoute = Literal["auto", "official", "nltk"]
@@ -313,9 +315,7 @@ def meteor(
     jar: str | None = None,
 ) -> float:
     """The official corpus METEOR 1.5 (``Meteor``) in one call."""
-    metric = Meteor(normalize, n_refs, jar)
-    metric.update(hypotheses, references)
-    return float(metric.compute())
+    return float(score_once(Meteor(normalize, n_refs, jar), hypotheses, references))
 
 
 def nltk_meteor(
@@ -325,6 +325,4 @@ def nltk_meteor(
     use_synonyms: bool | None = None,
 ) -> dict[str, float]:
     """nltk's mean sentence METEOR (``NltkMeteor``) in one call."""
-    metric = NltkMeteor(normalize, use_synonyms)
-    metric.update(hypotheses, references)
-    return {k: float(v) for k, v in metric.compute().items()}
+    return as_floats(score_once(NltkMeteor(normalize, use_synonyms), hypotheses, references))

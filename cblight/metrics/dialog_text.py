@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import torch
+from torchmetrics import Metric
 
 from cblight.metrics.ragged import RaggedMetric
 
@@ -122,6 +123,16 @@ def check_n_refs(n_refs: int | None) -> int | None:
     if n_refs is not None and (isinstance(n_refs, bool) or not isinstance(n_refs, int) or n_refs < 1):
         raise ValueError(f"n_refs must be a positive integer or None, got {n_refs!r}")
     return n_refs
+
+
+def score_once(metric: Metric, *inputs: Any) -> Any:
+    """``metric``'s value over one corpus in memory (the functional forms)."""
+    metric.update(*inputs)
+    return metric.compute()
+
+
+def as_floats(values: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {k: float(v) for k, v in values.items()}
 
 
 class DialogCorpus(RaggedMetric):
