@@ -96,7 +96,7 @@ def step_ratios(model_dir: Path, args: argparse.Namespace) -> dict[str, float]:
             model.zero_grad(set_to_none=True)
             sampled = sample()
             terms = tuning_kl_terms(model, sampled, k=args.k, alpha=args.alpha, last_m=last_m)
-            (terms.kl.sum() / max(terms.count, 1) + terms.anchor).backward()
+            (terms.loss_sum / max(terms.count, 1) + terms.anchor).backward()
 
         return run
 

@@ -168,7 +168,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
     grads = []
     for module in (plain, checkpointed):
         terms = module.kl_terms(sampled)
-        (terms.kl.mean() + terms.anchor).backward()
+        (terms.loss_sum / terms.count + terms.anchor).backward()
         grads.append({n: p.grad for n, p in module.model.named_parameters()})
     for name, grad in grads[0].items():
         assert torch.allclose(grad, grads[1][name], atol=1e-7, rtol=1e-4), name
