@@ -35,7 +35,7 @@ from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError, NextTokenExample
 from cblight.errors import ConfigError
 from cblight.metrics.sweeps import ChoiceSweep, NextTokenSweep
-from cblight.models import DTypeName, load_tokenizer
+from cblight.models import DTypeName, load_tokenizer, model_label
 from cblight.modules.base import LanguageModelModule
 from cblight.results import (
     RecordCache,
@@ -624,8 +624,7 @@ class BoostedEvaluator(LanguageModelModule):
 
 def resolve_output_dir(template: str, model: str) -> Path:
     """``template`` with ``{model}`` replaced by the model's last path component (``gpt2``, ``Llama-2-7b-hf``)."""
-    name = Path(model.rstrip("/")).name or "model"
-    return Path(template.replace("{model}", name))
+    return Path(template.replace("{model}", model_label(model)))
 
 
 def _is_number(value: Any) -> bool:
