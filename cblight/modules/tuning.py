@@ -218,7 +218,6 @@ class CoherenceTuning(L.LightningModule):
         self.val_top1_initial = MeanMetric()
         self.val_nll = SumMetric()
         self.val_tokens = SumMetric()
-        self._ema_step = 0
         self._log_dir: str | None = None
         self._rng: dict[str, torch.Tensor] | None = None
         self._loaded_rng: dict[str, Any] | None = None
@@ -309,6 +308,13 @@ class CoherenceTuning(L.LightningModule):
             callbacks.append(StepProgressBar(refresh_rate=bar.refresh_rate))
         return callbacks
 
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        # The EMA follows every optimizer step right away, before any callback (a checkpoint) sees it.
+        super().optimizer_step(*args, **kwargs)
+        if self.hparams.teacher == "ema":
+            assert self.teacher_model is not None
+            ema_update(self.teacher_model, self.model, self.hparams.ema_decay)
+
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The gradient's 2-norm before clipping (over all processes' shards under FSDP)."""
         grads = [p.grad.detach().float() for p in self.parameters() if p.grad is not None]
@@ -340,7 +346,6 @@ class CoherenceTuning(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._move_copies()
-        self._ema_step = self.global_step
         rank, world = self.global_rank, self.trainer.world_size
         loaded = self._loaded_rng
         if loaded is not None and loaded.get("world_size") == world:
@@ -488,10 +493,6 @@ class CoherenceTuning(L.LightningModule):
         elapsed = time.perf_counter() - self._step_start
         if elapsed > 0:
             self.log("train/tuning/tokens_per_s", self._step_tokens / elapsed, batch_size=1)
-        if self.hparams.teacher == "ema" and self.global_step != self._ema_step:  # the optimizer stepped
-            assert self.teacher_model is not None
-            ema_update(self.teacher_model, self.model, self.hparams.ema_decay)
-            self._ema_step = self.global_step
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
