@@ -34,8 +34,11 @@ from cblight.divergences import Divergence, restrict_to_teacher_top_k
 from cblight.divergences import divergence as divergence_fn
 from cblight.errors import CblightError
 from cblight.scoring import (
+    Encoder,
+    Scorer,
     accepts_kwarg,
     default_window_chunk,
+    empty_context_ids,
     last_position_log_probs,
     positions_from_mask,
     windowed_log_probs,
@@ -51,6 +54,7 @@ __all__ = [
     "default_loss_chunk",
     "disable_dropout",
     "ema_update",
+    "human_text_nll",
     "kl_scope",
     "longest_useful_position",
     "sample_sequences",
@@ -435,3 +439,26 @@ def ema_update(teacher: torch.nn.Module, student: torch.nn.Module, decay: float)
     if pairs:
         targets = [t for t, _ in pairs]
         torch._foreach_lerp_(targets, [s.detach().to(t.dtype) for t, s in pairs], 1.0 - decay)
+
+
+@torch.no_grad()
+def human_text_nll(
+    model: Any, tokenizer: Any, texts: Sequence[str], max_tokens: int = 128
+) -> tuple[float, int]:
+    """Summed negative log-likelihood and token count of texts under ``model``, each cut to its first
+    ``max_tokens`` tokens and read after the tokenizer's empty context (BOS, or EOS for GPT-2), as document
+    perplexity is; ``exp(nll / tokens)`` is the perplexity. Scored by ``cblight.scoring.Scorer`` in
+    batches whose logits stay near 2^26 entries (vocabulary-sized rows)."""
+    encoder = Encoder(tokenizer)
+    start = empty_context_ids(tokenizer, encoder.prefix)
+    groups = [(start, [body[:max_tokens]]) for body in map(encoder.body, texts) if body]
+    if not groups:
+        return 0.0, 0
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    rows = max(1, (1 << 26) // (vocab * (max_tokens + len(start))))
+    was_training = model.training
+    try:
+        scores = Scorer(model, tokenizer, batch_size=rows, share_context=False).score_choices(groups)
+    finally:
+        model.train(was_training)
+    return -sum(s[0].log_prob for s in scores), sum(s[0].num_tokens for s in scores)

@@ -221,6 +221,7 @@ def test_bad_tuning_options_exit_2_with_one_line(option, value, named, capsys, m
     assert len(err) == 1 and err[0].startswith("error: ") and named in err[0], err
 
 
+@pytest.mark.slow
 def test_train_py_refuses_a_bad_option_in_one_line(tmp_path):
     import subprocess
     import sys

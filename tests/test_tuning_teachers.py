@@ -5,7 +5,6 @@ model's logits), and the validation perplexity on held-out human text against tr
 import copy
 from functools import partial
 
-import lightning as L
 import pytest
 import torch
 from lightning.pytorch import Callback
@@ -13,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from transformers import AutoModelForCausalLM
 
 from cblight.data.tuning_prompts import PromptDataModule
-from cblight.modules.tuning import EMA_KEY, CoherenceTuning
+from cblight.modules.tuning import EMA_KEY
 from cblight.tuning import tuning_kl_terms
 from tests.test_tuning_module import PROMPTS, _trainer, _tuning
 
@@ -58,7 +57,9 @@ def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_pat
     # the KL terms use the EMA model as the teacher
     sampled = module.sample({"prompts": PROMPTS[:2]})
     ours = module.kl_terms(sampled).kl
-    ref = tuning_kl_terms(module.model, sampled, k=3, alpha=-0.5, teacher_model=copy.deepcopy(module.teacher_model))
+    ref = tuning_kl_terms(
+        module.model, sampled, k=3, alpha=-0.5, teacher_model=copy.deepcopy(module.teacher_model)
+    )
     assert torch.allclose(ours, ref.kl)
 
 
@@ -91,7 +92,10 @@ def test_lora_trains_adapters_and_exports_adapter_and_merged_models(tiny_model_d
 
 
 def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir, tmp_path):
-    texts = ["The quick brown fox jumps over the lazy dog.", "A journey of a thousand miles begins with one step."]
+    texts = [
+        "The quick brown fox jumps over the lazy dog.",
+        "A journey of a thousand miles begins with one step.",
+    ]
     module = _tuning(tiny_model_dir, val_text_tokens=8)
     nll, tokens = module.text_nll(texts)
     start = module.tokenizer.bos_token_id if module.encoder.prefix else module.tokenizer.eos_token_id

@@ -32,7 +32,7 @@ from torchmetrics import MeanMetric, SumMetric
 from cblight.divergences import check_divergence
 from cblight.lora import apply_lora, check_lora_options, is_peft_model, save_lora_exports
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
-from cblight.scoring import Encoder, Scorer, empty_context_ids, left_pad
+from cblight.scoring import Encoder, left_pad
 from cblight.tuning import (
     KLTerms,
     Sampled,
@@ -40,6 +40,7 @@ from cblight.tuning import (
     check_tuning_options,
     disable_dropout,
     ema_update,
+    human_text_nll,
     longest_useful_position,
     sample_sequences,
     tuning_kl_terms,
@@ -293,9 +294,9 @@ class CoherenceTuning(L.LightningModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         """Stop cleanly on Ctrl-C / SIGTERM, log the learning rate, count the progress bar in steps."""
-        from lightning.pytorch.callbacks import LearningRateMonitor, TQDMProgressBar
+        from lightning.pytorch.callbacks import LearningRateMonitor
 
-        from cblight.modules.tuning_callbacks import StepProgressBar, StopOnSignal
+        from cblight.modules.tuning_callbacks import StopOnSignal, step_progress_bar
 
         trainer = self.trainer
         callbacks: list[L.Callback] = []
@@ -303,10 +304,8 @@ class CoherenceTuning(L.LightningModule):
             callbacks.append(StopOnSignal())
         if trainer.loggers and not any(isinstance(c, LearningRateMonitor) for c in trainer.callbacks):
             callbacks.append(LearningRateMonitor(logging_interval="step"))
-        bar = trainer.progress_bar_callback
-        if type(bar) is TQDMProgressBar:  # the default bar counts epochs; ours steps of max_steps
-            callbacks.append(StepProgressBar(refresh_rate=bar.refresh_rate))
-        return callbacks
+        bar = step_progress_bar(trainer.progress_bar_callback)  # Lightning's counts epochs; ours steps
+        return callbacks + ([bar] if bar is not None else [])
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         # The EMA follows every optimizer step right away, before any callback (a checkpoint) sees it.
@@ -530,25 +529,9 @@ class CoherenceTuning(L.LightningModule):
         self.val_nll.reset()
         self.val_tokens.reset()
 
-    @torch.no_grad()
     def text_nll(self, texts: Sequence[str]) -> tuple[float, int]:
-        """Summed negative log-likelihood and token count of human texts (each cut to ``val_text_tokens``
-        tokens, read after the tokenizer's empty context, BOS or EOS, as document perplexity is)."""
-        start = empty_context_ids(self.tokenizer, self.encoder.prefix)
-        bodies = [self.encoder.body(t)[: self.hparams.val_text_tokens] for t in texts]
-        groups = [(start, [b]) for b in bodies if b]
-        if not groups:
-            return 0.0, 0
-        vocab = int(self.model.get_output_embeddings().weight.shape[0])
-        rows = max(1, (1 << 26) // (vocab * (self.hparams.val_text_tokens + len(start))))
-        was_training = self.model.training
-        try:
-            scores = Scorer(self.model, self.tokenizer, batch_size=rows, share_context=False).score_choices(
-                groups
-            )
-        finally:
-            self.model.train(was_training)
-        return -sum(s[0].log_prob for s in scores), sum(s[0].num_tokens for s in scores)
+        """Summed negative log-likelihood and token count of held-out human texts (``human_text_nll``)."""
+        return human_text_nll(self.model, self.tokenizer, texts, self.hparams.val_text_tokens)
 
     # -- tracking -------------------------------------------------------------------------------------
     def _maybe_log_samples(self, prompts: Sequence[str], sampled: Sampled) -> None:

@@ -6,8 +6,9 @@
   weights, optimizer, sampling random states and prompt position. A second signal (2 s or more after the
   first) stops at once, without a checkpoint. Under SLURM, Lightning's own auto-requeue on SIGUSR1 is
   left as it is.
-* ``StepProgressBar``: the prompt stream is one endless epoch, so the bar counts optimizer steps of
-  ``max_steps`` instead of batches of an epoch.
+* ``StepProgressBar`` / ``RichStepProgressBar`` (Lightning's default when ``rich`` is installed): the
+  prompt stream is one endless epoch, so the bar counts optimizer steps of ``max_steps`` ("Tuning 12/32")
+  instead of an epoch's batches ("Epoch 0/-2").
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 
-__all__ = ["StepProgressBar", "StopOnSignal"]
+__all__ = ["RichStepProgressBar", "StepProgressBar", "StopOnSignal", "step_progress_bar"]
 
 # A signal delivered twice at once (to the process group, and forwarded by Lightning's launcher) is one.
 REPEAT_AFTER_S = 2.0
@@ -134,3 +135,31 @@ class StepProgressBar(TQDMProgressBar):
             bar.n = n
             bar.refresh()
             bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+
+class RichStepProgressBar(RichProgressBar):
+    """Rich bar in optimizer steps of ``max_steps``."""
+
+    @property
+    def total_train_batches(self) -> int | float:
+        return self.trainer.max_steps
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return "Tuning"
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self.is_disabled and self.train_progress_bar_id is None:
+            self._initialize_train_progress_bar_id()
+        self._update(self.train_progress_bar_id, trainer.global_step)
+        self._update_metrics(trainer, pl_module)
+
+
+def step_progress_bar(bar: Any) -> Callback | None:
+    """The step-counting replacement of Lightning's own default bar (``None`` for any other bar)."""
+    if type(bar) is TQDMProgressBar:
+        return StepProgressBar(refresh_rate=bar.refresh_rate)
+    if type(bar) is RichProgressBar:
+        return RichStepProgressBar(refresh_rate=bar.refresh_rate)
+    return None
