@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 from torchmetrics import MeanMetric, SumMetric
 
 from cblight.divergences import check_divergence
 from cblight.lora import apply_lora, check_lora_options, is_peft_model, save_lora_exports
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
-from cblight.scoring import Encoder, left_pad
+from cblight.modules.tuning_sampling import RNG_KEY, SampledBatches, seed_of
+from cblight.scoring import Encoder
 from cblight.tuning import (
     KLTerms,
     Sampled,
@@ -42,7 +42,6 @@ from cblight.tuning import (
     ema_update,
     human_text_nll,
     longest_useful_position,
-    sample_sequences,
     tuning_kl_terms,
 )
 
@@ -51,15 +50,10 @@ log = logging.getLogger(__name__)
 OptimizerCallable = Callable[[Iterable], torch.optim.Optimizer]
 LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
 
-RNG_KEY = "cblight_sampling_rng"
 EMA_KEY = "cblight_ema_teacher"
 TEACHERS = ("live", "frozen", "ema")
 
-__all__ = ["CoherenceTuning"]
-
-
-def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+__all__ = ["EMA_KEY", "RNG_KEY", "CoherenceTuning"]
 
 
 def _constant_rate(step: int) -> float:
@@ -73,7 +67,7 @@ def check_teacher(teacher: str, ema_decay: float) -> None:
         raise TuningConfigError(f"ema_decay must be in (0, 1), got {ema_decay!r}")
 
 
-class CoherenceTuning(L.LightningModule):
+class CoherenceTuning(SampledBatches, L.LightningModule):
     """Coherence tuning of any Hugging Face causal LM.
 
     Args:
@@ -220,8 +214,6 @@ class CoherenceTuning(L.LightningModule):
         self.val_nll = SumMetric()
         self.val_tokens = SumMetric()
         self._log_dir: str | None = None
-        self._rng: dict[str, torch.Tensor] | None = None
-        self._loaded_rng: dict[str, Any] | None = None
         self._step_start = 0.0
         self._step_tokens = 0
 
@@ -326,18 +318,7 @@ class CoherenceTuning(L.LightningModule):
             squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
         self.log("train/tuning/grad_norm", squares.sqrt(), batch_size=1)
 
-    # -- sampling with a checkpointed random state -------------------------------------------------------
-    def _devices(self) -> list[torch.device]:
-        return [self.device] if self.device.type == "cuda" else []
-
-    def _fresh_rng(self, seed: int) -> dict[str, torch.Tensor]:
-        with torch.random.fork_rng(devices=self._devices()):
-            torch.manual_seed(seed)
-            state = {"cpu": torch.get_rng_state()}
-            if self.device.type == "cuda":
-                state["cuda"] = torch.cuda.get_rng_state(self.device)
-        return state
-
+    # -- devices of the teacher copies ---------------------------------------------------------------
     def _move_copies(self) -> None:
         for copy_ in (self.initial_model, self.teacher_model):
             if copy_ is not None:
@@ -345,83 +326,10 @@ class CoherenceTuning(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._move_copies()
-        rank, world = self.global_rank, self.trainer.world_size
-        loaded = self._loaded_rng
-        if loaded is not None and loaded.get("world_size") == world:
-            self._rng = {key: rows[rank].clone() for key, rows in loaded.items() if key != "world_size"}
-            if self.device.type == "cuda" and "cuda" not in self._rng:
-                self._rng["cuda"] = self._fresh_rng(_seed(self.hparams.seed, rank, self.global_step))["cuda"]
-            if self.device.type != "cuda":
-                self._rng.pop("cuda", None)
-        else:
-            if loaded is not None:
-                log.warning(
-                    "the checkpoint's sampling states are for %s processes, this run has %s: reseeding",
-                    loaded.get("world_size"),
-                    world,
-                )
-            seed = (
-                self.hparams.seed + rank
-                if loaded is None
-                else _seed(self.hparams.seed, rank, self.global_step)
-            )
-            self._rng = self._fresh_rng(seed)
-        self._loaded_rng = None
+        self.restore_sampling_state()
 
     def on_validation_start(self) -> None:
         self._move_copies()
-
-    def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        if not prompts:
-            raise TuningConfigError("the prompt data module yielded an empty batch")
-        return left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, self.device)
-
-    def _synced(self) -> bool:
-        """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
-        from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
-
-        trainer = self._trainer
-        if trainer is None or trainer.world_size == 1:
-            return False
-        strategy = trainer.strategy
-        replicated = isinstance(strategy, (DDPStrategy, SingleDeviceStrategy))
-        return not replicated or "DeepSpeed" in type(strategy).__name__  # DeepSpeed subclasses DDP
-
-    def _generate(self, prompts: Sequence[str]) -> Sampled:
-        ids, mask = self.encode_prompts(prompts)
-        hp = self.hparams
-        return sample_sequences(
-            self.model,
-            ids,
-            mask,
-            max_new_tokens=hp.max_new_tokens,
-            eos_token_id=self.eos_id,
-            pad_token_id=self.pad_id,
-            temperature=hp.temperature,
-            top_p=hp.top_p,
-            top_k=hp.top_k,
-            synced_gpus=self._synced(),
-        )
-
-    def sample(self, batch: dict[str, Any]) -> Sampled:
-        """Sample the tuning sequences of a batch, advancing this process's sampling random state."""
-        if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
-            self._rng = self._fresh_rng(self.hparams.seed + self.global_rank)
-        with torch.random.fork_rng(devices=self._devices()):
-            torch.set_rng_state(self._rng["cpu"])
-            if "cuda" in self._rng:
-                torch.cuda.set_rng_state(self._rng["cuda"], self.device)
-            sampled = self._generate(batch["prompts"])
-            self._rng = {"cpu": torch.get_rng_state()}
-            if self.device.type == "cuda":
-                self._rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return sampled
-
-    def sample_fixed(self, batch: dict[str, Any], seed: int) -> Sampled:
-        """Sample with a given seed, leaving the tuning random state alone (validation)."""
-        with torch.random.fork_rng(devices=self._devices()):
-            torch.manual_seed(seed)
-            return self._generate(batch["prompts"])
 
     # -- the loss ------------------------------------------------------------------------------------
     def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
@@ -495,7 +403,7 @@ class CoherenceTuning(L.LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
-        sampled = self.sample_fixed(batch, _seed(self.hparams.seed, 1_000_003, batch_idx, self.global_rank))
+        sampled = self.sample_fixed(batch, seed_of(self.hparams.seed, 1_000_003, batch_idx, self.global_rank))
         n = len(batch["prompts"])
         with torch.no_grad():
             terms = self.kl_terms(sampled)
@@ -567,20 +475,10 @@ class CoherenceTuning(L.LightningModule):
                 for n, p in self.teacher_model.named_parameters()
                 if n in trainable
             }
-        if self._rng is None:
-            return
-        world = self.trainer.world_size if self._trainer is not None else 1
-        entry: dict[str, Any] = {"world_size": world}
-        for key, state in self._rng.items():
-            if world > 1:
-                gathered = self.all_gather(state.to(self.device)).cpu()
-            else:
-                gathered = state.unsqueeze(0)
-            entry[key] = [row.clone() for row in gathered]
-        checkpoint[RNG_KEY] = entry
+        self.save_sampling_state(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._loaded_rng = checkpoint.get(RNG_KEY)
+        self.load_sampling_state(checkpoint)
         ema = checkpoint.get(EMA_KEY)
         if ema is not None and self.teacher_model is not None:
             params = dict(self.teacher_model.named_parameters())
