@@ -170,10 +170,12 @@ def evaluate_model(label: str, model: Any, ctx: dict[str, Any], args: argparse.N
     row: dict[str, Any] = {"model": label}
     if model is not None:
         row.update(agreement(model, ctx["base"], ctx["held_out"], ctx["prefix"], args))
-        generated = sample(model, ctx["tok"], ctx["prompts"], args)
-    else:  # boosted sampling from the base
-        generated = sample(ctx["base"], ctx["tok"], ctx["prompts"], args, alpha=args.alpha)
-    row.update(generation_metrics(ctx["base"], ctx["tok"], generated, ctx["prefix"]))
+    if not args.skip_generation:
+        if model is not None:
+            generated = sample(model, ctx["tok"], ctx["prompts"], args)
+        else:  # boosted sampling from the base
+            generated = sample(ctx["base"], ctx["tok"], ctx["prompts"], args, alpha=args.alpha)
+        row.update(generation_metrics(ctx["base"], ctx["tok"], generated, ctx["prefix"]))
     if model is not None:
         nll, tokens = human_text_nll(model, ctx["tok"], ctx["documents"], max_tokens=args.doc_tokens)
         row["human_ppl"] = float(__import__("math").exp(nll / tokens))
@@ -256,7 +258,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32, help="sampled tokens per sequence (the paper: 32)")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=-0.4)
-    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--lr", type=float, default=3e-5)
     parser.add_argument("--ema-decay", type=float, default=0.9)
     parser.add_argument("--last-m", type=int, default=None)
     parser.add_argument("--eval-prompts", type=int, default=256)
@@ -265,6 +267,7 @@ def main() -> None:
     parser.add_argument("--doc-tokens", type=int, default=128)
     parser.add_argument("--train-prompts", type=int, default=0, help="0: every first sentence of the split")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-generation", action="store_true", help="only the KL, top-1 and human ppl")
     parser.add_argument("--webtext-dir", default=WEBTEXT)
     parser.add_argument(
         "--out", default=None, help="JSON path (default outputs/evidence/tuning_<device>.json)"

@@ -8,8 +8,9 @@ lives in ``cblight.tuning``. Distribution is Lightning's (DDP; FSDP for models t
 Defaults follow the paper where it speaks (32 steps of 32 sequences of 32 sampled tokens, set in the
 trainer and data module, the forward KL) and are ours where its code figure is missing: ``k = 32`` and
 ``alpha = -0.05`` (Table 2's first boost row, the one whose ``k`` fits inside a WebText first sentence plus
-32 sampled tokens), AdamW with learning rate 1e-5. See docs/tuning.md for the reasoning and for the
-teachers (live, frozen, EMA), divergences, top-k teachers and LoRA.
+32 sampled tokens), AdamW with learning rate 1e-5, and the frozen initial model as the teacher (the paper
+re-boosts the live model). See docs/tuning.md for the reasoning and for the teachers, divergences, top-k
+teachers and LoRA.
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ class CoherenceTuning(SampledBatches, L.LightningModule):
         k: short-context length of the boosted teacher's short expert ``f_k``.
         alpha: boosting weight in the generation form ``(1-alpha) log f_max + alpha log f_k``
             (Table 2; negative boosts long-range context).
-        teacher: ``"live"`` (the paper: the current model boosted), ``"frozen"`` (a frozen copy of the
-            initial model boosted) or ``"ema"`` (an exponential moving average of the student, boosted);
-            the last two cost one extra full forward per step and a copy of the weights.
+        teacher: ``"frozen"`` (a frozen copy of the initial model boosted: a fixed target, the default),
+            ``"live"`` (the paper: the current model boosted, which overshoots when run long; see
+            docs/tuning.md) or ``"ema"`` (an exponential moving average of the student, boosted);
+            ``frozen`` and ``ema`` cost one extra full forward per step and a copy of the weights.
         ema_decay: decay ``d`` of the EMA teacher, ``θ_ema ← d θ_ema + (1 - d) θ`` after every optimizer step.
         divergence: ``"forward_kl"`` (the paper, ``KL(f_alpha || f_θ)``), ``"reverse_kl"`` or ``"jsd"``
             (generalised Jensen-Shannon with ``beta``, TRL's GKD convention; ``cblight.divergences``).
@@ -116,8 +118,8 @@ class CoherenceTuning(SampledBatches, L.LightningModule):
         tokenizer: str | None = None,
         k: int = 32,
         alpha: float = -0.05,
-        teacher: str = "live",
-        ema_decay: float = 0.99,
+        teacher: str = "frozen",
+        ema_decay: float = 0.9,
         divergence: str = "forward_kl",
         beta: float = 0.5,
         teacher_top_k: int | None = None,
