@@ -98,6 +98,12 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
 
     fixed = sample()
     assert fixed.sampled.sum() > 0
+    # the frozen teacher's weights are a constant cost (one copy), outside the per-step peaks measured here
+    teacher = None
+    if args.teacher == "frozen":
+        import copy
+
+        teacher = copy.deepcopy(model).eval().requires_grad_(False)
 
     def plain():
         model.zero_grad(set_to_none=True)
@@ -108,7 +114,9 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
         def run():
             model.zero_grad(set_to_none=True)
             sampled = sample()
-            terms = tuning_kl_terms(model, sampled, k=args.k, alpha=args.alpha, last_m=last_m)
+            terms = tuning_kl_terms(
+                model, sampled, k=args.k, alpha=args.alpha, last_m=last_m, teacher_model=teacher
+            )
             (terms.loss_sum / max(terms.count, 1) + terms.anchor).backward()
 
         return run
@@ -197,12 +205,14 @@ def _rss_kib(field: str) -> int:
 
 
 def memory_worker(model_dir: str, job: str, out_file: str, args: argparse.Namespace) -> None:
-    """Peak memory of one job above the memory before it, after a warm-up run of the same job."""
+    """Peak memory of one job above the memory before it (model loaded, batch built). On CUDA after a
+    warm-up run (the caching allocator's counters are exact either way); on CPU its first run, because
+    memory that malloc keeps after a warm-up would hide the step's own allocations from the RSS."""
     import torch
 
     _, jobs = _steps(model_dir, args)
-    jobs[job]()  # warm-up: lazily allocated buffers, gradients
     if args.device == "cuda":
+        jobs[job]()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
@@ -282,6 +292,7 @@ def _passthrough(args: argparse.Namespace) -> list[str]:
         f"--ddp-steps={args.ddp_steps}",
         f"--device={args.device}",
         f"--threads={args.threads}",
+        f"--teacher={args.teacher}",
     ]
 
 
@@ -304,6 +315,9 @@ def main() -> None:
     parser.add_argument("--model", default="gpt2-random", choices=["gpt2-random", *ZOO])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--teacher", default="live", choices=["live", "frozen"], help="teacher of the tuning step"
+    )
     parser.add_argument("--worker", nargs=2, metavar=("MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--memory-worker", nargs=3, metavar=("MODEL_DIR", "JOB", "OUT"), help=argparse.SUPPRESS
@@ -324,7 +338,10 @@ def main() -> None:
         else:
             model_dir = str(build_model(tmp / "gpt2-small-random"))
         name = "GPT2Config() random" if args.model == "gpt2-random" else ZOO[args.model]
-        shape = f"{name}, batch {args.batch}, prompt {args.prompt} + {args.new} sampled, k {args.k}, {args.device}"
+        shape = (
+            f"{name}, batch {args.batch}, prompt {args.prompt} + {args.new} sampled, k {args.k}, "
+            f"{args.teacher} teacher, {args.device}"
+        )
         if not args.skip_steps:
             r = step_ratios(model_dir, args)
             print(f"\n[step] {shape}, {args.threads} thread(s), median of {args.repeats}, interleaved")
