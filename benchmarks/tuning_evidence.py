@@ -87,8 +87,9 @@ def tune(name: str, teacher: str, prompts: list[str], args: argparse.Namespace) 
     )
     start = time.perf_counter()
     trainer.fit(module, PromptDataModule(prompts=prompts, batch_size=args.batch, seed=args.seed))
-    module.model.eval()
-    return module.model, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    # Lightning moves the module to the CPU when fit ends; the teacher copies are dropped with it
+    return module.model.to(args.device).eval(), seconds
 
 
 def agreement(
@@ -164,9 +165,14 @@ def _concat(results: list[Any]) -> Any:
     return SimpleNamespace(prompts=SimpleNamespace(input_ids=ids, attention_mask=mask), tokens=tokens)
 
 
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
 def evaluate_model(label: str, model: Any, ctx: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     from cblight.tuning import human_text_nll
 
+    say(f"evaluating {label}")
     row: dict[str, Any] = {"model": label}
     if model is not None:
         row.update(agreement(model, ctx["base"], ctx["held_out"], ctx["prefix"], args))
@@ -214,6 +220,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     ]
     seconds = {}
     for teacher in args.teachers:
+        say(f"tuning with the {teacher} teacher: {args.steps} steps of {args.batch} sequences")
         torch.manual_seed(args.seed)
         tuned, seconds[teacher] = tune(name, teacher, train_prompts, args)
         rows.append(evaluate_model(f"+ self-tune ({teacher} teacher), nucleus", tuned, ctx, args))
