@@ -274,6 +274,7 @@ def main() -> None:
     parser.add_argument("--doc-tokens", type=int, default=128)
     parser.add_argument("--train-prompts", type=int, default=0, help="0: every first sentence of the split")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (more spin-wait on a shared machine)")
     parser.add_argument("--skip-generation", action="store_true", help="only the KL, top-1 and human ppl")
     parser.add_argument("--webtext-dir", default=WEBTEXT)
     parser.add_argument(
@@ -282,12 +283,12 @@ def main() -> None:
     args = parser.parse_args()
     args.teachers = [t for t in args.teachers.split(",") if t]
     if args.small:
-        args.steps, args.batch, args.eval_prompts, args.gen_tokens, args.gen_batch = 4, 4, 8, 48, 8
+        args.steps, args.batch, args.eval_prompts, args.gen_tokens, args.gen_batch = 4, 4, 8, 32, 8
         args.train_prompts = args.train_prompts or 64
     import torch
 
     if args.device == "cpu":
-        torch.set_num_threads(min(2, os.cpu_count() or 1))
+        torch.set_num_threads(args.threads)
     results = []
     for name in [model_name()] + ([model_name(gemma=True)] if args.gemma else []):
         start = time.perf_counter()
