@@ -252,12 +252,13 @@ def table(result: dict[str, Any]) -> str:
     return format_table([title for title, _, _ in COLUMNS], rows)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     parser.add_argument("--gemma", action="store_true", help="also run Gemma-3-270m (262k vocabulary)")
+    parser.add_argument("--model", default=None, help="another model (a local directory) instead of SmolLM2")
     parser.add_argument("--small", action="store_true", help="a few steps and prompts: an end-to-end check")
     parser.add_argument("--teachers", default="live,frozen,ema")
     parser.add_argument("--steps", type=int, default=32, help="tuning steps (the paper: 32)")
@@ -274,13 +275,15 @@ def main() -> None:
     parser.add_argument("--doc-tokens", type=int, default=128)
     parser.add_argument("--train-prompts", type=int, default=0, help="0: every first sentence of the split")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads (more spin-wait on a shared machine)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="CPU threads (more spin-wait on a shared machine)"
+    )
     parser.add_argument("--skip-generation", action="store_true", help="only the KL, top-1 and human ppl")
     parser.add_argument("--webtext-dir", default=WEBTEXT)
     parser.add_argument(
         "--out", default=None, help="JSON path (default outputs/evidence/tuning_<device>.json)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.teachers = [t for t in args.teachers.split(",") if t]
     if args.small:
         args.steps, args.batch, args.eval_prompts, args.gen_tokens, args.gen_batch = 4, 4, 8, 32, 8
@@ -290,7 +293,8 @@ def main() -> None:
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
     results = []
-    for name in [model_name()] + ([model_name(gemma=True)] if args.gemma else []):
+    names = [args.model or model_name()] + ([model_name(gemma=True)] if args.gemma else [])
+    for name in names:
         start = time.perf_counter()
         result = run(name, args)
         result["seconds"] = time.perf_counter() - start
@@ -310,6 +314,7 @@ def main() -> None:
     )
     atomic_write_json(out, results)
     print(f"\nwrote {out}")
+    return results
 
 
 if __name__ == "__main__":
