@@ -38,7 +38,12 @@ def test_configs_parse_with_the_paper_defaults():
     assert config["data"]["batch_size"] == 32
     assert (config["data"]["task"], config["data"]["split"]) == ("webtext", "train")  # first sentences
     model = config["model"]
-    assert (model["max_new_tokens"], model["k"], model["alpha"], model["teacher"]) == (32, 32, -0.05, "frozen")
+    assert (model["max_new_tokens"], model["k"], model["alpha"], model["teacher"]) == (
+        32,
+        32,
+        -0.05,
+        "frozen",
+    )
     assert (model["divergence"], model["teacher_top_k"], model["lora_rank"]) == ("forward_kl", None, 0)
     assert model["optimizer"]["class_path"] == "torch.optim.AdamW"
     assert model["optimizer"]["init_args"]["lr"] == 1e-5
