@@ -184,7 +184,7 @@ def evaluate_model(label: str, model: Any, ctx: dict[str, Any], args: argparse.N
         row.update(generation_metrics(ctx["base"], ctx["tok"], generated, ctx["prefix"]))
     if model is not None:
         nll, tokens = human_text_nll(model, ctx["tok"], ctx["documents"], max_tokens=args.doc_tokens)
-        row["human_ppl"] = float(__import__("math").exp(nll / tokens))
+        row["human_ppl"] = math.exp(nll / tokens)
     return row
 
 
@@ -214,10 +214,9 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "prompts": prompts,
         "documents": documents,
     }
-    rows = [
-        evaluate_model("base, nucleus", base, ctx, args),
-        evaluate_model(f"base + boost (k={args.k}, alpha={args.alpha})", None, ctx, args),
-    ]
+    rows = [evaluate_model("base, nucleus", base, ctx, args)]
+    if not args.skip_generation:  # the boosted base only has generation metrics
+        rows.append(evaluate_model(f"base + boost (k={args.k}, alpha={args.alpha})", None, ctx, args))
     seconds = {}
     for teacher in args.teachers:
         say(f"tuning with the {teacher} teacher: {args.steps} steps of {args.batch} sequences")
