@@ -23,6 +23,7 @@ It prints one table and writes JSON (``--out``, atomically).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
