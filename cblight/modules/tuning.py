@@ -30,8 +30,9 @@ import torch
 from torchmetrics import MeanMetric, SumMetric
 
 from cblight.divergences import check_divergence
-from cblight.lora import apply_lora, check_lora_options, is_peft_model, save_lora_exports
+from cblight.lora import apply_lora, check_lora_options
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
+from cblight.modules.tuning_export import TunedModelExport
 from cblight.modules.tuning_sampling import RNG_KEY, SampledBatches, seed_of
 from cblight.scoring import Encoder
 from cblight.tuning import (
@@ -68,7 +69,7 @@ def check_teacher(teacher: str, ema_decay: float) -> None:
         raise TuningConfigError(f"ema_decay must be in (0, 1), got {ema_decay!r}")
 
 
-class CoherenceTuning(SampledBatches, L.LightningModule):
+class CoherenceTuning(SampledBatches, TunedModelExport, L.LightningModule):
     """Coherence tuning of any Hugging Face causal LM.
 
     Args:
@@ -487,45 +488,3 @@ class CoherenceTuning(SampledBatches, L.LightningModule):
             with torch.no_grad():
                 for name, value in ema.items():
                     params[name].copy_(value)
-
-    def export_path(self) -> Path:
-        """``export_dir`` (a relative path is under ``trainer.default_root_dir``, the working directory
-        unless set), or ``<log_dir>/hf_model``."""
-        root = Path(self.trainer.default_root_dir) if self._trainer is not None else Path(".")
-        if self.hparams.export_dir:
-            return root / self.hparams.export_dir
-        return Path(self._log_dir or root) / "hf_model"
-
-    def export_pretrained(self, out_dir: str | Path | None = None) -> Path:
-        """``save_pretrained`` of the tuned model and its tokenizer, loadable by
-        ``AutoModelForCausalLM.from_pretrained``. Call it on every process (sharded weights are gathered)."""
-        out = Path(out_dir) if out_dir is not None else self.export_path()
-        if self._trainer is not None:
-            state = self.trainer.strategy.lightning_module_state_dict()
-            is_zero = self.trainer.is_global_zero
-        else:
-            state, is_zero = self.state_dict(), True
-        if is_zero and is_peft_model(self.model):  # LoRA is refused under sharded strategies
-            save_lora_exports(self.model, self.tokenizer, out)
-        elif is_zero:
-            weights = {name[len("model.") :]: t for name, t in state.items() if name.startswith("model.")}
-            out.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(out, state_dict=weights)
-            self.tokenizer.save_pretrained(out)
-        if self._trainer is not None:
-            self.trainer.strategy.barrier("cblight-export")
-        return out
-
-    def on_fit_end(self) -> None:
-        trainer = self.trainer
-        if self.hparams.export and trainer.global_step < (trainer.max_steps or 0):
-            # stopped early (a signal, or a callback): a half-tuned model must not look like the result
-            log.warning(
-                "stopped at step %d of %d: no export (resume from the last checkpoint to finish)",
-                trainer.global_step,
-                trainer.max_steps,
-            )
-        elif self.hparams.export:
-            out = self.export_pretrained()
-            if self.trainer.is_global_zero:
-                log.info("tuned model saved to %s", out)
