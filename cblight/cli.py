@@ -25,12 +25,16 @@ from typing import Any, Optional
 import yaml
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
-from lightning.pytorch.utilities import rank_zero_info
 
+from cblight.compare import run_comparison
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import CblightError
-from cblight.modules.evaluation import DEFAULT_KS, BoostedEvaluator, resolve_output_dir
+from cblight.modules.evaluation import DEFAULT_KS
 from cblight.modules.generation import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
+from cblight.output_dir import resolve_output_dir
+from cblight.runs import run_evaluation
+
+__all__ = ["evaluate_cli", "exit_on_bad_input", "run_evaluation", "train_cli"]
 
 
 class CLIConfigError(CblightError):
@@ -149,19 +153,6 @@ def _model_class(class_path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def run_evaluation(
-    trainer: Any, model: LightningModule, datamodule: EvalDataModule, print_summary: bool = True
-) -> dict[str, Any]:
-    """Choose alpha* (and k*) on the selection splits, then report on the test splits."""
-    datamodule.setup("validate")
-    if isinstance(model, BoostedEvaluator) and datamodule.loader_splits("selection"):
-        trainer.validate(model, datamodule=datamodule, verbose=False)
-    trainer.test(model, datamodule=datamodule, verbose=False)
-    if print_summary and model.summary:
-        rank_zero_info("\n" + model.summary)
-    return model.results
-
-
 def _bad_input(err: BaseException) -> CblightError | None:
     """The ``CblightError`` behind ``err``: jsonargparse wraps errors raised while it instantiates a class."""
     seen: BaseException | None = err
@@ -208,8 +199,6 @@ def build_evaluate_cli(args: Sequence[str] | None = None) -> EvaluateCLI:
 def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
     cli = build_evaluate_cli(args)
     if cli.config.get("compare"):
-        from cblight.compare import run_comparison
-
         return run_comparison(cli, cli.config["compare"])
     return run_evaluation(cli.trainer, cli.model, cli.datamodule)
 

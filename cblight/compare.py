@@ -22,7 +22,9 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_info
 
 from cblight.errors import ConfigError
+from cblight.modules.generation import BoostedGenerationEvaluator
 from cblight.results import atomic_write_json, format_table
+from cblight.runs import run_evaluation
 
 
 def _check(checkpoints: Mapping[str, str]) -> None:
@@ -35,9 +37,6 @@ def _check(checkpoints: Mapping[str, str]) -> None:
 
 def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
     """Evaluate every checkpoint with the parsed config (see the module docstring)."""
-    from cblight.cli import run_evaluation
-    from cblight.modules.generation import BoostedGenerationEvaluator
-
     _check(checkpoints)
     template = cli.model
     base_dir = Path(template.output_dir)

@@ -7,3 +7,11 @@ class CblightError(ValueError):
 
 class ConfigError(CblightError):
     """An invalid option value (an empty grid, k < 1, ...)."""
+
+
+class DataError(CblightError):
+    """Bad or missing evaluation data; the message names the task, the file or split, and the field."""
+
+
+class BoostingError(CblightError):
+    """A boosting configuration or prompt that cannot be decoded (names the offending option)."""

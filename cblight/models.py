@@ -128,15 +128,32 @@ def load_causal_lm(
     return model
 
 
+_WINDOW_ATTRS = ("n_positions", "max_position_embeddings", "n_ctx", "seq_length", "max_sequence_length")
+
+
+def _config_window(cfg: Any) -> int | None:
+    for attr in _WINDOW_ATTRS:
+        value = getattr(cfg, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def model_window(model: Any, override: int | None = None) -> int:
     """The longest input the model accepts (its position-embedding size), or ``override``."""
     if override is not None:
         if override < 2:
             raise ValueError(f"max_length must be at least 2, got {override}")
         return int(override)
-    cfg = model.config
-    for attr in ("n_positions", "max_position_embeddings", "n_ctx", "seq_length", "max_sequence_length"):
-        value = getattr(cfg, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return 2048
+    return _config_window(model.config) or 2048
+
+
+def checkpoint_window(name: str, revision: str | None = None) -> int | None:
+    """The window of a checkpoint from its config alone (no weights loaded); ``None`` when the config cannot
+    be read (the model load then reports the path problem) or names no window."""
+    from transformers import AutoConfig
+
+    try:
+        return _config_window(AutoConfig.from_pretrained(name, revision=revision))
+    except (OSError, ValueError):
+        return None

@@ -6,11 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from cblight.errors import CblightError
+from cblight.errors import DataError
 
-
-class DataError(CblightError):
-    """Bad or missing evaluation data; the message names the task, the file or split, and the field."""
+__all__ = ["ChoiceExample", "DataError", "Example", "GenerationExample", "NextTokenExample"]
 
 
 @dataclass(frozen=True)

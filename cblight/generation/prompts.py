@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from cblight.fitting import fit_prompt, fit_row, has_prefix
 from cblight.generation.spec import AfterMarker, AfterSeparator, Boosting, BoostingError, LastTokens
 from cblight.scoring import Encoder, left_pad
 
@@ -54,10 +55,6 @@ def last_occurrence(row: Sequence[int], pattern: Sequence[int], start: int = 0) 
     return -1
 
 
-def _has_prefix(row: Sequence[int], prefix: Sequence[int]) -> bool:
-    return bool(prefix) and len(row) >= len(prefix) and list(row[: len(prefix)]) == list(prefix)
-
-
 def _anchor(row: Sequence[int], rule: Any, pattern: Sequence[int], n_prefix: int, index: int) -> int:
     """Where the short context of ``rule`` starts in ``row`` (a clear error when it cannot)."""
     if isinstance(rule, AfterSeparator):
@@ -77,40 +74,11 @@ def _anchor(row: Sequence[int], rule: Any, pattern: Sequence[int], n_prefix: int
     return at
 
 
-def fit_row(
-    row: Sequence[int], room: int, prefix: Sequence[int] = (), keep_from: int | None = None, index: int = 0
-) -> list[int]:
-    """Cut a token row to at most ``room`` tokens (DESIGN.md §1).
-
-    Without ``keep_from`` the row is cut from the left, keeping the special prefix. With ``keep_from`` (a
-    marker's position) everything from it on is kept and the tokens just before it are dropped, so the
-    head of the text survives (summarisation: the article's tail is cut, the marker kept).
-    """
-    row = list(row)
-    if len(row) <= room:
-        return row
-    keep_prefix = list(prefix) if _has_prefix(row, prefix) else []
-    if keep_from is None:
-        if room <= len(keep_prefix):
-            raise BoostingError(f"prompt {index}: no room for any prompt token (room {room})")
-        return keep_prefix + row[len(row) - (room - len(keep_prefix)) :]
-    tail = row[keep_from:]
-    head_room = room - len(tail)
-    if head_room < len(keep_prefix):
-        raise BoostingError(
-            f"prompt {index}: the marker and the {len(tail)} tokens from it on do not fit in {room} tokens "
-            "(model window minus max_new_tokens)"
-        )
-    return row[:head_room] + tail
-
-
 def fit_marker_prompt(
     tokenizer: Any, article: str, *, marker: str = " TL;DR:", max_tokens: int = 1024
 ) -> list[int]:
     """``article + marker`` as token ids in at most ``max_tokens`` tokens, the article cut from its end
     (the paper's summarisation prompt; ``cblight.data.prompts.fit_prompt`` with the marker kept)."""
-    from cblight.data.prompts import fit_prompt
-
     return fit_prompt(tokenizer, article + marker, max_tokens, keep_suffix=marker, cut_from="end")
 
 
@@ -227,7 +195,7 @@ def prepare_prompts(
             patterns.append(None)
 
     def anchors_of(row: list[int], index: int) -> list[int | None]:
-        n_prefix = len(prefix) if _has_prefix(row, prefix) else 0
+        n_prefix = len(prefix) if has_prefix(row, prefix) else 0
         return [
             None if pat is None else _anchor(row, rule, pat, n_prefix, index)
             for (rule, _), pat in zip(boosting.experts, patterns)
@@ -257,7 +225,7 @@ def prepare_prompts(
             anchors.append(torch.tensor([s + a[e] for s, a in zip(starts, per_row)], dtype=torch.long))
     info = RowInfo(
         content_start=torch.tensor(starts, dtype=torch.long),
-        has_prefix=torch.tensor([_has_prefix(r, prefix) for r in fitted], dtype=torch.bool),
+        has_prefix=torch.tensor([has_prefix(r, prefix) for r in fitted], dtype=torch.bool),
         anchors=tuple(anchors),
     )
     return PreparedPrompts(fitted, ids, mask, tuple(prefix), info)

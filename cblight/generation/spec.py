@@ -25,6 +25,7 @@ from numbers import Real
 from typing import Literal
 
 from cblight.boosting import BoostForm, two_expert_weights
+from cblight.errors import BoostingError
 
 Mode = Literal["last_k", "response", "marker"]
 MODES: tuple[str, ...] = ("last_k", "response", "marker")
@@ -33,10 +34,6 @@ DEFAULT_FORMS: dict[str, BoostForm] = {
     "response": "next_token",
     "marker": "next_token",
 }
-
-
-class BoostingError(ValueError):
-    """A boosting configuration or prompt that cannot be decoded (names the offending option)."""
 
 
 @dataclass(frozen=True)

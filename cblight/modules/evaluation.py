@@ -10,6 +10,10 @@ Per-example numbers go to an append-only cache under ``output_dir/cache`` as the
 interrupted run resumes and a rerun with a new alpha grid (multiple choice) never loads the model. At the end
 of the test loop rank 0 writes ``results.json``, per-example predictions and one alpha-curve plot per task,
 and prints a summary table.
+
+This module is the Lightning loop only. How a batch of examples is scored (the cache records, one class per
+task kind and scoring method) lives in ``cblight.modules.example_scoring``; how a sweep becomes alpha*, k*
+and a report in ``cblight.modules.selection``; what is written in ``cblight.modules.evaluation_files``.
 """
 
 from __future__ import annotations
@@ -23,29 +27,20 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from cblight import __version__
-from cblight.boosting import (
-    AlphaGrid,
-    binomial_stderr,
-    choice_predictions,
-    first_argmax,
-    next_token_alpha_sweep,
-)
+from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import TaskSplit
-from cblight.data.examples import ChoiceExample, DataError, NextTokenExample
+from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
-from cblight.metrics.sweeps import ChoiceSweep, NextTokenSweep
-from cblight.models import DTypeName, load_tokenizer, model_label
+from cblight.models import DTypeName, checkpoint_window, load_tokenizer
 from cblight.modules.base import LanguageModelModule
-from cblight.results import (
-    RecordCache,
-    atomic_write_json,
-    atomic_write_jsonl,
-    digest,
-    format_table,
-    save_alpha_plot,
-)
+from cblight.modules.evaluation_files import write_results, write_task_files
+from cblight.modules.example_scoring import ChoiceScoring, ExampleScoring, NextTokenScoring
+from cblight.modules.selection import ChoiceReport, NextTokenReport, SweepReport
+from cblight.output_dir import resolve_output_dir
+from cblight.results import RecordCache, digest
 from cblight.scoring import BatchSize, Scorer
+
+__all__ = ["DEFAULT_KS", "BoostedEvaluator", "resolve_output_dir"]
 
 Role = Literal["report", "selection"]
 _STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report", "predict": "report"}
@@ -133,6 +128,7 @@ class BoostedEvaluator(LanguageModelModule):
         self._sharded_lm: Any = None  # a device_map model lives outside Lightning's device management
         self.tok: Any = None
         self._scorer: Scorer | None = None
+        self._scorings: dict[str, ExampleScoring] = {}
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
         self._caches: dict[tuple[Role, str], RecordCache] = {}
@@ -154,8 +150,7 @@ class BoostedEvaluator(LanguageModelModule):
             "task": split.name,
             "split": split.split,
         }
-        if split.task.kind == "next_token":
-            sig.update(ks=self.ks, alphas=self.next_token_alphas)
+        sig.update(self._scoring(split).signature())
         return sig
 
     def _cache_dir(self, split: TaskSplit) -> Path:
@@ -180,7 +175,7 @@ class BoostedEvaluator(LanguageModelModule):
         for split in splits:
             key = f"{_PREFIX[role]}_{split.name}"
             if key not in self.sweeps:
-                self.sweeps[key] = self._new_sweep(split)
+                self.sweeps[key] = self._scoring(split).new_sweep(split)
             cache = RecordCache(self._cache_dir(split), self._signature(split), rank=self.global_rank)
             cached = cache.load()
             self._caches[(role, split.name)] = cache
@@ -198,31 +193,27 @@ class BoostedEvaluator(LanguageModelModule):
         if pending and self.language_model is None:
             self._load_model()
 
-    def _new_sweep(self, split: TaskSplit) -> nn.Module:
+    def _scoring(self, split: TaskSplit) -> ExampleScoring:
+        """How examples of this split's kind are scored (``cblight.modules.example_scoring``)."""
+        kind = split.task.kind
+        if kind not in self._scorings:
+            if kind == "multiple_choice":
+                self._scorings[kind] = ChoiceScoring(self.choice_alphas, self.length_normalize)
+            elif kind == "next_token":
+                self._scorings[kind] = NextTokenScoring(self.ks, self.next_token_alphas)
+            else:
+                raise DataError(f"{split.name}: tasks of kind {kind!r} are not evaluated by BoostedEvaluator")
+        return self._scorings[kind]
+
+    def _report(self, split: TaskSplit) -> SweepReport:
+        """How this split's sweep becomes alpha* and a report (``cblight.modules.selection``)."""
         if split.task.kind == "multiple_choice":
-            return ChoiceSweep(self.choice_alphas, split.max_choices, self.length_normalize)
-        if split.task.kind == "next_token":
-            return NextTokenSweep(self.ks, self.next_token_alphas)
-        raise DataError(
-            f"{split.name}: tasks of kind {split.task.kind!r} are not evaluated by BoostedEvaluator"
-        )
+            return ChoiceReport(self.choice_alphas, self.length_normalize)
+        return NextTokenReport(self.ks, self.next_token_alphas, self.tok.decode)
 
     def _check_lengths(self, splits: list[TaskSplit]) -> None:
         """Refuse, before any model work, an answer that alone exceeds the model window."""
-        from transformers import AutoConfig
-
-        try:
-            config = AutoConfig.from_pretrained(self.model_name, revision=self.hparams.revision)
-        except (OSError, ValueError):
-            return  # the model load will report the path problem
-        window = self.hparams.max_length or next(
-            (
-                getattr(config, a)
-                for a in ("n_positions", "max_position_embeddings", "n_ctx")
-                if isinstance(getattr(config, a, None), int)
-            ),
-            None,
-        )
+        window = self.hparams.max_length or checkpoint_window(self.model_name, self.hparams.revision)
         if window is None:
             return
         lengths: dict[str, int] = {}  # answer sets repeat across examples: tokenise each string once
@@ -254,75 +245,6 @@ class BoostedEvaluator(LanguageModelModule):
             )
         return self._scorer
 
-    # -- scoring ---------------------------------------------------------------------------------------------
-    def _score_choices(self, split: TaskSplit, examples: list[ChoiceExample]) -> list[dict[str, Any]]:
-        groups = [(ex.context, ex.choices) for ex in examples] + [
-            (ex.premise_free, ex.choices) for ex in examples
-        ]
-        names = [f"{split.name} {ex.where} (full context)" for ex in examples]
-        names += [f"{split.name} {ex.where} (premise-free context)" for ex in examples]
-        scores = self.scorer.score_text(groups, names)
-        full, short = scores[: len(examples)], scores[len(examples) :]
-        return [
-            {
-                "id": ex.idx,
-                "input": digest(ex.input_key()),
-                "label": ex.label,
-                "ll_full": [s.log_prob for s in f],
-                "ll_short": [s.log_prob for s in s_],
-                "n_tokens": [s.num_tokens for s in f],
-                "greedy_full": [s.is_greedy for s in f],
-                "char_lengths": [len(c) for c in ex.choices],
-            }
-            for ex, f, s_ in zip(examples, full, short)
-        ]
-
-    def _score_next_token(self, split: TaskSplit, examples: list[NextTokenExample]) -> list[dict[str, Any]]:
-        scorer = self.scorer
-        enc = scorer.encoder
-        contexts, targets = [], []
-        for ex in examples:
-            ids = enc.context(ex.text)
-            if len(ids) - len(enc.prefix) < 2:
-                raise DataError(f"{split.name}: the passage at {ex.where} has fewer than 2 tokens")
-            contexts.append(ids[:-1])
-            targets.append(ids[-1])
-        full = scorer.next_token_log_probs(contexts)
-        tgt = torch.tensor(targets, device=full.device)
-        alphas = torch.tensor(self.next_token_alphas)
-        full_lp = full.gather(1, tgt[:, None]).squeeze(1)
-        full_rank = (full > full_lp[:, None]).sum(-1) + 1
-        full_correct = full.argmax(-1) == tgt
-        short_lp, short_rank, correct, log_prob, rank = [], [], [], [], []
-        for k in self.ks:
-            short = scorer.last_k_log_probs(contexts, k, full=full)
-            s_lp = short.gather(1, tgt[:, None]).squeeze(1)
-            short_lp.append(s_lp)
-            short_rank.append((short > s_lp[:, None]).sum(-1) + 1)
-            sweep = next_token_alpha_sweep(full, short, tgt, alphas, "next_token")
-            correct.append(sweep["correct"])
-            log_prob.append(sweep["log_prob"])
-            rank.append(sweep["rank"])
-        stack = {
-            "short_log_prob": torch.stack(short_lp, 1).tolist(),
-            "short_rank": torch.stack(short_rank, 1).tolist(),
-            "boosted_correct": torch.stack(correct, 1).int().tolist(),
-            "boosted_log_prob": torch.stack(log_prob, 1).tolist(),
-            "boosted_rank": torch.stack(rank, 1).tolist(),
-        }
-        return [
-            {
-                "id": ex.idx,
-                "input": digest(ex.input_key()),
-                "target": targets[i],
-                "full_log_prob": float(full_lp[i]),
-                "full_rank": int(full_rank[i]),
-                "full_correct": int(full_correct[i]),
-                **{name: value[i] for name, value in stack.items()},
-            }
-            for i, ex in enumerate(examples)
-        ]
-
     def _records(self, role: Role, split: TaskSplit, batch: list[Any]) -> list[dict[str, Any]]:
         cached = self._cached[(role, split.name)]
         records: dict[int, dict[str, Any]] = {}
@@ -334,11 +256,7 @@ class BoostedEvaluator(LanguageModelModule):
             else:
                 todo.append(ex)
         if todo:
-            fresh = (
-                self._score_choices(split, todo)
-                if split.task.kind == "multiple_choice"
-                else self._score_next_token(split, todo)
-            )
+            fresh = self._scoring(split).score(self.scorer, split, todo)
             self._caches[(role, split.name)].append(fresh)
             for rec in fresh:
                 cached[rec["id"]] = rec
@@ -346,18 +264,7 @@ class BoostedEvaluator(LanguageModelModule):
         return [records[ex.idx] for ex in batch]
 
     def _update(self, role: Role, split: TaskSplit, records: list[dict[str, Any]]) -> None:
-        sweep = self.sweeps[f"{_PREFIX[role]}_{split.name}"]
-        ids = [r["id"] for r in records]
-        if isinstance(sweep, ChoiceSweep):
-            sweep.update(
-                ids,
-                [r["label"] for r in records],
-                [r["ll_full"] for r in records],
-                [r["ll_short"] for r in records],
-                [r["char_lengths"] for r in records],
-            )
-        else:
-            sweep.update(ids, **{name: torch.tensor([r[name] for r in records]) for name in sweep.columns})
+        self._scoring(split).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
 
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
         split = self._splits[role][dataloader_idx]
@@ -379,28 +286,7 @@ class BoostedEvaluator(LanguageModelModule):
     def on_validation_epoch_end(self) -> None:
         for split in self._splits.get("selection", []):
             sweep = self.sweeps[f"val_{split.name}"]
-            out = sweep.compute()
-            n = int(out["ids"].numel())
-            info: dict[str, Any] = {"split": split.description, "n": n}
-            if split.sampled_indices is not None:
-                info["indices"] = split.sampled_indices
-            if isinstance(sweep, ChoiceSweep):
-                best = first_argmax(out["acc"])
-                info.update(
-                    alpha_star=self.choice_alphas[best],
-                    acc=float(out["acc"][best]),
-                    curve=out["acc"].tolist(),
-                )
-            else:
-                best = first_argmax(out["acc"])
-                ki, ai = divmod(best, len(self.next_token_alphas))
-                info.update(
-                    k_star=self.ks[ki],
-                    alpha_star=self.next_token_alphas[ai],
-                    acc=float(out["acc"][ki, ai]),
-                    curve=out["acc"].tolist(),
-                    ppl=out["ppl"].tolist(),
-                )
+            info = self._report(split).select(split, sweep.compute())
             self.selected[split.name] = info
             logged = {
                 f"val/{self._key(split.name)}/acc": info["acc"],
@@ -413,15 +299,10 @@ class BoostedEvaluator(LanguageModelModule):
 
     # -- report (test loop) -----------------------------------------------------------------------------------
     def on_test_epoch_end(self) -> None:
-        summary_rows = []
         self.results = {}
         for split in self._splits.get("report", []):
             sweep = self.sweeps[f"test_{split.name}"]
-            out = sweep.compute()
-            if isinstance(sweep, ChoiceSweep):
-                result, rows = self._report_choices(split, sweep, out)
-            else:
-                result, rows = self._report_next_token(split, out)
+            result, rows = self._report(split).report(split, sweep.compute(), self.selected.get(split.name))
             self.results[split.name] = result
             logged = {
                 f"test/{self._key(split.name)}/{k}": float(v)
@@ -429,223 +310,31 @@ class BoostedEvaluator(LanguageModelModule):
                 if _is_number(v)
             }
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
-            summary_rows.append(_summary_row(split.name, result))
             if self.trainer.is_global_zero:
-                self._write_task_files(split, result, rows)
+                written = write_task_files(
+                    self.output_dir, split, result, rows, self.model_name, self.hparams.plots
+                )
+                if "plot" in written:
+                    self._log_plot(split.name, written["plot"])
             sweep.reset()
         if self.trainer.is_global_zero and self.results:
-            self._write_results(summary_rows)
-
-    def _report_choices(
-        self, split: TaskSplit, sweep: ChoiceSweep, out: dict[str, torch.Tensor]
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        n = int(out["ids"].numel())
-        lengths = out["char_lengths"] if self.length_normalize else None
-        preds = {
-            name: choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
-            for name, alpha in (("base", 0.0), ("pmi", -1.0))
-        }
-        labels = out["labels"]
-        report: dict[str, Any] = {"split": split.description, "n": n}
-        for name in ("base", "pmi"):
-            acc = float((preds[name] == labels).double().mean())
-            report[f"acc_{name}"] = acc
-            report[f"acc_{name}_stderr"] = binomial_stderr(acc, n)
-        curve = out["acc"]
-        oracle = first_argmax(curve)
-        report["oracle_alpha"] = self.choice_alphas[oracle]
-        report["oracle_acc"] = float(curve[oracle])
-        selection = self.selected.get(split.name)
-        if selection is not None:
-            alpha = selection["alpha_star"]
-            preds["boosted"] = choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
-            acc = float((preds["boosted"] == labels).double().mean())
-            report.update(alpha_star=alpha, acc=acc, acc_stderr=binomial_stderr(acc, n))
-        result = {
-            "kind": "multiple_choice",
-            "title": split.task.title,
-            "length_normalize": self.length_normalize,
-            "report": report,
-            "selection": {k: v for k, v in (selection or {}).items() if k != "curve"} or None,
-            "sweep": {
-                "alphas": self.choice_alphas,
-                "report_acc": curve.tolist(),
-                "selection_acc": selection["curve"] if selection else None,
-            },
-        }
-        rows = []
-        for i, idx in enumerate(out["ids"].tolist()):
-            ex = split.by_idx[idx]
-            assert isinstance(ex, ChoiceExample)
-            m = len(ex.choices)
-            row = {
-                "id": idx,
-                "label": int(labels[i]),
-                "context": ex.context,
-                "premise_free": ex.premise_free,
-                "choices": list(ex.choices),
-                "ll_full": out["ll_full"][i, :m].tolist(),
-                "ll_short": out["ll_short"][i, :m].tolist(),
+            settings = {
+                "model": self.model_name,
+                "tokenizer": self.tokenizer_name,
+                "dtype": self.hparams.dtype,
+                "revision": self.hparams.revision,
+                "length_normalize": self.length_normalize,
             }
-            for name, pred in preds.items():
-                row[f"pred_{name}"] = int(pred[i])
-                row[f"correct_{name}"] = bool(pred[i] == labels[i])
-            rows.append(row)
-        return result, rows
-
-    def _report_next_token(
-        self, split: TaskSplit, out: dict[str, torch.Tensor]
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        n = int(out["ids"].numel())
-        acc_base = float(out["full_correct"].double().mean())
-        report: dict[str, Any] = {
-            "split": split.description,
-            "n": n,
-            "acc_base": acc_base,
-            "acc_base_stderr": binomial_stderr(acc_base, n),
-            "ppl_base": float(torch.exp(-out["full_log_prob"].double().mean())),
-        }
-        best = first_argmax(out["acc"])
-        ko, ao = divmod(best, len(self.next_token_alphas))
-        report.update(
-            oracle_k=self.ks[ko],
-            oracle_alpha=self.next_token_alphas[ao],
-            oracle_acc=float(out["acc"][ko, ao]),
-        )
-        selection = self.selected.get(split.name)
-        ki = ai = None
-        if selection is not None:
-            ki, ai = self.ks.index(selection["k_star"]), self.next_token_alphas.index(selection["alpha_star"])
-            acc = float(out["acc"][ki, ai])
-            report.update(
-                k_star=selection["k_star"],
-                alpha_star=selection["alpha_star"],
-                acc=acc,
-                acc_stderr=binomial_stderr(acc, n),
-                ppl=float(out["ppl"][ki, ai]),
+            path, table = write_results(self.output_dir, self.results, settings, self._started)
+            self.summary = (
+                f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"
             )
-        result = {
-            "kind": "next_token",
-            "title": split.task.title,
-            "report": report,
-            "selection": {k: v for k, v in (selection or {}).items() if k not in ("curve", "ppl")} or None,
-            "sweep": {
-                "ks": self.ks,
-                "alphas": self.next_token_alphas,
-                "report_acc": out["acc"].tolist(),
-                "report_ppl": out["ppl"].tolist(),
-                "selection_acc": selection["curve"] if selection else None,
-            },
-        }
-        rows = []
-        for i, idx in enumerate(out["ids"].tolist()):
-            target = int(out["target"][i])
-            row = {
-                "id": idx,
-                "target_id": target,
-                "target": self.tok.decode([target]),
-                "full_rank": int(out["full_rank"][i]),
-                "full_log_prob": float(out["full_log_prob"][i]),
-                "correct_base": bool(out["full_correct"][i]),
-                "short_rank": out["short_rank"][i].tolist(),
-            }
-            if ki is not None and ai is not None:
-                row.update(
-                    k_star=self.ks[ki],
-                    short_rank_k_star=int(out["short_rank"][i, ki]),
-                    boosted_rank=int(out["boosted_rank"][i, ki, ai]),
-                    boosted_log_prob=float(out["boosted_log_prob"][i, ki, ai]),
-                    correct_boosted=bool(out["boosted_correct"][i, ki, ai]),
-                )
-            rows.append(row)
-        return result, rows
-
-    # -- files ------------------------------------------------------------------------------------------------
-    def _write_task_files(self, split: TaskSplit, result: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-        files = {}
-        pred_path = self.output_dir / "predictions" / f"{split.name}.{split.split}.jsonl"
-        atomic_write_jsonl(pred_path, rows)
-        files["predictions"] = str(pred_path.relative_to(self.output_dir))
-        if self.hparams.plots:
-            plot_path = self.output_dir / "plots" / f"{split.name}.png"
-            sweep = result["sweep"]
-            report = result["report"]
-            if result["kind"] == "multiple_choice":
-                curves = {f"{split.split} (reported)": sweep["report_acc"]}
-                if sweep["selection_acc"] is not None:
-                    curves[f"{result['selection']['split']} (alpha selection)"] = sweep["selection_acc"]
-                save_alpha_plot(
-                    plot_path,
-                    f"{split.task.title}: accuracy vs alpha ({self.model_name})",
-                    sweep["alphas"],
-                    curves,
-                    highlight=f"{split.split} (reported)",
-                    chosen_alpha=report.get("alpha_star"),
-                )
-            else:
-                k_star = report.get("k_star", report["oracle_k"])
-                curves = {f"k = {k}": row for k, row in zip(sweep["ks"], sweep["report_acc"])}
-                save_alpha_plot(
-                    plot_path,
-                    f"{split.task.title}: accuracy vs alpha per k ({self.model_name})",
-                    sweep["alphas"],
-                    curves,
-                    highlight=f"k = {k_star}",
-                    chosen_alpha=report.get("alpha_star"),
-                )
-            files["plot"] = str(plot_path.relative_to(self.output_dir))
-            self._log_plot(split.name, plot_path)
-        result["files"] = files
 
     def _log_plot(self, task: str, path: Path) -> None:
         for logger in self.loggers:
             if hasattr(logger, "log_image"):  # WandbLogger
                 logger.log_image(key=f"test/{self._key(task)}/alpha_curve", images=[str(path)])
 
-    def _write_results(self, summary_rows: list[list[Any]]) -> None:
-        table = format_table(
-            ["task", "split", "n", "acc@0", "acc@-1", "acc@alpha*", "alpha*", "k*", "alpha* chosen on"],
-            summary_rows,
-        )
-        payload = {
-            "cblight_version": __version__,
-            "model": self.model_name,
-            "tokenizer": self.tokenizer_name,
-            "dtype": self.hparams.dtype,
-            "revision": self.hparams.revision,
-            "length_normalize": self.length_normalize,
-            "seconds": round(time.time() - self._started, 1),
-            "summary": table,
-            "tasks": self.results,
-        }
-        path = atomic_write_json(self.output_dir / "results.json", payload)
-        self.summary = f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"
-
-
-def resolve_output_dir(template: str, model: str) -> Path:
-    """``template`` with ``{model}`` replaced by the model's last path component (``gpt2``, ``Llama-2-7b-hf``)."""
-    return Path(template.replace("{model}", model_label(model)))
-
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _pct(value: Any) -> float | None:
-    return None if value is None else 100.0 * float(value)
-
-
-def _summary_row(task: str, result: dict[str, Any]) -> list[Any]:
-    report = result["report"]
-    selection = result.get("selection") or {}
-    return [
-        task,
-        report["split"],
-        report["n"],
-        _pct(report.get("acc_base")),
-        _pct(report.get("acc_pmi")),
-        _pct(report.get("acc")),
-        report.get("alpha_star"),
-        report.get("k_star"),
-        selection.get("split"),
-    ]

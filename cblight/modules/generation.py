@@ -7,6 +7,9 @@ task's metric suite (``cblight.metrics.tables``): Table 2's columns for WebText 
 under the base LM among them), Table 3's for DSTC7, ROUGE-1/2/L for summaries (the first 3 or 2 sentences
 of the generated text). The "Human" row scores the held-out human text the same way.
 
+This module is the Lightning loop; the decoding rows live in ``cblight.modules.decodings`` and what is
+written (generations, tables, Figure 3) in ``cblight.modules.generation_files``.
+
 Every generation is appended to a per-(task, decoding) JSON-lines cache as it is produced, with the
 per-token log-probabilities the Table 2 metrics need, so an interrupted run resumes and a finished one
 recomputes its tables without the model. At the end rank 0 writes ``generations/<task>/<decoding>.jsonl``
@@ -16,132 +19,55 @@ and prints the table.
 
 from __future__ import annotations
 
-import math
-import re
 import shutil
 import time
-import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import asdict, replace
+from typing import Any
 
 import torch
 from torch import nn
 
-from cblight import __version__
-from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
 from cblight.data.prompts import fit_example
-from cblight.data.sentences import first_sentences
 from cblight.errors import ConfigError
 from cblight.metrics.coherence import generated_token_log_probs
-from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
-from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
+from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
+from cblight.models import DTypeName, checkpoint_window, load_causal_lm, load_tokenizer, model_window
 from cblight.modules.base import LanguageModelModule
-from cblight.results import RecordCache, atomic_write_json, atomic_write_jsonl, digest, format_table
+from cblight.modules.decodings import (
+    DEFAULT_MAX_NEW_TOKENS,
+    Decoding,
+    DecodingGrid,
+    DecodingMode,
+    GenerationTask,
+    Table,
+    decoding_seed,
+    generation_record,
+    new_suite,
+    resolve_decodings,
+    table_of,
+)
+from cblight.modules.generation_files import (
+    log_samples,
+    save_figure3,
+    task_block,
+    task_result,
+    write_generations,
+    write_results,
+)
+from cblight.output_dir import resolve_output_dir
+from cblight.results import RecordCache, digest
 from cblight.scoring import Encoder
 
-DecodingMode = Literal["auto", "plain", "last_k", "response", "marker"]
-Table = Literal["text", "dialog", "summary"]
-_AUTO_MODE: dict[str, str] = {"text": "last_k", "dialog": "response", "summary": "marker"}
-DEFAULT_MAX_NEW_TOKENS = 64  # tasks whose paper setting gives none (DSTC7 responses end at EOS well before)
-
-
-@dataclass(frozen=True)
-class Decoding:
-    """One decoding method: a row of Table 2, 3 or the summarisation table.
-
-    ``mode`` picks the short context of boosting: ``last_k`` (WebText), ``response`` (dialog: separator +
-    response so far), ``marker`` (`` TL;DR:`` + summary so far), ``plain`` (no boosting), or ``auto`` (the
-    task's own: last_k for text, response for dialog, marker for summaries; plain when ``alpha == 0``).
-    Sampling options apply after mixing; with ``do_sample`` an unset ``top_k`` means no top-k cut (not
-    transformers' default of 50), as the paper's pure sampling and nucleus baselines.
-    """
-
-    name: str = "greedy"
-    mode: DecodingMode = "auto"
-    k: int = 32
-    alpha: float = 0.0
-    do_sample: bool = False
-    top_p: float | None = None
-    top_k: int | None = None
-    temperature: float | None = None
-    num_beams: int = 1
-
-    @property
-    def slug(self) -> str:
-        return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.name).strip("_") or "decoding"
-
-    def resolved_mode(self, table: Table) -> str:
-        if self.mode != "auto":
-            return self.mode
-        return "plain" if self.alpha == 0 else _AUTO_MODE[table]
-
-    def generate_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"do_sample": self.do_sample, "num_beams": self.num_beams}
-        if self.do_sample:
-            kwargs["top_k"] = 0 if self.top_k is None else self.top_k
-            if self.top_p is not None:
-                kwargs["top_p"] = self.top_p
-            if self.temperature is not None:
-                kwargs["temperature"] = self.temperature
-        return kwargs
-
-
-@dataclass(frozen=True)
-class DecodingGrid:
-    """Boosted decodings over a (k, alpha) grid, e.g. Table 2 / Figure 3: k in {8, 16, 32, 64} x alpha in
-    {-0.4, -0.2, -0.1, -0.05, -0.025} with top-p 0.95. For the dialog and summary modes ``k`` plays no part:
-    leave ``ks`` empty."""
-
-    alphas: tuple[float, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
-    ks: tuple[int, ...] = (8, 16, 32, 64)
-    mode: DecodingMode = "auto"
-    do_sample: bool = False
-    top_p: float | None = None
-    top_k: int | None = None
-    temperature: float | None = None
-    num_beams: int = 1
-
-    def decodings(self) -> list[Decoding]:
-        out = []
-        for k in self.ks or (None,):
-            for alpha in self.alphas:
-                name = f"boost k={k} alpha={alpha:g}" if k is not None else f"boost alpha={alpha:g}"
-                out.append(
-                    Decoding(
-                        name=name,
-                        mode=self.mode,
-                        k=k if k is not None else 32,
-                        alpha=float(alpha),
-                        do_sample=self.do_sample,
-                        top_p=self.top_p,
-                        top_k=self.top_k,
-                        temperature=self.temperature,
-                        num_beams=self.num_beams,
-                    )
-                )
-        return out
-
-
-@dataclass
-class _Task:
-    split: TaskSplit
-    table: Table
-    max_new_tokens: int
-    decodings: list[Decoding] = field(default_factory=list)
-
-
-def _table_of(split: TaskSplit) -> Table:
-    spec = split.task
-    if spec.kind != "generation":
-        raise DataError(f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator")
-    if spec.output_sentences:
-        return "summary"
-    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
-        return "dialog"
-    return "text"
+__all__ = [
+    "BoostedGenerationEvaluator",
+    "Decoding",
+    "DecodingGrid",
+    "DecodingMode",
+    "Table",
+    "save_figure3",
+]
 
 
 class BoostedGenerationEvaluator(LanguageModelModule):
@@ -163,6 +89,9 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             checkpoint when ``model`` is a tuned one).
         short_window: the short context of LTF and delta (20 tokens in the paper).
         self_bleu_samples: hypotheses sampled for self-BLEU (degen's 1000; ``None`` scores all).
+        meteor: dialog tables' METEOR: ``official`` (the METEOR 1.5 jar of the DSTC7 evaluation; needs
+            Java and ``cblight[dialog]``), ``nltk`` (column ``meteor_nltk``), or ``auto`` (official where
+            it can run, else nltk).
         human: also score the held-out human text (the "Human" row).
         score_batch_size: documents per forward pass when scoring with the base LM.
         output_dir: where generations, results, plots, cache and logs go (``{model}`` = the model's name).
@@ -188,6 +117,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         metrics_model: str | None = None,
         short_window: int = 20,
         self_bleu_samples: int | None = 1000,
+        meteor: MeteorRoute = "auto",
         human: bool = True,
         score_batch_size: int = 8,
         output_dir: str = "outputs/generation/{model}",
@@ -198,60 +128,29 @@ class BoostedGenerationEvaluator(LanguageModelModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        from cblight.modules.evaluation import resolve_output_dir
-
         self.model_name = model
         self.tokenizer_name = tokenizer or model
-        # hparams round-trips (checkpoints, comparisons) hand the dataclasses back as dicts
-        self.decodings = [Decoding(**d) if isinstance(d, dict) else d for d in decodings or [Decoding()]]
-        if isinstance(grid, dict):
-            grid = DecodingGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in grid.items()})
-        self.grid = grid
-        if grid is not None:
-            if not grid.alphas:
-                raise ConfigError("grid.alphas: the alpha grid is empty")
-            if any(k < 1 for k in grid.ks):
-                raise ConfigError(f"grid.ks: every k must be >= 1, got {list(grid.ks)}")
-            self.decodings += grid.decodings()
-        for d in self.decodings:
-            self._check_decoding(d)
-        slugs = [d.slug for d in self.decodings]
-        if len(set(slugs)) != len(slugs):
-            raise ConfigError(f"decodings need distinct names; got {[d.name for d in self.decodings]}")
+        self.decodings, self.grid = resolve_decodings(decodings, grid)
         if max_new_tokens is not None and max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if short_window < 1:
             raise ConfigError(f"short_window must be at least 1, got {short_window}")
+        resolve_meteor_route(meteor)  # refuses an official METEOR that cannot run, before any work
         self.output_dir = resolve_output_dir(output_dir, model)
         self.lm: nn.Module | None = None
         self._sharded_lm: Any = None
         self._metrics_lm: Any = None
         self.tok: Any = None
         self.suites = nn.ModuleDict()
-        self._tasks: list[_Task] = []
+        self._tasks: list[GenerationTask] = []
         self._caches: dict[tuple[str, str], RecordCache] = {}
         self._cached: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
         self.results: dict[str, Any] = {}
         self.summary = ""
         self._started = time.time()
 
-    @staticmethod
-    def _check_decoding(d: Decoding) -> None:
-        if not math.isfinite(d.alpha):
-            raise ConfigError(f"decoding {d.name!r}: alpha must be finite, got {d.alpha}")
-        if d.k < 1:
-            raise ConfigError(f"decoding {d.name!r}: k must be at least 1, got {d.k}")
-        if d.top_p is not None and not (0.0 < d.top_p <= 1.0):
-            raise ConfigError(f"decoding {d.name!r}: top_p must be in (0, 1], got {d.top_p}")
-        if d.temperature is not None and not (d.temperature > 0 and math.isfinite(d.temperature)):
-            raise ConfigError(f"decoding {d.name!r}: temperature must be positive, got {d.temperature}")
-        if d.num_beams < 1:
-            raise ConfigError(f"decoding {d.name!r}: num_beams must be at least 1, got {d.num_beams}")
-        if d.mode == "plain" and d.alpha != 0:
-            raise ConfigError(f"decoding {d.name!r}: mode 'plain' takes no alpha (got {d.alpha})")
-
     # -- setup ---------------------------------------------------------------------------------------------
-    def _signature(self, task: _Task, decoding: Decoding | None) -> dict[str, Any]:
+    def _signature(self, task: GenerationTask, decoding: Decoding | None) -> dict[str, Any]:
         sig = {
             "model": self.model_name,
             "tokenizer": self.tokenizer_name,
@@ -288,9 +187,9 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         self._tasks = []
         pending = False
         for split in dm.loader_splits("report"):
-            table = _table_of(split)
+            table = table_of(split)
             max_new = self.hparams.max_new_tokens or split.task.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-            task = _Task(split, table, max_new, self.decodings)
+            task = GenerationTask(split, table, max_new, self.decodings)
             self._tasks.append(task)
             for decoding in [*task.decodings, None]:
                 if decoding is None and not self._scores_human(task):
@@ -299,7 +198,9 @@ class BoostedGenerationEvaluator(LanguageModelModule):
                 key = (split.name, slug)
                 suite_key = self._suite_key(split.name, slug)
                 if suite_key not in self.suites:
-                    self.suites[suite_key] = self._new_suite(table)
+                    self.suites[suite_key] = new_suite(
+                        table, self.tok.eos_token_id, self.hparams.self_bleu_samples, self.hparams.meteor
+                    )
                 cache = RecordCache(
                     self.output_dir / "cache" / split.name / slug,
                     self._signature(task, decoding),
@@ -319,19 +220,10 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         index = next((i for i, d in enumerate(self.decodings) if d.slug == slug), "human")
         return f"{task}__{index}"
 
-    def _scores_human(self, task: _Task) -> bool:
+    def _scores_human(self, task: GenerationTask) -> bool:
         return bool(self.hparams.human) and any(
             isinstance(ex, GenerationExample) and ex.human for ex in task.split.examples
         )
-
-    def _new_suite(self, table: Table) -> nn.Module:
-        if table == "text":
-            return TextSuite(
-                eos_token_id=self.tok.eos_token_id, self_bleu_samples=self.hparams.self_bleu_samples
-            )
-        if table == "dialog":
-            return DialogSuite()
-        return SummarySuite()
 
     @property
     def metrics_lm(self) -> Any:
@@ -350,17 +242,16 @@ class BoostedGenerationEvaluator(LanguageModelModule):
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         return batch  # text examples; prompts are encoded in the step
 
-    def _prompt_ids(self, task: _Task, examples: Sequence[GenerationExample]) -> list[list[int]]:
-        window = model_window(self.language_model) if self.language_model is not None else None
+    def _prompt_ids(self, task: GenerationTask, examples: Sequence[GenerationExample]) -> list[list[int]]:
+        window = (
+            None
+            if self.language_model is not None
+            else checkpoint_window(self.model_name, self.hparams.revision)
+        )
         if window is None:
-            from transformers import AutoConfig
-
-            cfg = AutoConfig.from_pretrained(self.model_name, revision=self.hparams.revision)
-            window = next(
-                getattr(cfg, a)
-                for a in ("n_positions", "max_position_embeddings", "n_ctx")
-                if isinstance(getattr(cfg, a, None), int)
-            )
+            if self.language_model is None:
+                self._load_model()
+            window = model_window(self.language_model)
         budget = window - task.max_new_tokens
         if budget < 1:
             raise ConfigError(
@@ -368,12 +259,8 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             )
         return [fit_example(self.tok, ex, budget) for ex in examples]
 
-    def _seed(self, decoding: Decoding, ids: Sequence[int]) -> int:
-        key = f"{self.hparams.seed}|{decoding.slug}|{','.join(map(str, ids))}"
-        return zlib.crc32(key.encode("utf-8"))
-
     def _generate(
-        self, task: _Task, decoding: Decoding, examples: list[GenerationExample]
+        self, task: GenerationTask, decoding: Decoding, examples: list[GenerationExample]
     ) -> list[dict[str, Any]]:
         from cblight.generation import boosted_generate
 
@@ -387,38 +274,23 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             self.tok,
             prompts,
             max_new_tokens=task.max_new_tokens,
-            seed=self._seed(decoding, [ex.idx for ex in examples]),
+            seed=decoding_seed(self.hparams.seed, decoding, [ex.idx for ex in examples]),
             **boost,
             **decoding.generate_kwargs(),
         )
         return [
-            self._record(task, ex, prompt, tokens, text)
+            generation_record(task, ex, prompt, tokens, text)
             for ex, prompt, tokens, text in zip(examples, out.prompts.rows, out.tokens, out.texts)
         ]
 
-    def _human(self, task: _Task, examples: list[GenerationExample]) -> list[dict[str, Any]]:
+    def _human(self, task: GenerationTask, examples: list[GenerationExample]) -> list[dict[str, Any]]:
         prompts = self._prompt_ids(task, examples)
         enc = Encoder(self.tok)
         records = []
         for ex, prompt in zip(examples, prompts):
             tokens = enc.body(ex.human or "")[: task.max_new_tokens]
-            records.append(self._record(task, ex, prompt, tokens, self.tok.decode(tokens)))
+            records.append(generation_record(task, ex, prompt, tokens, self.tok.decode(tokens)))
         return records
-
-    def _record(
-        self, task: _Task, ex: GenerationExample, prompt: list[int], tokens: list[int], text: str
-    ) -> dict[str, Any]:
-        record: dict[str, Any] = {
-            "id": ex.idx,
-            "input": digest(ex.input_key()),
-            "prompt": ex.prompt,
-            "context": list(prompt),
-            "tokens": list(tokens),
-            "text": text,
-        }
-        if task.table == "summary":
-            record["summary"] = first_sentences(text, task.split.task.output_sentences)
-        return record
 
     def _add_log_probs(self, records: list[dict[str, Any]]) -> None:
         """Per-token ``log p_full`` / ``log p_short`` under the base LM (Table 2's ppl, LTF, delta)."""
@@ -440,7 +312,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             r["lp_short"] = [round(x, 6) for x in short.tolist()]
 
     def _records(
-        self, task: _Task, decoding: Decoding | None, batch: list[GenerationExample]
+        self, task: GenerationTask, decoding: Decoding | None, batch: list[GenerationExample]
     ) -> list[dict[str, Any]]:
         slug = decoding.slug if decoding is not None else "human"
         key = (task.split.name, slug)
@@ -463,7 +335,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
                 have[rec["id"]] = rec
         return [have[ex.idx] for ex in batch if ex.idx in have]
 
-    def _update(self, task: _Task, slug: str, records: list[dict[str, Any]]) -> None:
+    def _update(self, task: GenerationTask, slug: str, records: list[dict[str, Any]]) -> None:
         if not records:
             return
         suite = self.suites[self._suite_key(task.split.name, slug)]
@@ -494,9 +366,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         blocks = []
         for task in self._tasks:
             name = task.split.name
-            rows: dict[str, dict[str, Any]] = {}
-            for decoding in task.decodings:
-                rows[decoding.name] = self._compute(name, decoding.slug)
+            rows = {decoding.name: self._compute(name, decoding.slug) for decoding in task.decodings}
             human = self._compute(name, "human") if self._scores_human(task) else None
             columns = list(self.suites[self._suite_key(name, task.decodings[0].slug)].columns)
             logged = {}
@@ -506,38 +376,19 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             if human is not None:
                 logged.update({f"test/{self._key(name)}/human/{col}": float(human[col]) for col in columns})
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
-            result = {
-                "table": task.table,
-                "split": task.split.split,
-                "n": len(task.split.examples),
-                "max_new_tokens": task.max_new_tokens,
-                "columns": columns,
-                "rows": rows,
-                "human": human,
-                "decodings": {d.name: asdict(d) for d in task.decodings},
-            }
-            self.results[name] = result
-            table_rows = [[d, *(rows[d][c] for c in columns)] for d in rows]
-            if human is not None:
-                table_rows.append(["Human", *(human[c] for c in columns)])
-            blocks.append(f"{task.split.task.title} ({task.split.split}, n={result['n']})\n")
-            blocks[-1] += format_table(["decoding", *columns], table_rows)
+            result = self.results[name] = task_result(task, columns, rows, human)
+            blocks.append(task_block(task, result))
             if self.trainer.is_global_zero:
                 self._write_task_files(task, result)
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
-            text = "\n\n".join(blocks)
-            payload = {
-                "cblight_version": __version__,
+            settings = {
                 "model": self.model_name,
                 "metrics_model": self.hparams.metrics_model or self.model_name,
                 "dtype": self.hparams.dtype,
                 "seed": self.hparams.seed,
-                "seconds": round(time.time() - self._started, 1),
-                "summary": text,
-                "tasks": self.results,
             }
-            path = atomic_write_json(self.output_dir / "results.json", payload)
+            path, text = write_results(self.output_dir, self.results, blocks, settings, self._started)
             self.summary = (
                 f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
             )
@@ -548,69 +399,24 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         suite.reset()
         return values
 
-    def _write_task_files(self, task: _Task, result: dict[str, Any]) -> None:
+    def _write_task_files(self, task: GenerationTask, result: dict[str, Any]) -> None:
         name = task.split.name
         files: dict[str, str] = {}
-        keep = ("id", "prompt", "context", "tokens", "text", "summary")
         for decoding in task.decodings:
+            # every rank's shard: the cache directory, read afresh
             records = RecordCache(
                 self.output_dir / "cache" / name / decoding.slug, self._signature(task, decoding)
-            ).load()
-            ids = set(task.split.by_idx)
-            rows = [{k: v for k, v in records[i].items() if k in keep} for i in sorted(records) if i in ids]
-            path = self.output_dir / "generations" / name / f"{decoding.slug}.jsonl"
-            atomic_write_jsonl(path, rows)
+            )
+            path, rows = write_generations(self.output_dir, task, decoding, records.load())
             files[decoding.name] = str(path.relative_to(self.output_dir))
-            self._log_samples(name, decoding, rows)
+            log_samples(
+                self.loggers,
+                f"test/{self._key(name)}/{decoding.slug}/samples",
+                rows,
+                self.hparams.log_samples,
+            )
         result["files"] = files
         if self.hparams.plots and self.grid is not None:
             plot = self.output_dir / "plots" / f"{name}_figure3.png"
             save_figure3(plot, task.split.task.title, self.grid, task.decodings, result)
             result["files"]["figure3"] = str(plot.relative_to(self.output_dir))
-
-    def _log_samples(self, task: str, decoding: Decoding, rows: list[dict[str, Any]]) -> None:
-        n = self.hparams.log_samples
-        if n <= 0:
-            return
-        for logger in self.loggers:
-            if hasattr(logger, "log_table"):  # WandbLogger
-                data = [[r["id"], r["prompt"][-500:], r["text"]] for r in rows[:n]]
-                logger.log_table(
-                    key=f"test/{self._key(task)}/{decoding.slug}/samples",
-                    columns=["id", "prompt", "text"],
-                    data=data,
-                )
-
-
-def save_figure3(
-    path: Path, title: str, grid: DecodingGrid, decodings: list[Decoding], result: dict[str, Any]
-) -> Path:
-    """Paper Figure 3: each metric against alpha, one line per k, the human score as a horizontal line."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    from cblight.results import save_figure
-
-    columns = [c for c in result["columns"] if c != "meteor_synonyms"]
-    names = {(d.k if grid.ks else None, d.alpha): d.name for d in decodings}
-    ncols = 4
-    nrows = math.ceil(len(columns) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3 * nrows), squeeze=False)
-    alphas = sorted(grid.alphas)
-    for ax, col in zip(axes.flat, columns):
-        for k in grid.ks or (None,):
-            ys = [result["rows"][names[(k, a)]][col] for a in alphas]
-            ax.plot(alphas, ys, marker="o", label=f"k = {k}" if k is not None else "boosted")
-        if result.get("human"):
-            ax.axhline(result["human"][col], color="black", linestyle="--", linewidth=1, label="human")
-        ax.set_title(col)
-        ax.set_xlabel("alpha")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(columns) :]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{title}: metrics vs alpha (Figure 3)")
-    fig.tight_layout()
-    return save_figure(fig, path)

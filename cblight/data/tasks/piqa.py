@@ -16,7 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from cblight.data.examples import ChoiceExample, DataError
-from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import (
     DataSource,
     HubSplit,
@@ -26,6 +25,7 @@ from cblight.data.sources import (
     read_records,
     read_text_lines,
 )
+from cblight.data.spec import RenderContext, TaskSpec, register
 from cblight.data.tasks._fields import int_field
 
 NAME = "piqa"

@@ -1,0 +1,75 @@
+"""What a task is: ``TaskSpec`` (one small spec per benchmark), ``RenderContext``, and ``register``.
+
+Task modules in ``cblight.data.tasks`` build their spec from these and register it on import; looking a task
+up by name (``get_task``, ``all_tasks``) lives one layer up in ``cblight.data.registry``, which loads every
+task module first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cblight.data.examples import Example
+from cblight.data.sources import DataSource, SourceRecord
+
+TaskKind = Literal["multiple_choice", "next_token", "generation"]
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What rendering may need: the split being rendered, and the tokenizer's special tokens (they come
+    from the tokenizer, never from literals)."""
+
+    split: str = "test"
+    eos_token: str = "<|endoftext|>"
+    bos_token: str = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One benchmark.
+
+    ``report_split`` is the split whose accuracy is reported; ``selection_split`` the one alpha* is chosen
+    on. With ``sample_selection`` the selection split is a fixed-seed sample of ``selection_split`` as large
+    as the report split (the paper's protocol where the reported split is validation, DESIGN.md §2).
+    ``render(record, idx, ctx)`` turns a raw record into an ``Example`` or raises ``DataError``.
+
+    ``keep(example, tokenizer, max_k)``, where given, drops examples the paper leaves out (LAMA: objects
+    that are not one token, prompts no longer than the largest k); it sees the tokenizer and the largest k
+    of the grid. ``sizes`` are the paper's split sizes (documented numbers, for ``python -m cblight.data
+    list``); ``aliases`` are other accepted names (the reference code's, e.g. ``agn``). Generation tasks
+    say how their output is cut: ``output_sentences`` keeps the first n sentences of the generated text
+    (summaries) and ``max_new_tokens`` is the paper's generation length.
+    """
+
+    name: str
+    kind: TaskKind
+    title: str
+    prompt: str
+    source: DataSource
+    report_split: str
+    selection_split: str | None
+    render: Callable[[SourceRecord, int, RenderContext], Example]
+    sample_selection: bool = False
+    premise_free: str = ""  # the premise-free (short) context in words, for listings
+    keep: Callable[[Any, Any, int | None], bool] | None = None
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    reference: str = ""  # the authors' file (and function) this spec follows
+    output_sentences: int | None = None
+    max_new_tokens: int | None = None
+
+
+_REGISTRY: dict[str, TaskSpec] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register(spec: TaskSpec) -> TaskSpec:
+    for name in (spec.name, *spec.aliases):
+        if name in _REGISTRY or name in _ALIASES:
+            raise ValueError(f"task name {name!r} registered twice")
+    _REGISTRY[spec.name] = spec
+    _ALIASES.update({alias: spec.name for alias in spec.aliases})
+    return spec

@@ -1,0 +1,205 @@
+"""Decoding rows of the generation experiments (paper Tables 2, 3 and the summarisation table; Figure 3's
+(k, alpha) grid) and which table a task fills.
+
+A ``Decoding`` is one row: its boosting mode, k, alpha and the sampling options transformers' ``generate``
+applies after mixing. ``check_decoding`` refuses one that cannot run before any model is loaded. Each
+decoding of a prompt gives one cache record (``generation_record``), seeded by ``decoding_seed``, and its
+table's metric suite (``new_suite``) scores those records.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from torch import nn
+
+from cblight.data.datamodule import TaskSplit
+from cblight.data.examples import DataError, GenerationExample
+from cblight.data.sentences import first_sentences
+from cblight.errors import ConfigError
+from cblight.metrics.dialog_meteor import MeteorRoute
+from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
+from cblight.results import digest
+
+DecodingMode = Literal["auto", "plain", "last_k", "response", "marker"]
+Table = Literal["text", "dialog", "summary"]
+_AUTO_MODE: dict[str, str] = {"text": "last_k", "dialog": "response", "summary": "marker"}
+DEFAULT_MAX_NEW_TOKENS = 64  # tasks whose paper setting gives none (DSTC7 responses end at EOS well before)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """One decoding method: a row of Table 2, 3 or the summarisation table.
+
+    ``mode`` picks the short context of boosting: ``last_k`` (WebText), ``response`` (dialog: separator +
+    response so far), ``marker`` (`` TL;DR:`` + summary so far), ``plain`` (no boosting), or ``auto`` (the
+    task's own: last_k for text, response for dialog, marker for summaries; plain when ``alpha == 0``).
+    Sampling options apply after mixing; with ``do_sample`` an unset ``top_k`` means no top-k cut (not
+    transformers' default of 50), as the paper's pure sampling and nucleus baselines.
+    """
+
+    name: str = "greedy"
+    mode: DecodingMode = "auto"
+    k: int = 32
+    alpha: float = 0.0
+    do_sample: bool = False
+    top_p: float | None = None
+    top_k: int | None = None
+    temperature: float | None = None
+    num_beams: int = 1
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.name).strip("_") or "decoding"
+
+    def resolved_mode(self, table: Table) -> str:
+        if self.mode != "auto":
+            return self.mode
+        return "plain" if self.alpha == 0 else _AUTO_MODE[table]
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"do_sample": self.do_sample, "num_beams": self.num_beams}
+        if self.do_sample:
+            kwargs["top_k"] = 0 if self.top_k is None else self.top_k
+            if self.top_p is not None:
+                kwargs["top_p"] = self.top_p
+            if self.temperature is not None:
+                kwargs["temperature"] = self.temperature
+        return kwargs
+
+
+@dataclass(frozen=True)
+class DecodingGrid:
+    """Boosted decodings over a (k, alpha) grid, e.g. Table 2 / Figure 3: k in {8, 16, 32, 64} x alpha in
+    {-0.4, -0.2, -0.1, -0.05, -0.025} with top-p 0.95. For the dialog and summary modes ``k`` plays no part:
+    leave ``ks`` empty."""
+
+    alphas: tuple[float, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
+    ks: tuple[int, ...] = (8, 16, 32, 64)
+    mode: DecodingMode = "auto"
+    do_sample: bool = False
+    top_p: float | None = None
+    top_k: int | None = None
+    temperature: float | None = None
+    num_beams: int = 1
+
+    def decodings(self) -> list[Decoding]:
+        out = []
+        for k in self.ks or (None,):
+            for alpha in self.alphas:
+                name = f"boost k={k} alpha={alpha:g}" if k is not None else f"boost alpha={alpha:g}"
+                out.append(
+                    Decoding(
+                        name=name,
+                        mode=self.mode,
+                        k=k if k is not None else 32,
+                        alpha=float(alpha),
+                        do_sample=self.do_sample,
+                        top_p=self.top_p,
+                        top_k=self.top_k,
+                        temperature=self.temperature,
+                        num_beams=self.num_beams,
+                    )
+                )
+        return out
+
+
+@dataclass
+class GenerationTask:
+    """One task of a generation run: its split, the table it fills and its decodings."""
+
+    split: TaskSplit
+    table: Table
+    max_new_tokens: int
+    decodings: list[Decoding] = field(default_factory=list)
+
+
+def table_of(split: TaskSplit) -> Table:
+    """The table a generation task fills: summaries, dialog (examples with turns) or text (WebText)."""
+    spec = split.task
+    if spec.kind != "generation":
+        raise DataError(f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator")
+    if spec.output_sentences:
+        return "summary"
+    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
+        return "dialog"
+    return "text"
+
+
+def check_decoding(d: Decoding) -> None:
+    """Refuse a decoding that cannot run, naming it and the field (before any model is loaded)."""
+    if not math.isfinite(d.alpha):
+        raise ConfigError(f"decoding {d.name!r}: alpha must be finite, got {d.alpha}")
+    if d.k < 1:
+        raise ConfigError(f"decoding {d.name!r}: k must be at least 1, got {d.k}")
+    if d.top_p is not None and not (0.0 < d.top_p <= 1.0):
+        raise ConfigError(f"decoding {d.name!r}: top_p must be in (0, 1], got {d.top_p}")
+    if d.temperature is not None and not (d.temperature > 0 and math.isfinite(d.temperature)):
+        raise ConfigError(f"decoding {d.name!r}: temperature must be positive, got {d.temperature}")
+    if d.num_beams < 1:
+        raise ConfigError(f"decoding {d.name!r}: num_beams must be at least 1, got {d.num_beams}")
+    if d.mode == "plain" and d.alpha != 0:
+        raise ConfigError(f"decoding {d.name!r}: mode 'plain' takes no alpha (got {d.alpha})")
+
+
+def decoding_seed(seed: int, decoding: Decoding, ids: Sequence[int]) -> int:
+    """The seed of one generate call: from the run's seed, the decoding and the example ids, so ranks differ
+    under DDP and a rerun with the same data batches draws the same samples."""
+    key = f"{seed}|{decoding.slug}|{','.join(map(str, ids))}"
+    return zlib.crc32(key.encode("utf-8"))
+
+
+def generation_record(
+    task: GenerationTask, ex: GenerationExample, prompt: list[int], tokens: list[int], text: str
+) -> dict[str, Any]:
+    """The cache record of one generation: what the metrics and ``generations/*.jsonl`` need."""
+    record: dict[str, Any] = {
+        "id": ex.idx,
+        "input": digest(ex.input_key()),
+        "prompt": ex.prompt,
+        "context": list(prompt),
+        "tokens": list(tokens),
+        "text": text,
+    }
+    if task.table == "summary":
+        record["summary"] = first_sentences(text, task.split.task.output_sentences)
+    return record
+
+
+def new_suite(
+    table: Table, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute = "auto"
+) -> nn.Module:
+    """The metric suite of a table: Table 2's (text), Table 3's (dialog; ``meteor`` picks its METEOR) or
+    ROUGE (summaries)."""
+    if table == "text":
+        return TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples)
+    if table == "dialog":
+        return DialogSuite(meteor=meteor)
+    return SummarySuite()
+
+
+def resolve_decodings(
+    decodings: Sequence[Decoding | dict[str, Any]] | None, grid: DecodingGrid | dict[str, Any] | None
+) -> tuple[list[Decoding], DecodingGrid | None]:
+    """The rows of a run: ``decodings`` (default: greedy) then the grid's, each checked, names distinct.
+    Hparams round-trips (checkpoints, comparisons) hand the dataclasses back as dicts: both are accepted."""
+    rows = [Decoding(**d) if isinstance(d, dict) else d for d in decodings or [Decoding()]]
+    if isinstance(grid, dict):
+        grid = DecodingGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in grid.items()})
+    if grid is not None:
+        if not grid.alphas:
+            raise ConfigError("grid.alphas: the alpha grid is empty")
+        if any(k < 1 for k in grid.ks):
+            raise ConfigError(f"grid.ks: every k must be >= 1, got {list(grid.ks)}")
+        rows += grid.decodings()
+    for d in rows:
+        check_decoding(d)
+    slugs = [d.slug for d in rows]
+    if len(set(slugs)) != len(slugs):
+        raise ConfigError(f"decodings need distinct names; got {[d.name for d in rows]}")
+    return rows, grid

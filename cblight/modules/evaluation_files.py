@@ -1,0 +1,101 @@
+"""What a boosted evaluation writes: ``predictions/<task>.<split>.jsonl``, ``plots/<task>.png`` (the
+accuracy-vs-alpha curves of paper Figures 2 and 4-6), ``results.json`` and the printed summary table.
+
+Every file is written atomically (``cblight.results``), by rank 0 only; nothing here touches the model.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from cblight import __version__
+from cblight.data.datamodule import TaskSplit
+from cblight.results import atomic_write_json, atomic_write_jsonl, format_table, save_alpha_plot
+
+SUMMARY_HEADERS = ["task", "split", "n", "acc@0", "acc@-1", "acc@alpha*", "alpha*", "k*", "alpha* chosen on"]
+
+
+def write_task_files(
+    output_dir: Path,
+    split: TaskSplit,
+    result: dict[str, Any],
+    rows: list[dict[str, Any]],
+    model_name: str,
+    plots: bool,
+) -> dict[str, Path]:
+    """Predictions (and the alpha plot with ``plots``) of one task; paths recorded in ``result["files"]``."""
+    written: dict[str, Path] = {}
+    written["predictions"] = atomic_write_jsonl(
+        output_dir / "predictions" / f"{split.name}.{split.split}.jsonl", rows
+    )
+    if plots:
+        written["plot"] = write_alpha_plot(
+            output_dir / "plots" / f"{split.name}.png", split, result, model_name
+        )
+    result["files"] = {key: str(path.relative_to(output_dir)) for key, path in written.items()}
+    return written
+
+
+def write_alpha_plot(path: Path, split: TaskSplit, result: dict[str, Any], model_name: str) -> Path:
+    sweep = result["sweep"]
+    report = result["report"]
+    if result["kind"] == "multiple_choice":
+        curves = {f"{split.split} (reported)": sweep["report_acc"]}
+        if sweep["selection_acc"] is not None:
+            curves[f"{result['selection']['split']} (alpha selection)"] = sweep["selection_acc"]
+        return save_alpha_plot(
+            path,
+            f"{split.task.title}: accuracy vs alpha ({model_name})",
+            sweep["alphas"],
+            curves,
+            highlight=f"{split.split} (reported)",
+            chosen_alpha=report.get("alpha_star"),
+        )
+    k_star = report.get("k_star", report["oracle_k"])
+    curves = {f"k = {k}": row for k, row in zip(sweep["ks"], sweep["report_acc"])}
+    return save_alpha_plot(
+        path,
+        f"{split.task.title}: accuracy vs alpha per k ({model_name})",
+        sweep["alphas"],
+        curves,
+        highlight=f"k = {k_star}",
+        chosen_alpha=report.get("alpha_star"),
+    )
+
+
+def write_results(
+    output_dir: Path, results: dict[str, Any], settings: dict[str, Any], started: float
+) -> tuple[Path, str]:
+    """``results.json`` (the run's settings, every task's result and the summary table); returns its path
+    and the table."""
+    table = format_table(SUMMARY_HEADERS, [summary_row(task, result) for task, result in results.items()])
+    payload = {
+        "cblight_version": __version__,
+        **settings,
+        "seconds": round(time.time() - started, 1),
+        "summary": table,
+        "tasks": results,
+    }
+    return atomic_write_json(output_dir / "results.json", payload), table
+
+
+def _pct(value: Any) -> float | None:
+    return None if value is None else 100.0 * float(value)
+
+
+def summary_row(task: str, result: dict[str, Any]) -> list[Any]:
+    report = result["report"]
+    selection = result.get("selection") or {}
+    return [
+        task,
+        report["split"],
+        report["n"],
+        _pct(report.get("acc_base")),
+        _pct(report.get("acc_pmi")),
+        _pct(report.get("acc")),
+        report.get("alpha_star"),
+        report.get("k_star"),
+        selection.get("split"),
+    ]

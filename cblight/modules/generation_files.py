@@ -1,0 +1,119 @@
+"""What a generation run writes: ``generations/<task>/<decoding>.jsonl``, the task's table (a row per
+decoding and the Human row: paper Tables 2, 3 and the summarisation table), ``results.json`` and
+``plots/<task>_figure3.png`` (paper Figure 3).
+
+Rank 0 writes; every file atomically (``cblight.results``). Nothing here touches a model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from cblight import __version__
+from cblight.metrics.tables import DIALOG_TITLES
+from cblight.modules.decodings import Decoding, DecodingGrid, GenerationTask
+from cblight.results import atomic_write_json, atomic_write_jsonl, format_table
+
+GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary")
+
+
+def task_result(
+    task: GenerationTask, columns: list[str], rows: dict[str, dict[str, Any]], human: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One task's entry of ``results.json``: a row of metric values per decoding, and the human row."""
+    return {
+        "table": task.table,
+        "split": task.split.split,
+        "n": len(task.split.examples),
+        "max_new_tokens": task.max_new_tokens,
+        "columns": columns,
+        "rows": rows,
+        "human": human,
+        "decodings": {d.name: asdict(d) for d in task.decodings},
+    }
+
+
+def task_block(task: GenerationTask, result: dict[str, Any]) -> str:
+    """The printed table of one task: a line per decoding, then Human."""
+    columns, rows, human = result["columns"], result["rows"], result["human"]
+    table_rows = [[d, *(rows[d][c] for c in columns)] for d in rows]
+    if human is not None:
+        table_rows.append(["Human", *(human[c] for c in columns)])
+    title = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n"
+    titles = DIALOG_TITLES if result["table"] == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
+    return title + format_table(["decoding", *(titles.get(c, c) for c in columns)], table_rows)
+
+
+def write_generations(
+    output_dir: Path, task: GenerationTask, decoding: Decoding, records: dict[int, dict[str, Any]]
+) -> tuple[Path, list[dict[str, Any]]]:
+    """``generations/<task>/<decoding>.jsonl``: per prompt of this run's split, what the metrics need."""
+    ids = set(task.split.by_idx)
+    rows = [
+        {k: v for k, v in records[i].items() if k in GENERATION_FIELDS} for i in sorted(records) if i in ids
+    ]
+    path = output_dir / "generations" / task.split.name / f"{decoding.slug}.jsonl"
+    return atomic_write_jsonl(path, rows), rows
+
+
+def log_samples(loggers: Any, key: str, rows: list[dict[str, Any]], n: int) -> None:
+    """The first ``n`` generations as a W&B table (loggers without ``log_table`` are skipped)."""
+    if n <= 0:
+        return
+    for logger in loggers:
+        if hasattr(logger, "log_table"):  # WandbLogger
+            data = [[r["id"], r["prompt"][-500:], r["text"]] for r in rows[:n]]
+            logger.log_table(key=key, columns=["id", "prompt", "text"], data=data)
+
+
+def write_results(
+    output_dir: Path, results: dict[str, Any], blocks: list[str], settings: dict[str, Any], started: float
+) -> tuple[Path, str]:
+    """``results.json``; returns its path and the printed text (every task's table)."""
+    text = "\n\n".join(blocks)
+    payload = {
+        "cblight_version": __version__,
+        **settings,
+        "seconds": round(time.time() - started, 1),
+        "summary": text,
+        "tasks": results,
+    }
+    return atomic_write_json(output_dir / "results.json", payload), text
+
+
+def save_figure3(
+    path: Path, title: str, grid: DecodingGrid, decodings: list[Decoding], result: dict[str, Any]
+) -> Path:
+    """Paper Figure 3: each metric against alpha, one line per k, the human score as a horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    from cblight.results import save_figure
+
+    columns = [c for c in result["columns"] if c != "meteor_synonyms"]
+    names = {(d.k if grid.ks else None, d.alpha): d.name for d in decodings}
+    ncols = 4
+    nrows = math.ceil(len(columns) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3 * nrows), squeeze=False)
+    alphas = sorted(grid.alphas)
+    for ax, col in zip(axes.flat, columns):
+        for k in grid.ks or (None,):
+            ys = [result["rows"][names[(k, a)]][col] for a in alphas]
+            ax.plot(alphas, ys, marker="o", label=f"k = {k}" if k is not None else "boosted")
+        if result.get("human"):
+            ax.axhline(result["human"][col], color="black", linestyle="--", linewidth=1, label="human")
+        ax.set_title(col)
+        ax.set_xlabel("alpha")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(columns) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{title}: metrics vs alpha (Figure 3)")
+    fig.tight_layout()
+    return save_figure(fig, path)

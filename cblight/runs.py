@@ -1,0 +1,28 @@
+"""Running one evaluation: alpha* (and k*) chosen on the selection splits, then the report splits.
+
+Below both the CLI (``cblight.cli``) and the comparison of checkpoints (``cblight.compare``), which call
+``run_evaluation`` once per checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
+
+from cblight.data.datamodule import EvalDataModule
+from cblight.modules.evaluation import BoostedEvaluator
+
+
+def run_evaluation(
+    trainer: Any, model: LightningModule, datamodule: EvalDataModule, print_summary: bool = True
+) -> dict[str, Any]:
+    """Choose alpha* (and k*) on the selection splits, then report on the test splits."""
+    datamodule.setup("validate")
+    if isinstance(model, BoostedEvaluator) and datamodule.loader_splits("selection"):
+        trainer.validate(model, datamodule=datamodule, verbose=False)
+    trainer.test(model, datamodule=datamodule, verbose=False)
+    if print_summary and model.summary:
+        rank_zero_info("\n" + model.summary)
+    return model.results
