@@ -214,11 +214,36 @@ class CBLightCLI(LightningCLI):
         check_wandb_available(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
 
+    def before_instantiate_classes(self) -> None:
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand, self.config) if subcommand else self.config
+        root = config.get("trainer", {}).get("default_root_dir")
+        if root:
+            _loggers_under(config.trainer.get("logger"), root)
+
     def before_fit(self) -> None:
         check = getattr(self.model, "check_prompts", None)
         prompts = getattr(self.datamodule, "train_prompts", None)
         if callable(check) and callable(prompts):
             check(prompts())
+
+    def after_fit(self) -> None:
+        """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would."""
+        from cblight.modules.tuning_callbacks import StopOnSignal
+
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, StopOnSignal) and callback.stopped_by:
+                raise SystemExit(128 + callback.stopped_by)
+
+
+def _loggers_under(logger: Any, root: str) -> None:
+    """With ``trainer.default_root_dir`` set, every relative logger ``save_dir`` lives under it (as the
+    model's relative ``export_dir`` does), so that nothing of the run lands in the working directory."""
+    for item in logger if isinstance(logger, list) else [logger]:
+        args = item.get("init_args") if hasattr(item, "get") else None
+        save_dir = args.get("save_dir") if args is not None else None
+        if isinstance(save_dir, str) and not Path(save_dir).expanduser().is_absolute():
+            args["save_dir"] = str(Path(root) / save_dir)
 
 
 def _defaults() -> dict[str, Any]:
