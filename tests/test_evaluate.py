@@ -153,6 +153,7 @@ def test_lambada_grid_matches_naive_loop(evaluated, tiny_gpt2_dir):
     records = read_jsonl(DEMO / "lambada" / "test.jsonl")
     hits = torch.zeros(len(KS), len(NT_ALPHAS))
     logp = torch.zeros(len(KS), len(NT_ALPHAS))
+    short_target = torch.zeros(len(records), len(KS))
     base_hits = 0
     for idx, rec in enumerate(records):
         ids = enc.context(spec.render(rec, idx, RenderContext(split="test")).text)
@@ -161,6 +162,7 @@ def test_lambada_grid_matches_naive_loop(evaluated, tiny_gpt2_dir):
         base_hits += int(full.argmax()) == target
         for i, k in enumerate(KS):
             short = naive_logprobs(model, ctx[-k:])[-1]
+            short_target[idx, i] = float(short[target])
             for j, a in enumerate(NT_ALPHAS):
                 mixed = full + a * short
                 hits[i, j] += int(mixed.argmax()) == target
@@ -174,6 +176,16 @@ def test_lambada_grid_matches_naive_loop(evaluated, tiny_gpt2_dir):
     )
     rows = [json.loads(x) for x in (evaluated / "predictions/lambada.test.jsonl").read_text().splitlines()]
     assert {"full_rank", "short_rank", "boosted_rank", "target"} <= set(rows[0])
+    # the short-context log-prob of the target, as multiple-choice rows carry ll_short. The file holds the
+    # batched, left-padded float32 forward and the reference one context at a time: they differ only in
+    # float32 summation order (~1e-6 on log-probs of magnitude ~10), so 1e-4 absolute leaves 100x room
+    by_id = {r["id"]: r for r in rows}
+    got = torch.tensor([by_id[i]["short_log_prob"] for i in range(len(records))])
+    torch.testing.assert_close(got, short_target, rtol=0, atol=1e-4)
+    k_star = rows[0]["k_star"]
+    assert [by_id[i]["short_log_prob_k_star"] for i in range(len(records))] == got[
+        :, KS.index(k_star)
+    ].tolist()
 
 
 def copy_cache(src: Path, dst: Path) -> Path:

@@ -153,6 +153,9 @@ def decoding_seed(seed: int, decoding: Decoding, ids: Sequence[int]) -> int:
     return zlib.crc32(key.encode("utf-8"))
 
 
+RECORD_FIELDS = ("id", "input", "prompt", "context", "tokens", "text")
+
+
 def generation_record(
     task: GenerationTask, ex: GenerationExample, prompt: list[int], tokens: list[int], text: str
 ) -> dict[str, Any]:

@@ -26,16 +26,19 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.data.examples import DataError, GenerationExample
 from cblight.data.prompts import fit_example
 from cblight.errors import ConfigError
+from cblight.interrupt import check_interrupt
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, load_tokenizer, model_window
 from cblight.modules.base import LanguageModelModule
 from cblight.modules.decodings import (
     DEFAULT_MAX_NEW_TOKENS,
+    RECORD_FIELDS,
     Decoding,
     DecodingGrid,
     DecodingMode,
@@ -199,6 +202,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
                     self.output_dir / "cache" / split.name / slug,
                     self._signature(task, decoding),
                     self.global_rank,
+                    fields=RECORD_FIELDS,
                 )
                 self._caches[key] = cache
                 self._cached[key] = cache.load()
@@ -349,10 +353,38 @@ class BoostedGenerationEvaluator(LanguageModelModule):
 
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
-        for decoding in task.decodings:
+        for i, decoding in enumerate(task.decodings, 1):
+            check_interrupt()
+            self._progress(
+                task, batch_idx, f"decoding {i}/{len(task.decodings)} {decoding.name!r}", len(batch)
+            )
             self._update(task, decoding.slug, self._records(task, decoding, batch))
         if self._scores_human(task):
             self._update(task, "human", self._records(task, None, batch))
+
+    def _progress(self, task: GenerationTask, batch_idx: int, what: str, prompts: int) -> None:
+        """Which decoding of which prompt batch runs now (one batch can take minutes): on Lightning's
+        progress bar when it shows, else one line per (batch, decoding)."""
+        batches = self.trainer.num_test_batches
+        total = batches[self._tasks.index(task)] if isinstance(batches, list) and batches else "?"
+        text = f"{task.split.name} batch {batch_idx + 1}/{total} ({prompts} prompts): {what}"
+        callback = self.trainer.progress_bar_callback
+        try:  # TQDMProgressBar raises while it has no test bar
+            bar = callback.test_progress_bar  # type: ignore[union-attr]
+        except (AttributeError, TypeError, AssertionError):
+            bar = None
+        if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
+            bar.set_postfix_str(text, refresh=True)
+        elif (
+            getattr(callback, "progress", None) is not None
+            and getattr(callback, "test_progress_bar_id", None) is not None
+        ):
+            callback.progress.update(
+                callback.test_progress_bar_id, description=f"Testing {text}"
+            )  # RichProgressBar
+            callback.refresh()
+        else:
+            rank_zero_info(f"generation: {text}")
 
     # -- results -------------------------------------------------------------------------------------------
     def on_test_epoch_end(self) -> None:
