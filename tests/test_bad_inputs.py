@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from cblight.cli import evaluate_cli
+from tests.conftest import EVAL_QUIET_CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -56,17 +57,7 @@ def refused(args: list[str], tmp_path: Path, capsys) -> str:
     """Run evaluate.py in process; it must exit 2 with one ``error:`` line and write no results."""
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:
-        evaluate_cli(
-            [
-                "--model.output_dir",
-                str(out),
-                "--trainer.accelerator",
-                "cpu",
-                "--trainer.enable_progress_bar",
-                "false",
-                *args,
-            ]
-        )
+        evaluate_cli(["--model.output_dir", str(out), *EVAL_QUIET_CPU, *args])
     err = capsys.readouterr().err
     assert exc.value.code == 2, err
     lines = [line for line in err.splitlines() if line.startswith("error:")]

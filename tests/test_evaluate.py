@@ -17,6 +17,7 @@ from cblight.data.registry import RenderContext, get_task
 from cblight.data.sources import read_jsonl
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
+from tests.conftest import EVAL_QUIET_CPU
 
 DEMO = Path(__file__).resolve().parents[1] / "cblight" / "assets" / "demo_data"
 KS = [1, 3, 6]
@@ -25,17 +26,7 @@ NT_ALPHAS = [0.0, -0.5, -1.0, -2.0]
 
 def run(args, out: Path):
     return evaluate_cli(
-        [
-            "--data.data_root",
-            str(DEMO),
-            "--model.output_dir",
-            str(out),
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.enable_progress_bar",
-            "false",
-            *args,
-        ]
+        ["--data.data_root", str(DEMO), "--model.output_dir", str(out), *EVAL_QUIET_CPU, *args]
     )
 
 

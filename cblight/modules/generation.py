@@ -26,14 +26,12 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.data.examples import DataError, GenerationExample
 from cblight.data.prompts import fit_example
 from cblight.errors import ConfigError
 from cblight.interrupt import check_interrupt
-from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, load_tokenizer, model_window
 from cblight.modules.base import LanguageModelModule
@@ -45,8 +43,10 @@ from cblight.modules.decodings import (
     DecodingMode,
     GenerationTask,
     Table,
+    add_token_log_probs,
     decoding_seed,
     generation_record,
+    human_records,
     new_suite,
     resolve_decodings,
     table_of,
@@ -54,6 +54,7 @@ from cblight.modules.decodings import (
 from cblight.modules.generation_files import (
     log_samples,
     save_figure3,
+    show_progress,
     task_block,
     task_result,
     write_generations,
@@ -61,7 +62,6 @@ from cblight.modules.generation_files import (
 )
 from cblight.output_dir import resolve_output_dir
 from cblight.results import RecordCache, digest
-from cblight.scoring import Encoder
 
 __all__ = [
     "BoostedGenerationEvaluator",
@@ -288,32 +288,14 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         ]
 
     def _human(self, task: GenerationTask, examples: list[GenerationExample]) -> list[dict[str, Any]]:
-        prompts = self._prompt_ids(task, examples)
-        enc = Encoder(self.tok)
-        records = []
-        for ex, prompt in zip(examples, prompts):
-            tokens = enc.body(ex.human or "")[: task.max_new_tokens]
-            records.append(generation_record(task, ex, prompt, tokens, self.tok.decode(tokens)))
-        return records
+        return human_records(task, examples, self._prompt_ids(task, examples), self.tok)
 
     def _add_log_probs(self, records: list[dict[str, Any]]) -> None:
         """Per-token ``log p_full`` / ``log p_short`` under the base LM (Table 2's ppl, LTF, delta)."""
-        todo = [r for r in records if r["tokens"] and "lp_full" not in r]
-        if not todo:
-            return
-        enc = Encoder(self.tok)
-        scored = generated_token_log_probs(
-            self.metrics_lm,
-            [r["context"] for r in todo],
-            [r["tokens"] for r in todo],
-            k=self.hparams.short_window,
-            prefix=enc.prefix,
-            batch_size=self.hparams.score_batch_size,
-            pad_id=int(self.tok.pad_token_id or 0),
-        )
-        for r, (full, short) in zip(todo, scored):
-            r["lp_full"] = [round(x, 6) for x in full.tolist()]
-            r["lp_short"] = [round(x, 6) for x in short.tolist()]
+        if any(r["tokens"] and "lp_full" not in r for r in records):
+            add_token_log_probs(
+                records, self.metrics_lm, self.tok, self.hparams.short_window, self.hparams.score_batch_size
+            )
 
     def _records(
         self, task: GenerationTask, decoding: Decoding | None, batch: list[GenerationExample]
@@ -369,28 +351,11 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             self._update(task, "human", self._records(task, None, batch))
 
     def _progress(self, task: GenerationTask, batch_idx: int, what: str, prompts: int) -> None:
-        """Which decoding of which prompt batch runs now (one batch can take minutes): on Lightning's
-        progress bar when it shows, else one line per (batch, decoding)."""
         batches = self.trainer.num_test_batches
         total = batches[self._tasks.index(task)] if isinstance(batches, list) and batches else "?"
-        text = f"{task.split.name} batch {batch_idx + 1}/{total} ({prompts} prompts): {what}"
-        callback = self.trainer.progress_bar_callback
-        try:  # TQDMProgressBar raises while it has no test bar
-            bar = callback.test_progress_bar  # type: ignore[union-attr]
-        except (AttributeError, TypeError, AssertionError):
-            bar = None
-        if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
-            bar.set_postfix_str(text, refresh=True)
-        elif (
-            getattr(callback, "progress", None) is not None
-            and getattr(callback, "test_progress_bar_id", None) is not None
-        ):
-            callback.progress.update(
-                callback.test_progress_bar_id, description=f"Testing {text}"
-            )  # RichProgressBar
-            callback.refresh()
-        else:
-            rank_zero_info(f"generation: {text}")
+        show_progress(
+            self.trainer, f"{task.split.name} batch {batch_idx + 1}/{total} ({prompts} prompts): {what}"
+        )
 
     # -- results -------------------------------------------------------------------------------------------
     def on_test_epoch_end(self) -> None:
