@@ -61,7 +61,7 @@ MODEL_KEYS = {"model", "tokenizer", "metrics_model", "pretrained"}  # keys whose
 HUB_ID = re.compile(r"^(offline:)?[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub id, or a zoo name (a real model)
 LIMITS = {
     "evaluate": ["--data.limit", "2", "--data.batch_size", "4", "--trainer.enable_progress_bar", "false"],
-    "generation": ["--model.max_new_tokens", "4", "--data.limit", "1"],  # a grid of 20 decodings per prompt
+    "generation": ["--model.max_new_tokens", "4"],  # two prompts: self-BLEU needs two generations
     # lm-eval's CLI passes --device cuda unless told: on a CPU-only machine the README command as written
     # stops with "Torch not compiled with CUDA enabled" (reported); CPU is the test's GPU mapping
     "cblight.lmeval": ["--device", "cpu", "--limit", "4"],
