@@ -86,6 +86,7 @@ class OutputLock:
         self.path = self.dir / LOCK_NAME
         self.option = option
         self.held = False
+        self._created: list[Path] = []  # directories the lock made, removed again if left empty
 
     def _owner(self) -> dict[str, Any] | None:
         try:
@@ -105,6 +106,10 @@ class OutputLock:
             "command": " ".join(sys.argv),
         }
         try:
+            missing = self.dir
+            while not missing.exists() and missing != missing.parent:
+                self._created.append(missing)
+                missing = missing.parent
             self.dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f"{LOCK_NAME}.", dir=self.dir)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -150,6 +155,11 @@ class OutputLock:
         owner = self._owner()
         if owner and owner.get("pid") == os.getpid():
             self.path.unlink(missing_ok=True)
+        for directory in self._created:  # a run refused before writing anything leaves no directory
+            try:
+                directory.rmdir()
+            except OSError:
+                break  # not empty: the run wrote results there
 
     def __enter__(self) -> OutputLock:
         return self.acquire()
