@@ -18,9 +18,10 @@ and a report in ``cblight.modules.selection``; what is written in ``cblight.modu
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,13 +32,14 @@ from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
+from cblight.interrupt import check_interrupt
 from cblight.models import DTypeName, checkpoint_window, load_tokenizer
 from cblight.modules.base import LanguageModelModule
 from cblight.modules.evaluation_files import write_results, write_task_files
 from cblight.modules.example_scoring import ChoiceScoring, ExampleScoring, NextTokenScoring
 from cblight.modules.selection import ChoiceReport, NextTokenReport, SweepReport
 from cblight.output_dir import resolve_output_dir
-from cblight.results import RecordCache, digest
+from cblight.results import RecordCache
 from cblight.scoring import BatchSize, Scorer
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator", "resolve_output_dir"]
@@ -49,14 +51,30 @@ DEFAULT_KS = tuple(range(1, 21))  # LAMBADA's grid (Table 1); LAMA's is 1..5 (Ta
 
 
 def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option: str) -> list[float]:
+    """The alpha values of a grid option: a list, or the range form ``{start, stop, step}`` (as an
+    ``AlphaGrid``, or the mapping a hyperparameter round trip hands back, e.g. under ``--compare``)."""
     if value is None:
         value = default
+    if hasattr(value, "as_dict"):  # a jsonargparse Namespace
+        value = value.as_dict()
     try:
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"start", "stop", "step"}
+            if unknown:
+                raise ConfigError(
+                    f"{option}: unknown key {sorted(unknown)[0]!r} (the range form is start, stop, step)"
+                )
+            value = AlphaGrid(**{k: float(v) for k, v in value.items()})
         values = value.values() if isinstance(value, AlphaGrid) else [float(v) for v in value]
-    except ValueError as err:
+    except (TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise
         raise ConfigError(f"{option}: {err}") from None
     if not values:
         raise ConfigError(f"{option}: the alpha grid is empty")
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"{option}: every alpha must be a finite number, got {bad[0]} in {values[:10]}")
     if len(set(values)) != len(values):
         raise ConfigError(f"{option}: the alpha grid repeats a value")
     return values
@@ -176,13 +194,17 @@ class BoostedEvaluator(LanguageModelModule):
             key = f"{_PREFIX[role]}_{split.name}"
             if key not in self.sweeps:
                 self.sweeps[key] = self._scoring(split).new_sweep(split)
-            cache = RecordCache(self._cache_dir(split), self._signature(split), rank=self.global_rank)
+            cache = RecordCache(
+                self._cache_dir(split),
+                self._signature(split),
+                rank=self.global_rank,
+                fields=self._scoring(split).record_fields,
+            )
             cached = cache.load()
             self._caches[(role, split.name)] = cache
             self._cached[(role, split.name)] = cached
-            pending = pending or any(
-                cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
-            )
+            scoring = self._scoring(split)
+            pending = pending or any(not scoring.matches(cached.get(ex.idx), ex) for ex in split.examples)
         if self.tok is None:
             self.tok = load_tokenizer(
                 self.tokenizer_name,
@@ -249,9 +271,10 @@ class BoostedEvaluator(LanguageModelModule):
         cached = self._cached[(role, split.name)]
         records: dict[int, dict[str, Any]] = {}
         todo = []
+        scoring = self._scoring(split)
         for ex in batch:
             rec = cached.get(ex.idx)
-            if rec is not None and rec.get("input") == digest(ex.input_key()):
+            if scoring.matches(rec, ex):
                 records[ex.idx] = rec
             else:
                 todo.append(ex)
@@ -267,6 +290,7 @@ class BoostedEvaluator(LanguageModelModule):
         self._scoring(split).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
 
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
+        check_interrupt()
         split = self._splits[role][dataloader_idx]
         self._update(role, split, self._records(role, split, batch))
 

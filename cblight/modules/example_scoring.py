@@ -57,6 +57,18 @@ class ExampleScoring:
     def input_digest(example: Example) -> str:
         return digest(example.input_key())
 
+    def matches(self, record: dict[str, Any] | None, example: Example) -> bool:
+        """Whether a cached record holds this example's numbers: same input, and as many values as the
+        example and grid need (a row of another shape is recomputed, never read)."""
+        return (
+            record is not None
+            and record.get("input") == self.input_digest(example)
+            and self._fits(record, example)
+        )
+
+    def _fits(self, record: dict[str, Any], example: Example) -> bool:
+        return True
+
 
 class ChoiceScoring(ExampleScoring):
     """Multiple choice: ``log f(a | full)`` and ``log f(a | premise-free)`` per choice (paper eq. 2)."""
@@ -67,6 +79,13 @@ class ChoiceScoring(ExampleScoring):
     def __init__(self, alphas: Sequence[float], length_normalize: bool = False):
         self.alphas = list(alphas)
         self.length_normalize = length_normalize
+
+    def _fits(self, record: dict[str, Any], example: Example) -> bool:
+        n = len(example.choices) if isinstance(example, ChoiceExample) else -1
+        return all(
+            isinstance(record[f], list) and len(record[f]) == n
+            for f in ("ll_full", "ll_short", "char_lengths")
+        )
 
     def new_sweep(self, split: TaskSplit) -> nn.Module:
         return ChoiceSweep(self.alphas, split.max_choices, self.length_normalize)
@@ -116,6 +135,15 @@ class NextTokenScoring(ExampleScoring):
 
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
+
+    def _fits(self, record: dict[str, Any], example: Example) -> bool:
+        per_k = ("short_log_prob", "short_rank", "boosted_correct", "boosted_log_prob", "boosted_rank")
+        if not all(isinstance(record[f], list) and len(record[f]) == len(self.ks) for f in per_k):
+            return False
+        per_alpha = ("boosted_correct", "boosted_log_prob", "boosted_rank")
+        return all(
+            isinstance(row, list) and len(row) == len(self.alphas) for f in per_alpha for row in record[f]
+        )
 
     def new_sweep(self, split: TaskSplit) -> nn.Module:
         return NextTokenSweep(self.ks, self.alphas)

@@ -13,6 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.utilities import rank_zero_info
+
 from cblight import __version__
 from cblight.metrics.tables import DIALOG_TITLES
 from cblight.modules.decodings import Decoding, DecodingGrid, GenerationTask
@@ -58,6 +60,28 @@ def write_generations(
     ]
     path = output_dir / "generations" / task.split.name / f"{decoding.slug}.jsonl"
     return atomic_write_jsonl(path, rows), rows
+
+
+def show_progress(trainer: Any, text: str) -> None:
+    """Which decoding of which prompt batch runs now (one batch can take minutes): on Lightning's progress
+    bar when it shows (tqdm's postfix, rich's description), else one log line per (batch, decoding)."""
+    callback = trainer.progress_bar_callback
+    try:  # TQDMProgressBar raises while it has no test bar
+        bar = callback.test_progress_bar
+    except (AttributeError, TypeError, AssertionError):
+        bar = None
+    if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
+        bar.set_postfix_str(text, refresh=True)
+    elif (
+        getattr(callback, "progress", None) is not None
+        and getattr(callback, "test_progress_bar_id", None) is not None
+    ):
+        callback.progress.update(
+            callback.test_progress_bar_id, description=f"Testing {text}"
+        )  # RichProgressBar
+        callback.refresh()
+    else:
+        rank_zero_info(f"generation: {text}")
 
 
 def log_samples(loggers: Any, key: str, rows: list[dict[str, Any]], n: int) -> None:
