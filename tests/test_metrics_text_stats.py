@@ -238,3 +238,18 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="n_sample must be a positive integer"):
         self_bleu([[1], [2]], n_sample=0)
     assert math.isfinite(self_bleu([[1], [1]], n_sample=None))
+
+
+def test_self_bleu_of_one_generation_is_undefined_not_an_error():
+    """One generation has no others to be compared with: the metric says NaN and Table 2 prints "-"
+    (a generation run with --data.limit 1 stopped with a traceback here)."""
+    from cblight.metrics.tables import TextSuite
+
+    metric = SelfBLEU()
+    metric.update([[1, 2, 3, 4]])
+    assert math.isnan(float(metric.compute()))
+    suite = TextSuite()
+    suite.update([[1, 2, 3, 4]], [torch.tensor([-1.0] * 4)], [torch.tensor([-2.0] * 4)])
+    assert suite.compute()["self_bleu4"] is None
+    with pytest.raises(ValueError, match="at least 2 generations"):
+        self_bleu([[1, 2, 3]])
