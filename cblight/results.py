@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,23 @@ def _jsonable(value: Any) -> Any:
 
 def atomic_write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(_jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+
+
+def write_run_results(
+    output_dir: Path, settings: Mapping[str, Any], summary: str, tasks: Mapping[str, Any], started: float
+) -> Path:
+    """``<output_dir>/results.json`` of a run, atomically: cblight's version, the run's settings, its wall
+    time, the printed summary and every task's result."""
+    from cblight import __version__
+
+    payload = {
+        "cblight_version": __version__,
+        **settings,
+        "seconds": round(time.time() - started, 1),
+        "summary": summary,
+        "tasks": tasks,
+    }
+    return atomic_write_json(Path(output_dir) / "results.json", payload)
 
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:

@@ -6,13 +6,11 @@ Every file is written atomically (``cblight.results``), by rank 0 only; nothing 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-from cblight import __version__
 from cblight.data.datamodule import TaskSplit
-from cblight.results import atomic_write_json, atomic_write_jsonl, format_table, save_alpha_plot
+from cblight.results import atomic_write_jsonl, format_table, save_alpha_plot, write_run_results
 
 SUMMARY_HEADERS = ["task", "split", "n", "acc@0", "acc@-1", "acc@alpha*", "alpha*", "k*", "alpha* chosen on"]
 
@@ -98,14 +96,7 @@ def write_results(
     """``results.json`` (the run's settings, every task's result and the summary table); returns its path
     and the table."""
     table = format_table(SUMMARY_HEADERS, [summary_row(task, result) for task, result in results.items()])
-    payload = {
-        "cblight_version": __version__,
-        **settings,
-        "seconds": round(time.time() - started, 1),
-        "summary": table,
-        "tasks": results,
-    }
-    return atomic_write_json(output_dir / "results.json", payload), table
+    return write_run_results(output_dir, settings, table, results, started), table
 
 
 def _pct(value: Any) -> float | None:

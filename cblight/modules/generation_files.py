@@ -8,17 +8,15 @@ Rank 0 writes; every file atomically (``cblight.results``). Nothing here touches
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
-from cblight import __version__
 from cblight.metrics.tables import DIALOG_TITLES
 from cblight.modules.decodings import Decoding, DecodingGrid, GenerationTask
-from cblight.results import atomic_write_json, atomic_write_jsonl, format_table
+from cblight.results import atomic_write_jsonl, format_table, write_run_results
 
 GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary")
 
@@ -99,14 +97,7 @@ def write_results(
 ) -> tuple[Path, str]:
     """``results.json``; returns its path and the printed text (every task's table)."""
     text = "\n\n".join(blocks)
-    payload = {
-        "cblight_version": __version__,
-        **settings,
-        "seconds": round(time.time() - started, 1),
-        "summary": text,
-        "tasks": results,
-    }
-    return atomic_write_json(output_dir / "results.json", payload), text
+    return write_run_results(output_dir, settings, text, results, started), text
 
 
 def save_figure3(
