@@ -104,7 +104,8 @@ class RecordCache:
             )
 
     def load(self) -> dict[int, dict[str, Any]]:
-        """All cached records by example id (every shard; a torn last line is ignored)."""
+        """All cached records by example id (every shard; a torn last line is ignored). An example scored again
+        (new input, or a comparison method added) appends a complete record; the last one wins."""
         self.check()
         out: dict[int, dict[str, Any]] = {}
         if not self.dir.is_dir():
@@ -116,7 +117,7 @@ class RecordCache:
                         rec = json.loads(line)
                     except json.JSONDecodeError:
                         continue  # interrupted mid-write
-                    out.setdefault(int(rec["id"]), rec)
+                    out[int(rec["id"])] = rec  # a later record of an example supersedes an earlier one
         return out
 
     def append(self, records: Sequence[Mapping[str, Any]]) -> None:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from cblight.boosting import AlphaGrid
+from cblight.data.baseline_prompts import domain_premise
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
@@ -35,9 +36,10 @@ from cblight.models import DTypeName, checkpoint_window, load_tokenizer
 from cblight.modules.base import LanguageModelModule
 from cblight.modules.evaluation_files import write_results, write_task_files
 from cblight.modules.example_scoring import ChoiceScoring, ExampleScoring, NextTokenScoring
+from cblight.modules.methods import BaselineOptions, MethodName, check_methods, not_applicable
 from cblight.modules.selection import ChoiceReport, NextTokenReport, SweepReport
 from cblight.output_dir import resolve_output_dir
-from cblight.results import RecordCache, digest
+from cblight.results import RecordCache
 from cblight.scoring import BatchSize, Scorer
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator", "resolve_output_dir"]
@@ -79,6 +81,11 @@ class BoostedEvaluator(LanguageModelModule):
         next_token_alphas: next-token grid (``log f_max + alpha log f_k``), default 0 down to -1 by 0.1.
         ks: short-context lengths for next-token tasks (default 1..20, LAMBADA's grid; LAMA uses 1..5).
         length_normalize: divide each answer's score by its length in characters, as the reference can.
+        methods: scoring methods reported side by side (``docs/baselines.md``): ``boost`` (always computed),
+            ``pmi_dc`` (Holtzman et al.'s domain-conditional PMI), ``pmi_empty`` (PMI after BOS/EOS alone,
+            lm-eval's ``acc_mutual_info``), ``calibrate`` (Zhao et al.'s contextual calibration), ``channel``
+            (Min et al.'s noisy channel); the comparison methods of paper Tables 5, 11 and 12.
+        baselines: options of those methods (domain premises, content-free inputs, ...).
         output_dir: where results, predictions, plots, the per-example cache and logs go; ``{model}`` is
             replaced by the model's name (its last path component), so one config serves many models.
         run_label: names this run in logged metrics (``test/<task>/<run_label>/acc``), for comparisons
@@ -102,6 +109,8 @@ class BoostedEvaluator(LanguageModelModule):
         next_token_alphas: AlphaGrid | list[float] | None = None,
         ks: list[int] | None = None,
         length_normalize: bool = False,
+        methods: list[MethodName] | None = None,
+        baselines: BaselineOptions | None = None,
         output_dir: str = "outputs/eval/{model}",
         overwrite: bool = False,
         plots: bool = True,
@@ -124,11 +133,14 @@ class BoostedEvaluator(LanguageModelModule):
             raise ConfigError(f"batch_size must be a positive integer or 'auto', got {batch_size!r}")
         self.output_dir = resolve_output_dir(output_dir, model)
         self.length_normalize = length_normalize
+        self.methods = check_methods(methods or ["boost"])
+        self.baselines = baselines or BaselineOptions()
+        self.baselines.check()
         self.lm: nn.Module | None = None
         self._sharded_lm: Any = None  # a device_map model lives outside Lightning's device management
         self.tok: Any = None
         self._scorer: Scorer | None = None
-        self._scorings: dict[str, ExampleScoring] = {}
+        self._scorings: dict[tuple[Role, str], ExampleScoring] = {}
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
         self._caches: dict[tuple[Role, str], RecordCache] = {}
@@ -140,7 +152,7 @@ class BoostedEvaluator(LanguageModelModule):
         self._started = time.time()
 
     # -- setup ---------------------------------------------------------------------------------------------
-    def _signature(self, split: TaskSplit) -> dict[str, Any]:
+    def _signature(self, split: TaskSplit, role: Role) -> dict[str, Any]:
         sig = {
             "model": self.model_name,
             "tokenizer": self.tokenizer_name,
@@ -150,7 +162,7 @@ class BoostedEvaluator(LanguageModelModule):
             "task": split.name,
             "split": split.split,
         }
-        sig.update(self._scoring(split).signature())
+        sig.update(self._scoring(split, role).signature())
         return sig
 
     def _cache_dir(self, split: TaskSplit) -> Path:
@@ -175,14 +187,13 @@ class BoostedEvaluator(LanguageModelModule):
         for split in splits:
             key = f"{_PREFIX[role]}_{split.name}"
             if key not in self.sweeps:
-                self.sweeps[key] = self._scoring(split).new_sweep(split)
-            cache = RecordCache(self._cache_dir(split), self._signature(split), rank=self.global_rank)
+                self.sweeps[key] = self._scoring(split, role).new_sweep(split)
+            cache = RecordCache(self._cache_dir(split), self._signature(split, role), rank=self.global_rank)
             cached = cache.load()
             self._caches[(role, split.name)] = cache
             self._cached[(role, split.name)] = cached
-            pending = pending or any(
-                cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
-            )
+            scoring = self._scoring(split, role)
+            pending = pending or any(scoring.missing(cached.get(ex.idx), ex) for ex in split.examples)
         if self.tok is None:
             self.tok = load_tokenizer(
                 self.tokenizer_name,
@@ -193,23 +204,55 @@ class BoostedEvaluator(LanguageModelModule):
         if pending and self.language_model is None:
             self._load_model()
 
-    def _scoring(self, split: TaskSplit) -> ExampleScoring:
-        """How examples of this split's kind are scored (``cblight.modules.example_scoring``)."""
-        kind = split.task.kind
-        if kind not in self._scorings:
+    def _methods(self, split: TaskSplit, role: Role) -> list[str]:
+        """The comparison methods scored on ``split``: those that apply, on the reported split only (they
+        choose nothing on the selection split)."""
+        if role != "report":
+            return []
+        return [m for m in self.methods[1:] if not_applicable(m, split) is None]
+
+    def _scoring(self, split: TaskSplit, role: Role) -> ExampleScoring:
+        """How examples of this split are scored (``cblight.modules.example_scoring``)."""
+        key = (role, split.name)
+        if key not in self._scorings:
+            kind = split.task.kind
+            methods = self._methods(split, role)
             if kind == "multiple_choice":
-                self._scorings[kind] = ChoiceScoring(self.choice_alphas, self.length_normalize)
+                self._scorings[key] = ChoiceScoring(
+                    self.choice_alphas, self.length_normalize, methods, split, self.baselines
+                )
             elif kind == "next_token":
-                self._scorings[kind] = NextTokenScoring(self.ks, self.next_token_alphas)
+                self._scorings[key] = NextTokenScoring(
+                    self.ks, self.next_token_alphas, methods, self.baselines
+                )
             else:
                 raise DataError(f"{split.name}: tasks of kind {kind!r} are not evaluated by BoostedEvaluator")
-        return self._scorings[kind]
+        return self._scorings[key]
 
-    def _report(self, split: TaskSplit) -> SweepReport:
+    def _report(self, split: TaskSplit, role: Role) -> SweepReport:
         """How this split's sweep becomes alpha* and a report (``cblight.modules.selection``)."""
+        methods = self._methods(split, role)
         if split.task.kind == "multiple_choice":
-            return ChoiceReport(self.choice_alphas, self.length_normalize)
-        return NextTokenReport(self.ks, self.next_token_alphas, self.tok.decode)
+            return ChoiceReport(self.choice_alphas, self.length_normalize, methods)
+        return NextTokenReport(self.ks, self.next_token_alphas, self.tok.decode, methods)
+
+    def _methods_info(self, split: TaskSplit) -> dict[str, Any]:
+        """What ``results.json`` says about each comparison method on ``split``: reported, or why not."""
+        info: dict[str, Any] = {}
+        for m in self.methods[1:]:
+            reason = not_applicable(m, split)
+            info[m] = {"reported": reason is None} | ({"not_applicable": reason} if reason else {})
+        scoring = self._scoring(split, "report")
+        if "pmi_dc" in info and isinstance(scoring, ChoiceScoring):
+            premises = {
+                domain_premise(split.name, ex, self.baselines.domain_premises) for ex in split.examples
+            }
+            info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
+        if info.get("calibrate", {}).get("reported"):
+            info["calibrate"]["content_free_inputs"] = scoring.content_free  # type: ignore[attr-defined]
+        if info.get("channel", {}).get("reported") and isinstance(scoring, ChoiceScoring):
+            info["channel"]["label_prefixes"] = scoring.channel
+        return info
 
     def _check_lengths(self, splits: list[TaskSplit]) -> None:
         """Refuse, before any model work, an answer that alone exceeds the model window."""
@@ -249,14 +292,15 @@ class BoostedEvaluator(LanguageModelModule):
         cached = self._cached[(role, split.name)]
         records: dict[int, dict[str, Any]] = {}
         todo = []
+        scoring = self._scoring(split, role)
         for ex in batch:
             rec = cached.get(ex.idx)
-            if rec is not None and rec.get("input") == digest(ex.input_key()):
-                records[ex.idx] = rec
-            else:
+            if scoring.missing(rec, ex):
                 todo.append(ex)
+            else:
+                records[ex.idx] = rec
         if todo:
-            fresh = self._scoring(split).score(self.scorer, split, todo)
+            fresh = scoring.score(self.scorer, split, todo, cached)
             self._caches[(role, split.name)].append(fresh)
             for rec in fresh:
                 cached[rec["id"]] = rec
@@ -264,7 +308,7 @@ class BoostedEvaluator(LanguageModelModule):
         return [records[ex.idx] for ex in batch]
 
     def _update(self, role: Role, split: TaskSplit, records: list[dict[str, Any]]) -> None:
-        self._scoring(split).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
+        self._scoring(split, role).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
 
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
         split = self._splits[role][dataloader_idx]
@@ -286,7 +330,7 @@ class BoostedEvaluator(LanguageModelModule):
     def on_validation_epoch_end(self) -> None:
         for split in self._splits.get("selection", []):
             sweep = self.sweeps[f"val_{split.name}"]
-            info = self._report(split).select(split, sweep.compute())
+            info = self._report(split, "selection").select(split, sweep.shaped())
             self.selected[split.name] = info
             logged = {
                 f"val/{self._key(split.name)}/acc": info["acc"],
@@ -302,7 +346,11 @@ class BoostedEvaluator(LanguageModelModule):
         self.results = {}
         for split in self._splits.get("report", []):
             sweep = self.sweeps[f"test_{split.name}"]
-            result, rows = self._report(split).report(split, sweep.compute(), self.selected.get(split.name))
+            result, rows = self._report(split, "report").report(
+                split, sweep.shaped(), self.selected.get(split.name)
+            )
+            if len(self.methods) > 1:
+                result["methods"] = self._methods_info(split)
             self.results[split.name] = result
             logged = {
                 f"test/{self._key(split.name)}/{k}": float(v)
@@ -325,7 +373,9 @@ class BoostedEvaluator(LanguageModelModule):
                 "revision": self.hparams.revision,
                 "length_normalize": self.length_normalize,
             }
-            path, table = write_results(self.output_dir, self.results, settings, self._started)
+            if len(self.methods) > 1:
+                settings["methods"] = self.methods
+            path, table = write_results(self.output_dir, self.results, settings, self._started, self.methods)
             self.summary = (
                 f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"
             )
