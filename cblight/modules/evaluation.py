@@ -41,6 +41,7 @@ from cblight.modules.selection import ChoiceReport, NextTokenReport, SweepReport
 from cblight.output_dir import resolve_output_dir
 from cblight.results import RecordCache
 from cblight.scoring import BatchSize, Scorer
+from cblight.served import ServedScorer, ServerOptions, check_served_splits
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator", "resolve_output_dir"]
 
@@ -68,8 +69,10 @@ class BoostedEvaluator(LanguageModelModule):
     """Coherence-boosted evaluation of any Hugging Face causal LM.
 
     Args:
-        model: Hub id or local directory of a causal LM (``AutoModelForCausalLM``).
-        tokenizer: tokenizer id or directory; defaults to ``model``.
+        model: Hub id or local directory of a causal LM (``AutoModelForCausalLM``); with
+            ``backend: openai``, the model's name on the server.
+        tokenizer: tokenizer id or directory; defaults to ``model``. With ``backend: openai`` the server
+            tokenises; a local tokenizer (optional) only spells special tokens in prompts (SST-5's EOS).
         revision: model revision on the Hub.
         dtype: weights dtype (``auto`` keeps the checkpoint's); log-softmax and mixing always run in float32.
         device_map: accelerate device map (e.g. ``auto``) to shard a large model; placement is then left to it.
@@ -86,6 +89,9 @@ class BoostedEvaluator(LanguageModelModule):
             lm-eval's ``acc_mutual_info``), ``calibrate`` (Zhao et al.'s contextual calibration), ``channel``
             (Min et al.'s noisy channel); the comparison methods of paper Tables 5, 11 and 12.
         baselines: options of those methods (domain premises, content-free inputs, ...).
+        backend: ``local`` (the model runs here) or ``openai``: an OpenAI-compatible completions server
+            (vLLM, llama-cpp-python) scores multiple-choice tasks from prompt log-probs (``docs/served.md``).
+        server: where that server is and how to talk to it (``base_url``, API key variable, retries, ...).
         output_dir: where results, predictions, plots, the per-example cache and logs go; ``{model}`` is
             replaced by the model's name (its last path component), so one config serves many models.
         run_label: names this run in logged metrics (``test/<task>/<run_label>/acc``), for comparisons
@@ -111,6 +117,8 @@ class BoostedEvaluator(LanguageModelModule):
         length_normalize: bool = False,
         methods: list[MethodName] | None = None,
         baselines: BaselineOptions | None = None,
+        backend: Literal["local", "openai"] = "local",
+        server: ServerOptions | None = None,
         output_dir: str = "outputs/eval/{model}",
         overwrite: bool = False,
         plots: bool = True,
@@ -119,7 +127,15 @@ class BoostedEvaluator(LanguageModelModule):
         super().__init__()
         self.save_hyperparameters()
         self.model_name = model
-        self.tokenizer_name = tokenizer or model
+        self.tokenizer_name: str | None = tokenizer or model
+        self.backend = backend
+        self.server = server
+        if backend == "openai":
+            self.server = server or ServerOptions()
+            self.server.check()
+            self.tokenizer_name = tokenizer
+        elif server is not None:
+            raise ConfigError("server options are for backend: openai (this run's backend is local)")
         self.choice_alphas = _grid(choice_alphas, AlphaGrid(2.0, -5.0, 0.01), "choice_alphas")
         self.next_token_alphas = _grid(next_token_alphas, AlphaGrid(0.0, -1.0, 0.1), "next_token_alphas")
         self.ks = list(ks) if ks is not None else list(DEFAULT_KS)
@@ -139,7 +155,7 @@ class BoostedEvaluator(LanguageModelModule):
         self.lm: nn.Module | None = None
         self._sharded_lm: Any = None  # a device_map model lives outside Lightning's device management
         self.tok: Any = None
-        self._scorer: Scorer | None = None
+        self._scorer: Scorer | ServedScorer | None = None
         self._scorings: dict[tuple[Role, str], ExampleScoring] = {}
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
@@ -162,6 +178,8 @@ class BoostedEvaluator(LanguageModelModule):
             "task": split.name,
             "split": split.split,
         }
+        if self.backend != "local":
+            sig["backend"] = self.backend
         sig.update(self._scoring(split, role).signature())
         return sig
 
@@ -194,14 +212,17 @@ class BoostedEvaluator(LanguageModelModule):
             self._cached[(role, split.name)] = cached
             scoring = self._scoring(split, role)
             pending = pending or any(scoring.missing(cached.get(ex.idx), ex) for ex in split.examples)
-        if self.tok is None:
+        if self.tok is None and self.tokenizer_name is not None:
             self.tok = load_tokenizer(
                 self.tokenizer_name,
                 revision=self.hparams.revision,
                 trust_remote_code=self.hparams.trust_remote_code,
             )
-            self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
-        if pending and self.language_model is None:
+            if self.backend == "local":
+                self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
+        if self.backend != "local":
+            check_served_splits(splits, self.tok is not None)
+        elif pending and self.language_model is None:
             self._load_model()
 
     def _methods(self, split: TaskSplit, role: Role) -> list[str]:
@@ -275,7 +296,12 @@ class BoostedEvaluator(LanguageModelModule):
                         )
 
     @property
-    def scorer(self) -> Scorer:
+    def scorer(self) -> Scorer | ServedScorer:
+        if self._scorer is None and self.backend == "openai":
+            assert self.server is not None
+            self._scorer = ServedScorer.connect(
+                self.server, self.model_name, self.output_dir / "requests.sqlite"
+            )
         if self._scorer is None:
             if self.language_model is None:
                 self._load_model()
@@ -375,6 +401,10 @@ class BoostedEvaluator(LanguageModelModule):
             }
             if len(self.methods) > 1:
                 settings["methods"] = self.methods
+            if self.backend != "local":
+                settings["backend"] = self.backend
+                if isinstance(self._scorer, ServedScorer):  # None when every example came from the cache
+                    settings["served"] = self._scorer.report()
             path, table = write_results(self.output_dir, self.results, settings, self._started, self.methods)
             self.summary = (
                 f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"
