@@ -245,6 +245,9 @@ def test_concurrency_is_bounded(stub):
     answers = client.complete_many([{"prompt": i} for i in range(12)])
     assert [a["n"] for a in answers] == list(range(12))  # in request order
     assert 1 < server.max_in_flight <= 3
+    sent = server.completions()
+    twice = client.complete_many([{"prompt": "same"}, {"prompt": 99}, {"prompt": "same"}])
+    assert twice[0] == twice[2] == {"n": "same"} and server.completions() - sent == 2  # sent once
 
 
 def test_an_interrupted_run_resumes_from_the_request_cache(stub, tmp_path):

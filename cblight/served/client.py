@@ -246,8 +246,15 @@ class CompletionClient:
         """Every request, ``options.concurrency`` at a time, answers in order. The first failure cancels
         what has not started and is raised; answers already received stay in the cache."""
         out: list[dict[str, Any] | None] = [None] * len(bodies)
-        todo = []
+        todo: list[int] = []
+        first: dict[str, int] = {}  # identical requests (e.g. a PMI premise equal to the premise-free
+        same: list[tuple[int, int]] = []  # context) are sent once
         for i, body in enumerate(bodies):
+            key = RequestCache.key(body)
+            if key in first:
+                same.append((i, first[key]))
+                continue
+            first[key] = i
             hit = self.cache.get(body) if self.cache is not None else None
             if hit is None:
                 todo.append(i)
@@ -264,6 +271,8 @@ class CompletionClient:
                     raise failed[0]
                 for future in done:
                     out[futures[future]] = future.result()
+        for i, j in same:
+            out[i] = out[j]
         assert all(answer is not None for answer in out)
         return out  # type: ignore[return-value]
 
