@@ -222,6 +222,25 @@ def test_data_module_sampled_selection_split_and_aliases():
     )  # fixed seed
 
 
+def test_splits_read_from_data_files_name_the_file():
+    """A selection split mapped to another file (the demo's PIQA: 200 held-out validation questions) says
+    so wherever results name it, instead of passing for a sample of the training set."""
+    piqa = Path(__file__).resolve().parents[1] / "cblight" / "assets" / "realdata" / "piqa"
+    dm = EvalDataModule(
+        tasks=["piqa"],
+        data_files={
+            "piqa": {"train": str(piqa / "heldout-valid.jsonl"), "validation": str(piqa / "valid.jsonl")}
+        },
+        limit=5,
+    )
+    dm.setup()
+    assert dm.splits["piqa"]["selection"].description == "train (heldout-valid.jsonl) sample of 5 (seed 1234)"
+    assert dm.splits["piqa"]["report"].description == "validation (valid.jsonl)"
+    plain = EvalDataModule(tasks=["trec"], data_root=str(FIXTURES))
+    plain.setup()
+    assert plain.splits["trec"]["selection"].description == "train sample of 3 (seed 1234)"
+
+
 def test_data_module_lama_filter_uses_the_tokenizer_and_largest_k(tmp_path, gpt2_tokenizer):
     from cblight.data.tasks.lama import RELATIONS
     from cblight.tiny import GPT2_TOKENIZER_DIR

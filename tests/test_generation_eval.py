@@ -13,6 +13,7 @@ import torch
 from cblight.cli import evaluate_cli
 from cblight.data.datamodule import EvalDataModule
 from cblight.generation import boosted_generate
+from cblight.metrics.dialog_meteor import official_meteor_missing
 from cblight.metrics.tables import dialog_table, generation_table, summary_table
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
@@ -91,6 +92,21 @@ def test_files_and_rows(generated):
         "ltf",
     ]
     assert results["webtext"]["human"] is not None and results["xsum"]["human"] is None
+    # Table 3: the official METEOR where Java and the jar are there (CI installs them), the paper's headers
+    meteor = "meteor" if official_meteor_missing() is None else "meteor_nltk"
+    assert results["dstc7"]["columns"] == [
+        "nist2",
+        "nist4",
+        "bleu2",
+        "bleu4",
+        meteor,
+        "ent4",
+        "dist1",
+        "dist2",
+        "avg_len",
+    ]
+    table3 = on_disk["summary"].split("DSTC7")[1].splitlines()
+    assert table3[1].split()[:6] == ["decoding", "N-2", "N-4", "B-2", "B-4", "METEOR"]
     for r in rows(out, "webtext", "greedy"):
         assert {"prompt", "context", "tokens", "text"} <= set(r) and len(r["tokens"]) <= MAX_NEW
     assert all("summary" in r for r in rows(out, "xsum", "greedy"))

@@ -1,7 +1,8 @@
 """Two CPU processes (gloo): every metric's synced ``compute()`` equals its single-process value.
 
 Rank ``r`` takes examples ``r, r+2, ...`` of an odd-sized corpus (uneven shards), and one metric is fed on
-rank 0 only (a rank without data must not break the gather).
+rank 0 only (a rank without data must not break the gather). The official METEOR (the METEOR 1.5 jar,
+scored on the first rank and broadcast) takes part where Java and the jar are there (CI installs both).
 """
 
 import math
@@ -20,12 +21,16 @@ from cblight.metrics import (
     LongRangeRepetition,
     Meteor,
     NGramDiversity,
+    NltkCorpusBLEU,
+    NltkCorpusNIST,
+    NltkMeteor,
     RepetitionRate,
     ResponseLength,
     SelfBLEU,
     ZipfCoefficient,
     generated_token_log_probs,
 )
+from cblight.metrics.dialog_meteor import official_meteor_missing
 
 WORLD = 2
 K = 4
@@ -61,9 +66,13 @@ def compute_all(shard, n_shards, model_dir, thresholds):
     text_metrics = {
         "bleu": CorpusBLEU(orders=(2, 4)),
         "nist": CorpusNIST(orders=(2, 4)),
-        "meteor": Meteor(use_synonyms=False),
+        "nltk_bleu": NltkCorpusBLEU(orders=(2, 4)),
+        "nltk_nist": NltkCorpusNIST(orders=(2, 4)),
+        "nltk_meteor": NltkMeteor(use_synonyms=False),
         "rouge": ROUGE(),
     }
+    if official_meteor_missing() is None:
+        text_metrics["meteor"] = Meteor()
     hyp_metrics = {"div": NGramDiversity(), "len": ResponseLength()}
     rank0_only = NGramDiversity()
     coherence = ContextSensitivity(*thresholds)
@@ -132,6 +141,7 @@ def test_synced_values_equal_single_process(tiny_gpt2_dir, tmp_path):
     single.update({f"rank0_only/{k}": float(v) for k, v in alone.compute().items()})
     assert 0 < single["coherence/ltf"] < 1
     assert single["rep/"] > 0 and single["bleu/bleu2"] > 0
+    assert ("meteor/" in single) == (official_meteor_missing() is None)
     for rank in range(WORLD):
         synced = torch.load(tmp_path / f"rank{rank}.pt")
         assert synced.keys() == single.keys()

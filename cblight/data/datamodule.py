@@ -35,6 +35,7 @@ class TaskSplit:
     examples: list[Example]
     sampled_indices: list[int] | None = None
     seed: int | None = None
+    file: str | None = None  # the data_files entry the split was read from, when one was given
     by_idx: dict[int, Example] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -46,9 +47,10 @@ class TaskSplit:
 
     @property
     def description(self) -> str:
+        where = f"{self.split} ({self.file})" if self.file else self.split
         if self.sampled_indices is not None:
-            return f"{self.split} sample of {len(self.examples)} (seed {self.seed})"
-        return self.split
+            return f"{where} sample of {len(self.examples)} (seed {self.seed})"
+        return where
 
     @property
     def max_choices(self) -> int:
@@ -180,6 +182,11 @@ class EvalDataModule(LightningDataModule):
                     return {"data_dir": str(candidate)}
         return {}
 
+    def _given_file(self, spec: TaskSpec, split: str) -> str | None:
+        """The name of the ``data_files`` entry for ``split``, shown where results name the split."""
+        given = self.data_files.get(spec.name, {}).get(split)
+        return Path(given).name if given else None
+
     def _render(
         self, spec: TaskSpec, split: str, sample_size: int | None = None
     ) -> tuple[list[Example], list[int] | None]:
@@ -214,18 +221,25 @@ class EvalDataModule(LightningDataModule):
         report, _ = self._render(spec, spec.report_split)
         if self.limit is not None:
             report = report[: self.limit]
-        out: dict[Role, TaskSplit] = {"report": TaskSplit(spec, "report", spec.report_split, report)}
+        out: dict[Role, TaskSplit] = {
+            "report": TaskSplit(
+                spec, "report", spec.report_split, report, file=self._given_file(spec, spec.report_split)
+            )
+        }
         if not (self.selection and spec.selection_split):
             return out
         split = spec.selection_split
+        file = self._given_file(spec, split)
         if spec.sample_selection:
             examples, indices = self._render(spec, split, sample_size=len(report))
-            out["selection"] = TaskSplit(spec, "selection", split, examples, indices, self.selection_seed)
+            out["selection"] = TaskSplit(
+                spec, "selection", split, examples, indices, self.selection_seed, file=file
+            )
         else:
             examples, _ = self._render(spec, split)
             if self.limit is not None:
                 examples = examples[: self.limit]
-            out["selection"] = TaskSplit(spec, "selection", split, examples)
+            out["selection"] = TaskSplit(spec, "selection", split, examples, file=file)
         return out
 
     def setup(self, stage: str | None = None) -> None:

@@ -8,18 +8,21 @@ from cblight.metrics.coherence import ContextSensitivity, context_sensitivity, g
 from cblight.metrics.dialog import (
     CorpusBLEU,
     CorpusNIST,
-    Meteor,
     NGramDiversity,
+    NltkCorpusBLEU,
+    NltkCorpusNIST,
     ResponseLength,
     corpus_bleu,
     corpus_nist_score,
-    dstc_clean,
-    meteor,
     ngram_diversity,
+    nltk_corpus_bleu,
+    nltk_corpus_nist,
     response_length,
 )
+from cblight.metrics.dialog_meteor import Meteor, NltkMeteor, meteor, nltk_meteor, resolve_meteor_route
+from cblight.metrics.dialog_text import dstc_clean
 from cblight.metrics.rouge import ROUGE, rouge
-from cblight.metrics.tables import dialog_table, generation_table, summary_table
+from cblight.metrics.tables import dialog_table, format_dialog_table, generation_table, summary_table
 from cblight.metrics.text_stats import (
     LongRangeRepetition,
     RepetitionRate,
@@ -39,6 +42,9 @@ __all__ = [
     "LongRangeRepetition",
     "Meteor",
     "NGramDiversity",
+    "NltkCorpusBLEU",
+    "NltkCorpusNIST",
+    "NltkMeteor",
     "RepetitionRate",
     "ResponseLength",
     "SelfBLEU",
@@ -48,12 +54,17 @@ __all__ = [
     "corpus_nist_score",
     "dialog_table",
     "dstc_clean",
+    "format_dialog_table",
     "generated_token_log_probs",
     "generation_table",
     "long_range_repetition",
     "meteor",
     "ngram_diversity",
+    "nltk_corpus_bleu",
+    "nltk_corpus_nist",
+    "nltk_meteor",
     "repetition_rate",
+    "resolve_meteor_route",
     "response_length",
     "rouge",
     "self_bleu",

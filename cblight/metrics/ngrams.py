@@ -1,8 +1,10 @@
 """n-gram statistics shared by BLEU, self-BLEU, NIST, Distinct-n and Entropy-n (paper Tables 2 and 3).
 
-BLEU and NIST follow nltk's ``corpus_bleu`` / ``corpus_nist`` number for number (clipping against the
-per-n-gram maximum over references, closest reference length with ties to the shorter, nltk's
-``max(1, ·)`` sentence denominators, NIST's per-reference best match); the tests compare against nltk.
+``bleu_sentence_stats`` / ``bleu_from_stats`` / ``corpus_nist`` follow nltk's ``corpus_bleu`` /
+``corpus_nist`` number for number (clipping against the per-n-gram maximum over references, closest
+reference length with ties to the shorter, nltk's ``max(1, ·)`` sentence denominators, NIST's
+per-reference best match); the tests compare against nltk. ``cblight.metrics.mteval`` builds the official
+DSTC7 (``mteval-v14c.pl``) variants on the same pieces.
 """
 
 from __future__ import annotations
@@ -88,13 +90,14 @@ def bleu_from_stats(
     return brevity_penalty(ref_len, hyp_len) * math.exp(math.fsum(lg / order for lg in logs))
 
 
-def nist_length_penalty(ref_length: int, hyp_length: int) -> float:
-    """Doddington (2002) eq. 3: 0.5 when the hypothesis is 2/3 of the reference length."""
-    ratio = hyp_length / ref_length if ref_length else 0.0
-    if 0 < ratio < 1:
-        beta = math.log(0.5) / math.log(1.5) ** 2
-        return math.exp(beta * math.log(ratio) ** 2)
-    return max(min(ratio, 1.0), 0.0)
+def nist_length_penalty(ratio: float) -> float:
+    """Doddington (2002) eq. 3 of ``hyp words / reference words``: 1 from 1 up, 0.5 at two thirds."""
+    if ratio >= 1:
+        return 1.0
+    if ratio <= 0:
+        return 0.0
+    beta = -math.log(0.5) / math.log(1.5) / math.log(1.5)
+    return math.exp(-beta * math.log(ratio) * math.log(ratio))
 
 
 def corpus_nist(hypotheses: Sequence[Tokens], references: Sequence[Sequence[Tokens]], order: int) -> float:
@@ -131,7 +134,7 @@ def corpus_nist(hypotheses: Sequence[Tokens], references: Sequence[Sequence[Toke
             hyp_total += len(hyp)
         if denominator:
             precision += numerator / denominator
-    return precision * nist_length_penalty(ref_total, hyp_total)
+    return precision * nist_length_penalty(hyp_total / ref_total if ref_total else 0.0)
 
 
 def distinct_and_entropy(sequences: Sequence[Tokens], n: int) -> tuple[float, float, int]:

@@ -3,9 +3,11 @@
 * Table 2 (WebText completions), ``TextSuite`` / ``generation_table``: ``ppl`` (raw), ``self_bleu4`` (a
   fraction, as the paper's "BLEU-4" column), ``zipf`` (raw), ``rep``, ``lr_50``, ``lr_100``, ``delta``,
   ``ltf`` (percent).
-* Table 3 (DSTC7), ``DialogSuite`` / ``dialog_table``: ``nist2``, ``nist4`` (raw), ``bleu2``, ``bleu4``,
-  ``meteor`` (percent), ``ent4`` (nats), ``dist1``, ``dist2`` (percent), ``avg_len`` (words), and
-  ``meteor_synonyms`` (bool: whether WordNet synonyms were matched).
+* Table 3 (DSTC7), ``DialogSuite`` / ``dialog_table`` / ``format_dialog_table``, the official DSTC7
+  evaluation: ``nist2``, ``nist4`` (raw) and ``bleu2``, ``bleu4`` (percent) as ``mteval-v14c.pl``;
+  ``meteor`` (percent) by the METEOR 1.5 jar, or ``meteor_nltk`` (nltk's mean sentence METEOR, with
+  ``meteor_synonyms``: whether WordNet synonyms were matched) where the jar cannot run or is not asked
+  for; ``ent4`` (nats), ``dist1``, ``dist2`` (percent), ``avg_len`` (words).
 * Summarisation appendix, ``SummarySuite`` / ``summary_table``: ``rouge1``, ``rouge2``, ``rougeL`` (percent).
 
 A suite is an ``nn.Module`` of torchmetrics (states synced across processes at ``compute``); the metric
@@ -14,14 +16,16 @@ classes themselves return fractions, and only the suites scale to the paper's un
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from cblight.metrics.coherence import SHORT_CONTEXT, ContextSensitivity, generated_token_log_probs
-from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, Meteor, NGramDiversity, Normalize, ResponseLength
+from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, NGramDiversity, ResponseLength
+from cblight.metrics.dialog_meteor import Meteor, MeteorRoute, NltkMeteor, resolve_meteor_route
+from cblight.metrics.dialog_text import Normalize
 from cblight.metrics.rouge import ROUGE
 from cblight.metrics.text_stats import (
     LongRangeRepetition,
@@ -31,9 +35,23 @@ from cblight.metrics.text_stats import (
     ZipfCoefficient,
     as_token_lists,
 )
+from cblight.results import format_table
 
 TEXT_COLUMNS = ("ppl", "self_bleu4", "zipf", "rep", "lr_50", "lr_100", "delta", "ltf")
 DIALOG_COLUMNS = ("nist2", "nist4", "bleu2", "bleu4", "meteor", "ent4", "dist1", "dist2", "avg_len")
+# the paper's Table 3 headers; "meteor_nltk" replaces "meteor" where nltk's METEOR was computed
+DIALOG_TITLES = {
+    "nist2": "N-2",
+    "nist4": "N-4",
+    "bleu2": "B-2",
+    "bleu4": "B-4",
+    "meteor": "METEOR",
+    "meteor_nltk": "METEOR (nltk)",
+    "ent4": "Ent-4",
+    "dist1": "Dist-1",
+    "dist2": "Dist-2",
+    "avg_len": "avg len",
+}
 SUMMARY_COLUMNS = ("rouge1", "rouge2", "rougeL")
 
 
@@ -89,15 +107,35 @@ class TextSuite(nn.Module):
 
 
 class DialogSuite(nn.Module):
-    """Table 3's columns, accumulated batch by batch: ``update(hypotheses, references)``."""
+    """Table 3's columns, accumulated batch by batch: ``update(hypotheses, references)``.
 
-    columns = DIALOG_COLUMNS
+    ``meteor``: ``"official"`` (the METEOR 1.5 jar; a ``ConfigError`` naming what to install where it
+    cannot run), ``"nltk"``, or ``"auto"`` (official where Java and the jar are there). ``columns`` then
+    holds ``meteor`` or ``meteor_nltk``. ``use_synonyms`` is nltk's (``NltkMeteor``); ``n_refs`` cuts or
+    cycles the references as ``dstc.py --n_refs`` (``None``: as given, cycled to the largest count for
+    NIST).
+    """
 
-    def __init__(self, normalize: Normalize = "dstc", use_synonyms: bool | None = None):
+    titles = DIALOG_TITLES
+
+    def __init__(
+        self,
+        normalize: Normalize = "dstc",
+        meteor: MeteorRoute = "auto",
+        use_synonyms: bool | None = None,
+        n_refs: int | None = None,
+    ):
         super().__init__()
-        self.nist = CorpusNIST((2, 4), normalize)
-        self.bleu = CorpusBLEU((2, 4), normalize)
-        self.meteor = Meteor(normalize, use_synonyms)
+        self.meteor_route = resolve_meteor_route(meteor)
+        self.meteor_column = "meteor" if self.meteor_route == "official" else "meteor_nltk"
+        self.columns = tuple(self.meteor_column if c == "meteor" else c for c in DIALOG_COLUMNS)
+        self.nist = CorpusNIST((2, 4), normalize, n_refs)
+        self.bleu = CorpusBLEU((2, 4), normalize, n_refs)
+        self.meteor = (
+            Meteor(normalize, n_refs)
+            if self.meteor_route == "official"
+            else NltkMeteor(normalize, use_synonyms)
+        )
         self.diversity = NGramDiversity((1, 2), (4,), normalize)
         self.length = ResponseLength(normalize)
 
@@ -113,18 +151,25 @@ class DialogSuite(nn.Module):
         bleu = self.bleu.compute()
         met = self.meteor.compute()
         div = self.diversity.compute()
-        return {
+        out: dict[str, Any] = {
             "nist2": float(nist["nist2"]),
             "nist4": float(nist["nist4"]),
             "bleu2": 100 * float(bleu["bleu2"]),
             "bleu4": 100 * float(bleu["bleu4"]),
-            "meteor": 100 * float(met["meteor"]),
-            "meteor_synonyms": bool(met["meteor_synonyms"]),
-            "ent4": float(div["ent4"]),
-            "dist1": 100 * float(div["dist1"]),
-            "dist2": 100 * float(div["dist2"]),
-            "avg_len": float(self.length.compute()),
         }
+        if isinstance(met, dict):
+            out["meteor_nltk"] = 100 * float(met["meteor_nltk"])
+        else:
+            out["meteor"] = 100 * float(met)
+        out.update(
+            ent4=float(div["ent4"]),
+            dist1=100 * float(div["dist1"]),
+            dist2=100 * float(div["dist2"]),
+            avg_len=float(self.length.compute()),
+        )
+        if isinstance(met, dict):
+            out["meteor_synonyms"] = bool(met["meteor_synonyms"])
+        return out
 
     def reset(self) -> None:
         for metric in self.children():
@@ -182,12 +227,30 @@ def dialog_table(
     references: Sequence[Sequence[str]],
     *,
     normalize: Normalize = "dstc",
+    meteor: MeteorRoute = "auto",
     use_synonyms: bool | None = None,
+    n_refs: int | None = None,
 ) -> dict[str, Any]:
-    """Table 3's columns for one set of responses against their reference lists."""
-    suite = DialogSuite(normalize, use_synonyms)
+    """Table 3's columns for one set of responses against their reference lists (see ``DialogSuite``)."""
+    suite = DialogSuite(normalize, meteor, use_synonyms, n_refs)
     suite.update(hypotheses, references)
     return suite.compute()
+
+
+def format_dialog_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """Rows of ``dialog_table`` values (e.g. ``{"greedy": ..., "Human": ...}``) in the paper's Table 3
+    layout: N-2, N-4, B-2, B-4, METEOR, Ent-4, Dist-1, Dist-2, avg len, two decimals."""
+    if not rows:
+        raise ValueError("format_dialog_table needs at least one row")
+    first = next(iter(rows.values()))
+    columns = [c for c in DIALOG_TITLES if c in first]
+    for name, row in rows.items():
+        if [c for c in DIALOG_TITLES if c in row] != columns:
+            raise ValueError(f"row {name!r} has other columns than the first row: {sorted(row)}")
+    return format_table(
+        ["Inference method", *(DIALOG_TITLES[c] for c in columns)],
+        [[name, *(row[c] for c in columns)] for name, row in rows.items()],
+    )
 
 
 def summary_table(

@@ -22,6 +22,7 @@ from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
 from cblight.data.sentences import first_sentences
 from cblight.errors import ConfigError
+from cblight.metrics.dialog_meteor import MeteorRoute
 from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
 from cblight.results import digest
 
@@ -170,12 +171,15 @@ def generation_record(
     return record
 
 
-def new_suite(table: Table, eos_token_id: int | None, self_bleu_samples: int | None) -> nn.Module:
-    """The metric suite of a table: Table 2's (text), Table 3's (dialog) or ROUGE (summaries)."""
+def new_suite(
+    table: Table, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute = "auto"
+) -> nn.Module:
+    """The metric suite of a table: Table 2's (text), Table 3's (dialog; ``meteor`` picks its METEOR) or
+    ROUGE (summaries)."""
     if table == "text":
         return TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples)
     if table == "dialog":
-        return DialogSuite()
+        return DialogSuite(meteor=meteor)
     return SummarySuite()
 
 

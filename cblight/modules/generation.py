@@ -32,6 +32,7 @@ from cblight.data.examples import DataError, GenerationExample
 from cblight.data.prompts import fit_example
 from cblight.errors import ConfigError
 from cblight.metrics.coherence import generated_token_log_probs
+from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, load_tokenizer, model_window
 from cblight.modules.base import LanguageModelModule
 from cblight.modules.decodings import (
@@ -88,6 +89,9 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             checkpoint when ``model`` is a tuned one).
         short_window: the short context of LTF and delta (20 tokens in the paper).
         self_bleu_samples: hypotheses sampled for self-BLEU (degen's 1000; ``None`` scores all).
+        meteor: dialog tables' METEOR: ``official`` (the METEOR 1.5 jar of the DSTC7 evaluation; needs
+            Java and ``cblight[dialog]``), ``nltk`` (column ``meteor_nltk``), or ``auto`` (official where
+            it can run, else nltk).
         human: also score the held-out human text (the "Human" row).
         score_batch_size: documents per forward pass when scoring with the base LM.
         output_dir: where generations, results, plots, cache and logs go (``{model}`` = the model's name).
@@ -113,6 +117,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         metrics_model: str | None = None,
         short_window: int = 20,
         self_bleu_samples: int | None = 1000,
+        meteor: MeteorRoute = "auto",
         human: bool = True,
         score_batch_size: int = 8,
         output_dir: str = "outputs/generation/{model}",
@@ -130,6 +135,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if short_window < 1:
             raise ConfigError(f"short_window must be at least 1, got {short_window}")
+        resolve_meteor_route(meteor)  # refuses an official METEOR that cannot run, before any work
         self.output_dir = resolve_output_dir(output_dir, model)
         self.lm: nn.Module | None = None
         self._sharded_lm: Any = None
@@ -193,7 +199,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
                 suite_key = self._suite_key(split.name, slug)
                 if suite_key not in self.suites:
                     self.suites[suite_key] = new_suite(
-                        table, self.tok.eos_token_id, self.hparams.self_bleu_samples
+                        table, self.tok.eos_token_id, self.hparams.self_bleu_samples, self.hparams.meteor
                     )
                 cache = RecordCache(
                     self.output_dir / "cache" / split.name / slug,

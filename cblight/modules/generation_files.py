@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cblight import __version__
+from cblight.metrics.tables import DIALOG_TITLES
 from cblight.modules.decodings import Decoding, DecodingGrid, GenerationTask
 from cblight.results import atomic_write_json, atomic_write_jsonl, format_table
 
@@ -43,7 +44,8 @@ def task_block(task: GenerationTask, result: dict[str, Any]) -> str:
     if human is not None:
         table_rows.append(["Human", *(human[c] for c in columns)])
     title = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n"
-    return title + format_table(["decoding", *columns], table_rows)
+    titles = DIALOG_TITLES if result["table"] == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
+    return title + format_table(["decoding", *(titles.get(c, c) for c in columns)], table_rows)
 
 
 def write_generations(

@@ -1,0 +1,328 @@
+"""METEOR of the paper's Table 3: the METEOR 1.5 scorer as the official DSTC7 evaluation runs it, and nltk's.
+
+* ``Meteor`` (official): Denkowski & Lavie's METEOR 1.5 jar with its English resources (exact, Snowball
+  stem, WordNet synonym and paraphrase-table stages; ``-l en -norm``), one *corpus* score: the jar sums
+  each segment's statistics against its best reference and scores the sum (its "Final score"), which is
+  what DialoGPT's ``dstc/metrics.py`` ``calc_meteor`` reports. The jar and its paraphrase table come with
+  the ``pycocoevalcap`` wheel (``pip install 'cblight[dialog]'``); it needs a Java runtime (Debian:
+  ``apt-get install default-jre-headless``). The jar runs in its ``-stdio`` mode in one process kept for
+  the Python process (loading the paraphrase table takes ~10 s; scoring 1000 examples ~5 s), whose EVAL
+  answer equals the file mode's "Final score" that ``dstc.py`` reads (checked on real DSTC7 responses).
+* ``NltkMeteor``: the mean of nltk's sentence-level ``meteor_score`` (exact and Porter-stem matches;
+  WordNet synonyms only where nltk's WordNet corpus is installed). It runs anywhere but is far from the
+  official value (68.9 vs 38.2 on one real set), so tables label it ``meteor_nltk``.
+
+``resolve_meteor_route("auto")`` picks the official scorer when Java and the jar are there, else nltk's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import math
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from torchmetrics import Metric
+
+from cblight.errors import ConfigError
+from cblight.metrics.dialog_text import (
+    DialogCorpus,
+    Normalize,
+    as_floats,
+    check_nonempty,
+    check_normalize,
+    cycle_references,
+    dialog_words,
+    score_once,
+)
+
+MeteorRoute = Literal["auto", "official", "nltk"]
+METEOR_ROUTES = ("auto", "official", "nltk")
+JAR_NAME = "meteor-1.5.jar"
+JAVA_INSTALL = "apt-get install default-jre-headless"
+JAR_INSTALL = "pip install 'cblight[dialog]'"
+
+# ---------------------------------------------------------------------------------------------------------
+# Finding and running the jar
+
+
+def find_meteor_jar() -> Path | None:
+    """The METEOR 1.5 jar shipped by ``pycocoevalcap`` (a namespace package: no ``__file__``)."""
+    spec = importlib.util.find_spec("pycocoevalcap")
+    roots = (spec.submodule_search_locations or []) if spec is not None else []
+    for root in roots:
+        jar = Path(root) / "meteor" / JAR_NAME
+        if jar.is_file():
+            return jar
+    return None
+
+
+def official_meteor_missing(jar: str | None = None) -> str | None:
+    """What the official METEOR lacks on this machine (one line naming what to install), or ``None``."""
+    if shutil.which("java") is None:
+        return f"the METEOR 1.5 jar needs a Java runtime, and no `java` is on PATH: {JAVA_INSTALL}"
+    if jar is not None:
+        return None if Path(jar).is_file() else f"no METEOR 1.5 jar at {jar}"
+    if find_meteor_jar() is None:
+        return f"the METEOR 1.5 jar comes with the pycocoevalcap package, which is missing: {JAR_INSTALL}"
+    return None
+
+
+def resolve_meteor_route(route: str, jar: str | None = None) -> Literal["official", "nltk"]:
+    """``"official"`` or ``"nltk"``; ``"auto"`` is official when it can run here. Asking for the official
+    scorer where it cannot run is a ``ConfigError`` saying what to install."""
+    if route not in METEOR_ROUTES:
+        raise ConfigError(f"meteor must be one of {METEOR_ROUTES}, got {route!r}")
+    if route == "nltk":
+        return "nltk"
+    missing = official_meteor_missing(jar)
+    if missing is None:
+        return "official"
+    if route == "official":
+        raise ConfigError(f"meteor='official': {missing} (or use meteor='nltk')")
+    return "nltk"
+
+
+def _field(text: str) -> str:
+    # one stdio line per segment, fields separated by "|||"
+    return " ".join(text.replace("|||", "| | |").split())
+
+
+class MeteorJar:
+    """One METEOR 1.5 process in ``-stdio`` mode with DSTC7's options (``-l en -norm``, 1 GB heap)."""
+
+    def __init__(self, jar: Path, java: str = "java", heap: str = "1g"):
+        self.jar = Path(jar)
+        self.command = [java, f"-Xmx{heap}", "-Dfile.encoding=UTF-8", "-jar", str(self.jar)]
+        self.command += ["-", "-", "-stdio", "-l", "en", "-norm"]
+        self._proc: subprocess.Popen | None = None
+        self._stderr: Any = None
+        self._lock = threading.Lock()
+
+    def corpus_score(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+        """The jar's corpus score of hypotheses (strings) against their lists of references."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start()
+            stats = [
+                self._ask(" ||| ".join(["SCORE", *map(_field, refs), _field(hyp)]))
+                for hyp, refs in zip(hypotheses, references)
+            ]
+            # the jar answers EVAL with one score per segment, then the aggregate
+            return float(self._ask("EVAL ||| " + " ||| ".join(stats), lines=len(stats) + 1))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None:
+                if self._proc.stdin:
+                    self._proc.stdin.close()
+                try:
+                    self._proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
+                self._proc = None
+                self._stderr.close()
+
+    def _start(self) -> None:
+        # lives as long as the process (closed in close()); a file, not a pipe nobody reads, which could fill
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            self.command,
+            cwd=self.jar.parent,  # the jar finds data/paraphrase-en.gz beside itself
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
+
+    def _ask(self, line: str, lines: int = 1) -> str:
+        """Send one line; the last of the ``lines`` answer lines."""
+        assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
+        try:
+            self._proc.stdin.write(line + "\n")
+            self._proc.stdin.flush()
+            for _ in range(lines):
+                answer = self._proc.stdout.readline()
+                if not answer:
+                    raise BrokenPipeError
+        except (BrokenPipeError, OSError):
+            self._proc.kill()
+            self._proc.wait()
+            self._stderr.seek(0)
+            tail = self._stderr.read().decode("utf-8", "replace").strip().splitlines()[-3:]
+            self._proc = None
+            raise RuntimeError(f"the METEOR 1.5 jar stopped ({' | '.join(tail) or 'no message'})") from None
+        return answer.strip()
+
+
+_JARS: dict[Path, MeteorJar] = {}
+
+
+def meteor_jar(jar: str | None = None) -> MeteorJar:
+    """The process-wide ``MeteorJar`` for ``jar`` (default: pycocoevalcap's), started on first use."""
+    missing = official_meteor_missing(jar)
+    if missing is not None:
+        raise ConfigError(f"meteor='official': {missing} (or use meteor='nltk')")
+    path = Path(jar) if jar is not None else find_meteor_jar()
+    assert path is not None
+    if path not in _JARS:
+        _JARS[path] = MeteorJar(path, java=shutil.which("java") or "java")
+    return _JARS[path]
+
+
+@atexit.register
+def _close_jars() -> None:
+    for runner in _JARS.values():
+        runner.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The official METEOR
+
+
+class Meteor(DialogCorpus):
+    """Corpus METEOR 1.5 (``compute()``: a float64 tensor, a fraction), as DSTC7's ``dstc.py``.
+
+    Keeps the normalised corpus (the jar scores it as a whole); ``n_refs`` cuts or cycles each example's
+    references as ``dstc.py --n_refs`` (``None``: as given; cycling alone does not change METEOR). Under
+    DDP the synced corpus is scored once, on the group's first rank, and the value broadcast.
+    ``jar``: another METEOR 1.5 jar (default: pycocoevalcap's).
+    """
+
+    higher_is_better = True
+
+    def __init__(
+        self, normalize: Normalize = "dstc", n_refs: int | None = None, jar: str | None = None, **kwargs: Any
+    ):
+        super().__init__(normalize, n_refs, **kwargs)
+        resolve_meteor_route("official", jar)
+        self.jar = jar
+
+    def compute(self) -> torch.Tensor:
+        hyps, refs = self.read_corpus("METEOR")
+        if self.n_refs is not None:
+            refs = cycle_references(refs, self.n_refs)
+        hyp_texts = [" ".join(h) for h in hyps]
+        ref_texts = [[" ".join(r) for r in rs] for rs in refs]
+        value = self._once(lambda: meteor_jar(self.jar).corpus_score(hyp_texts, ref_texts))
+        return torch.tensor(value, dtype=torch.float64)
+
+    def _once(self, score: Callable[[], float]) -> float:
+        """``score()`` on the first rank of a synced process group, broadcast to the others (every rank
+        holds the same gathered corpus, so one JVM suffices); ``score()`` itself otherwise."""
+        if not (self._is_synced and dist.is_available() and dist.is_initialized()):
+            return score()
+        group = self.process_group
+        on_gpu = dist.get_backend(group) == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+        result = torch.zeros(2, dtype=torch.float64, device=device)  # value, ok
+        error = None
+        if dist.get_rank(group) == 0:
+            try:
+                result[0], result[1] = score(), 1.0
+            except Exception as exc:  # re-raised below, once the other ranks are released
+                error = exc
+        dist.broadcast(result, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
+        if error is not None:
+            raise error
+        if not result[1]:
+            raise RuntimeError("METEOR failed on the first rank (see its error)")
+        return float(result[0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# nltk's METEOR
+
+
+class _NoSynonyms:
+    """Stands in for nltk's WordNet reader: no synsets, so METEOR's synonym stage matches nothing."""
+
+    def synsets(self, *args: Any, **kwargs: Any) -> list:
+        return []
+
+
+def wordnet_reader() -> Any | None:
+    """nltk's WordNet reader when the corpus is installed, else ``None``."""
+    try:
+        from nltk.corpus import wordnet
+
+        wordnet.synsets("dog")
+    except (LookupError, OSError):
+        return None
+    return wordnet
+
+
+class NltkMeteor(Metric):
+    """Mean sentence METEOR (nltk ``meteor_score`` against all references of an example).
+
+    ``use_synonyms``: ``None`` uses WordNet when installed; ``True`` requires it; ``False`` never uses
+    it. ``compute()`` gives ``{"meteor_nltk": ..., "meteor_synonyms": 1.0 or 0.0}``.
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, normalize: Normalize = "dstc", use_synonyms: bool | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.normalize = check_normalize(normalize)
+        self.synonyms = use_synonyms is not False and wordnet_reader() is not None
+        if use_synonyms and not self.synonyms:
+            raise LookupError(
+                "use_synonyms=True needs nltk's WordNet corpus (python -m nltk.downloader wordnet); "
+                "pass use_synonyms=None to fall back to exact and stem matches"
+            )
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
+        from nltk.translate.meteor_score import meteor_score
+
+        hyps, refs = dialog_words(hypotheses, references, self.normalize)
+        reader = wordnet_reader() if self.synonyms else _NoSynonyms()
+        scores = [meteor_score(ref, hyp, wordnet=reader) for hyp, ref in zip(hyps, refs)]
+        self.total += math.fsum(scores)
+        self.count += len(scores)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        check_nonempty(self.count, "METEOR")
+        return {
+            "meteor_nltk": self.total / self.count,
+            "meteor_synonyms": torch.tensor(float(self.synonyms), dtype=torch.float64),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Functional forms
+
+
+def meteor(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    normalize: Normalize = "dstc",
+    n_refs: int | None = None,
+    jar: str | None = None,
+) -> float:
+    """The official corpus METEOR 1.5 (``Meteor``) in one call."""
+    return float(score_once(Meteor(normalize, n_refs, jar), hypotheses, references))
+
+
+def nltk_meteor(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    normalize: Normalize = "dstc",
+    use_synonyms: bool | None = None,
+) -> dict[str, float]:
+    """nltk's mean sentence METEOR (``NltkMeteor``) in one call."""
+    return as_floats(score_once(NltkMeteor(normalize, use_synonyms), hypotheses, references))
