@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 from cblight.boosting import AlphaGrid
-from cblight.data.baseline_prompts import domain_premise
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
@@ -257,24 +256,6 @@ class BoostedEvaluator(LanguageModelModule):
             return ChoiceReport(self.choice_alphas, self.length_normalize, methods)
         return NextTokenReport(self.ks, self.next_token_alphas, self.tok.decode, methods)
 
-    def _methods_info(self, split: TaskSplit) -> dict[str, Any]:
-        """What ``results.json`` says about each comparison method on ``split``: reported, or why not."""
-        info: dict[str, Any] = {}
-        for m in self.methods[1:]:
-            reason = not_applicable(m, split)
-            info[m] = {"reported": reason is None} | ({"not_applicable": reason} if reason else {})
-        scoring = self._scoring(split, "report")
-        if "pmi_dc" in info and isinstance(scoring, ChoiceScoring):
-            premises = {
-                domain_premise(split.name, ex, self.baselines.domain_premises) for ex in split.examples
-            }
-            info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
-        if info.get("calibrate", {}).get("reported"):
-            info["calibrate"]["content_free_inputs"] = scoring.content_free  # type: ignore[attr-defined]
-        if info.get("channel", {}).get("reported") and isinstance(scoring, ChoiceScoring):
-            info["channel"]["label_prefixes"] = scoring.channel
-        return info
-
     def _check_lengths(self, splits: list[TaskSplit]) -> None:
         """Refuse, before any model work, an answer that alone exceeds the model window."""
         window = self.hparams.max_length or checkpoint_window(self.model_name, self.hparams.revision)
@@ -376,7 +357,7 @@ class BoostedEvaluator(LanguageModelModule):
                 split, sweep.shaped(), self.selected.get(split.name)
             )
             if len(self.methods) > 1:
-                result["methods"] = self._methods_info(split)
+                result["methods"] = self._scoring(split, "report").describe(split, self.methods[1:])
             self.results[split.name] = result
             logged = {
                 f"test/{self._key(split.name)}/{k}": float(v)

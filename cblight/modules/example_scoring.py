@@ -32,7 +32,7 @@ from cblight.data.baseline_prompts import BASELINE_PROMPTS, channel_prefixes, do
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError, Example, NextTokenExample
 from cblight.metrics.sweeps import ChoiceSweep, NextTokenSweep
-from cblight.modules.methods import BaselineOptions, fixed_labels
+from cblight.modules.methods import BaselineOptions, fixed_labels, not_applicable
 from cblight.results import digest
 
 
@@ -53,9 +53,28 @@ class ExampleScoring:
     def new_sweep(self, split: TaskSplit) -> nn.Module:
         raise NotImplementedError
 
+    methods: Sequence[str] = ()  # the comparison methods this scoring adds to boosting
+
+    def method_digest(self, method: str, example: Example) -> str:
+        """A digest of what ``method`` feeds the model for ``example`` (kept in the record)."""
+        raise NotImplementedError
+
+    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
+        """What ``results.json`` says about each requested comparison method: reported (with the strings
+        it used) or why not."""
+        info: dict[str, Any] = {}
+        for m in requested:
+            reason = not_applicable(m, split)
+            info[m] = {"reported": True} if reason is None else {"reported": False, "not_applicable": reason}
+        return info
+
     def missing(self, record: dict[str, Any] | None, example: Example) -> list[str]:
-        """What to (re)compute for ``example`` given its cached ``record``: empty when it is complete."""
-        return [] if record is not None and record.get("input") == self.input_digest(example) else ["boost"]
+        """The parts of ``record`` to (re)compute for ``example``: ``boost`` (everything, for a new or
+        changed example) or the methods whose inputs changed; empty when the record is complete."""
+        if record is None or record.get("input") != self.input_digest(example):
+            return ["boost", *self.methods]
+        done = record.get("method_inputs", {})
+        return [m for m in self.methods if done.get(m) != self.method_digest(m, example)]
 
     def score(
         self,
@@ -137,16 +156,9 @@ class ChoiceScoring(ExampleScoring):
             return [(prefix, [x]) for prefix in self.channel]
         raise ValueError(method)
 
-    def method_digest(self, method: str, ex: ChoiceExample) -> str:
-        return digest(repr(self._groups(method, ex)))
-
-    def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
-        """The parts of ``record`` to (re)compute for ``ex``: ``boost`` (everything) or some methods."""
-        if record is None or record.get("input") != self.input_digest(ex):
-            return ["boost", *self.methods]
+    def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, ChoiceExample)
-        done = record.get("method_inputs", {})
-        return [m for m in self.methods if done.get(m) != self.method_digest(m, ex)]
+        return digest(repr(self._groups(method, ex)))
 
     def score(
         self,
@@ -232,6 +244,17 @@ class ChoiceScoring(ExampleScoring):
         rec[METHOD_FIELDS[part]] = values
         rec["method_inputs"][part] = self.method_digest(part, ex)
 
+    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
+        info = super().describe(split, requested)
+        if "pmi_dc" in self.methods:
+            premises = {domain_premise(self.task, ex, self.options.domain_premises) for ex in split.examples}
+            info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
+        if "calibrate" in self.methods:
+            info["calibrate"]["content_free_inputs"] = self.content_free
+        if "channel" in self.methods:
+            info["channel"]["label_prefixes"] = self.channel
+        return info
+
     def method_scores(self, record: dict[str, Any]) -> dict[str, list[float]]:
         """Each comparison method's per-choice scores (``cblight.baselines``) from one record."""
         full = torch.tensor(record["ll_full"], dtype=torch.float64).view(1, -1)
@@ -301,11 +324,14 @@ class NextTokenScoring(ExampleScoring):
         assert isinstance(ex, NextTokenExample)
         return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
 
+    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
+        info = super().describe(split, requested)
+        if "calibrate" in self.methods:
+            info["calibrate"]["content_free_inputs"] = self.content_free
+        return info
+
     def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
-        if record is None or record.get("input") != self.input_digest(ex):
-            return ["boost", *self.methods]
-        done = record.get("method_inputs", {})
-        stale = [m for m in self.methods if done.get(m) != self.method_digest(m, ex)]
+        stale = super().missing(record, ex)
         return ["boost", *self.methods] if stale else []  # calibration needs the full pass again
 
     def _calibrated(
