@@ -298,6 +298,20 @@ def test_llama_cpp_and_vllm_echo_shapes_give_the_same_continuation():
     assert two.log_probs == (-0.2, -7.5)
 
 
+def test_generated_tokens_left_out_of_the_echo_are_recognised():
+    """llama-cpp-python's echo for a model without BOS lists the prompt tokens only, though usage counts
+    one generated token: the generated text (the answer's text minus the prompt) tells."""
+    prompt = "The capital of France is Paris"
+    pieces = ["The", " capital", " of", " France", " is", " Paris"]
+    answer = echo_answer(prompt, [None, -9.6, -10.5, -11.2, -11.8, -8.45], pieces)
+    lp = answer["choices"][0]["logprobs"]
+    for key in ("tokens", "text_offset", "token_logprobs", "top_logprobs"):
+        lp[key] = lp[key][:-1]  # the generated "." is counted in usage but not listed
+    assert echoed_continuation(answer, " Paris", "q", prompt).log_probs == (-8.45,)
+    whole = echo_answer(prompt, [None, -9.6, -10.5, -11.2, -11.8, -8.45], pieces)
+    assert echoed_continuation(whole, " Paris", "q", prompt).log_probs == (-8.45,)
+
+
 def test_a_token_straddling_the_boundary_is_left_out_and_flagged():
     prompt = "is: yes"
     got = echoed_continuation(echo_answer(prompt, [None, -1.0, -2.0], ["is", ": ", "yes"]), " yes", "q")

@@ -62,9 +62,15 @@ class EchoedContinuation:
     straddles: bool
 
 
-def echoed_continuation(answer: dict[str, Any], continuation: str, name: str) -> EchoedContinuation:
-    """The last ``continuation`` characters of an echoed prompt, from a completion ``answer`` with
-    ``echo: true`` and ``logprobs`` (see the module docstring for the boundary rule)."""
+def echoed_continuation(
+    answer: dict[str, Any], continuation: str, name: str, prompt: str | None = None
+) -> EchoedContinuation:
+    """The last ``continuation`` characters of an echoed ``prompt``, from a completion ``answer`` with
+    ``echo: true`` and ``logprobs`` (see the module docstring for the boundary rule).
+
+    The generated tokens normally follow the prompt's in the list (``usage.completion_tokens`` of them);
+    llama-cpp-python leaves them out for models without BOS, which the generated text (``text`` minus the
+    prompt) tells apart."""
     choices = answer.get("choices")
     if not isinstance(choices, list) or not choices:
         raise ServedModelError(f"{name}: the server's answer has no choices")
@@ -83,12 +89,16 @@ def echoed_continuation(answer: dict[str, Any], continuation: str, name: str) ->
     if not isinstance(generated, int):
         raise ServedModelError(f"{name}: the server's answer has no usage.completion_tokens")
     n_prompt = len(tokens) - generated
+    text = choices[0].get("text")
+    listed = "".join(tokens[n_prompt:])
+    if generated and prompt is not None and isinstance(text, str) and text.startswith(prompt):
+        n_prompt = n_prompt if listed == text[len(prompt) :] else len(tokens)  # generated ones not listed
     if n_prompt <= 0:
         raise ServedModelError(
             f"{name}: the server returned log-probs for generated tokens only, none for the prompt "
             "(it ignores echo)"
         )
-    end = offsets[n_prompt] if generated else offsets[n_prompt - 1] + len(tokens[n_prompt - 1])
+    end = offsets[n_prompt] if n_prompt < len(tokens) else offsets[n_prompt - 1] + len(tokens[n_prompt - 1])
     boundary = end - len(continuation)
     first = next((i for i in range(n_prompt) if offsets[i] >= boundary), n_prompt)
     if first == n_prompt:
@@ -173,7 +183,7 @@ class ServedScorer:
             if not token.strip() or generated is None:
                 continue
             echo = self.client.complete(self._body(prompt + token, echo=True), use_cache=False)
-            got = echoed_continuation(echo, token, f"alignment canary {prompt!r}")
+            got = echoed_continuation(echo, token, f"alignment canary {prompt!r}", prompt + token)
             if len(got.log_probs) != 1 or got.straddles:
                 continue  # the server tokenises prompt + token differently: try another canary
             diff = abs(got.log_probs[0] - generated)
@@ -209,12 +219,12 @@ class ServedScorer:
                     context[len(context) - n_space :] + continuation,
                 )
                 bodies.append(self._body(ctx + cont, echo=True))
-                spans.append((g, cont))
+                spans.append((g, cont, ctx + cont))
         answers = self.client.complete_many(bodies)
         out: list[list[ContinuationScore]] = [[] for _ in groups]
-        for (g, cont), answer in zip(spans, answers):
+        for (g, cont, prompt), answer in zip(spans, answers):
             name = names[g] if names is not None else f"group {g}"
-            got = echoed_continuation(answer, cont, name)
+            got = echoed_continuation(answer, cont, name, prompt)
             if got.straddles:
                 self.boundary_straddles += 1
                 log.warning("%s: the server's tokens straddle the context/continuation boundary", name)
