@@ -182,6 +182,9 @@ class ChoiceScoring(ExampleScoring):
                 elif part == "calibrate":
                     need_cf = need_cf or self._cf is None
                     continue
+                elif part in PREMISE_METHODS and self._groups(part, ex)[0][0] == ex.premise_free:
+                    slots.append((i, part, 0))  # the premise-free context's numbers serve: no new pass
+                    continue
                 else:
                     new = self._groups(part, ex)
                     labels = [part] * len(new)
@@ -239,6 +242,8 @@ class ChoiceScoring(ExampleScoring):
             return
         if part == "channel":
             values = [row[0].log_prob for row in got]
+        elif not got:  # the premise is the premise-free context (CommonsenseQA's " the answer is:")
+            values = list(rec["ll_short"])
         else:
             values = [s.log_prob for s in got[0]]
         rec[METHOD_FIELDS[part]] = values
@@ -281,6 +286,7 @@ class ChoiceScoring(ExampleScoring):
         )
 
 
+PREMISE_METHODS = ("pmi_dc", "pmi_empty")
 METHOD_FIELDS = {
     "pmi_dc": "ll_domain",
     "pmi_empty": "ll_empty",
