@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -214,6 +215,34 @@ def test_comparison_table_layout(evaluated):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The README's commands (its "Comparison methods" section), with the tiny model substituted
+
+
+def readme_command(*needles: str) -> list[str]:
+    """The arguments of the README line ``python evaluate.py ...`` that holds every one of ``needles``."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Comparison methods and served models") :]
+    section = section[: section.index("\n## ", 1)]
+    lines = [
+        x
+        for x in section.splitlines()
+        if x.startswith("python evaluate.py ") and all(n in x for n in needles)
+    ]
+    assert len(lines) == 1, needles
+    return shlex.split(lines[0].split("#")[0])[2:]
+
+
+def substituted(args: list[str], model: Path) -> list[str]:
+    """``args`` with the model replaced by ``model`` (or given, where the config's default is a Hub id)."""
+    out = list(args)
+    if "--model.model" in out:
+        out[out.index("--model.model") + 1] = str(model)
+    else:
+        out += ["--model.model", str(model)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Table 5: contextual calibration on LAMA
 
 
@@ -247,10 +276,10 @@ def zhao_lama_answer(full: torch.Tensor, cf: list[torch.Tensor], top: int) -> in
 def test_lama_calibration_matches_brute_force(tiny_gpt2_dir, brute, tmp_path):
     lama = lama_tree(tmp_path / "lama")
     out = tmp_path / "out"
+    args = substituted(readme_command("configs/table5_lama_cc.yaml"), tiny_gpt2_dir)
     results = run(
         [
-            "-c", str(ROOT / "configs/table5_lama_cc.yaml"),
-            "--model.model", str(tiny_gpt2_dir),
+            *args,
             "--data.data_dirs", json.dumps({"lama": str(lama)}),
             "--model.ks", "[1, 2]",
             "--model.next_token_alphas", "[0.0, -0.5]",
@@ -352,6 +381,31 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
     assert n == 4
     assert scored == [f"sst2 content-free input {x!r}" for x in ("N/A", "", "[MASK]")]  # once per task
     assert second["sst2"]["report"]["acc_pmi_dc"] == first["sst2"]["report"]["acc_pmi_dc"]
+    # a domain premise equal to the premise-free context reuses its numbers: no model call at all
+    scored.clear()
+    run(
+        [
+            *common,
+            "--model.methods",
+            "[boost, pmi_dc, calibrate]",
+            "--model.baselines.domain_premises",
+            json.dumps({"sst2": " This quote has a tone that is!"}),
+        ],
+        out,
+    )
+    assert len(scored) == n
+    scored.clear()
+    same = run(
+        [
+            *common,
+            "--model.methods",
+            "[boost, pmi_dc, calibrate]",
+            "--model.baselines.domain_premises",
+            json.dumps({"sst2": " This quote has a tone that is"}),
+        ],
+        out,
+    )
+    assert scored == [] and same["sst2"]["report"]["acc_pmi_dc"] == same["sst2"]["report"]["acc_pmi"]
     # a changed domain premise is recomputed, everything else is kept
     scored.clear()
     premise = json.dumps({"sst2": " Overall it was"})
@@ -401,3 +455,70 @@ def test_bad_method_options_are_one_line(tiny_gpt2_dir, tmp_path, capsys, args, 
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "bad" / "results.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The configs of Tables 11 and 12 (Table 5's runs in test_lama_calibration_matches_brute_force)
+
+TABLE_ROWS = ["storycloze", "hellaswag", "copa", "csqa", "openbookqa", "arc_easy", "arc_challenge"]
+TABLE_ROWS += ["sst2", "sst5", "agnews", "trec", "boolq", "rte", "cb"]
+
+
+def test_table12_config_runs_in_the_papers_layout(tiny_gpt2_dir, tmp_path):
+    out = tmp_path / "t12"
+    args = readme_command("configs/table12_baselines_gpt2.yaml", "Table 12")
+    run([*substituted(args, tiny_gpt2_dir), "--data.limit", "2"], out)
+    results = json.loads((out / "results.json").read_text())
+    comparison = results["comparison"]
+    assert comparison["headers"] == ["task", "n", "f_max", "PMI", "CC", "Channel", "Ours", "alpha*", "k*"]
+    assert [r["task"] for r in comparison["rows"]] == TABLE_ROWS  # the paper's row order
+    for row in comparison["rows"]:
+        report = results["tasks"][row["task"]]["report"]
+        assert row["PMI"] == pytest.approx(100 * report["acc_pmi_dc"])
+        assert row["Ours"] == pytest.approx(100 * report["acc"]) and row["alpha*"] == report["alpha_star"]
+        fixed_labels = row["task"] in ("sst2", "sst5", "agnews", "trec", "boolq", "rte", "cb")
+        assert (row["CC"] is not None) == fixed_labels, row["task"]
+        assert (row["Channel"] is not None) == (row["task"] in ("sst2", "sst5", "agnews", "trec")), row[
+            "task"
+        ]
+
+
+def test_table11_config_runs_on_a_local_model_too(tiny_gpt2_dir, tmp_path):
+    """The served config with the tiny model substituted and the backend switched to local (its run against
+    a real server is tests/realmodel/test_served_real.py)."""
+    out = tmp_path / "t11"
+    results = run(
+        [
+            "-c", str(ROOT / "configs/table11_baselines_served.yaml"),
+            "--model.model", str(tiny_gpt2_dir),
+            "--model.tokenizer", str(tiny_gpt2_dir),
+            "--model.backend", "local",
+            "--model.server", "null",
+            "--data.tasks", "[csqa, sst5]",
+            "--data.limit", "2",
+        ],
+        out,
+    )  # fmt: skip
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["comparison"]["headers"] == ["task", "n", "f_max", "PMI", "CC", "Ours", "alpha*", "k*"]
+    assert (
+        results["sst5"]["methods"]["calibrate"]["reported"] and "acc_calibrate" in results["sst5"]["report"]
+    )
+    assert not results["csqa"]["methods"]["calibrate"]["reported"]
+
+
+def test_readme_smollm2_command_on_the_shipped_samples(tiny_gpt2_dir, tmp_path, monkeypatch):
+    """The README's real-model command (SmolLM2 on the shipped CommonsenseQA/PIQA samples, SST-2 from
+    data/), with the tiny model, 2 examples, and the SST-2 fixture for the user's copy."""
+    monkeypatch.chdir(ROOT)  # the command's data paths are relative to the repository
+    args = substituted(readme_command("offline:smollm2-135m"), tiny_gpt2_dir)
+    out = tmp_path / "smollm2"
+    results = run([*args, "--data.limit", "2"], out)
+    assert list(results) == ["csqa", "piqa", "sst2"]
+    assert results["piqa"]["selection"]["split"].startswith(
+        "train (heldout-valid.jsonl)"
+    )  # held-out questions
+    comparison = json.loads((out / "results.json").read_text())["comparison"]
+    rows = {r["task"]: r for r in comparison["rows"]}
+    assert rows["csqa"]["CC"] is None and rows["piqa"]["Channel"] is None
+    assert rows["sst2"]["CC"] is not None and rows["sst2"]["Channel"] is not None
