@@ -1,10 +1,15 @@
-"""Speed of coherence tuning (DESIGN.md §5), on a GPT-2-small-shaped random model (``GPT2Config()``
-defaults, built here; nothing is downloaded).
+"""Speed and memory of coherence tuning (DESIGN.md §5; issue 11), on a GPT-2-small-shaped random model
+(``GPT2Config()`` defaults, built here) or a real one (``--model smollm2`` / ``gemma``: the offline zoo's
+SmolLM2-135M, vocabulary 49152, and Gemma-3-270m, vocabulary 262144).
 
 1. One tuning step (sample ``--new`` tokens + boosted teacher + student forward/backward) against a plain
    causal-LM training step (forward/backward of the cross-entropy) on the same ``[batch, prompt + new]``
    token batch, in this process; KL over the last ``--last-m`` positions and over all sampled positions.
-   The optimizer step is left out of both. Floor: at most 3x with the last 8 positions.
+   The optimizer step is left out of both. Goal: at most 3x the time with the last 8 positions.
+   Peak memory of each step, each measured in a fresh subprocess after a warm-up step: on CPU the peak
+   RSS above the process's RSS before the step (Linux ``/proc/self/clear_refs`` resets the high-water
+   mark), on CUDA ``torch.cuda.max_memory_allocated`` above the allocation before the step. Goal: the
+   tuning step's peak at most 1.5x the plain step's.
 2. Throughput of the full Lightning training step (AdamW included) with 2 CPU DDP processes (gloo) of one
    thread each against one process of one thread, same per-process batch. Floor: at least 1.6x. For
    context it also runs two independent one-process jobs at once (no communication): what the machine
@@ -12,6 +17,8 @@ defaults, built here; nothing is downloaded).
 
     python benchmarks/bench_tuning.py                     # both parts, defaults below
     python benchmarks/bench_tuning.py --skip-ddp --batch 8 --repeats 5
+    python benchmarks/bench_tuning.py --model smollm2 --skip-ddp --batch 2 --repeats 3          # CPU
+    python benchmarks/bench_tuning.py --model gemma --device cuda --skip-ddp --batch 32 --prompt 32
 
 The machine is shared: the script prints the load average before and after, so a disturbed run shows.
 """
@@ -29,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -63,18 +71,23 @@ def _interleaved_medians(jobs: dict[str, Callable[[], object]], repeats: int) ->
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def step_ratios(model_dir: Path, args: argparse.Namespace) -> dict[str, float]:
+ZOO = {"smollm2": "offline:smollm2-135m", "gemma": "offline:gemma3-270m"}
+
+
+def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Callable[[], object]]]:
+    """The model and the jobs: a plain step, tuning steps (last m, all positions), sampling alone."""
     import torch
 
     from cblight.models import load_causal_lm
     from cblight.tuning import disable_dropout, sample_sequences, tuning_kl_terms
 
     torch.set_num_threads(args.threads)
-    model = load_causal_lm(str(model_dir))
+    model = load_causal_lm(model_dir).to(args.device)
     disable_dropout(model)
     model.train()
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, model.config.vocab_size - 1, (args.batch, args.prompt), generator=g)
+    prompts = prompts.to(args.device)
     mask = torch.ones_like(prompts)
     eos = model.config.eos_token_id
 
@@ -85,6 +98,12 @@ def step_ratios(model_dir: Path, args: argparse.Namespace) -> dict[str, float]:
 
     fixed = sample()
     assert fixed.sampled.sum() > 0
+    # the frozen teacher's weights are a constant cost (one copy), outside the per-step peaks measured here
+    teacher = None
+    if args.teacher == "frozen":
+        import copy
+
+        teacher = copy.deepcopy(model).eval().requires_grad_(False)
 
     def plain():
         model.zero_grad(set_to_none=True)
@@ -95,14 +114,19 @@ def step_ratios(model_dir: Path, args: argparse.Namespace) -> dict[str, float]:
         def run():
             model.zero_grad(set_to_none=True)
             sampled = sample()
-            terms = tuning_kl_terms(model, sampled, k=args.k, alpha=args.alpha, last_m=last_m)
-            (terms.kl.sum() / max(terms.count, 1) + terms.anchor).backward()
+            terms = tuning_kl_terms(
+                model, sampled, k=args.k, alpha=args.alpha, last_m=last_m, teacher_model=teacher
+            )
+            (terms.loss_sum / max(terms.count, 1) + terms.anchor).backward()
 
         return run
 
-    t = _interleaved_medians(
-        {"plain": plain, "last": tuning(args.last_m), "all": tuning(None), "sample": sample}, args.repeats
-    )
+    return model, {"plain": plain, "last": tuning(args.last_m), "all": tuning(None), "sample": sample}
+
+
+def step_ratios(model_dir: str, args: argparse.Namespace) -> dict[str, float]:
+    _, jobs = _steps(model_dir, args)
+    t = _interleaved_medians(jobs, args.repeats)
     t_plain, t_last, t_all, t_sample = t["plain"], t["last"], t["all"], t["sample"]
     return {
         "plain_s": t_plain,
@@ -173,6 +197,53 @@ def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
     Path(f"{out_file}.rank{trainer.global_rank}").write_text(json.dumps(result))
 
 
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def memory_worker(model_dir: str, job: str, out_file: str, args: argparse.Namespace) -> None:
+    """Peak memory of one job above the memory before it (model loaded, batch built). On CUDA after a
+    warm-up run (the caching allocator's counters are exact either way); on CPU its first run, because
+    memory that malloc keeps after a warm-up would hide the step's own allocations from the RSS."""
+    import torch
+
+    _, jobs = _steps(model_dir, args)
+    if args.device == "cuda":
+        jobs[job]()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        jobs[job]()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    else:
+        import gc
+
+        gc.collect()
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        before = _rss_kib("VmRSS")
+        jobs[job]()
+        peak = (_rss_kib("VmHWM") - before) * 1024
+    Path(out_file).write_text(json.dumps({"peak_bytes": peak}))
+
+
+def memory_peaks(model_dir: str, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+    peaks = {}
+    for job in ("plain", "last", "all"):
+        out = tmp / f"mem-{job}.json"
+        cmd = [sys.executable, __file__, "--memory-worker", model_dir, job, str(out), *_passthrough(args)]
+        proc = subprocess.run(
+            cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"memory worker failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+        peaks[job] = json.loads(out.read_text())["peak_bytes"]
+    return peaks
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -219,6 +290,9 @@ def _passthrough(args: argparse.Namespace) -> list[str]:
         f"--alpha={args.alpha}",
         f"--last-m={args.last_m}",
         f"--ddp-steps={args.ddp_steps}",
+        f"--device={args.device}",
+        f"--threads={args.threads}",
+        f"--teacher={args.teacher}",
     ]
 
 
@@ -238,18 +312,35 @@ def main() -> None:
     parser.add_argument("--skip-ddp", action="store_true")
     parser.add_argument("--skip-steps", action="store_true")
     parser.add_argument("--skip-ceiling", action="store_true", help="skip the 2-independent-runs ceiling")
+    parser.add_argument("--model", default="gpt2-random", choices=["gpt2-random", *ZOO])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--teacher", default="live", choices=["live", "frozen"], help="teacher of the tuning step"
+    )
     parser.add_argument("--worker", nargs=2, metavar=("MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--memory-worker", nargs=3, metavar=("MODEL_DIR", "JOB", "OUT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.worker:
         worker(args.worker[0], args.worker[1], args)
+        return
+    if args.memory_worker:
+        memory_worker(*args.memory_worker, args)
         return
 
     print(f"load average before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        model_dir = build_model(tmp / "gpt2-small-random")
+        if args.model in ZOO:
+            model_dir = ZOO[args.model]  # load_causal_lm resolves offline names
+        else:
+            model_dir = str(build_model(tmp / "gpt2-small-random"))
+        name = "GPT2Config() random" if args.model == "gpt2-random" else ZOO[args.model]
         shape = (
-            f"GPT2Config() random, batch {args.batch}, prompt {args.prompt} + {args.new} sampled, k {args.k}"
+            f"{name}, batch {args.batch}, prompt {args.prompt} + {args.new} sampled, k {args.k}, "
+            f"{args.teacher} teacher, {args.device}"
         )
         if not args.skip_steps:
             r = step_ratios(model_dir, args)
@@ -263,6 +354,17 @@ def main() -> None:
             print(
                 f"  tuning step, KL on all positions:    {r['tuning_all_s']:.2f} s  -> {r['ratio_all']:.2f}x plain"
             )
+        if not args.skip_memory:
+            m = memory_peaks(model_dir, args, tmp)
+            what = "CUDA max allocated" if args.device == "cuda" else "peak RSS"
+            print(f"\n[memory] {shape}: {what} above the memory before the step, fresh process per job")
+            print(f"  plain causal-LM step:              {m['plain'] / 2**20:8.1f} MiB")
+            for job, label in (
+                ("last", f"tuning step, KL on last {args.last_m}: "),
+                ("all", "tuning step, KL on all:         "),
+            ):
+                ratio = m[job] / max(m["plain"], 1)
+                print(f"  {label}  {m[job] / 2**20:8.1f} MiB  -> {ratio:.2f}x plain (goal: <= 1.5x)")
         if not args.skip_ddp:
             one = run_workers(model_dir, 1, args, tmp)
             two = run_workers(model_dir, 2, args, tmp)

@@ -218,7 +218,7 @@ def choice_scores(
     reference's length normalisation does. Returns ``[A, N, C]`` (``[N, C]`` for a scalar alpha).
     """
     scalar = not torch.is_tensor(alphas) or alphas.dim() == 0
-    alpha_t = torch.as_tensor(alphas, dtype=torch.float64).reshape(-1)
+    alpha_t = torch.as_tensor(alphas, dtype=torch.float64, device=ll_full.device).reshape(-1)
     full = ll_full.double()
     short = ll_short.double()
     missing = torch.isneginf(full)

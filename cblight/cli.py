@@ -16,22 +16,27 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
+import re
 import sys
+import textwrap
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from cblight.compare import run_comparison
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import CblightError
+from cblight.interrupt import RunInterrupted
 from cblight.modules.evaluation import DEFAULT_KS
 from cblight.modules.generation import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
-from cblight.output_dir import resolve_output_dir
+from cblight.output_dir import OutputLock, check_output_dir, resolve_output_dir
 from cblight.runs import run_evaluation
 
 __all__ = ["evaluate_cli", "exit_on_bad_input", "run_evaluation", "train_cli"]
@@ -134,17 +139,16 @@ class EvaluateCLI(LightningCLI):
         config = self.config
         logger = config.trainer.logger
         check_wandb_available(logger)
+        args = config.model.init_args
+        default_dir = (
+            inspect.signature(_model_class(config.model.class_path)).parameters["output_dir"].default
+        )
+        output_dir = resolve_output_dir(args.get("output_dir") or default_dir, args.model)
+        check_output_dir(output_dir)
         if logger is None or logger is True:
-            args = config.model.init_args
-            default_dir = (
-                inspect.signature(_model_class(config.model.class_path)).parameters["output_dir"].default
-            )
             config.trainer.logger = {
                 "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {
-                    "save_dir": str(resolve_output_dir(args.get("output_dir") or default_dir, args.model)),
-                    "name": "logs",
-                },
+                "init_args": {"save_dir": str(output_dir), "name": "logs"},
             }
 
 
@@ -166,9 +170,16 @@ def _bad_input(err: BaseException) -> CblightError | None:
 
 
 def exit_on_bad_input(fn: Any) -> Any:
-    """Run ``fn``; bad input (``CblightError``) becomes one line on stderr and exit status 2."""
+    """Run ``fn``; bad input (``CblightError``) becomes one line on stderr and exit status 2, a stop by
+    SIGINT/SIGTERM one line and status 128 + the signal number."""
     try:
         return fn()
+    except RunInterrupted as stop:
+        print(
+            f"error: {stop}: finished examples are kept in the cache; rerun the same command to resume",
+            file=sys.stderr,
+        )
+        raise SystemExit(stop.exit_code) from None
     except Exception as err:
         bad = _bad_input(err)
         if bad is None:
@@ -181,14 +192,93 @@ def evaluate_cli(args: Sequence[str] | None = None) -> dict[str, Any]:
     return exit_on_bad_input(lambda: _evaluate(args))
 
 
+EVALUATE_USAGE = (
+    "%(prog)s -c CONFIG [--model.OPTION VALUE ...] [--data.OPTION VALUE ...] [--trainer.OPTION VALUE ...]"
+)
+
+
+class _HelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help, with the description's line breaks kept (it lists the evaluator's options)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
+
+
+def _documented_args(cls: Any) -> dict[str, str]:
+    """``name: text`` of a class docstring's ``Args:`` section (continuation lines joined)."""
+    doc = inspect.getdoc(cls) or ""
+    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    found: dict[str, str] = {}
+    name = None
+    for line in section.splitlines():
+        match = re.match(r"^    (\w+): (.*)$", line)
+        if match:
+            name = match.group(1)
+            found[name] = match.group(2).strip()
+        elif name and line.startswith("        "):
+            found[name] += " " + line.strip()
+        elif line.strip():
+            break
+    return found
+
+
+def evaluate_help() -> str:
+    """The first lines of ``evaluate.py --help``: what it does, then every option of the default evaluator
+    (LightningCLI lists a subclass-mode module's options only under ``--model.help``)."""
+    from cblight.modules.evaluation import BoostedEvaluator
+
+    defaults = inspect.signature(BoostedEvaluator.__init__).parameters
+    lines = [
+        "Coherence-boosted evaluation (paper Tables 1-5): choose alpha* (and k*) on each task's selection",
+        "split, then report on its test split; generation configs name BoostedGenerationEvaluator.",
+        "  python evaluate.py -c configs/multiple_choice.yaml --model.model gpt2 --data.tasks '[copa]'",
+        "",
+        "Model options (--model.*) of BoostedEvaluator, the default module; for generation configs see",
+        "  python evaluate.py --model.help BoostedGenerationEvaluator",
+    ]
+    for name, text in _documented_args(BoostedEvaluator).items():
+        default = defaults[name].default if name in defaults else None
+        lines.append(f"  --model.{name} (default: {default!r})")
+        lines += [f"      {chunk}" for chunk in textwrap.wrap(text, 92)]
+    lines += [
+        "",
+        "Data (--data.*), trainer (--trainer.*) and other options follow; every option with its value in a",
+        "config: python evaluate.py -c CONFIG --print_config. Bad input and its messages: docs/errors.md",
+    ]
+    return "\n".join(lines)
+
+
+_FLOW_KEY_WITHOUT_SPACE = re.compile(r"[{,]\s*[A-Za-z_][\w.-]*:(?=[^\s,}])")
+
+
+def check_flow_mappings(args: Sequence[str]) -> None:
+    """A mapping option written ``{rte:/path}`` is YAML's ``{"rte:/path": null}``: say what YAML wants."""
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value.lstrip().startswith("{") and _FLOW_KEY_WITHOUT_SPACE.search(value):
+            option = (
+                args[i - 1] if i and value is arg and args[i - 1].startswith("--") else arg.split("=", 1)[0]
+            )
+            fixed = re.sub(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])", r"\1: ", value)
+            raise CLIConfigError(
+                f"{option} {value!r}: in a YAML mapping each key needs a space after its colon; write {fixed!r}"
+            )
+
+
 def build_evaluate_cli(args: Sequence[str] | None = None) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
+    check_flow_mappings(sys.argv[1:] if args is None else args)
     return EvaluateCLI(
         LightningModule,
         EvalDataModule,
         subclass_mode_model=True,
         run=False,
+        parser_kwargs={
+            "usage": EVALUATE_USAGE,
+            "description": evaluate_help(),
+            "formatter_class": _HelpFormatter,
+        },
         trainer_defaults=EVAL_TRAINER_DEFAULTS,
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1234,
@@ -196,11 +286,24 @@ def build_evaluate_cli(args: Sequence[str] | None = None) -> EvaluateCLI:
     )
 
 
+def _is_launching_process() -> bool:
+    """Not a DDP worker that Lightning (or torchrun) started: only the first process locks the output."""
+    env = os.environ
+    return int(env.get("RANK", env.get("LOCAL_RANK", "0"))) == 0 and int(env.get("NODE_RANK", "0")) == 0
+
+
 def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
     cli = build_evaluate_cli(args)
-    if cli.config.get("compare"):
-        return run_comparison(cli, cli.config["compare"])
-    return run_evaluation(cli.trainer, cli.model, cli.datamodule)
+    lock = OutputLock(cli.model.output_dir) if _is_launching_process() else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        if cli.config.get("compare"):
+            return run_comparison(cli, cli.config["compare"])
+        return run_evaluation(cli.trainer, cli.model, cli.datamodule)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 class CBLightCLI(LightningCLI):
@@ -214,11 +317,36 @@ class CBLightCLI(LightningCLI):
         check_wandb_available(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
 
+    def before_instantiate_classes(self) -> None:
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand, self.config) if subcommand else self.config
+        root = config.get("trainer", {}).get("default_root_dir")
+        if root:
+            _loggers_under(config.trainer.get("logger"), root)
+
     def before_fit(self) -> None:
         check = getattr(self.model, "check_prompts", None)
         prompts = getattr(self.datamodule, "train_prompts", None)
         if callable(check) and callable(prompts):
             check(prompts())
+
+    def after_fit(self) -> None:
+        """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would."""
+        from cblight.modules.tuning_callbacks import StopOnSignal
+
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, StopOnSignal) and callback.stopped_by:
+                raise SystemExit(128 + callback.stopped_by)
+
+
+def _loggers_under(logger: Any, root: str) -> None:
+    """With ``trainer.default_root_dir`` set, every relative logger ``save_dir`` lives under it (as the
+    model's relative ``export_dir`` does), so that nothing of the run lands in the working directory."""
+    for item in logger if isinstance(logger, list) else [logger]:
+        args = item.get("init_args") if hasattr(item, "get") else None
+        save_dir = args.get("save_dir") if args is not None else None
+        if isinstance(save_dir, str) and not Path(save_dir).expanduser().is_absolute():
+            args["save_dir"] = str(Path(root) / save_dir)
 
 
 def _defaults() -> dict[str, Any]:
@@ -235,6 +363,7 @@ def train_cli(args: Any = None, run: bool = True) -> CBLightCLI:
     from cblight.data.tuning_prompts import PromptDataModule
     from cblight.modules.tuning import CoherenceTuning
 
+    check_flow_mappings(sys.argv[1:] if args is None else list(args))
     return CBLightCLI(
         CoherenceTuning,
         PromptDataModule,

@@ -43,6 +43,9 @@ def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
     hparams = {k: v for k, v in template.hparams.items() if not k.startswith("_")}  # init args only
     generation = isinstance(template, BoostedGenerationEvaluator)
     first = next(iter(checkpoints.values()))
+    if cli.datamodule.splits == {} and hasattr(cli.datamodule, "tokenizer"):
+        # prompts render with the special tokens of the checkpoints compared, not of the config's model
+        cli.datamodule.tokenizer = first
     runs: dict[str, Any] = {}
     for label, path in checkpoints.items():
         args = {

@@ -52,6 +52,15 @@ def _ranked(log_probs: torch.Tensor, tokenizer: Any, target: int, top: int) -> t
     return rows, target_rank
 
 
+def check_contrast_options(k: int, alpha: float, top: int) -> None:
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, got {k}")
+    if not math.isfinite(alpha):
+        raise ConfigError(f"alpha must be finite, got {alpha}")
+    if top < 1:
+        raise ConfigError(f"top must be at least 1, got {top}")
+
+
 def contrast(
     model: Any,
     tokenizer: Any,
@@ -63,10 +72,7 @@ def contrast(
     top: int = 5,
 ) -> Contrast:
     """Top tokens and the target's rank under ``f_max``, ``f_k`` and the boosted mix (Figure 1)."""
-    if k < 1:
-        raise ConfigError(f"k must be at least 1, got {k}")
-    if not math.isfinite(alpha):
-        raise ConfigError(f"alpha must be finite, got {alpha}")
+    check_contrast_options(k, alpha, top)
     scorer = Scorer(model, tokenizer, batch_size=2)
     enc = scorer.encoder
     if target is None:
@@ -143,6 +149,7 @@ def contrast_command(
     """
     from cblight.models import load_causal_lm, load_tokenizer
 
+    check_contrast_options(k, alpha, top)  # before the model is loaded
     lm = load_causal_lm(model, dtype=dtype, device=device)  # type: ignore[arg-type]
     tok = load_tokenizer(model)
     result = contrast(lm, tok, context, target=target, k=k, alpha=alpha, top=top)

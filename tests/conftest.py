@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# evaluate.py options of every in-process test run: CPU, no progress bar in the test log
+EVAL_QUIET_CPU = ["--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"]
 
 
 @pytest.fixture(scope="session")

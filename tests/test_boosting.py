@@ -1,4 +1,8 @@
-"""Boosting maths against hand-computed numbers (paper eq. 1, eq. 2; DESIGN.md §1)."""
+"""Boosting maths against hand-computed numbers (paper eq. 1, eq. 2; DESIGN.md §1).
+
+Tolerances: the mixing runs in float32 on hand-computed float64 references of magnitude ~1: float32
+rounding gives ~1e-7, so 1e-6; sweeps over a model's log-probs (magnitude ~10) get 1e-5.
+"""
 
 import math
 
@@ -175,3 +179,13 @@ def test_next_token_alpha_sweep_against_loop():
 def test_stderr():
     assert binomial_stderr(0.5, 100) == pytest.approx(0.05)
     assert math.isnan(binomial_stderr(0.5, 0))
+
+
+def test_choice_sweep_follows_the_log_likelihoods_device():
+    """The alpha grid moves to the scores' device (it broke the multiple-choice sweep on CUDA: cached
+    log-likelihoods live on the GPU, the grid on the CPU). The meta device stands in for a GPU here."""
+    from cblight.boosting import choice_scores
+
+    ll = torch.zeros(3, 2, device="meta")
+    assert choice_scores(ll, ll, torch.tensor([0.0, -1.0])).shape == (2, 3, 2)
+    assert choice_scores(ll, ll, torch.tensor([0.0, -1.0])).device.type == "meta"

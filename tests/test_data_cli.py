@@ -25,6 +25,31 @@ def test_list_shows_every_task_with_sizes_and_prompts(capsys):
     assert "storycloze" not in capsys.readouterr().out
 
 
+def test_list_names_the_local_files_of_every_task(capsys):
+    """Each task's block names, per split, the files it reads locally: a file named there and put in
+    ``data_root/<task>/`` is what evaluate.py reads (the bundled fixtures follow those names)."""
+    from cblight.data.registry import all_tasks
+
+    assert main(["list"]) == 0
+    blocks: dict[str, str] = {}
+    for line in capsys.readouterr().out.splitlines()[1:]:
+        if not line.startswith(" "):
+            current = line.split()[0]
+            blocks[current] = ""
+        blocks[current] += line + "\n"
+    assert set(blocks) == set(all_tasks())
+    for name, spec in all_tasks().items():
+        block = blocks[name]
+        if spec.source.local is None:
+            assert "local files: none (Hub only)" in block, name
+            continue
+        assert f"local files in data_root/{name}/" in block, name
+        for split, patterns in spec.source.local.files.items():
+            assert f"{split}:" in block and patterns[0] in block, (name, split)
+    assert "train:      train.jsonl" in blocks["copa"] and "validation: val.jsonl" in blocks["copa"]
+    assert "train.csv" in blocks["agnews"] and "test.csv" in blocks["agnews"]
+
+
 def test_peek_prints_the_rendered_example(capsys):
     assert main(["peek", "sst2", "--data_root", str(FIXTURES), "--index", "3"]) == 0
     out = capsys.readouterr().out

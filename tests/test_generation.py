@@ -4,6 +4,11 @@ References: a naive loop that re-runs the model on the explicit full and short c
 (one prompt at a time: no cache, no padding, no position-id bookkeeping), transformers' plain ``generate``
 and its classifier-free guidance (``guidance_scale`` + ``negative_prompt_ids``), and transformers' own
 beam search driven by a stateless naive processor.
+
+Tolerances: scores are float32 log-probs of magnitude ~10. A left-padded, KV-cached batch and a
+one-prompt-at-a-time reference differ only in float32 summation order, ~1e-6; 1e-5 where both sides run
+the same shapes (fused loop vs plain generate), 1e-4 where padding, caches or beams change the shapes
+(and a few steps accumulate). A wrong expert or weight moves scores by >1e-2.
 """
 
 from __future__ import annotations

@@ -129,6 +129,8 @@ def test_table2_recomputed_from_generations(generated, tiny_gpt2_dir):
             self_bleu_samples=None,
         )
         for col, value in table.items():
+            # the table recomputed from the files: per-token log-probs were rounded to 6 decimals in the
+            # cache, so perplexity and delta move by ~1e-6 relative; 1e-4 leaves room, counts are exact
             assert results["webtext"]["rows"][decoding][col] == pytest.approx(value, rel=1e-4, abs=1e-6), col
     # the human row: the held-out continuation, cut to the generation length
     exs = examples("webtext")
@@ -225,6 +227,8 @@ def test_ddp_matches_single_process(generated, tiny_gpt2_dir, tmp_path):
     assert len(list((ddp / "cache/webtext/greedy").glob("rank*.jsonl"))) == 2  # each rank generated one
     for task in ("webtext", "dstc7"):
         for decoding in ("greedy", "nucleus"):
+            # same generations (seeded per example); metric sums synced across 2 ranks in another order,
+            # from float32 log-probs rounded to 6 decimals: ~1e-7 relative
             assert got[task]["rows"][decoding] == pytest.approx(results[task]["rows"][decoding], rel=1e-5), (
                 task,
                 decoding,
@@ -275,3 +279,35 @@ def test_self_bleu_ids_make_the_sample_order_free():
     b.update(docs[:3], ids=[0, 1, 2])
     assert float(a.compute()) == pytest.approx(float(b.compute()))
     assert torch.is_tensor(a.compute())
+
+
+@pytest.mark.parametrize("bar", ["tqdm", "rich", "none"])
+def test_progress_per_prompt_batch_and_decoding(bar, tiny_gpt2_dir, tmp_path, capsys, caplog):
+    """One batch can take minutes: which batch and which decoding runs shows on the progress bar (or,
+    without one, as a log line each)."""
+    import logging
+
+    options = {
+        "tqdm": ["--trainer.callbacks+=TQDMProgressBar"],
+        "rich": ["--trainer.callbacks+=RichProgressBar"],
+        "none": ["--trainer.enable_progress_bar", "false"],
+    }[bar]
+    if bar != "none":
+        options.append("--trainer.enable_progress_bar=true")
+    with caplog.at_level(logging.INFO):
+        run(
+            tiny_gpt2_dir,
+            tmp_path / "out",
+            ["--data.batch_size", "1", "--data.limit", "2", *options],
+            ("webtext",),
+        )
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err + "\n".join(r.getMessage() for r in caplog.records)
+    steps = [
+        f"webtext batch {batch}/2 (1 prompts): decoding {i}/3 {name!r}"
+        for batch in (1, 2)
+        for i, name in enumerate(["greedy", "nucleus", "boost k=3 alpha=-0.5"], 1)
+    ]
+    # a rich bar off a terminal shows its last state only; tqdm and log lines show every step
+    for step in steps[-1:] if bar == "rich" else steps:
+        assert step in shown, shown[-2000:]

@@ -84,6 +84,7 @@ def test_per_token_log_probs_match_authors_loop(lm, k):
     for (full, short), ctx, gen in zip(got, ctxs, gens):
         ref_full, ref_short = naive_log_probs(model, ctx, gen, k, prefix)
         assert full.dtype == torch.float32 and full.shape == (len(gen),) and short.shape == (len(gen),)
+        # batched 20-token windows vs one forward per window: float32 matmul order, ~1e-6 on log-probs ~10
         torch.testing.assert_close(full, torch.tensor(ref_full), atol=2e-5, rtol=0)
         torch.testing.assert_close(short, torch.tensor(ref_short), atol=2e-5, rtol=0)
         n_windowed += int((full - short).abs().gt(1e-3).sum())
@@ -113,6 +114,10 @@ def test_ltf_delta_ppl_match_authors_formulas(lm):
     for full, short in scored:  # per-document updates accumulate
         metric.update(full, short)
     got = metric.compute()
+    # ltf is a count over a count (exact up to one float64 rounding). The reference takes p = exp of the
+    # same float32 log-probs in float64, the metric may sum in another order: delta's ~100 terms of size
+    # <= 1 agree to ~1e-14, so 1e-8 is loose yet far below any real difference (1/100 of one token's p).
+    # ppl exponentiates a mean of float32 log-probs: 1e-5 relative covers float32 summation order.
     assert float(got["ltf"]) == pytest.approx(ltf, abs=1e-12)
     assert float(got["delta"]) == pytest.approx(delta, abs=1e-8)
     assert float(got["ppl"]) == pytest.approx(ppl, rel=1e-5)

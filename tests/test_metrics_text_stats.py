@@ -63,6 +63,8 @@ def test_lr_matches_authors_script_over_updates():
     got = {k: float(v) for k, v in metric.compute().items()}
     ref = authors_lr(docs, (50, 100))
     assert 0 < ref["lr_100"] < ref["lr_50"] < 1
+    # an integer count over an integer count on both sides: one correctly rounded division, so equal
+    # (1e-15 only absorbs a float32/float64 cast on the way out of the metric)
     assert got == pytest.approx(ref, abs=1e-15)
     # tensors are accepted as documents
     assert long_range_repetition([torch.tensor(d) for d in docs]) == pytest.approx(ref, abs=1e-15)
@@ -100,6 +102,7 @@ def test_zipf_matches_degen(top):
     metric = ZipfCoefficient(top=top)
     metric.update(docs[:20])
     metric.update(docs[20:])
+    # two float64 least-squares fits of the same points (ours closed form, numpy's lstsq): ~1e-14
     assert float(metric.compute()) == pytest.approx(degen_zipf(docs, top), abs=1e-10)
 
 
@@ -173,6 +176,7 @@ def degen_self_bleu4(docs, n_sample, seed=0):
 
 def test_self_bleu_matches_degen_sample():
     docs = random_docs(4, n_docs=40, vocab=10, max_len=30)
+    # nltk's sentence_bleu on both sides, averaged in float64 in the same order: ~1e-16
     assert self_bleu(docs, n_sample=15, seed=0) == pytest.approx(degen_self_bleu4(docs, 15, 0), abs=1e-12)
     assert self_bleu(docs, n_sample=15, seed=7) == pytest.approx(degen_self_bleu4(docs, 15, 7), abs=1e-12)
 
@@ -234,3 +238,18 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="n_sample must be a positive integer"):
         self_bleu([[1], [2]], n_sample=0)
     assert math.isfinite(self_bleu([[1], [1]], n_sample=None))
+
+
+def test_self_bleu_of_one_generation_is_undefined_not_an_error():
+    """One generation has no others to be compared with: the metric says NaN and Table 2 prints "-"
+    (a generation run with --data.limit 1 stopped with a traceback here)."""
+    from cblight.metrics.tables import TextSuite
+
+    metric = SelfBLEU()
+    metric.update([[1, 2, 3, 4]])
+    assert math.isnan(float(metric.compute()))
+    suite = TextSuite()
+    suite.update([[1, 2, 3, 4]], [torch.tensor([-1.0] * 4)], [torch.tensor([-2.0] * 4)])
+    assert suite.compute()["self_bleu4"] is None
+    with pytest.raises(ValueError, match="at least 2 generations"):
+        self_bleu([[1, 2, 3]])

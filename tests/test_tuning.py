@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from cblight.boosting import log_softmax32
+from cblight.divergences import forward_kl
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder, left_pad
 from cblight.tuning import (
@@ -16,7 +17,6 @@ from cblight.tuning import (
     boosted_teacher,
     check_tuning_options,
     disable_dropout,
-    kl_divergence,
     kl_scope,
     longest_useful_position,
     sample_sequences,
@@ -41,8 +41,8 @@ def test_kl_hand_computed():
         0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.7),
         0.7 * math.log(0.7 / 0.5) + 0.2 * math.log(0.2 / 0.3) + 0.1 * math.log(0.1 / 0.2),
     ]
-    assert kl_divergence(p, q).tolist() == pytest.approx(expected, abs=1e-6)
-    assert kl_divergence(p[0, :2], p[0, :2]).item() == pytest.approx(0.0, abs=1e-7)
+    assert forward_kl(p, q).tolist() == pytest.approx(expected, abs=1e-6)
+    assert forward_kl(p[0, :2], p[0, :2]).item() == pytest.approx(0.0, abs=1e-7)
 
 
 def test_kl_matches_torch_kl_div():
@@ -50,14 +50,14 @@ def test_kl_matches_torch_kl_div():
     p = torch.log_softmax(torch.randn(5, 7, generator=g) * 2, -1)
     q = torch.log_softmax(torch.randn(5, 7, generator=g), -1)
     ref = F.kl_div(q, p, log_target=True, reduction="none").sum(-1)
-    assert torch.allclose(kl_divergence(p, q), ref, atol=1e-6)
-    assert torch.allclose(kl_divergence(p, p), torch.zeros(5), atol=1e-6)
+    assert torch.allclose(forward_kl(p, q), ref, atol=1e-6)
+    assert torch.allclose(forward_kl(p, p), torch.zeros(5), atol=1e-6)
 
 
 def test_kl_gradient_flows_only_into_the_student():
     p = torch.tensor([0.2, 0.3, 0.5]).log().requires_grad_()
     logits = torch.tensor([0.1, -0.4, 0.3], requires_grad=True)
-    kl_divergence(p, torch.log_softmax(logits, -1)).backward()
+    forward_kl(p, torch.log_softmax(logits, -1)).backward()
     assert p.grad is None
     # d KL / d logits = softmax(logits) - p
     assert torch.allclose(logits.grad, torch.softmax(logits.detach(), -1) - p.detach().exp(), atol=1e-6)
@@ -190,13 +190,15 @@ def test_teacher_carries_no_gradient(tiny_gpt2_dir):
     sampled = _sample(model, tok, PROMPTS, max_new_tokens=8)
     k, alpha = 3, -0.5
     terms = tuning_kl_terms(model, sampled, k=k, alpha=alpha)
-    (terms.kl.mean() + terms.anchor).backward()
+    (terms.loss_sum / terms.count + terms.anchor).backward()
     ours = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     teacher, student, _ = _reference_terms(model, tok, sampled, k, alpha)
     assert not teacher.requires_grad
     F.kl_div(student, teacher, log_target=True, reduction="batchmean").backward()
     for name, p in model.named_parameters():
+        # chunked KL vs torch's kl_div on the whole batch: float32 sums in another order; gradients
+        # ~1e-4..1e-2 agree to ~1e-6 relative, so 1e-3 is loose but far below a wrong term (~100%)
         assert torch.allclose(ours[name], p.grad, atol=1e-6, rtol=1e-3), name
     assert max(g.abs().max().item() for g in ours.values()) > 1e-4
 
@@ -248,6 +250,7 @@ def test_disable_dropout_makes_train_mode_deterministic(tiny_model_dir):
     assert not torch.allclose(model(input_ids=ids).logits, reference)
     disable_dropout(model)
     assert model.training
+    # eval-mode reference vs train mode without dropout: identical kernels, ~1e-7 float32 noise at most
     assert torch.allclose(model(input_ids=ids).logits, reference, atol=1e-6)
     assert torch.allclose(model(input_ids=ids).logits, reference, atol=1e-6)
 

@@ -38,7 +38,13 @@ def test_configs_parse_with_the_paper_defaults():
     assert config["data"]["batch_size"] == 32
     assert (config["data"]["task"], config["data"]["split"]) == ("webtext", "train")  # first sentences
     model = config["model"]
-    assert (model["max_new_tokens"], model["k"], model["alpha"], model["teacher"]) == (32, 32, -0.05, "live")
+    assert (model["max_new_tokens"], model["k"], model["alpha"], model["teacher"]) == (
+        32,
+        32,
+        -0.05,
+        "frozen",
+    )
+    assert (model["divergence"], model["teacher_top_k"], model["lora_rank"]) == ("forward_kl", None, 0)
     assert model["optimizer"]["class_path"] == "torch.optim.AdamW"
     assert model["optimizer"]["init_args"]["lr"] == 1e-5
     assert config["trainer"]["logger"]["class_path"].endswith("CSVLogger")
@@ -86,6 +92,9 @@ def _wandb_records(path: str) -> list:
 
 
 def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypatch):
+    """Everything the run writes (CSV and W&B logs, checkpoints, the export) lands under
+    --trainer.default_root_dir, nothing in the working directory; learning rate, gradient norm and the
+    held-out perplexity are logged to both."""
     import wandb
 
     monkeypatch.chdir(tmp_path)
@@ -97,13 +106,16 @@ def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypa
             json.dumps({"text": t}) for t in ["The quick brown fox jumps", "A journey of a thousand miles"]
         )
     )
+    human = tmp_path / "human.txt"
+    human.write_text("Some held-out human text to score.\nAnd a second line of it.\n")
+    root = tmp_path / "run"
     args = [
         "fit", "-c", CONFIG, "-c", WANDB,
         "--model.model", str(tiny_gpt2_dir), "--model.k", "3", "--model.max_new_tokens", "5",
         "--model.log_samples_every_n_steps", "1",
         "--data.task", "null", "--data.prompts_file", str(prompts), "--data.batch_size", "2",
-        "--data.val_size", "1", "--model.export_dir", "null",
-        "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
+        "--data.val_size", "1", "--data.val_texts_file", str(human),
+        "--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--trainer.default_root_dir", str(root),
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
     ]  # fmt: skip
     try:
@@ -111,17 +123,27 @@ def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypa
     finally:
         wandb.finish()
 
-    (run_dir,) = glob.glob("outputs/*/version_*")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["human.txt", "prompts.jsonl", "run"]
+    (run_dir,) = glob.glob(f"{root}/outputs/*/version_*")
     header = Path(run_dir, "metrics.csv").read_text().splitlines()[0].split(",")
-    for name in ["train/tuning/loss", "train/tuning/kl_long", "train/tuning/logprob_gap", "val/tuning/kl"]:
+    for name in [
+        "train/tuning/loss",
+        "train/tuning/kl_long",
+        "train/tuning/logprob_gap",
+        "train/tuning/lr",
+        "train/tuning/grad_norm",
+        "val/tuning/kl",
+        "val/tuning/ppl",
+    ]:
         assert name in header, name
     assert yaml.safe_load(Path(run_dir, "config.yaml").read_text())["model"]["k"] == 3
     samples = [json.loads(line) for line in Path(run_dir, "samples.jsonl").read_text().splitlines()]
     assert {s["step"] for s in samples} == {0, 1} and all("sample" in s for s in samples)
-    assert AutoModelForCausalLM.from_pretrained(Path(run_dir, "hf_model")) is not None
+    # the config's relative export_dir is under the root too
+    assert AutoModelForCausalLM.from_pretrained(root / "outputs/tuning/gpt2-large/hf") is not None
     assert glob.glob(f"{run_dir}/checkpoints/*.ckpt")
 
-    (wandb_file,) = glob.glob("outputs/wandb/offline-run-*/run-*.wandb")
+    (wandb_file,) = glob.glob(f"{root}/outputs/wandb/offline-run-*/run-*.wandb")
     records = _wandb_records(wandb_file)
     history = {
         item.key or "/".join(item.nested_key)
@@ -134,15 +156,18 @@ def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypa
         "train/tuning/kl_long",
         "train/tuning/logprob_gap",
         "train/tuning/tokens_per_s",
+        "train/tuning/lr",
+        "train/tuning/grad_norm",
         "val/tuning/kl",
+        "val/tuning/ppl",
     ]:
         assert name in history, name
     assert any(key.startswith("train/tuning/samples") for key in history)
     config_keys = {u.key for r in records if r.HasField("config") for u in r.config.update}
     assert "config" in config_keys and "k" in config_keys
-    (table,) = glob.glob("outputs/wandb/offline-run-*/files/media/table/train/tuning/samples_*.table.json")[
-        :1
-    ]
+    (table,) = glob.glob(
+        f"{root}/outputs/wandb/offline-run-*/files/media/table/train/tuning/samples_*.table.json"
+    )[:1]
     assert json.loads(Path(table).read_text())["columns"] == ["step", "prompt", "sample"]
 
 
@@ -169,3 +194,50 @@ def test_bad_checkpoint_paths_fail_before_any_work(tiny_gpt2_dir, tmp_path):
             train_cli(
                 args=["fit", "-c", CONFIG, "--model.model", "/does/not/exist", "--ckpt_path", str(ckpt)]
             )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "named"),
+    [
+        ("--model.divergence", "kl", "divergence"),
+        ("--model.teacher", "teacher_model", "teacher"),
+        ("--model.beta", "1.5", "beta"),
+        ("--model.teacher_top_k", "0", "teacher_top_k"),
+        ("--model.ema_decay", "1.0", "ema_decay"),
+        ("--model.ema_decay", "0", "ema_decay"),
+        ("--model.lora_rank", "8", "lora_rank"),
+    ],
+)
+def test_bad_tuning_options_exit_2_with_one_line(option, value, named, capsys, monkeypatch):
+    """As train.py runs it: one line naming the option, exit status 2, before any work (the model path does
+    not exist, so anything that got further would fail differently)."""
+    import importlib.util
+
+    from cblight.cli import exit_on_bad_input
+
+    if named == "lora_rank":  # LoRA asked for without peft installed
+        real = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "peft" else real(n, *a))
+    with pytest.raises(SystemExit) as exit_info:
+        exit_on_bad_input(
+            lambda: train_cli(args=["fit", "-c", CONFIG, "--model.model", "/does/not/exist", option, value])
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and named in err[0], err
+
+
+@pytest.mark.slow
+def test_train_py_refuses_a_bad_option_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "fit", "-c", CONFIG, "--model.beta", "2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()  # Lightning's "Seed set to 0" may come first
+    assert lines[-1] == "error: beta (generalised JSD weight of the teacher) must be in [0, 1], got 2.0"
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "outputs").exists()

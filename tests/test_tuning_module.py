@@ -59,7 +59,8 @@ def peaky_gpt2_dir(tmp_path_factory):
     return path
 
 
-def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir):
+@pytest.mark.parametrize("teacher", ["frozen", "live"])
+def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, teacher):
     """Held-out samples of the initial model: KL(boosted initial model || tuned model) falls.
 
     With the paper's live teacher the objective itself need not fall (each step re-boosts the current
@@ -68,6 +69,7 @@ def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir):
     torch.manual_seed(0)
     module = CoherenceTuning(
         model=str(peaky_gpt2_dir),
+        teacher=teacher,
         k=4,
         alpha=-0.5,
         max_new_tokens=10,
@@ -145,7 +147,7 @@ def test_hf_export_reloads_with_the_same_logits(tiny_model_dir, tmp_path):
     with torch.no_grad():
         ours, theirs = module.model(input_ids=ids).logits, reloaded(input_ids=ids).logits
         assert not torch.allclose(ours, untouched(input_ids=ids).logits)  # it did train
-    assert torch.allclose(ours, theirs, atol=1e-6)
+    assert torch.allclose(ours, theirs, atol=1e-6)  # the same float32 weights, saved and reloaded
     assert reloaded.config.to_dict().get("resid_pdrop", 0.1) == untouched.config.to_dict().get(
         "resid_pdrop", 0.1
     )
@@ -168,9 +170,10 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
     grads = []
     for module in (plain, checkpointed):
         terms = module.kl_terms(sampled)
-        (terms.kl.mean() + terms.anchor).backward()
+        (terms.loss_sum / terms.count + terms.anchor).backward()
         grads.append({n: p.grad for n, p in module.model.named_parameters()})
     for name, grad in grads[0].items():
+        # checkpointing recomputes the forward in backward: same maths, float32 kernels may reorder sums
         assert torch.allclose(grad, grads[1][name], atol=1e-7, rtol=1e-4), name
 
 

@@ -149,3 +149,29 @@ def test_cli_list_and_unknown_name():
     assert bad.stderr.strip() == (
         "error: unknown offline model 'offline:x'; known: offline:smollm2-135m, offline:gemma3-270m"
     )
+
+
+def test_a_conversion_whose_tokenizer_disagrees_with_the_model_is_refused(
+    fake_model, monkeypatch, gpt2_tokenizer
+):
+    """The saved tokenizer must encode the probe text as the model's own does (transformers 5.17 read
+    Gemma-3's GGUF tokenizer as single characters without BOS: every score came out wrong)."""
+    entry, _ = fake_model
+
+    def with_tokenizer(gguf, out):
+        out.mkdir()
+        (out / "model.safetensors").write_bytes(b"w")
+        gpt2_tokenizer.save_pretrained(out)
+
+    monkeypatch.setattr(zoo, "_gguf_to_hf", with_tokenizer)
+    right = tuple(gpt2_tokenizer(zoo.PROBE_TEXT)["input_ids"])
+    monkeypatch.setitem(
+        zoo.OFFLINE_MODELS, "fake-1m", zoo.OfflineModel(**{**entry.__dict__, "probe_ids": (1, 2)})
+    )
+    with pytest.raises(zoo.OfflineModelError, match=r"reads its GGUF tokenizer wrongly.*nothing was written"):
+        zoo.resolve("offline:fake-1m")
+    assert not zoo.model_dir(entry).exists()
+    monkeypatch.setitem(
+        zoo.OFFLINE_MODELS, "fake-1m", zoo.OfflineModel(**{**entry.__dict__, "probe_ids": right})
+    )
+    assert zoo.check_converted(zoo.resolve("offline:fake-1m"), entry) is None

@@ -1,68 +1,66 @@
-"""One process of the 2-process CPU DDP test (tests/test_tuning_ddp.py); also importable for the
-single-process reference. Each process tunes on its rows of one pre-sampled global batch."""
+"""One process of the 2-process CPU DDP test (tests/test_tuning_ddp.py), run through train.py's CLI with the
+shipped config (sample logging every 8 steps, so at step 0; CSV logger; checkpointing; export; AdamW;
+gradient clipping); also called in-process for the single-process reference. Each process tunes on its
+rows of one pre-sampled global batch instead of sampling."""
 
-import os
 import sys
-from functools import partial
 from pathlib import Path
 
-import lightning as L
 import torch
+from lightning.pytorch import Callback
 
-from cblight.data.tuning_prompts import PromptDataModule
+from cblight.cli import train_cli
 from cblight.modules.tuning import CoherenceTuning
 from cblight.tuning import Sampled
 
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 
-class PresampledTuning(CoherenceTuning):
-    """Tunes on this process's rows of a fixed global batch instead of sampling."""
 
-    def __init__(self, batch_file: str = "", **kwargs):
-        super().__init__(**kwargs)
-        self.batch_file = batch_file
-        self.grads: dict[str, torch.Tensor] = {}
-
+def presampled(batch_file: str):
     def sample(self, batch):
-        saved = torch.load(self.batch_file)
+        saved = torch.load(batch_file)
         world, rank = self.trainer.world_size, self.global_rank
         rows = saved["sequences"].shape[0] // world
         whole = Sampled(saved["sequences"], saved["attention_mask"], saved["prompt_width"], saved["sampled"])
         return whole.slice(slice(rank * rows, (rank + 1) * rows))
 
-    def on_before_optimizer_step(self, optimizer):
-        self.grads = {n: p.grad.detach().clone() for n, p in self.model.named_parameters()}
+    return sample
 
 
-def run(model_dir: str, batch_file: str, devices: int) -> PresampledTuning:
-    torch.set_num_threads(1)
-    module = PresampledTuning(
-        batch_file=batch_file,
-        model=model_dir,
-        k=3,
-        alpha=-0.5,
-        max_new_tokens=6,
-        optimizer=partial(torch.optim.SGD, lr=0.5),
-        export=False,
-        log_samples_every_n_steps=0,
-    )
-    trainer = L.Trainer(
-        max_steps=1,
-        accelerator="cpu",
-        devices=devices,
-        strategy="ddp" if devices > 1 else "auto",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(module, PromptDataModule(prompts=["unused"], batch_size=2))
-    return module
+class Capture(Callback):
+    """Gradients before the optimizer step, weights after training, and a checkpoint (all processes)."""
+
+    def __init__(self, out_dir: str = ""):
+        self.out_dir = Path(out_dir)
+        self.grads: dict[str, torch.Tensor] = {}
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.grads = {n: p.grad.detach().clone() for n, p in pl_module.model.named_parameters()}
+
+    def on_train_end(self, trainer, pl_module):
+        trainer.save_checkpoint(self.out_dir / f"world{trainer.world_size}.ckpt")  # RNG gather: every rank
+        weights = {n: p.detach().clone() for n, p in pl_module.model.named_parameters()}
+        name = f"world{trainer.world_size}-rank{trainer.global_rank}.pt"
+        torch.save({"grads": self.grads, "weights": weights}, self.out_dir / name)
+
+
+def run(model_dir: str, batch_file: str, prompts_file: str, out_dir: str, devices: int):
+    CoherenceTuning.sample = presampled(batch_file)
+    args = [
+        "fit", "-c", CONFIG,
+        "--model.model", model_dir, "--model.k", "3", "--model.alpha", "-0.5", "--model.max_new_tokens", "6",
+        "--data.task", "null", "--data.prompts_file", prompts_file, "--data.batch_size", str(4 // devices),
+        "--data.val_size", "2",
+        "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), "--trainer.max_steps", "1",
+        "--trainer.strategy", "ddp" if devices > 1 else "auto",
+        "--trainer.default_root_dir", str(Path(out_dir) / f"world{devices}"),
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        "--trainer.callbacks+=tests.tuning_ddp_worker.Capture", f"--trainer.callbacks.out_dir={out_dir}",
+    ]  # fmt: skip
+    return train_cli(args=args)
 
 
 if __name__ == "__main__":
-    model_dir, batch_file, out_dir = sys.argv[1:4]
-    module = run(model_dir, batch_file, devices=2)
-    module.trainer.save_checkpoint(Path(out_dir) / "ddp.ckpt")  # every process takes part (RNG gather)
-    rank = int(os.environ["LOCAL_RANK"])
-    weights = {n: p.detach().clone() for n, p in module.model.named_parameters()}
-    torch.save({"grads": module.grads, "weights": weights}, Path(out_dir) / f"rank{rank}.pt")
+    torch.set_num_threads(1)
+    run(*sys.argv[1:5], devices=2)

@@ -35,6 +35,23 @@ def _source_label(spec: TaskSpec) -> str:
     return "local files only"
 
 
+def _local_lines(spec: TaskSpec, shown: int = 3) -> list[str]:
+    """The files a task reads from ``data_root/<task>/`` or ``data_dirs.<task>``, per split (the first
+    existing match of each split's patterns is read; with ``combine``, every pattern must match)."""
+    local = spec.source.local
+    if local is None:
+        return ["local files: none (Hub only)"]
+    out = [f"local files in data_root/{spec.name}/ (or data_dirs.{spec.name}, or data_files per split):"]
+    for split, patterns in local.files.items():
+        names = list(dict.fromkeys(patterns))
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        join = ", " if local.combine else " or "
+        out.append(f"  {split + ':':<12}{'all of ' if local.combine else ''}{join.join(names[:shown])}{more}")
+    if local.hint:
+        out.append(f"  ({local.hint})")
+    return out
+
+
 def list_tasks(kind: str | None = None) -> str:
     lines = [f"{'task':<15}{'kind':<17}{'reported split':<22}{'alpha (k) chosen on':<34}data"]
     for name, spec in all_tasks().items():
@@ -50,6 +67,7 @@ def list_tasks(kind: str | None = None) -> str:
         lines.append(f"{name:<15}{spec.kind:<17}{report:<22}{chosen:<34}{_source_label(spec)}")
         lines.append(f"{'':<4}prompt: {spec.prompt}")
         lines.append(f"{'':<4}short context: {spec.premise_free}")
+        lines += [f"{'':<4}{line}" for line in _local_lines(spec)]
         if spec.aliases:
             lines.append(f"{'':<4}also named: {', '.join(spec.aliases)}")
     return "\n".join(lines)

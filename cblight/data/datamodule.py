@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 from cblight.data.examples import ChoiceExample, DataError, Example, GenerationExample, NextTokenExample
 from cblight.data.registry import RenderContext, TaskSpec, get_task
-from cblight.data.sources import load_split_records
+from cblight.data.sources import MissingDataError, load_split_records
 
 Role = Literal["report", "selection"]
 
@@ -80,6 +80,25 @@ def _collate(batch: list[Example]) -> list[Example]:
     return batch
 
 
+def known_splits(spec: TaskSpec) -> list[str]:
+    """The split names a task reads: its report and selection splits and every split of its sources."""
+    names = [spec.report_split, spec.selection_split, *spec.source.hub]
+    if spec.source.local is not None:
+        names += list(spec.source.local.files)
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _check_split_keys(spec: TaskSpec, files: dict[str, Any]) -> None:
+    """An unknown split in ``data_files`` would be ignored and the Hub copy used instead: refuse it."""
+    known = known_splits(spec)
+    for split in files:
+        if split not in known:
+            raise DataError(
+                f"data_files.{spec.name}: unknown split {split!r}; {spec.name} reads {known} "
+                f"(report: {spec.report_split!r}, alpha* chosen on: {spec.selection_split!r})"
+            )
+
+
 class EvalDataModule(LightningDataModule):
     """Evaluation data for boosted scoring.
 
@@ -116,6 +135,8 @@ class EvalDataModule(LightningDataModule):
         num_workers: int = 0,
     ):
         super().__init__()
+        if tasks is not None and not tasks:
+            raise DataError("tasks is empty: name at least one task, e.g. --data.tasks '[copa]'")
         self.specs = [get_task(name) for name in (tasks or ["copa"])]  # unknown names fail here
         self.task_names = [spec.name for spec in self.specs]
         if len(set(self.task_names)) != len(self.task_names):
@@ -123,6 +144,8 @@ class EvalDataModule(LightningDataModule):
         self.data_root = data_root
         self.data_dirs = {self._own_task(k): v for k, v in (data_dirs or {}).items()}
         self.data_files = {self._own_task(k): dict(v) for k, v in (data_files or {}).items()}
+        for name, files in self.data_files.items():
+            _check_split_keys(get_task(name), files)
         if max_k is not None and max_k < 1:
             raise DataError(f"max_k must be at least 1, got {max_k}")
         self.max_k = max_k
@@ -230,16 +253,22 @@ class EvalDataModule(LightningDataModule):
             return out
         split = spec.selection_split
         file = self._given_file(spec, split)
-        if spec.sample_selection:
-            examples, indices = self._render(spec, split, sample_size=len(report))
-            out["selection"] = TaskSplit(
-                spec, "selection", split, examples, indices, self.selection_seed, file=file
-            )
-        else:
-            examples, _ = self._render(spec, split)
-            if self.limit is not None:
-                examples = examples[: self.limit]
-            out["selection"] = TaskSplit(spec, "selection", split, examples, file=file)
+        try:
+            if spec.sample_selection:
+                examples, indices = self._render(spec, split, sample_size=len(report))
+                out["selection"] = TaskSplit(
+                    spec, "selection", split, examples, indices, self.selection_seed, file=file
+                )
+            else:
+                examples, _ = self._render(spec, split)
+                if self.limit is not None:
+                    examples = examples[: self.limit]
+                out["selection"] = TaskSplit(spec, "selection", split, examples, file=file)
+        except MissingDataError as err:
+            raise MissingDataError(
+                f"{err} alpha* is chosen on {spec.name}'s {split!r} split: add its file, or pass "
+                "--data.selection false to report the whole alpha curve without choosing alpha*"
+            ) from None
         return out
 
     def setup(self, stage: str | None = None) -> None:

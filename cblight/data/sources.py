@@ -17,6 +17,10 @@ from typing import Any
 from cblight.data.examples import DataError
 
 
+class MissingDataError(DataError):
+    """A split whose data cannot be found: no local file, no loadable Hub copy."""
+
+
 @dataclass(frozen=True)
 class SourceRecord:
     """One raw record (a mapping of fields) and where it came from."""
@@ -176,7 +180,7 @@ def _hub_records(task: str, split: str, source: HubSplit) -> list[SourceRecord]:
             why = "it needs a loading script, which datasets refuses"
         else:
             why = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
-        raise DataError(
+        raise MissingDataError(
             f"{task}: cannot load split {split!r} from {label}: {why}. Pass local copies with "
             f"data_dir/data_files instead."
         ) from None
@@ -194,14 +198,29 @@ def _combined_records(task: str, split: str, local: LocalFiles, root: Path) -> l
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         hint = f" {local.hint}" if local.hint else ""
-        raise DataError(
+        raise MissingDataError(
             f"{task}: split {split!r} needs {len(patterns)} files in {root}; missing {shown}.{hint}"
         )
     records: list[SourceRecord] = []
     for pattern in patterns:
         for path in sorted(root.glob(pattern)):
-            records += local.reader(path)
+            records += read_local(local.reader, path, task)
     return records
+
+
+def read_local(reader: Reader, path: Path, task: str) -> list[SourceRecord]:
+    """``reader(path)``, with a file that is not UTF-8 text reported as such (not a UnicodeDecodeError)."""
+    try:
+        return reader(path)
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{task}: {path} is not UTF-8 text (byte {err.object[err.start : err.start + 1]!r} at offset "
+            f"{err.start}); convert it, e.g. iconv -f latin1 -t utf-8 {path.name} > utf8-{path.name}"
+        ) from None
+    except IsADirectoryError:
+        raise DataError(f"{task}: {path} is a directory, not a data file") from None
+    except PermissionError:
+        raise DataError(f"{task}: {path} cannot be read (permission denied)") from None
 
 
 def load_split_records(
@@ -217,10 +236,10 @@ def load_split_records(
     if data_file is not None:
         path = Path(data_file).expanduser()
         if not path.is_file():
-            raise DataError(f"{task}: data file for split {split!r} not found: {path}")
+            raise MissingDataError(f"{task}: data file for split {split!r} not found: {path}")
         if local is None:
             raise DataError(f"{task}: this task has no local file reader")
-        return local.reader(path)
+        return read_local(local.reader, path, task)
     if data_dir is not None:
         root = Path(data_dir).expanduser()
         if not root.is_dir():
@@ -230,12 +249,16 @@ def load_split_records(
         if local.combine and split in local.files:
             return _combined_records(task, split, local, root)
         for path in iter_candidates(local, split, root):
-            return local.reader(path)
-        looked = ", ".join(local.files.get(split, ())) or "nothing (no local layout for this split)"
+            return read_local(local.reader, path, task)
+        looked = (
+            ", ".join(dict.fromkeys(local.files.get(split, ()))) or "nothing (no local layout for this split)"
+        )
         hint = f" {local.hint}" if local.hint else ""
-        raise DataError(f"{task}: no file for split {split!r} in {root} (looked for {looked}).{hint}")
+        raise MissingDataError(f"{task}: no file for split {split!r} in {root} (looked for {looked}).{hint}")
     if source.hub_refusal:
-        raise DataError(f"{task}: {source.hub_refusal}")
+        raise MissingDataError(f"{task}: {source.hub_refusal}")
     if split not in source.hub:
-        raise DataError(f"{task}: split {split!r} is not available on the Hub; pass data_dir/data_files")
+        raise MissingDataError(
+            f"{task}: split {split!r} is not available on the Hub; pass data_dir/data_files"
+        )
     return _hub_records(task, split, source.hub[split])

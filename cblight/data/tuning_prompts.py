@@ -144,6 +144,11 @@ class PromptDataModule(L.LightningDataModule):
     sampling). ``batch_size`` is per process; the global batch is ``batch_size × processes``. ``val_size``
     prompts are held out (after a seeded shuffle) for a validation KL; with ``bos_only`` the validation
     set is ``val_size`` empty prompts. ``limit`` keeps only the first prompts of the source.
+
+    Held-out human text for the validation perplexity (``val/tuning/ppl``): with a ``task`` source, the
+    whole documents of the held-out prompts (e.g. WebText: first sentence and continuation); otherwise
+    ``val_texts_file`` (any format ``read_prompts`` reads), cycled to the validation prompts' number.
+    Validation batches carry them as ``texts`` beside their ``prompts``.
     """
 
     def __init__(
@@ -160,6 +165,7 @@ class PromptDataModule(L.LightningDataModule):
         val_batch_size: int | None = None,
         limit: int | None = None,
         seed: int = 0,
+        val_texts_file: str | None = None,
     ):
         super().__init__()
         given = {
@@ -181,11 +187,10 @@ class PromptDataModule(L.LightningDataModule):
             raise PromptDataError(f"val_size must be at least 0, got {val_size}")
         if limit is not None and limit < 1:
             raise PromptDataError(f"limit must be a positive integer or null, got {limit}")
-        if prompts_file is not None and not Path(prompts_file).expanduser().is_file():
-            what = (
-                "is a directory, not a file" if Path(prompts_file).expanduser().is_dir() else "does not exist"
-            )
-            raise PromptDataError(f"prompts_file {prompts_file!r} {what}")
+        for name, path in (("prompts_file", prompts_file), ("val_texts_file", val_texts_file)):
+            if path is not None and not Path(path).expanduser().is_file():
+                what = "is a directory, not a file" if Path(path).expanduser().is_dir() else "does not exist"
+                raise PromptDataError(f"{name} {path!r} {what}")
         if task is not None:
             from cblight.data.registry import get_task
 
@@ -206,7 +211,10 @@ class PromptDataModule(L.LightningDataModule):
         self.val_batch_size = val_batch_size or batch_size
         self.limit = limit
         self.seed = seed
+        self.val_texts_file = val_texts_file
         self._split: tuple[list[str], list[str]] | None = None
+        self._val_texts: list[str] = []
+        self._documents: list[str] | None = None
         self._next_batch = 0  # training batches consumed so far (checkpointed)
 
     # -- the prompt pool -----------------------------------------------------------------------------
@@ -231,7 +239,10 @@ class PromptDataModule(L.LightningDataModule):
         spec = get_task(self.task)
         records = load_split_records(spec.name, self.split, spec.source, data_dir=self.data_dir)
         ctx = RenderContext(split=self.split)
-        return [spec.render(rec, i, ctx).prompt for i, rec in enumerate(records)]
+        examples = [spec.render(rec, i, ctx) for i, rec in enumerate(records)]
+        # the whole document (prompt + human continuation): held-out human text for the perplexity
+        self._documents = [ex.prompt + (getattr(ex, "human", None) or "") for ex in examples]
+        return [ex.prompt for ex in examples]
 
     def _pools(self) -> tuple[list[str], list[str]]:
         if self._split is None:
@@ -252,6 +263,13 @@ class PromptDataModule(L.LightningDataModule):
                 val = [pool[i] for i in order[: self.val_size]]
                 train = [pool[i] for i in sorted(order[self.val_size :])]
                 self._split = (train, val)
+                if self._documents is not None:
+                    self._val_texts = [self._documents[i] for i in order[: self.val_size]]
+            if self.val_texts_file is not None and self._split[1]:
+                texts = read_prompts(self.val_texts_file, self.text_field)
+                if not texts:
+                    raise PromptDataError(f"val_texts_file {self.val_texts_file!r} holds no texts")
+                self._val_texts = [texts[i % len(texts)] for i in range(len(self._split[1]))]
         return self._split
 
     def _source_name(self) -> str:
@@ -266,6 +284,11 @@ class PromptDataModule(L.LightningDataModule):
 
     def val_prompts(self) -> list[str]:
         return self._pools()[1]
+
+    def val_texts(self) -> list[str]:
+        """Held-out human texts, aligned with ``val_prompts`` (empty when there are none)."""
+        self._pools()
+        return self._val_texts
 
     # -- Lightning ----------------------------------------------------------------------------------
     def _rank_world(self) -> tuple[int, int]:
@@ -289,11 +312,20 @@ class PromptDataModule(L.LightningDataModule):
         if not val:
             return []
         rank, world = self._rank_world()
+        texts = self.val_texts()
         # every rank gets the same number of batches (collectives run per batch): the last ones wrap around
         share = -(-len(val) // world)
-        mine = [val[(rank + world * j) % len(val)] for j in range(share)]
-        chunks = [mine[i : i + self.val_batch_size] for i in range(0, len(mine), self.val_batch_size)]
-        return DataLoader([{"prompts": c, "index": i} for i, c in enumerate(chunks)], batch_size=None)
+        mine = [(rank + world * j) % len(val) for j in range(share)]
+        size = self.val_batch_size
+        batches = [
+            {
+                "prompts": [val[j] for j in mine[i : i + size]],
+                "texts": [texts[j] for j in mine[i : i + size]] if texts else [],
+                "index": i // size,
+            }
+            for i in range(0, len(mine), size)
+        ]
+        return DataLoader(batches, batch_size=None)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # Runs right before the training step, after Lightning's prefetch: the count is what training used.

@@ -2,8 +2,10 @@
 registered and cblight's local tasks on the include path.
 
 Every lm-eval option works as usual (``--tasks``, ``--model_args``, ``--use_cache``, ``--output_path``,
-``--log_samples``, ``--limit``, ...); ``--model`` defaults to ``cblight`` and ``--include_path`` to
-``cblight/lmeval/tasks``. Bad cblight options print one ``error: ...`` line and exit with status 2.
+``--log_samples``, ``--limit``, ...); ``--model`` defaults to ``cblight``, ``--include_path`` to
+``cblight/lmeval/tasks`` and ``--device`` to ``cuda`` when a GPU is visible, else ``cpu`` (lm-eval's own
+default is ``cuda``, which stops a CPU-only machine). Bad cblight options print one ``error: ...`` line and
+exit with status 2.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         args = ["--model", "cblight", *args]
     if not _has(args, "--include_path"):
         args = [*args, "--include_path", str(TASKS_DIR)]
+    if not listing and not _has(args, "--device"):
+        import torch
+
+        args = [*args, "--device", "cuda" if torch.cuda.is_available() else "cpu"]
     saved = sys.argv
     sys.argv = ["lm-eval", *args]
     try:

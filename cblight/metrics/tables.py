@@ -16,6 +16,7 @@ classes themselves return fractions, and only the suites scale to the paper's un
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,7 +93,7 @@ class TextSuite(nn.Module):
         base = self.sensitivity.compute()
         return {
             "ppl": float(base["ppl"]),
-            "self_bleu4": float(self.self_bleu.compute()),
+            "self_bleu4": _defined(float(self.self_bleu.compute())),
             "zipf": float(self.zipf.compute()),
             "rep": 100 * float(self.rep.compute()),
             "lr_50": 100 * float(lr["lr_50"]),
@@ -104,6 +105,11 @@ class TextSuite(nn.Module):
     def reset(self) -> None:
         for metric in self.children():
             metric.reset()
+
+
+def _defined(value: float) -> float | None:
+    """``None`` (printed "-") for a statistic undefined on this data, e.g. self-BLEU of one generation."""
+    return None if math.isnan(value) else value
 
 
 class DialogSuite(nn.Module):

@@ -262,7 +262,7 @@ class SelfBLEU(RaggedMetric):
     """Self-BLEU-``max_order`` (paper Table 2 "BLEU-4", a fraction there). With ``n_sample`` smaller than
     the corpus the sample is drawn from the gathered corpus: pass each document's ``ids`` to ``update`` so
     the corpus is put in id order first and the value does not depend on how it was split across
-    processes (or use ``n_sample=None``, every generation)."""
+    processes (or use ``n_sample=None``, every generation). Undefined (NaN) for fewer than two generations."""
 
     higher_is_better = None
 
@@ -289,5 +289,7 @@ class SelfBLEU(RaggedMetric):
             if len(ids) != len(docs):
                 raise ValueError("SelfBLEU.update was called both with and without ids")
             docs = [doc for _, doc in sorted(zip(ids, docs), key=lambda pair: pair[0])]
+        if len(docs) < 2:  # each generation is scored against the others: undefined for one
+            return torch.tensor(float("nan"), dtype=torch.float64)
         value = self_bleu(docs, self.max_order, self.n_sample, self.seed)
         return torch.tensor(value, dtype=torch.float64)

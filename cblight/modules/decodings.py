@@ -22,9 +22,11 @@ from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
 from cblight.data.sentences import first_sentences
 from cblight.errors import ConfigError
+from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute
 from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
 from cblight.results import digest
+from cblight.scoring import Encoder
 
 DecodingMode = Literal["auto", "plain", "last_k", "response", "marker"]
 Table = Literal["text", "dialog", "summary"]
@@ -154,6 +156,9 @@ def decoding_seed(seed: int, decoding: Decoding, ids: Sequence[int]) -> int:
     return zlib.crc32(key.encode("utf-8"))
 
 
+RECORD_FIELDS = ("id", "input", "prompt", "context", "tokens", "text")
+
+
 def generation_record(
     task: GenerationTask, ex: GenerationExample, prompt: list[int], tokens: list[int], text: str
 ) -> dict[str, Any]:
@@ -203,3 +208,37 @@ def resolve_decodings(
     if len(set(slugs)) != len(slugs):
         raise ConfigError(f"decodings need distinct names; got {[d.name for d in rows]}")
     return rows, grid
+
+
+def human_records(
+    task: GenerationTask, examples: Sequence[GenerationExample], prompts: Sequence[list[int]], tokenizer: Any
+) -> list[dict[str, Any]]:
+    """The "Human" row's records: each held-out continuation, cut to the generation length."""
+    enc = Encoder(tokenizer)
+    records = []
+    for ex, prompt in zip(examples, prompts):
+        tokens = enc.body(ex.human or "")[: task.max_new_tokens]
+        records.append(generation_record(task, ex, prompt, tokens, tokenizer.decode(tokens)))
+    return records
+
+
+def add_token_log_probs(
+    records: Sequence[dict[str, Any]], model: Any, tokenizer: Any, short_window: int, batch_size: int
+) -> None:
+    """Per-token ``log p_full`` / ``log p_short`` of each record's tokens under ``model`` (Table 2's
+    perplexity, LTF and delta), rounded to 6 decimals for the cache; records that have them are skipped."""
+    todo = [r for r in records if r["tokens"] and "lp_full" not in r]
+    if not todo:
+        return
+    scored = generated_token_log_probs(
+        model,
+        [r["context"] for r in todo],
+        [r["tokens"] for r in todo],
+        k=short_window,
+        prefix=Encoder(tokenizer).prefix,
+        batch_size=batch_size,
+        pad_id=int(tokenizer.pad_token_id or 0),
+    )
+    for r, (full, short) in zip(todo, scored):
+        r["lp_full"] = [round(x, 6) for x in full.tolist()]
+        r["lp_short"] = [round(x, 6) for x in short.tolist()]

@@ -12,15 +12,17 @@ of the test loop rank 0 writes ``results.json``, per-example predictions and one
 and prints a summary table.
 
 This module is the Lightning loop only. How a batch of examples is scored (the cache records, one class per
-task kind and scoring method) lives in ``cblight.modules.example_scoring``; how a sweep becomes alpha*, k*
-and a report in ``cblight.modules.selection``; what is written in ``cblight.modules.evaluation_files``.
+task kind) lives in ``cblight.modules.example_scoring`` and ``cblight.modules.choice_scoring``; how a sweep
+becomes alpha*, k* and a report in ``cblight.modules.selection``; what is written in
+``cblight.modules.evaluation_files``; a served model's scorer in ``cblight.served``.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,10 +33,12 @@ from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
+from cblight.interrupt import check_interrupt
 from cblight.models import DTypeName, checkpoint_window, load_tokenizer
 from cblight.modules.base import LanguageModelModule
+from cblight.modules.choice_scoring import ChoiceScoring
 from cblight.modules.evaluation_files import write_results, write_task_files
-from cblight.modules.example_scoring import ChoiceScoring, ExampleScoring, NextTokenScoring
+from cblight.modules.example_scoring import ExampleScoring, NextTokenScoring
 from cblight.modules.methods import BaselineOptions, MethodName, check_methods, not_applicable
 from cblight.modules.selection import ChoiceReport, NextTokenReport, SweepReport
 from cblight.output_dir import resolve_output_dir
@@ -51,14 +55,30 @@ DEFAULT_KS = tuple(range(1, 21))  # LAMBADA's grid (Table 1); LAMA's is 1..5 (Ta
 
 
 def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option: str) -> list[float]:
+    """The alpha values of a grid option: a list, or the range form ``{start, stop, step}`` (as an
+    ``AlphaGrid``, or the mapping a hyperparameter round trip hands back, e.g. under ``--compare``)."""
     if value is None:
         value = default
+    if hasattr(value, "as_dict"):  # a jsonargparse Namespace
+        value = value.as_dict()
     try:
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"start", "stop", "step"}
+            if unknown:
+                raise ConfigError(
+                    f"{option}: unknown key {sorted(unknown)[0]!r} (the range form is start, stop, step)"
+                )
+            value = AlphaGrid(**{k: float(v) for k, v in value.items()})
         values = value.values() if isinstance(value, AlphaGrid) else [float(v) for v in value]
-    except ValueError as err:
+    except (TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise
         raise ConfigError(f"{option}: {err}") from None
     if not values:
         raise ConfigError(f"{option}: the alpha grid is empty")
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"{option}: every alpha must be a finite number, got {bad[0]} in {values[:10]}")
     if len(set(values)) != len(values):
         raise ConfigError(f"{option}: the alpha grid repeats a value")
     return values
@@ -205,11 +225,16 @@ class BoostedEvaluator(LanguageModelModule):
             key = f"{_PREFIX[role]}_{split.name}"
             if key not in self.sweeps:
                 self.sweeps[key] = self._scoring(split, role).new_sweep(split)
-            cache = RecordCache(self._cache_dir(split), self._signature(split, role), rank=self.global_rank)
+            scoring = self._scoring(split, role)
+            cache = RecordCache(
+                self._cache_dir(split),
+                self._signature(split, role),
+                rank=self.global_rank,
+                fields=scoring.record_fields,
+            )
             cached = cache.load()
             self._caches[(role, split.name)] = cache
             self._cached[(role, split.name)] = cached
-            scoring = self._scoring(split, role)
             pending = pending or any(scoring.missing(cached.get(ex.idx), ex) for ex in split.examples)
         if self.tok is None and self.tokenizer_name is not None:
             self.tok = load_tokenizer(
@@ -318,6 +343,7 @@ class BoostedEvaluator(LanguageModelModule):
         self._scoring(split, role).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
 
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
+        check_interrupt()
         split = self._splits[role][dataloader_idx]
         self._update(role, split, self._records(role, split, batch))
 

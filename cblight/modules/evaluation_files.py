@@ -6,13 +6,11 @@ Every file is written atomically (``cblight.results``), by rank 0 only; nothing 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-from cblight import __version__
 from cblight.data.datamodule import TaskSplit
-from cblight.results import atomic_write_json, atomic_write_jsonl, format_table, save_alpha_plot
+from cblight.results import atomic_write_jsonl, format_table, save_alpha_plot, write_run_results
 
 SUMMARY_HEADERS = ["task", "split", "n", "acc@0", "acc@-1", "acc@alpha*", "alpha*", "k*", "alpha* chosen on"]
 
@@ -54,15 +52,42 @@ def write_alpha_plot(path: Path, split: TaskSplit, result: dict[str, Any], model
             chosen_alpha=report.get("alpha_star"),
         )
     k_star = report.get("k_star", report["oracle_k"])
-    curves = {f"k = {k}": row for k, row in zip(sweep["ks"], sweep["report_acc"])}
+    curves, highlight = next_token_curves(sweep["ks"], sweep["report_acc"], k_star, report["oracle_k"])
     return save_alpha_plot(
         path,
-        f"{split.task.title}: accuracy vs alpha per k ({model_name})",
+        f"{split.task.title}: accuracy vs alpha ({model_name})",
         sweep["alphas"],
         curves,
-        highlight=f"k = {k_star}",
+        highlight=highlight,
         chosen_alpha=report.get("alpha_star"),
     )
+
+
+def next_token_curves(
+    ks: list[int], accuracy: list[list[float]], k_star: int, oracle_k: int, most: int = 5
+) -> tuple[dict[str, list[float]], str]:
+    """The lines worth drawing of a (k, alpha) accuracy grid: k* (bold), the report split's best k, the
+    smallest and the largest k, and evenly spaced ones up to ``most``; k values whose curves coincide share
+    one line (``k = 1, 2, 3``). Returns the curves by label and the label of k*'s line."""
+    picked = [k_star, oracle_k, ks[0], ks[-1]]
+    step = max(1, len(ks) // (most - 1))
+    picked += ks[::step]
+    chosen = [k for k in ks if k in set(picked)]
+    while len(chosen) > most:  # drop the spaced ones nearest their neighbours, never k* or the best k
+        spare = [k for k in chosen if k not in (k_star, oracle_k, ks[0], ks[-1])]
+        if not spare:
+            break
+        chosen.remove(spare[len(spare) // 2])
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for k in chosen:
+        groups.setdefault(tuple(accuracy[ks.index(k)]), []).append(k)
+    curves, highlight = {}, ""
+    for curve, members in groups.items():
+        label = "k = " + ", ".join(map(str, members)) + (" (k*)" if k_star in members else "")
+        curves[label] = list(curve)
+        if k_star in members:
+            highlight = label
+    return curves, highlight
 
 
 def write_results(
@@ -76,24 +101,18 @@ def write_results(
     and the table. With comparison methods, the layout of Tables 5, 11 and 12 too (``comparison``),
     appended to the returned table."""
     table = format_table(SUMMARY_HEADERS, [summary_row(task, result) for task, result in results.items()])
-    payload = {
-        "cblight_version": __version__,
-        **settings,
-        "seconds": round(time.time() - started, 1),
-        "summary": table,
-        "tasks": results,
-    }
     extra = [m for m in (methods or []) if m != "boost"]
     if extra:
         headers, rows = comparison_table(results, extra)
-        payload["comparison"] = {
+        comparison = {
             "headers": headers,
             "rows": [dict(zip(headers, row)) for row in rows],
             "table": format_table(headers, rows),
         }
+        settings = {**settings, "comparison": comparison}
         table += "\n\nComparison with other inference methods (paper Tables 5, 11, 12; '-': not applicable)\n"
-        table += payload["comparison"]["table"]
-    return atomic_write_json(output_dir / "results.json", payload), table
+        table += comparison["table"]
+    return write_run_results(output_dir, settings, table, results, started), table
 
 
 # column name of each comparison method in the paper's Tables 5, 11 and 12

@@ -31,19 +31,22 @@ from torch import nn
 from cblight.data.examples import DataError, GenerationExample
 from cblight.data.prompts import fit_example
 from cblight.errors import ConfigError
-from cblight.metrics.coherence import generated_token_log_probs
+from cblight.interrupt import check_interrupt
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, load_tokenizer, model_window
 from cblight.modules.base import LanguageModelModule
 from cblight.modules.decodings import (
     DEFAULT_MAX_NEW_TOKENS,
+    RECORD_FIELDS,
     Decoding,
     DecodingGrid,
     DecodingMode,
     GenerationTask,
     Table,
+    add_token_log_probs,
     decoding_seed,
     generation_record,
+    human_records,
     new_suite,
     resolve_decodings,
     table_of,
@@ -51,6 +54,7 @@ from cblight.modules.decodings import (
 from cblight.modules.generation_files import (
     log_samples,
     save_figure3,
+    show_progress,
     task_block,
     task_result,
     write_generations,
@@ -58,7 +62,6 @@ from cblight.modules.generation_files import (
 )
 from cblight.output_dir import resolve_output_dir
 from cblight.results import RecordCache, digest
-from cblight.scoring import Encoder
 
 __all__ = [
     "BoostedGenerationEvaluator",
@@ -205,6 +208,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
                     self.output_dir / "cache" / split.name / slug,
                     self._signature(task, decoding),
                     self.global_rank,
+                    fields=RECORD_FIELDS,
                 )
                 self._caches[key] = cache
                 self._cached[key] = cache.load()
@@ -284,32 +288,14 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         ]
 
     def _human(self, task: GenerationTask, examples: list[GenerationExample]) -> list[dict[str, Any]]:
-        prompts = self._prompt_ids(task, examples)
-        enc = Encoder(self.tok)
-        records = []
-        for ex, prompt in zip(examples, prompts):
-            tokens = enc.body(ex.human or "")[: task.max_new_tokens]
-            records.append(generation_record(task, ex, prompt, tokens, self.tok.decode(tokens)))
-        return records
+        return human_records(task, examples, self._prompt_ids(task, examples), self.tok)
 
     def _add_log_probs(self, records: list[dict[str, Any]]) -> None:
         """Per-token ``log p_full`` / ``log p_short`` under the base LM (Table 2's ppl, LTF, delta)."""
-        todo = [r for r in records if r["tokens"] and "lp_full" not in r]
-        if not todo:
-            return
-        enc = Encoder(self.tok)
-        scored = generated_token_log_probs(
-            self.metrics_lm,
-            [r["context"] for r in todo],
-            [r["tokens"] for r in todo],
-            k=self.hparams.short_window,
-            prefix=enc.prefix,
-            batch_size=self.hparams.score_batch_size,
-            pad_id=int(self.tok.pad_token_id or 0),
-        )
-        for r, (full, short) in zip(todo, scored):
-            r["lp_full"] = [round(x, 6) for x in full.tolist()]
-            r["lp_short"] = [round(x, 6) for x in short.tolist()]
+        if any(r["tokens"] and "lp_full" not in r for r in records):
+            add_token_log_probs(
+                records, self.metrics_lm, self.tok, self.hparams.short_window, self.hparams.score_batch_size
+            )
 
     def _records(
         self, task: GenerationTask, decoding: Decoding | None, batch: list[GenerationExample]
@@ -355,10 +341,21 @@ class BoostedGenerationEvaluator(LanguageModelModule):
 
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
-        for decoding in task.decodings:
+        for i, decoding in enumerate(task.decodings, 1):
+            check_interrupt()
+            self._progress(
+                task, batch_idx, f"decoding {i}/{len(task.decodings)} {decoding.name!r}", len(batch)
+            )
             self._update(task, decoding.slug, self._records(task, decoding, batch))
         if self._scores_human(task):
             self._update(task, "human", self._records(task, None, batch))
+
+    def _progress(self, task: GenerationTask, batch_idx: int, what: str, prompts: int) -> None:
+        batches = self.trainer.num_test_batches
+        total = batches[self._tasks.index(task)] if isinstance(batches, list) and batches else "?"
+        show_progress(
+            self.trainer, f"{task.split.name} batch {batch_idx + 1}/{total} ({prompts} prompts): {what}"
+        )
 
     # -- results -------------------------------------------------------------------------------------------
     def on_test_epoch_end(self) -> None:

@@ -8,15 +8,15 @@ Rank 0 writes; every file atomically (``cblight.results``). Nothing here touches
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from cblight import __version__
+from lightning.pytorch.utilities import rank_zero_info
+
 from cblight.metrics.tables import DIALOG_TITLES
 from cblight.modules.decodings import Decoding, DecodingGrid, GenerationTask
-from cblight.results import atomic_write_json, atomic_write_jsonl, format_table
+from cblight.results import atomic_write_jsonl, format_table, write_run_results
 
 GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary")
 
@@ -60,6 +60,28 @@ def write_generations(
     return atomic_write_jsonl(path, rows), rows
 
 
+def show_progress(trainer: Any, text: str) -> None:
+    """Which decoding of which prompt batch runs now (one batch can take minutes): on Lightning's progress
+    bar when it shows (tqdm's postfix, rich's description), else one log line per (batch, decoding)."""
+    callback = trainer.progress_bar_callback
+    try:  # TQDMProgressBar raises while it has no test bar
+        bar = callback.test_progress_bar
+    except (AttributeError, TypeError, AssertionError):
+        bar = None
+    if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
+        bar.set_postfix_str(text, refresh=True)
+    elif (
+        getattr(callback, "progress", None) is not None
+        and getattr(callback, "test_progress_bar_id", None) is not None
+    ):
+        callback.progress.update(
+            callback.test_progress_bar_id, description=f"Testing {text}"
+        )  # RichProgressBar
+        callback.refresh()
+    else:
+        rank_zero_info(f"generation: {text}")
+
+
 def log_samples(loggers: Any, key: str, rows: list[dict[str, Any]], n: int) -> None:
     """The first ``n`` generations as a W&B table (loggers without ``log_table`` are skipped)."""
     if n <= 0:
@@ -75,14 +97,7 @@ def write_results(
 ) -> tuple[Path, str]:
     """``results.json``; returns its path and the printed text (every task's table)."""
     text = "\n\n".join(blocks)
-    payload = {
-        "cblight_version": __version__,
-        **settings,
-        "seconds": round(time.time() - started, 1),
-        "summary": text,
-        "tasks": results,
-    }
-    return atomic_write_json(output_dir / "results.json", payload), text
+    return write_run_results(output_dir, settings, text, results, started), text
 
 
 def save_figure3(

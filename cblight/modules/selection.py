@@ -207,6 +207,7 @@ class NextTokenReport(SweepReport):
                 "full_log_prob": float(out["full_log_prob"][i]),
                 "correct_base": bool(out["full_correct"][i]),
                 "short_rank": out["short_rank"][i].tolist(),
+                "short_log_prob": out["short_log_prob"][i].tolist(),  # log f_k(target), one per k
             }
             if "calibrate" in self.methods:
                 pred = int(out["calibrated_pred"][i])
@@ -217,6 +218,7 @@ class NextTokenReport(SweepReport):
                 row.update(
                     k_star=self.ks[ki],
                     short_rank_k_star=int(out["short_rank"][i, ki]),
+                    short_log_prob_k_star=float(out["short_log_prob"][i, ki]),
                     boosted_rank=int(out["boosted_rank"][i, ki, ai]),
                     boosted_log_prob=float(out["boosted_log_prob"][i, ki, ai]),
                     correct_boosted=bool(out["boosted_correct"][i, ki, ai]),

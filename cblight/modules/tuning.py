@@ -6,9 +6,11 @@ Each training step samples a batch from the current model, computes its coherenc
 lives in ``cblight.tuning``. Distribution is Lightning's (DDP; FSDP for models that outgrow one GPU).
 
 Defaults follow the paper where it speaks (32 steps of 32 sequences of 32 sampled tokens, set in the
-trainer and data module) and are ours where its code figure is missing: ``k = 32`` and ``alpha = -0.05``
-(Table 2's first boost row, the one whose ``k`` fits inside a WebText first sentence plus 32 sampled
-tokens), AdamW with learning rate 1e-5. See docs/tuning.md for the reasoning.
+trainer and data module, the forward KL) and are ours where its code figure is missing: ``k = 32`` and
+``alpha = -0.05`` (Table 2's first boost row, the one whose ``k`` fits inside a WebText first sentence plus
+32 sampled tokens), AdamW with learning rate 1e-5, and the frozen initial model as the teacher (the paper
+re-boosts the live model). See docs/tuning.md for the reasoning and for the teachers, divergences, top-k
+teachers and LoRA.
 """
 
 from __future__ import annotations
@@ -21,23 +23,27 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, SumMetric
 
+from cblight.divergences import check_divergence
+from cblight.lora import apply_lora, check_lora_options
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
-from cblight.scoring import Encoder, left_pad
+from cblight.modules.tuning_export import TunedModelExport
+from cblight.modules.tuning_sampling import RNG_KEY, SampledBatches, seed_of
+from cblight.scoring import Encoder
 from cblight.tuning import (
     KLTerms,
     Sampled,
     TuningConfigError,
     check_tuning_options,
     disable_dropout,
+    ema_update,
+    human_text_nll,
     longest_useful_position,
-    sample_sequences,
     tuning_kl_terms,
 )
 
@@ -46,16 +52,24 @@ log = logging.getLogger(__name__)
 OptimizerCallable = Callable[[Iterable], torch.optim.Optimizer]
 LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
 
-RNG_KEY = "cblight_sampling_rng"
+EMA_KEY = "cblight_ema_teacher"
+TEACHERS = ("live", "frozen", "ema")
 
-__all__ = ["CoherenceTuning"]
-
-
-def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+__all__ = ["EMA_KEY", "RNG_KEY", "CoherenceTuning"]
 
 
-class CoherenceTuning(L.LightningModule):
+def _constant_rate(step: int) -> float:
+    return 1.0
+
+
+def check_teacher(teacher: str, ema_decay: float) -> None:
+    if teacher not in TEACHERS:
+        raise TuningConfigError(f"teacher must be one of {', '.join(TEACHERS)}; got {teacher!r}")
+    if isinstance(ema_decay, bool) or not isinstance(ema_decay, (int, float)) or not 0.0 < ema_decay < 1.0:
+        raise TuningConfigError(f"ema_decay must be in (0, 1), got {ema_decay!r}")
+
+
+class CoherenceTuning(SampledBatches, TunedModelExport, L.LightningModule):
     """Coherence tuning of any Hugging Face causal LM.
 
     Args:
@@ -64,8 +78,17 @@ class CoherenceTuning(L.LightningModule):
         k: short-context length of the boosted teacher's short expert ``f_k``.
         alpha: boosting weight in the generation form ``(1-alpha) log f_max + alpha log f_k``
             (Table 2; negative boosts long-range context).
-        teacher: ``"live"`` (the paper: the current model boosted) or ``"frozen"`` (a frozen copy of the
-            initial model boosted; costs one extra full forward and a copy of the weights).
+        teacher: ``"frozen"`` (a frozen copy of the initial model boosted: a fixed target, the default),
+            ``"live"`` (the paper: the current model boosted, which overshoots when run long; see
+            docs/tuning.md) or ``"ema"`` (an exponential moving average of the student, boosted);
+            ``frozen`` and ``ema`` cost one extra full forward per step and a copy of the weights.
+        ema_decay: decay ``d`` of the EMA teacher, ``θ_ema ← d θ_ema + (1 - d) θ`` after every optimizer step.
+        divergence: ``"forward_kl"`` (the paper, ``KL(f_alpha || f_θ)``), ``"reverse_kl"`` or ``"jsd"``
+            (generalised Jensen-Shannon with ``beta``, TRL's GKD convention; ``cblight.divergences``).
+        beta: the JSD's teacher weight in [0, 1] (0: forward KL, 1: reverse KL).
+        teacher_top_k: distil only the teacher's ``k`` most likely tokens, both distributions renormalised
+            over them (``None``: the whole vocabulary).
+        loss_chunk_size: positions per chunk of the loss (default: about 64 MB per float32 ``[chunk, V]``).
         last_m: KL only over the last ``m`` positions of the samples (``None``: every sampled position).
         max_new_tokens: tokens sampled after each prompt (the paper: 32).
         max_prompt_tokens: prompts are cut from the left to this many tokens (BOS kept).
@@ -84,6 +107,10 @@ class CoherenceTuning(L.LightningModule):
             (default ``<log_dir>/hf_model``); ``export: false`` skips it.
         log_samples_every_n_steps, num_logged_samples: sample generations logged as a table (W&B) and
             appended to ``<log_dir>/samples.jsonl``.
+        val_text_tokens: held-out human texts (validation batches' ``texts``) are cut to this many tokens
+            for ``val/tuning/ppl``.
+        lora_rank, lora_alpha, lora_target_modules: LoRA adapters through ``peft`` (``lora_rank = 0``: full
+            fine-tuning); the export then holds the merged model and ``adapter/``.
     """
 
     def __init__(
@@ -92,7 +119,12 @@ class CoherenceTuning(L.LightningModule):
         tokenizer: str | None = None,
         k: int = 32,
         alpha: float = -0.05,
-        teacher: Literal["live", "frozen"] = "live",
+        teacher: str = "frozen",
+        ema_decay: float = 0.9,
+        divergence: str = "forward_kl",
+        beta: float = 0.5,
+        teacher_top_k: int | None = None,
+        loss_chunk_size: int | None = None,
         last_m: int | None = None,
         max_new_tokens: int = 32,
         max_prompt_tokens: int = 128,
@@ -112,11 +144,22 @@ class CoherenceTuning(L.LightningModule):
         export_dir: str | None = None,
         log_samples_every_n_steps: int = 8,
         num_logged_samples: int = 4,
+        val_text_tokens: int = 128,
+        lora_rank: int = 0,
+        lora_alpha: float = 16.0,
+        lora_target_modules: str | list[str] = "all-linear",
     ):
         super().__init__()
         check_tuning_options(k=k, alpha=alpha, last_m=last_m, max_new_tokens=max_new_tokens)
-        if teacher not in ("live", "frozen"):
-            raise TuningConfigError(f"teacher must be 'live' or 'frozen', got {teacher!r}")
+        check_teacher(teacher, ema_decay)
+        check_divergence(divergence, beta, teacher_top_k)
+        check_lora_options(lora_rank, lora_alpha, lora_target_modules)
+        if loss_chunk_size is not None and loss_chunk_size < 1:
+            raise TuningConfigError(
+                f"loss_chunk_size must be a positive integer or null, got {loss_chunk_size}"
+            )
+        if val_text_tokens < 2:
+            raise TuningConfigError(f"val_text_tokens must be at least 2, got {val_text_tokens}")
         if not (temperature > 0 and math.isfinite(temperature)):
             raise TuningConfigError(f"temperature must be positive, got {temperature}")
         if not 0 < top_p <= 1:
@@ -153,19 +196,27 @@ class CoherenceTuning(L.LightningModule):
         self.model.train()
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # The initial copy is not a registered submodule: it stays out of checkpoints, DDP and the optimizer.
+        # Teacher copies are not registered submodules: they stay out of DDP and the optimizer, and only the
+        # EMA (which training changes) goes into checkpoints, by on_save_checkpoint.
         initial = None
         if teacher == "frozen" or val_against_initial:
             initial = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if lora_rank:
+            self.model = apply_lora(self.model, lora_rank, lora_alpha, lora_target_modules)
+        teacher_copy = initial if teacher == "frozen" else None
+        if teacher == "ema":
+            teacher_copy = copy.deepcopy(self.model).eval().requires_grad_(False)
         object.__setattr__(self, "initial_model", initial)
-        object.__setattr__(self, "frozen_teacher", initial if teacher == "frozen" else None)
+        object.__setattr__(self, "teacher_model", teacher_copy)
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.eos_id = self.tokenizer.eos_token_id
         self.val_kl = MeanMetric()
         self.val_kl_long = MeanMetric()
         self.val_kl_initial = MeanMetric()
-        self._rng: dict[str, torch.Tensor] | None = None
-        self._loaded_rng: dict[str, Any] | None = None
+        self.val_top1_initial = MeanMetric()
+        self.val_nll = SumMetric()
+        self.val_tokens = SumMetric()
+        self._log_dir: str | None = None
         self._step_start = 0.0
         self._step_tokens = 0
 
@@ -199,9 +250,17 @@ class CoherenceTuning(L.LightningModule):
         )
 
     def setup(self, stage: str) -> None:
+        # trainer.log_dir broadcasts from rank 0: every process reads it here, once, and never again (a
+        # collective that only rank 0 joins, as sample logging once did, hangs the run).
+        self._log_dir = self.trainer.log_dir
         if stage != "fit":
             return
         trainer = self.trainer
+        if self._synced() and (self.hparams.teacher == "ema" or self.hparams.lora_rank):
+            raise TuningConfigError(
+                "teacher: ema and lora_rank > 0 need every process to hold the whole model; "
+                "use a replicated strategy (DDP) or teacher: live without LoRA under FSDP/DeepSpeed"
+            )
         if trainer.max_steps is None or trainer.max_steps < 0:
             raise TuningConfigError(
                 "set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"
@@ -217,105 +276,63 @@ class CoherenceTuning(L.LightningModule):
             optimizer = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0)
         else:
             optimizer = self.optimizer_factory(params)
+        # One endless epoch: a scheduler must step per optimizer step, never per epoch. A constant rate
+        # still goes through a (no-op) scheduler so that LearningRateMonitor logs it under our name.
         if self.scheduler_factory is None:
-            return optimizer
-        # One endless epoch: a scheduler must step per optimizer step, never per epoch.
-        scheduler = self.scheduler_factory(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+            scheduler: Any = torch.optim.lr_scheduler.LambdaLR(optimizer, _constant_rate)
+        else:
+            scheduler = self.scheduler_factory(optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train/tuning/lr"},
+        }
 
-    # -- sampling with a checkpointed random state -------------------------------------------------------
-    def _devices(self) -> list[torch.device]:
-        return [self.device] if self.device.type == "cuda" else []
+    def configure_callbacks(self) -> list[L.Callback]:
+        """Stop cleanly on Ctrl-C / SIGTERM, log the learning rate, count the progress bar in steps."""
+        from lightning.pytorch.callbacks import LearningRateMonitor
 
-    def _fresh_rng(self, seed: int) -> dict[str, torch.Tensor]:
-        with torch.random.fork_rng(devices=self._devices()):
-            torch.manual_seed(seed)
-            state = {"cpu": torch.get_rng_state()}
-            if self.device.type == "cuda":
-                state["cuda"] = torch.cuda.get_rng_state(self.device)
-        return state
+        from cblight.modules.tuning_callbacks import StopOnSignal, step_progress_bar
+
+        trainer = self.trainer
+        callbacks: list[L.Callback] = []
+        if not any(isinstance(c, StopOnSignal) for c in trainer.callbacks):
+            callbacks.append(StopOnSignal())
+        if trainer.loggers and not any(isinstance(c, LearningRateMonitor) for c in trainer.callbacks):
+            callbacks.append(LearningRateMonitor(logging_interval="step"))
+        bar = step_progress_bar(trainer.progress_bar_callback)  # Lightning's counts epochs; ours steps
+        return callbacks + ([bar] if bar is not None else [])
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        # The EMA follows every optimizer step right away, before any callback (a checkpoint) sees it.
+        super().optimizer_step(*args, **kwargs)
+        if self.hparams.teacher == "ema":
+            assert self.teacher_model is not None
+            ema_update(self.teacher_model, self.model, self.hparams.ema_decay)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """The gradient's 2-norm before clipping (over all processes' shards under FSDP)."""
+        grads = [p.grad.detach().float() for p in self.parameters() if p.grad is not None]
+        squares = (
+            torch.stack([g.square().sum() for g in grads]).sum()
+            if grads
+            else torch.zeros((), device=self.device)
+        )
+        if self._synced():
+            squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
+        self.log("train/tuning/grad_norm", squares.sqrt(), batch_size=1)
+
+    # -- devices of the teacher copies ---------------------------------------------------------------
+    def _move_copies(self) -> None:
+        for copy_ in (self.initial_model, self.teacher_model):
+            if copy_ is not None:
+                copy_.to(self.device)
 
     def on_train_start(self) -> None:
-        if self.initial_model is not None:
-            self.initial_model.to(self.device)
-        rank, world = self.global_rank, self.trainer.world_size
-        loaded = self._loaded_rng
-        if loaded is not None and loaded.get("world_size") == world:
-            self._rng = {key: rows[rank].clone() for key, rows in loaded.items() if key != "world_size"}
-            if self.device.type == "cuda" and "cuda" not in self._rng:
-                self._rng["cuda"] = self._fresh_rng(_seed(self.hparams.seed, rank, self.global_step))["cuda"]
-            if self.device.type != "cuda":
-                self._rng.pop("cuda", None)
-        else:
-            if loaded is not None:
-                log.warning(
-                    "the checkpoint's sampling states are for %s processes, this run has %s: reseeding",
-                    loaded.get("world_size"),
-                    world,
-                )
-            seed = (
-                self.hparams.seed + rank
-                if loaded is None
-                else _seed(self.hparams.seed, rank, self.global_step)
-            )
-            self._rng = self._fresh_rng(seed)
-        self._loaded_rng = None
+        self._move_copies()
+        self.restore_sampling_state()
 
     def on_validation_start(self) -> None:
-        if self.initial_model is not None:
-            self.initial_model.to(self.device)
-
-    def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        if not prompts:
-            raise TuningConfigError("the prompt data module yielded an empty batch")
-        return left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, self.device)
-
-    def _synced(self) -> bool:
-        """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
-        from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
-
-        trainer = self._trainer
-        if trainer is None or trainer.world_size == 1:
-            return False
-        strategy = trainer.strategy
-        replicated = isinstance(strategy, (DDPStrategy, SingleDeviceStrategy))
-        return not replicated or "DeepSpeed" in type(strategy).__name__  # DeepSpeed subclasses DDP
-
-    def _generate(self, prompts: Sequence[str]) -> Sampled:
-        ids, mask = self.encode_prompts(prompts)
-        hp = self.hparams
-        return sample_sequences(
-            self.model,
-            ids,
-            mask,
-            max_new_tokens=hp.max_new_tokens,
-            eos_token_id=self.eos_id,
-            pad_token_id=self.pad_id,
-            temperature=hp.temperature,
-            top_p=hp.top_p,
-            top_k=hp.top_k,
-            synced_gpus=self._synced(),
-        )
-
-    def sample(self, batch: dict[str, Any]) -> Sampled:
-        """Sample the tuning sequences of a batch, advancing this process's sampling random state."""
-        if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
-            self._rng = self._fresh_rng(self.hparams.seed + self.global_rank)
-        with torch.random.fork_rng(devices=self._devices()):
-            torch.set_rng_state(self._rng["cpu"])
-            if "cuda" in self._rng:
-                torch.cuda.set_rng_state(self._rng["cuda"], self.device)
-            sampled = self._generate(batch["prompts"])
-            self._rng = {"cpu": torch.get_rng_state()}
-            if self.device.type == "cuda":
-                self._rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return sampled
-
-    def sample_fixed(self, batch: dict[str, Any], seed: int) -> Sampled:
-        """Sample with a given seed, leaving the tuning random state alone (validation)."""
-        with torch.random.fork_rng(devices=self._devices()):
-            torch.manual_seed(seed)
-            return self._generate(batch["prompts"])
+        self._move_copies()
 
     # -- the loss ------------------------------------------------------------------------------------
     def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
@@ -329,9 +346,13 @@ class CoherenceTuning(L.LightningModule):
             alpha=hp.alpha,
             last_m=hp.last_m,
             prefix=self.encoder.prefix,
-            teacher_model=teacher_model if teacher_model is not None else self.frozen_teacher,
+            teacher_model=teacher_model if teacher_model is not None else self.teacher_model,
             chunk_size=hp.window_chunk_size,
             sync_window_calls=sync,
+            divergence=hp.divergence,
+            beta=hp.beta,
+            teacher_top_k=hp.teacher_top_k,
+            loss_chunk_size=hp.loss_chunk_size,
         )
 
     def _window_call_sync(self, local_calls: int) -> int:
@@ -364,7 +385,7 @@ class CoherenceTuning(L.LightningModule):
         count = max(sums["count"], 1.0)
         # Sum over this process's positions / positions of all processes, times the number of processes
         # because DDP averages gradients: the update is the gradient of the global per-position mean.
-        loss = terms.kl.sum() * (self.trainer.world_size / count) + terms.anchor
+        loss = terms.loss_sum * (self.trainer.world_size / count) + terms.anchor
         long = max(sums["long"], 1.0)
         prefix = "train/tuning"
         self.log(f"{prefix}/loss", sums["kl_sum"] / count, prog_bar=True, batch_size=len(batch["prompts"]))
@@ -385,22 +406,43 @@ class CoherenceTuning(L.LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
-        sampled = self.sample_fixed(batch, _seed(self.hparams.seed, 1_000_003, batch_idx, self.global_rank))
+        sampled = self.sample_fixed(batch, seed_of(self.hparams.seed, 1_000_003, batch_idx, self.global_rank))
         n = len(batch["prompts"])
         with torch.no_grad():
             terms = self.kl_terms(sampled)
-            if self.initial_model is not None and self.frozen_teacher is None:
-                initial = self.kl_terms(sampled, teacher_model=self.initial_model)
-            else:
-                initial = terms
-        kl = terms.kl.detach()
-        self.val_kl.update(kl)
-        self.val_kl_long.update(kl[terms.long] if bool(terms.long.any()) else kl.new_zeros(0))
+            initial = None
+            if self.initial_model is not None:
+                same = self.hparams.teacher == "frozen"
+                initial = terms if same else self.kl_terms(sampled, teacher_model=self.initial_model)
+        self.val_kl.update(terms.kl)
+        self.val_kl_long.update(terms.kl[terms.long] if bool(terms.long.any()) else terms.kl.new_zeros(0))
         self.log("val/tuning/kl", self.val_kl, on_step=False, on_epoch=True, batch_size=n)
         self.log("val/tuning/kl_long", self.val_kl_long, on_step=False, on_epoch=True, batch_size=n)
-        if self.initial_model is not None:
-            self.val_kl_initial.update(initial.kl.detach())
+        if initial is not None:
+            self.val_kl_initial.update(initial.kl)
+            self.val_top1_initial.update(initial.agree.float())
             self.log("val/tuning/kl_initial", self.val_kl_initial, on_step=False, on_epoch=True, batch_size=n)
+            self.log(
+                "val/tuning/top1_initial", self.val_top1_initial, on_step=False, on_epoch=True, batch_size=n
+            )
+        texts = batch.get("texts") or []
+        if texts:
+            nll, tokens = self.text_nll(texts)
+            self.val_nll.update(nll)
+            self.val_tokens.update(tokens)
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.val_tokens.update_called:  # no held-out texts (the same on every process)
+            return
+        tokens = self.val_tokens.compute()
+        if float(tokens) > 0:
+            self.log("val/tuning/ppl", torch.exp(self.val_nll.compute() / tokens), batch_size=1)
+        self.val_nll.reset()
+        self.val_tokens.reset()
+
+    def text_nll(self, texts: Sequence[str]) -> tuple[float, int]:
+        """Summed negative log-likelihood and token count of held-out human texts (``human_text_nll``)."""
+        return human_text_nll(self.model, self.tokenizer, texts, self.hparams.val_text_tokens)
 
     # -- tracking -------------------------------------------------------------------------------------
     def _maybe_log_samples(self, prompts: Sequence[str], sampled: Sampled) -> None:
@@ -418,7 +460,7 @@ class CoherenceTuning(L.LightningModule):
         for logger in self.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_text(key="train/tuning/samples", columns=["step", "prompt", "sample"], data=rows)
-        log_dir = self.trainer.log_dir
+        log_dir = self._log_dir
         if log_dir:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             with open(os.path.join(log_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
@@ -427,48 +469,22 @@ class CoherenceTuning(L.LightningModule):
 
     # -- checkpoints and export ---------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Store every process's sampling random state (Lightning does not save random states)."""
-        if self._rng is None:
-            return
-        world = self.trainer.world_size if self._trainer is not None else 1
-        entry: dict[str, Any] = {"world_size": world}
-        for key, state in self._rng.items():
-            if world > 1:
-                gathered = self.all_gather(state.to(self.device)).cpu()
-            else:
-                gathered = state.unsqueeze(0)
-            entry[key] = [row.clone() for row in gathered]
-        checkpoint[RNG_KEY] = entry
+        """Store every process's sampling random state (Lightning does not save random states) and the
+        EMA teacher's trainable weights (the copy is not a registered submodule)."""
+        if self.hparams.teacher == "ema" and self.teacher_model is not None:
+            trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+            checkpoint[EMA_KEY] = {
+                n: p.detach().cpu().clone()
+                for n, p in self.teacher_model.named_parameters()
+                if n in trainable
+            }
+        self.save_sampling_state(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._loaded_rng = checkpoint.get(RNG_KEY)
-
-    def export_path(self) -> Path:
-        if self.hparams.export_dir:
-            return Path(self.hparams.export_dir)
-        root = (self.trainer.log_dir if self._trainer is not None else None) or "."
-        return Path(root) / "hf_model"
-
-    def export_pretrained(self, out_dir: str | Path | None = None) -> Path:
-        """``save_pretrained`` of the tuned model and its tokenizer, loadable by
-        ``AutoModelForCausalLM.from_pretrained``. Call it on every process (sharded weights are gathered)."""
-        out = Path(out_dir) if out_dir is not None else self.export_path()
-        if self._trainer is not None:
-            state = self.trainer.strategy.lightning_module_state_dict()
-            is_zero = self.trainer.is_global_zero
-        else:
-            state, is_zero = self.state_dict(), True
-        if is_zero:
-            weights = {name[len("model.") :]: t for name, t in state.items() if name.startswith("model.")}
-            out.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(out, state_dict=weights)
-            self.tokenizer.save_pretrained(out)
-        if self._trainer is not None:
-            self.trainer.strategy.barrier("cblight-export")
-        return out
-
-    def on_fit_end(self) -> None:
-        if self.hparams.export:
-            out = self.export_pretrained()
-            if self.trainer.is_global_zero:
-                log.info("tuned model saved to %s", out)
+        self.load_sampling_state(checkpoint)
+        ema = checkpoint.get(EMA_KEY)
+        if ema is not None and self.teacher_model is not None:
+            params = dict(self.teacher_model.named_parameters())
+            with torch.no_grad():
+                for name, value in ema.items():
+                    params[name].copy_(value)

@@ -68,6 +68,7 @@ def qa_fields(record: SourceRecord, task: str, stem_field: str) -> tuple[str, li
                 )
             texts.append(choice["text"])
             labels.append(str(choice["label"]))
+        _some_choices(task, "question.choices", record, texts)
         return stem, texts, labels
     stem = record.get(stem_field, task)
     choices = record.get("choices", task, dict)
@@ -76,4 +77,10 @@ def qa_fields(record: SourceRecord, task: str, stem_field: str) -> tuple[str, li
         raise DataError(
             f"{task}: field 'choices' at {record.where} should be {{'text': [...], 'label': [...]}} of equal length"
         )
+    _some_choices(task, "choices", record, texts)
     return stem, [str(t) for t in texts], [str(lab) for lab in labels]
+
+
+def _some_choices(task: str, field: str, record: SourceRecord, texts: Sequence[Any]) -> None:
+    if not texts:
+        raise DataError(f"{task}: field {field!r} at {record.where} has no choices (an empty list)")

@@ -1,0 +1,121 @@
+"""Divergences between a teacher and a student next-token distribution, as pure tensor maths.
+
+Coherence tuning (paper appendix "From coherence boosting to coherence tuning") minimises the forward KL
+``KL(f_alpha || f_θ)`` from the boosted teacher to the model. On-policy distillation trainers offer two
+more, and so does ``cblight.tuning``; the conventions follow TRL's ``GKDTrainer.generalized_jsd_loss``
+(Agarwal et al. 2024, "On-policy distillation of language models", eq. 1), with ``p`` the teacher and
+``q`` the student:
+
+* ``forward_kl``: ``KL(p || q) = Σ_w p(w) (log p(w) - log q(w))`` (the paper; mass-covering);
+* ``reverse_kl``: ``KL(q || p) = Σ_w q(w) (log q(w) - log p(w))`` (mode-seeking);
+* ``jsd``: the generalised Jensen-Shannon divergence with ``m = beta · p + (1 - beta) · q``,
+  ``JSD_beta = beta · KL(p || m) + (1 - beta) · KL(q || m)``. As in TRL, ``beta = 0`` and ``beta = 1``
+  are the forward and the reverse KL exactly (the JSD formula itself vanishes at both ends).
+
+Top-k teacher distillation (``restrict_to_teacher_top_k``) keeps the teacher's ``k`` most likely tokens
+and renormalises **both** distributions over them, as TRL's GOLD trainer does with its ``top_k``: the
+loss compares the shapes of the two distributions on the teacher's top ``k``; the student's mass on the
+other tokens (the tail) gets no direct gradient, so it is neither pushed to zero nor kept.
+
+Everything is computed in float32 over the last axis; the teacher is a constant (no gradient flows into
+it). Nothing here imports a model, Lightning or the Hub.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+from cblight.errors import CblightError
+
+Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
+DIVERGENCES: tuple[str, ...] = ("forward_kl", "reverse_kl", "jsd")
+
+__all__ = [
+    "DIVERGENCES",
+    "Divergence",
+    "DivergenceError",
+    "check_divergence",
+    "divergence",
+    "forward_kl",
+    "generalized_jsd",
+    "restrict_to_teacher_top_k",
+    "reverse_kl",
+]
+
+
+class DivergenceError(CblightError):
+    """A divergence option that does not exist or is out of range (the error names the option)."""
+
+
+def check_divergence(name: str, beta: float = 0.5, top_k: int | None = None) -> None:
+    """Refuse an unknown divergence, ``beta`` outside [0, 1] and ``top_k`` < 1, naming the option."""
+    if name not in DIVERGENCES:
+        raise DivergenceError(f"divergence must be one of {', '.join(DIVERGENCES)}; got {name!r}")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta <= 1.0:
+        raise DivergenceError(f"beta (generalised JSD weight of the teacher) must be in [0, 1], got {beta!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise DivergenceError(
+            f"teacher_top_k must be a positive integer or null (whole vocabulary), got {top_k!r}"
+        )
+
+
+def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
+    """``Σ p (log p - log q)``; entries with ``p = 0`` contribute nothing (``0 log 0 = 0``)."""
+    p = p_log.exp()
+    return torch.where(p > 0, p * (p_log - q_log), torch.zeros_like(p)).sum(dim=-1)
+
+
+def forward_kl(teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor) -> torch.Tensor:
+    """``KL(p || q)`` over the last axis (the paper's objective)."""
+    return _kl(teacher_log_probs.detach().float(), student_log_probs.float())
+
+
+def reverse_kl(teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor) -> torch.Tensor:
+    """``KL(q || p)`` over the last axis; infinite where the student puts mass on a token with ``p = 0``."""
+    return _kl(student_log_probs.float(), teacher_log_probs.detach().float())
+
+
+def generalized_jsd(
+    teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor, beta: float = 0.5
+) -> torch.Tensor:
+    """``beta · KL(p || m) + (1 - beta) · KL(q || m)`` with ``m = beta · p + (1 - beta) · q`` (TRL's GKD);
+    ``beta = 0`` / ``1`` give the forward / reverse KL."""
+    if beta == 0:
+        return forward_kl(teacher_log_probs, student_log_probs)
+    if beta == 1:
+        return reverse_kl(teacher_log_probs, student_log_probs)
+    p_log, q_log = teacher_log_probs.detach().float(), student_log_probs.float()
+    m_log = torch.logaddexp(p_log + math.log(beta), q_log + math.log(1.0 - beta))
+    return beta * _kl(p_log, m_log) + (1.0 - beta) * _kl(q_log, m_log)
+
+
+def divergence(
+    teacher_log_probs: torch.Tensor,
+    student_log_probs: torch.Tensor,
+    kind: Divergence = "forward_kl",
+    beta: float = 0.5,
+) -> torch.Tensor:
+    """The divergence ``kind`` per row (``beta`` only matters for ``jsd``)."""
+    if kind == "forward_kl":
+        return forward_kl(teacher_log_probs, student_log_probs)
+    if kind == "reverse_kl":
+        return reverse_kl(teacher_log_probs, student_log_probs)
+    if kind == "jsd":
+        return generalized_jsd(teacher_log_probs, student_log_probs, beta)
+    raise DivergenceError(f"divergence must be one of {', '.join(DIVERGENCES)}; got {kind!r}")
+
+
+def restrict_to_teacher_top_k(
+    teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both distributions over the teacher's ``k`` most likely tokens, renormalised there: ``[..., k]``
+    log-probabilities (ties broken by ``torch.topk``). ``k`` at least the vocabulary size is a no-op."""
+    if k >= teacher_log_probs.shape[-1]:
+        return teacher_log_probs, student_log_probs
+    top = torch.topk(teacher_log_probs.detach(), k, dim=-1).indices
+    teacher = torch.log_softmax(teacher_log_probs.detach().float().gather(-1, top), dim=-1)
+    student = torch.log_softmax(student_log_probs.float().gather(-1, top), dim=-1)
+    return teacher, student

@@ -1,0 +1,400 @@
+"""Every command the README shows runs (issue 14: "Test every command the README shows").
+
+The commands are read from README.md's ```bash blocks at test time, so a section added later is picked up
+without touching this file: every line starting with ``python evaluate.py``, ``python train.py``,
+``python -m cblight...`` or ``bash scripts/...`` becomes one test, in README order. Each runs as written,
+adapted by generic rules (``Adapter``) and nothing command-specific:
+
+* models: a Hub id (``gpt2``, ``gpt2-xl``, ``openai-community/...``, or any model path that does not exist
+  here, such as a tuned model's export directory) becomes a tiny random GPT-2 with the real tokenizer,
+  wherever it appears: an option's value, a ``--compare`` mapping, or a key of a ``-c`` config (the config
+  is rewritten into a working copy of ``configs/``);
+* data: ``data_root``, ``data_dirs``, ``data_dir`` and ``data_files`` that do not exist here point at the
+  test fixtures (``tests/fixtures/<task>``), with every split the task reads filled in from a fixture file
+  when the fixture lacks it (LAMA's 40 relation folders, a selection split);
+* size: tiny limits appended (``--data.limit 2``, 6 new tokens, 2 tuning steps of 2 sequences, k = 4 for
+  tuning so that its short sequences stay longer than k); ``--trainer.devices N`` (N > 1, GPUs) becomes 2
+  CPU processes, run as a subprocess (Lightning's DDP launcher re-runs the command);
+* ``bash scripts/X.sh`` runs the command the script ends with (``exec .venv/bin/python ...``) with this
+  interpreter: the set-up step it runs first would rebuild ``.venv``, which is the test's own environment.
+
+Commands run in a scratch directory that holds the rewritten configs and links to the rest of the
+checkout, so relative output paths (``outputs/...``) land there and later commands find what earlier ones
+wrote (the README's resume command reads the checkpoint its first tuning command saved). A command this
+file cannot handle fails its test with a message naming it; ``SKIPPED`` lists the commands deliberately
+not run, each with its reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+FIXTURES = ROOT / "tests" / "fixtures"
+DEMO_DATA = ROOT / "cblight" / "assets" / "demo_data"
+
+# (first tokens) -> why the command is not run
+SKIPPED: dict[tuple[str, ...], str] = {
+    ("bash", "scripts/test.sh"): "runs this very test suite (CI runs it as .ci/run): from a test it would recurse",
+    ("bash", "scripts/demo.sh"): (
+        "tests/test_demo.py runs it as this file would (--model tiny --quick) and checks every step's files; "
+        "the real-model tier (tests/realmodel) runs it with its defaults"
+    ),
+    ("python", "evaluate.py", "-c", "configs/table11_baselines_served.yaml"): (
+        "it scores through a served model: tests/realmodel/test_served_real.py runs this very line against "
+        "a llama-cpp-python server it starts (the model name, tokenizer and base_url substituted)"
+    ),
+}  # fmt: skip
+
+MODEL_KEYS = {"model", "tokenizer", "metrics_model", "pretrained"}  # keys whose value names a checkpoint
+HUB_ID = re.compile(r"^(offline:)?[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub id, or a zoo name (a real model)
+LIMITS = {
+    "evaluate": ["--data.limit", "2", "--data.batch_size", "4", "--trainer.enable_progress_bar", "false"],
+    "generation": ["--model.max_new_tokens", "4"],  # two prompts: self-BLEU needs two generations
+    # as written (python -m cblight.lmeval picks --device cpu on a machine without a GPU)
+    "cblight.lmeval": ["--limit", "4"],
+    "cblight.demo": ["--model", "tiny", "--quick"],  # its default real model takes ~5 min: a separate tier
+    "train": [
+        "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", "--trainer.enable_progress_bar", "false",
+        "--data.batch_size", "2", "--data.val_size", "0",
+        "--model.k", "4", "--model.max_new_tokens", "8", "--model.max_prompt_tokens", "24",
+    ],
+}  # fmt: skip
+CONFIG_LIMITS = {"every_n_train_steps": 1}  # inside lists (callbacks), where an option cannot reach
+
+
+def readme_commands() -> list[list[str]]:
+    """The README's runnable commands as argument lists, comments dropped, in order, each once."""
+    text = README.read_text(encoding="utf-8")
+    found: list[list[str]] = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            tokens = shlex.split(line, comments=True)
+            if _runnable(tokens) and tokens not in found:
+                found.append(tokens)
+    return found
+
+
+def _runnable(tokens: list[str]) -> bool:
+    if len(tokens) < 2:
+        return False
+    if tokens[0] == "python":
+        return tokens[1] in ("evaluate.py", "train.py") or (
+            tokens[1] == "-m" and len(tokens) > 2 and tokens[2].split(".")[0] == "cblight"
+        )
+    return tokens[0] == "bash" and tokens[1].startswith("scripts/")
+
+
+def _option_value(tokens: list[str], name: str) -> str | None:
+    for i, tok in enumerate(tokens):
+        if tok == name and i + 1 < len(tokens):
+            return tokens[i + 1]
+        if tok.startswith(name + "="):
+            return tok.split("=", 1)[1]
+    return None
+
+
+class Adapter:
+    """The generic rules of the module docstring, for one scratch directory."""
+
+    def __init__(self, workdir: Path, tiny_model: Path):
+        self.workdir = workdir
+        self.tiny = str(tiny_model)
+        self._fixtures: dict[str, Path] = {}
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def model(self, value: Any) -> Any:
+        """A checkpoint that is not here (a Hub id, a path from another machine) becomes the tiny model."""
+        if not isinstance(value, str) or (self.workdir / value).exists():
+            return value
+        if HUB_ID.match(value) or "/" in value:
+            return self.tiny
+        return value
+
+    # -- data ------------------------------------------------------------------------------------------
+    def fixture_dir(self, task: str) -> Path:
+        """A copy of the task's fixture folder with every split it reads present (missing ones filled
+        from a fixture file), so alpha* selection and LAMA's 40 relations have files."""
+        from cblight.data.registry import get_task
+
+        spec = get_task(task)
+        if spec.name in self._fixtures:
+            return self._fixtures[spec.name]
+        source = next((p for p in (FIXTURES / spec.name, DEMO_DATA / spec.name) if p.is_dir()), None)
+        if source is None:
+            raise AssertionError(f"no fixture data for task {task!r}: add tests/fixtures/{spec.name}/")
+        target = self.workdir / "fixtures" / spec.name
+        if not target.exists():
+            shutil.copytree(source, target)
+            files = sorted(p for p in target.rglob("*") if p.is_file())
+            local = spec.source.local
+            for patterns in local.files.values() if local else ():
+                # combine (LAMA): every pattern needs a file; otherwise the first match of any pattern is read
+                missing = (
+                    [p for p in patterns if not any(target.glob(p))]
+                    if local.combine
+                    else (
+                        [next(p for p in patterns if "*" not in p)]
+                        if not any(any(target.glob(p)) for p in patterns)
+                        else []
+                    )
+                )
+                for pattern in missing:
+                    same_kind = [f for f in files if f.suffix == Path(pattern).suffix] or files
+                    (target / pattern).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(same_kind[0], target / pattern)
+        self._fixtures[spec.name] = target
+        return target
+
+    def data_root(self, tasks: list[str]) -> str:
+        root = self.workdir / "data_root"
+        root.mkdir(exist_ok=True)
+        for task in tasks:
+            link = root / task
+            if not link.exists():
+                link.symlink_to(self.fixture_dir(task), target_is_directory=True)
+        return str(root)
+
+    def _missing(self, value: Any) -> bool:
+        """A path named by the README that is not here (relative paths are the scratch directory's)."""
+        return isinstance(value, str) and not (self.workdir / value).exists()
+
+    # -- configs and option values -----------------------------------------------------------------------
+    def tree(self, node: Any, key: str = "", tasks: list[str] | None = None) -> Any:
+        """A config (or a mapping option's value) with the rules applied at every level."""
+        if isinstance(node, list):
+            return [self.tree(item, key, tasks) for item in node]
+        if not isinstance(node, dict):
+            if key in MODEL_KEYS:
+                return self.model(node)
+            return CONFIG_LIMITS.get(key, node)
+        out = {}
+        for k, v in node.items():
+            if k == "compare" and isinstance(v, dict):
+                out[k] = {label: self.model(path) for label, path in v.items()}
+            elif k == "data_dirs" and isinstance(v, dict):
+                out[k] = {t: str(self.fixture_dir(t)) if self._missing(d) else d for t, d in v.items()}
+            elif k == "data_files" and isinstance(v, dict):
+                out[k] = {t: self._files(t, splits) for t, splits in v.items()}
+            elif k == "data_root" and self._missing(v):
+                out[k] = self.data_root(list(node.get("tasks") or tasks or []))
+            elif k == "data_dir" and self._missing(v) and node.get("task"):
+                out[k] = str(self.fixture_dir(node["task"]))
+            else:
+                out[k] = self.tree(v, k, node.get("tasks") or tasks)
+        return out
+
+    def _files(self, task: str, splits: dict[str, str]) -> dict[str, str]:
+        from cblight.data.registry import get_task
+
+        spec_files = get_task(task).source.local.files
+        folder = self.fixture_dir(task)
+        return {
+            split: (
+                str(next(p for pat in spec_files[split] for p in sorted(folder.glob(pat))))
+                if self._missing(f)
+                else f
+            )
+            for split, f in splits.items()
+        }
+
+    def config(self, path: str) -> tuple[str, dict]:
+        """``-c path``: the rewritten copy (same relative path, inside the scratch directory)."""
+        source = ROOT / path
+        if not source.is_file():
+            raise AssertionError(f"the README names config {path}, which does not exist")
+        loaded = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
+        tasks = (loaded.get("data") or {}).get("tasks")
+        if (loaded.get("data") or {}).get("tasks") and "data_root" not in loaded["data"]:
+            loaded["data"]["data_root"] = "data"  # Hub data otherwise: the fixtures stand in
+        rewritten = self.tree(loaded, tasks=tasks)
+        target = self.workdir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(rewritten, sort_keys=False), encoding="utf-8")
+        return path, rewritten
+
+    def command(self, tokens: list[str]) -> tuple[str, list[str], bool]:
+        """``(kind, args after the program, needs a subprocess)`` for a README command."""
+        if tokens[0] == "bash":
+            return self.command(self._script_command(tokens))
+        program = tokens[1] if tokens[1] != "-m" else tokens[2]
+        args = tokens[2:] if tokens[1] != "-m" else tokens[3:]
+        out: list[str] = []
+        configs: list[dict] = []
+        i = 0
+        while i < len(args):
+            tok = args[i]
+            name, eq, inline = tok.partition("=")
+            has_value = bool(eq) or (
+                i + 1 < len(args) and not args[i + 1].startswith("--") and name.startswith("-")
+            )
+            value = inline if eq else (args[i + 1] if has_value else None)
+            step = 1 if eq or not has_value else 2
+            if name in ("-c", "--config") and value is not None:
+                path, loaded = self.config(value)
+                configs.append(loaded)
+                value = path
+            elif (
+                value is not None
+                and name.lstrip("-").split(".")[-1] in MODEL_KEYS
+                and not (program in ("evaluate.py", "train.py") and "." not in name)
+            ):  # evaluate.py's and train.py's bare --model names the module class, not a checkpoint
+                value = self.model(value)
+            elif value is not None and name == "--model_args":  # lm-eval's key=value,key=value
+                pairs = [p.partition("=") for p in value.split(",")]
+                value = ",".join(
+                    f"{k}={self.model(v) if k in MODEL_KEYS else v}" if sep else k for k, sep, v in pairs
+                )
+            elif value is not None and name.lstrip("-").split(".")[-1] in (
+                "compare",
+                "data_dirs",
+                "data_files",
+            ):
+                key = name.lstrip("-").split(".")[-1]
+                value = json.dumps(self.tree({key: yaml.safe_load(value)}, tasks=self._tasks(args))[key])
+            elif (
+                value is not None
+                and name.lstrip("-").split(".")[-1] in ("data_root", "data_dir")
+                and self._missing(value)
+            ):
+                tasks = self._tasks(args)
+                value = (
+                    self.data_root(tasks) if name.endswith("data_root") else str(self.fixture_dir(tasks[0]))
+                )
+            elif name == "--trainer.devices" and value is not None and value.isdigit() and int(value) > 1:
+                value = "2"
+                out += ["--trainer.accelerator", "cpu"]
+            out += [name, value] if value is not None and not eq else ([f"{name}={value}"] if eq else [name])
+            i += step
+        ddp = _option_value(out, "--trainer.devices") == "2"
+        kind = {"evaluate.py": "evaluate", "train.py": "train"}.get(program, program)
+        if kind == "evaluate":
+            if "--compare" not in out and not any(t.startswith("--model.model") for t in out):
+                out += ["--model.model", self.tiny]
+            out += LIMITS["evaluate"]
+            if _is_generation(out, configs):
+                out += LIMITS["generation"]
+        else:
+            out += LIMITS.get(kind, [])
+        return kind, out, ddp
+
+    def _tasks(self, args: list[str]) -> list[str]:
+        """The tasks a command names: ``--data.tasks``, or a positional task name (``peek copa``)."""
+        from cblight.data.registry import all_tasks
+
+        value = _option_value(args, "--data.tasks")
+        if value:
+            return list(yaml.safe_load(value))
+        return [a for a in args if a in all_tasks()][:1]
+
+    def _script_command(self, tokens: list[str]) -> list[str]:
+        """The command a ``scripts/*.sh`` ends with (``exec <python> ...``), its ``"$@"`` filled in."""
+        script = ROOT / tokens[1]
+        lines = [ln.strip() for ln in script.read_text().splitlines() if ln.strip().startswith("exec ")]
+        if not lines:
+            raise AssertionError(
+                f"{tokens[1]} has no final 'exec <python> ...' line to run without its set-up"
+            )
+        words = shlex.split(lines[-1])[1:]
+        if not words[0].endswith("python"):
+            raise AssertionError(f"{tokens[1]} does not end by running python: {lines[-1]!r}")
+        words = ["python", *[w for w in words[1:] if w != "$@"]]
+        return words + tokens[2:]
+
+
+def _is_generation(args: list[str], configs: list[dict]) -> bool:
+    paths = [
+        str((c.get("model") or {}).get("class_path", "")) for c in configs if isinstance(c.get("model"), dict)
+    ]
+    named = _option_value(args, "--model") or ""
+    return any("Generation" in p for p in paths) or "Generation" in named
+
+
+def _entry_point(kind: str) -> Callable[[list[str]], Any] | None:
+    """The in-process function a command runs (its ``main``), or None for a subprocess."""
+    if kind == "evaluate":
+        from cblight.cli import evaluate_cli
+
+        return evaluate_cli
+    if kind == "train":
+        from cblight.cli import exit_on_bad_input, train_cli
+
+        return lambda args: exit_on_bad_input(lambda: train_cli(args))
+    module = importlib.import_module(kind)
+    main = getattr(module, "main", None)
+    return main if callable(main) else None
+
+
+COMMANDS = readme_commands()
+
+
+def test_the_readme_has_the_commands_this_file_was_written_for():
+    """The extraction itself: a change of the README's format must not quietly leave nothing to run."""
+    programs = {" ".join(c[:2]) if c[1] != "-m" else c[2] for c in COMMANDS}
+    assert {
+        "python evaluate.py",
+        "python train.py",
+        "cblight.contrast",
+        "cblight.data",
+        "bash scripts/demo.sh",
+    } <= programs
+    assert len(COMMANDS) >= 20
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_gpt2_dir):
+    """The scratch directory the commands run in (see the module docstring)."""
+    work = tmp_path_factory.mktemp("readme")
+    for name in ("cblight", "scripts", "evaluate.py", "train.py", "tests"):
+        (work / name).symlink_to(ROOT / name)
+    shutil.copytree(ROOT / "configs", work / "configs")
+    return Adapter(work, tiny_gpt2_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokens", COMMANDS, ids=[" ".join(c)[:90] for c in COMMANDS])
+def test_readme_command_runs(tokens, workdir, monkeypatch):
+    skip = next((why for head, why in SKIPPED.items() if tuple(tokens[: len(head)]) == head), None)
+    if skip:
+        pytest.skip(skip)
+    kind, args, ddp = workdir.command(tokens)
+    monkeypatch.chdir(workdir.workdir)
+    # W&B keeps process-wide state (its settings, the current run): a command that logs to it runs alone
+    wandb = any("wandb" in a for a in args)
+    entry = None if ddp or wandb else _entry_point(kind)
+    if entry is None:
+        program = ["evaluate.py"] if kind == "evaluate" else ["train.py"] if kind == "train" else ["-m", kind]
+        done = subprocess.run(
+            [sys.executable, *program, *args],
+            cwd=workdir.workdir,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"},
+        )
+        assert done.returncode == 0, (
+            f"{shlex.join(tokens)}\nran as: {shlex.join(program + args)}\n{done.stderr[-4000:]}"
+        )
+        return
+    ran = f"{shlex.join(tokens)}\nran as: {kind} {shlex.join(args)}"
+    try:
+        result = entry(args)
+    except SystemExit as exc:
+        assert exc.code in (0, None), f"{ran}: exit {exc.code}"
+        return
+    if isinstance(result, int) and not isinstance(result, bool):  # a main() that returns its exit status
+        assert result == 0, f"{ran}: exit {result}"

@@ -1,0 +1,132 @@
+"""The EMA teacher against a brute-force moving average of the student's weights (and through a
+checkpoint), LoRA through peft (adapter and merged exports load with from_pretrained and give the tuned
+model's logits), and the validation perplexity on held-out human text against transformers' own loss."""
+
+import copy
+from functools import partial
+
+import pytest
+import torch
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
+from transformers import AutoModelForCausalLM
+
+from cblight.data.tuning_prompts import PromptDataModule
+from cblight.modules.tuning import EMA_KEY
+from cblight.tuning import tuning_kl_terms
+from tests.test_tuning_module import PROMPTS, _trainer, _tuning
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class _Weights(Callback):
+    """The student's weights after every optimizer step."""
+
+    def __init__(self):
+        self.after: list[dict[str, torch.Tensor]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.after.append({n: p.detach().clone() for n, p in pl_module.model.named_parameters()})
+
+
+def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_path):
+    decay = 0.6
+    module = _tuning(tiny_gpt2_dir, teacher="ema", ema_decay=decay)
+    start = {n: p.detach().clone() for n, p in module.model.named_parameters()}
+    weights = _Weights()
+    every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1)
+    trainer = _trainer(3, tmp_path, [weights, every])
+    trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    expected = dict(start)
+    for after in weights.after:  # θ_ema ← d θ_ema + (1 - d) θ, step by step
+        expected = {n: decay * expected[n] + (1 - decay) * after[n] for n in expected}
+    for name, p in module.teacher_model.named_parameters():
+        # three float32 lerps against the same three in another order of operations: ~1e-7
+        assert torch.allclose(p, expected[name], atol=1e-6), name
+    assert any(not torch.equal(expected[n], start[n]) for n in start)  # it moved
+    assert any(not torch.equal(expected[n], weights.after[-1][n]) for n in start)  # and lags
+
+    # the EMA is in the checkpoint, and a new module resumes from it
+    state = torch.load(tmp_path / "epoch=0-step=3.ckpt", weights_only=True)
+    assert set(state[EMA_KEY]) == set(start)
+    fresh = _tuning(tiny_gpt2_dir, teacher="ema", ema_decay=decay)
+    fresh.on_load_checkpoint(state)
+    for name, p in fresh.teacher_model.named_parameters():
+        assert torch.equal(p, module.teacher_model.get_parameter(name)), name
+
+    # the KL terms use the EMA model as the teacher
+    sampled = module.sample({"prompts": PROMPTS[:2]})
+    ours = module.kl_terms(sampled).kl
+    ref = tuning_kl_terms(
+        module.model, sampled, k=3, alpha=-0.5, teacher_model=copy.deepcopy(module.teacher_model)
+    )
+    assert torch.allclose(ours, ref.kl)
+
+
+def test_lora_trains_adapters_and_exports_adapter_and_merged_models(tiny_model_dir, tmp_path):
+    pytest.importorskip("peft")
+    out = tmp_path / "hf"
+    module = _tuning(
+        tiny_model_dir,
+        lora_rank=4,
+        optimizer=partial(torch.optim.Adam, lr=3e-2),
+        export=True,
+        export_dir=str(out),
+    )
+    trainable = [n for n, p in module.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+
+    ids = torch.tensor([[5, 9, 13, 17, 21, 25]])
+    module.model.eval()
+    with torch.no_grad():
+        tuned = module.model(input_ids=ids).logits
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()(input_ids=ids).logits
+        merged = AutoModelForCausalLM.from_pretrained(out).eval()(input_ids=ids).logits
+        adapter = AutoModelForCausalLM.from_pretrained(out / "adapter").eval()(input_ids=ids).logits
+    assert not torch.allclose(tuned, base, atol=1e-4)  # the adapters trained
+    # merging adds B @ A into the weights: float32 rounding of one matmul, ~1e-6
+    assert torch.allclose(merged, tuned, atol=1e-5)
+    assert torch.allclose(adapter, tuned, atol=1e-5)
+    assert (out / "adapter" / "adapter_config.json").exists()
+
+
+def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir, tmp_path):
+    texts = [
+        "The quick brown fox jumps over the lazy dog.",
+        "A journey of a thousand miles begins with one step.",
+    ]
+    module = _tuning(tiny_model_dir, val_text_tokens=8)
+    nll, tokens = module.text_nll(texts)
+    start = module.tokenizer.bos_token_id if module.encoder.prefix else module.tokenizer.eos_token_id
+    ref_nll, ref_tokens = 0.0, 0
+    for text in texts:
+        body = module.tokenizer(text, add_special_tokens=False)["input_ids"][:8]
+        ids = torch.tensor([[start, *body]])
+        with torch.no_grad():
+            loss = module.model(input_ids=ids, labels=ids).loss  # mean over the len(body) predicted tokens
+        ref_nll += float(loss) * len(body)
+        ref_tokens += len(body)
+    assert tokens == ref_tokens == 16
+    assert nll == pytest.approx(ref_nll, rel=1e-5)  # float32 sums of 16 log-probs
+
+    # and through validation: val/tuning/ppl from the data module's held-out texts
+    texts_file = tmp_path / "human.txt"
+    texts_file.write_text("\n".join(texts))
+    trainer = _trainer(1, val_check_interval=1, check_val_every_n_epoch=None)
+    data = PromptDataModule(prompts=PROMPTS, batch_size=2, val_size=2, val_texts_file=str(texts_file))
+    trainer.fit(module, data)
+    # the weights moved by one step since ref_nll: compare to a fresh computation, not to ref_nll
+    nll_after, tokens_after = module.text_nll(texts)
+    ppl = trainer.callback_metrics["val/tuning/ppl"]
+    assert float(ppl) == pytest.approx(float(torch.exp(torch.tensor(nll_after / tokens_after))), rel=1e-5)
+
+
+def test_webtext_task_prompts_carry_their_documents(tmp_path):
+    import json
+
+    docs = [f"Sentence number {i} is here. And the rest of document {i} follows." for i in range(6)]
+    (tmp_path / "webtext.train.jsonl").write_text("\n".join(json.dumps({"text": d}) for d in docs))
+    data = PromptDataModule(task="webtext", data_dir=str(tmp_path), val_size=2)
+    val, texts = data.val_prompts(), data.val_texts()
+    assert len(texts) == 2 and all(t.startswith(p) and t in docs for p, t in zip(val, texts))
