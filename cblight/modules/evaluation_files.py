@@ -91,12 +91,54 @@ def next_token_curves(
 
 
 def write_results(
-    output_dir: Path, results: dict[str, Any], settings: dict[str, Any], started: float
+    output_dir: Path,
+    results: dict[str, Any],
+    settings: dict[str, Any],
+    started: float,
+    methods: list[str] | None = None,
 ) -> tuple[Path, str]:
     """``results.json`` (the run's settings, every task's result and the summary table); returns its path
-    and the table."""
+    and the table. With comparison methods, the layout of Tables 5, 11 and 12 too (``comparison``),
+    appended to the returned table."""
     table = format_table(SUMMARY_HEADERS, [summary_row(task, result) for task, result in results.items()])
+    extra = [m for m in (methods or []) if m != "boost"]
+    if extra:
+        headers, rows = comparison_table(results, extra)
+        comparison = {
+            "headers": headers,
+            "rows": [dict(zip(headers, row)) for row in rows],
+            "table": format_table(headers, rows),
+        }
+        settings = {**settings, "comparison": comparison}
+        table += "\n\nComparison with other inference methods (paper Tables 5, 11, 12; '-': not applicable)\n"
+        table += comparison["table"]
     return write_run_results(output_dir, settings, table, results, started), table
+
+
+# column name of each comparison method in the paper's Tables 5, 11 and 12
+METHOD_COLUMNS = {"pmi_dc": "PMI", "pmi_empty": "PMI (empty)", "calibrate": "CC", "channel": "Channel"}
+
+
+def comparison_table(results: dict[str, Any], methods: list[str]) -> tuple[list[str], list[list[Any]]]:
+    """One row per task in the layout of Tables 11/12 (``f_max``, PMI, CC, Channel, Ours = boosting at
+    alpha*) and Table 5 for LAMA (``f_max``, CC, Ours with k*); accuracies in %, ``None`` ("-") where a
+    method does not apply to the task."""
+    headers = ["task", "n", "f_max", *(METHOD_COLUMNS[m] for m in methods), "Ours", "alpha*", "k*"]
+    rows = []
+    for task, result in results.items():
+        report = result["report"]
+        rows.append(
+            [
+                task,
+                report["n"],
+                _pct(report.get("acc_base")),
+                *(_pct(report.get(f"acc_{m}")) for m in methods),
+                _pct(report.get("acc")),
+                report.get("alpha_star"),
+                report.get("k_star"),
+            ]
+        )
+    return headers, rows
 
 
 def _pct(value: Any) -> float | None:

@@ -3,15 +3,18 @@
 One class per task kind turns examples into cache records with one forward pass per context form
 (DESIGN.md §5) and feeds those records to the kind's sweep metric:
 
-* ``ChoiceScoring`` (paper eq. 2, Table 4): every choice's log-likelihood after the full and after the
-  premise-free context;
-* ``NextTokenScoring`` (paper §3, Tables 1 and 5): the target's log-prob and rank under ``f_max``, each
-  ``f_k`` and the boosted mix at every (k, alpha) of the grid.
+* ``ChoiceScoring`` (paper eq. 2, Table 4; ``cblight.modules.choice_scoring``): every choice's
+  log-likelihood after the full and after the premise-free context;
+* ``NextTokenScoring`` (paper §3, Tables 1 and 5; here): the target's log-prob and rank under ``f_max``,
+  each ``f_k`` and the boosted mix at every (k, alpha) of the grid.
+
+Both also compute the comparison methods of Tables 5, 11 and 12 that a run asks for
+(``cblight.modules.methods``): PMI_DC, contextual calibration and the noisy channel.
 
 They talk to the model only through a *backend* with ``Scorer``'s interface (``score_text``,
-``encoder``, ``next_token_log_probs``, ``last_k_log_probs``), so another backend (e.g. a served model)
-or another scoring method (a new ``ExampleScoring`` subclass registered in ``SCORINGS``) plugs in here
-without touching the Lightning loop (``cblight.modules.evaluation``) or the selection and report
+``encoder``, ``next_token_log_probs``, ``last_k_log_probs``), so another backend (``cblight.served``)
+or another scoring method (a new ``ExampleScoring`` subclass, picked in ``BoostedEvaluator._scoring``)
+plugs in without touching the Lightning loop (``cblight.modules.evaluation``) or the selection and report
 (``cblight.modules.selection``).
 """
 
@@ -23,10 +26,12 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from cblight.baselines import calibrated_next_token
 from cblight.boosting import next_token_alpha_sweep
 from cblight.data.datamodule import TaskSplit
-from cblight.data.examples import ChoiceExample, DataError, Example, NextTokenExample
-from cblight.metrics.sweeps import ChoiceSweep, NextTokenSweep
+from cblight.data.examples import DataError, Example, NextTokenExample
+from cblight.metrics.sweeps import NextTokenSweep
+from cblight.modules.methods import BaselineOptions, not_applicable
 from cblight.results import digest
 
 
@@ -47,7 +52,38 @@ class ExampleScoring:
     def new_sweep(self, split: TaskSplit) -> nn.Module:
         raise NotImplementedError
 
-    def score(self, backend: Any, split: TaskSplit, examples: Sequence[Example]) -> list[dict[str, Any]]:
+    methods: Sequence[str] = ()  # the comparison methods this scoring adds to boosting
+
+    def method_digest(self, method: str, example: Example) -> str:
+        """A digest of what ``method`` feeds the model for ``example`` (kept in the record)."""
+        raise NotImplementedError
+
+    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
+        """What ``results.json`` says about each requested comparison method: reported (with the strings
+        it used) or why not."""
+        info: dict[str, Any] = {}
+        for m in requested:
+            reason = not_applicable(m, split)
+            info[m] = {"reported": True} if reason is None else {"reported": False, "not_applicable": reason}
+        return info
+
+    def missing(self, record: dict[str, Any] | None, example: Example) -> list[str]:
+        """The parts of ``record`` to (re)compute for ``example``: ``boost`` (everything, for a new or
+        changed example) or the methods whose inputs changed; empty when the record is complete."""
+        if not self.matches(record, example):
+            return ["boost", *self.methods]
+        assert record is not None
+        done = record.get("method_inputs", {})
+        return [m for m in self.methods if done.get(m) != self.method_digest(m, example)]
+
+    def score(
+        self,
+        backend: Any,
+        split: TaskSplit,
+        examples: Sequence[Example],
+        previous: dict[int, dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Records of ``examples``; ``previous`` holds their cached records (parts still valid are kept)."""
         raise NotImplementedError
 
     def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
@@ -70,68 +106,30 @@ class ExampleScoring:
         return True
 
 
-class ChoiceScoring(ExampleScoring):
-    """Multiple choice: ``log f(a | full)`` and ``log f(a | premise-free)`` per choice (paper eq. 2)."""
-
-    kind = "multiple_choice"
-    record_fields = ("id", "input", "label", "ll_full", "ll_short", "n_tokens", "char_lengths")
-
-    def __init__(self, alphas: Sequence[float], length_normalize: bool = False):
-        self.alphas = list(alphas)
-        self.length_normalize = length_normalize
-
-    def _fits(self, record: dict[str, Any], example: Example) -> bool:
-        n = len(example.choices) if isinstance(example, ChoiceExample) else -1
-        return all(
-            isinstance(record[f], list) and len(record[f]) == n
-            for f in ("ll_full", "ll_short", "char_lengths")
-        )
-
-    def new_sweep(self, split: TaskSplit) -> nn.Module:
-        return ChoiceSweep(self.alphas, split.max_choices, self.length_normalize)
-
-    def score(self, backend: Any, split: TaskSplit, examples: Sequence[Example]) -> list[dict[str, Any]]:
-        choices = [ex for ex in examples if isinstance(ex, ChoiceExample)]
-        groups = [(ex.context, ex.choices) for ex in choices] + [
-            (ex.premise_free, ex.choices) for ex in choices
-        ]
-        names = [f"{split.name} {ex.where} (full context)" for ex in choices]
-        names += [f"{split.name} {ex.where} (premise-free context)" for ex in choices]
-        scores = backend.score_text(groups, names)
-        full, short = scores[: len(choices)], scores[len(choices) :]
-        return [
-            {
-                "id": ex.idx,
-                "input": self.input_digest(ex),
-                "label": ex.label,
-                "ll_full": [s.log_prob for s in f],
-                "ll_short": [s.log_prob for s in s_],
-                "n_tokens": [s.num_tokens for s in f],
-                "greedy_full": [s.is_greedy for s in f],
-                "char_lengths": [len(c) for c in ex.choices],
-            }
-            for ex, f, s_ in zip(choices, full, short)
-        ]
-
-    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
-        sweep.update(
-            [r["id"] for r in records],
-            [r["label"] for r in records],
-            [r["ll_full"] for r in records],
-            [r["ll_short"] for r in records],
-            [r["char_lengths"] for r in records],
-        )
-
-
 class NextTokenScoring(ExampleScoring):
-    """Next-token prediction: one full pass and one k-token pass per k; every alpha from those (paper §3)."""
+    """Next-token prediction: one full pass and one k-token pass per k; every alpha from those (paper §3).
+
+    With ``calibrate`` (LAMA, Table 5's "Zhao et al." row) the full distribution is also calibrated as
+    Zhao et al.'s ``run_lama.py`` does (``cblight.baselines.calibrated_next_token``), with one pass per
+    relation template and content-free input; the record keeps the calibrated prediction.
+    """
 
     kind = "next_token"
-    record_fields = ("id", "input", *NextTokenSweep.columns)
+    record_fields = ("id", "input", *NextTokenSweep.base_columns)
 
-    def __init__(self, ks: Sequence[int], alphas: Sequence[float]):
+    def __init__(
+        self,
+        ks: Sequence[int],
+        alphas: Sequence[float],
+        methods: Sequence[str] = (),
+        options: BaselineOptions | None = None,
+    ):
         self.ks = list(ks)
         self.alphas = list(alphas)
+        self.methods = [m for m in methods if m != "boost"]
+        self.options = options or BaselineOptions()
+        self.content_free = self.options.content_free("next_token")
+        self._cf: dict[str, torch.Tensor] = {}
 
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
@@ -146,9 +144,41 @@ class NextTokenScoring(ExampleScoring):
         )
 
     def new_sweep(self, split: TaskSplit) -> nn.Module:
-        return NextTokenSweep(self.ks, self.alphas)
+        return NextTokenSweep(self.ks, self.alphas, methods=self.methods)
 
-    def score(self, backend: Any, split: TaskSplit, examples: Sequence[Example]) -> list[dict[str, Any]]:
+    def method_digest(self, method: str, ex: Example) -> str:
+        assert isinstance(ex, NextTokenExample)
+        return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
+
+    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
+        info = super().describe(split, requested)
+        if "calibrate" in self.methods:
+            info["calibrate"]["content_free_inputs"] = self.content_free
+        return info
+
+    def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
+        stale = super().missing(record, ex)
+        return ["boost", *self.methods] if stale else []  # calibration needs the full pass again
+
+    def _calibrated(
+        self, backend: Any, passages: Sequence[NextTokenExample], full: torch.Tensor
+    ) -> list[int]:
+        enc = backend.encoder
+        new = sorted({ex.template for ex in passages} - set(self._cf))
+        if new:
+            prompts = [enc.context(t.replace("[X]", cf)) for t in new for cf in self.content_free]
+            lp = backend.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
+            self._cf.update({t: lp[i] for i, t in enumerate(new)})
+        cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
+        return calibrated_next_token(full, cf, self.options.calibrate_top_n, reduce="min").tolist()
+
+    def score(
+        self,
+        backend: Any,
+        split: TaskSplit,
+        examples: Sequence[Example],
+        previous: dict[int, dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
         enc = backend.encoder
         passages = [ex for ex in examples if isinstance(ex, NextTokenExample)]
         contexts, targets = [], []
@@ -174,6 +204,7 @@ class NextTokenScoring(ExampleScoring):
             correct.append(sweep["correct"])
             log_prob.append(sweep["log_prob"])
             rank.append(sweep["rank"])
+        calibrated = self._calibrated(backend, passages, full) if "calibrate" in self.methods else None
         stack = {
             "short_log_prob": torch.stack(short_lp, 1).tolist(),
             "short_rank": torch.stack(short_rank, 1).tolist(),
@@ -190,6 +221,15 @@ class NextTokenScoring(ExampleScoring):
                 "full_rank": int(full_rank[i]),
                 "full_correct": int(full_correct[i]),
                 **{name: value[i] for name, value in stack.items()},
+                **(
+                    {
+                        "calibrated_pred": calibrated[i],
+                        "calibrated_correct": int(calibrated[i] == targets[i]),
+                        "method_inputs": {"calibrate": self.method_digest("calibrate", ex)},
+                    }
+                    if calibrated is not None
+                    else {}
+                ),
             }
             for i, ex in enumerate(passages)
         ]
@@ -199,6 +239,3 @@ class NextTokenScoring(ExampleScoring):
             [r["id"] for r in records],
             **{name: torch.tensor([r[name] for r in records]) for name in sweep.columns},
         )
-
-
-SCORINGS: dict[str, type[ExampleScoring]] = {cls.kind: cls for cls in (ChoiceScoring, NextTokenScoring)}

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from cblight.baselines import predictions
 from cblight.boosting import binomial_stderr, choice_predictions, first_argmax
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample
@@ -43,13 +44,16 @@ class SweepReport:
 
 
 class ChoiceReport(SweepReport):
-    """Multiple choice (paper Table 4): accuracy at alpha = 0, -1 (PMI) and alpha*, and the whole curve."""
+    """Multiple choice (paper Table 4): accuracy at alpha = 0, -1 (PMI) and alpha*, and the whole curve;
+    with ``methods``, each comparison method's accuracy (Tables 11/12: ``acc_pmi_dc``, ``acc_calibrate``,
+    ``acc_channel``, ...) from its per-choice scores (``cblight.baselines``)."""
 
     kind = "multiple_choice"
 
-    def __init__(self, alphas: Sequence[float], length_normalize: bool = False):
+    def __init__(self, alphas: Sequence[float], length_normalize: bool = False, methods: Sequence[str] = ()):
         self.alphas = list(alphas)
         self.length_normalize = length_normalize
+        self.methods = [m for m in methods if m != "boost"]
 
     def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
         info = self._selection_info(split, out)
@@ -72,6 +76,11 @@ class ChoiceReport(SweepReport):
             acc = float((preds[name] == labels).double().mean())
             report[f"acc_{name}"] = acc
             report[f"acc_{name}_stderr"] = binomial_stderr(acc, n)
+        for m in self.methods:
+            preds[m] = predictions(out[f"method_{m}"])
+            acc = float((preds[m] == labels).double().mean())
+            report[f"acc_{m}"] = acc
+            report[f"acc_{m}_stderr"] = binomial_stderr(acc, n)
         curve = out["acc"]
         oracle = first_argmax(curve)
         report["oracle_alpha"] = self.alphas[oracle]
@@ -106,6 +115,7 @@ class ChoiceReport(SweepReport):
                 "choices": list(ex.choices),
                 "ll_full": out["ll_full"][i, :m].tolist(),
                 "ll_short": out["ll_short"][i, :m].tolist(),
+                **{f"score_{name}": out[f"method_{name}"][i, :m].tolist() for name in self.methods},
             }
             for name, pred in preds.items():
                 row[f"pred_{name}"] = int(pred[i])
@@ -119,10 +129,17 @@ class NextTokenReport(SweepReport):
 
     kind = "next_token"
 
-    def __init__(self, ks: Sequence[int], alphas: Sequence[float], decode: Callable[[list[int]], str]):
+    def __init__(
+        self,
+        ks: Sequence[int],
+        alphas: Sequence[float],
+        decode: Callable[[list[int]], str],
+        methods: Sequence[str] = (),
+    ):
         self.ks = list(ks)
         self.alphas = list(alphas)
         self.decode = decode
+        self.methods = [m for m in methods if m != "boost"]
 
     def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
         info = self._selection_info(split, out)
@@ -148,6 +165,9 @@ class NextTokenReport(SweepReport):
             "acc_base_stderr": binomial_stderr(acc_base, n),
             "ppl_base": float(torch.exp(-out["full_log_prob"].double().mean())),
         }
+        if "calibrate" in self.methods:  # Table 5's "Zhao et al." row
+            acc = float(out["calibrated_correct"].double().mean())
+            report.update(acc_calibrate=acc, acc_calibrate_stderr=binomial_stderr(acc, n))
         ko, ao = divmod(first_argmax(out["acc"]), len(self.alphas))
         report.update(
             oracle_k=self.ks[ko], oracle_alpha=self.alphas[ao], oracle_acc=float(out["acc"][ko, ao])
@@ -189,6 +209,11 @@ class NextTokenReport(SweepReport):
                 "short_rank": out["short_rank"][i].tolist(),
                 "short_log_prob": out["short_log_prob"][i].tolist(),  # log f_k(target), one per k
             }
+            if "calibrate" in self.methods:
+                pred = int(out["calibrated_pred"][i])
+                row.update(
+                    pred_calibrate=self.decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
+                )
             if ki is not None and ai is not None:
                 row.update(
                     k_star=self.ks[ki],

@@ -95,7 +95,10 @@ def render(record: SourceRecord, idx: int, ctx: RenderContext) -> NextTokenExamp
         )
     obj = record.get("obj_label", NAME)
     prompt = prepare_prompt(record.get("sub_label", NAME), RELATIONS[relation])
-    return NextTokenExample(idx=idx, text=f"{prompt} {obj}", where=record.where, answer=" " + obj)
+    template = prepare_prompt("[X]", RELATIONS[relation])
+    return NextTokenExample(
+        idx=idx, text=f"{prompt} {obj}", where=record.where, answer=" " + obj, template=template
+    )
 
 
 def keep(example: NextTokenExample, tokenizer: Any, max_k: int | None) -> bool:

@@ -1,0 +1,174 @@
+"""What the paper's comparison methods feed the model, per task (Tables 5, 11, 12; maths in
+``cblight.baselines``).
+
+* **Domain premise** of domain-conditional PMI (Holtzman et al. 2021): a short task-level string after which
+  the answer's prior probability is measured. Where the paper's Table 10 premise-free context is such a
+  task-level string, it is the default (``" the answer is:"`` for CommonsenseQA, ``" Answer:"`` for ARC and
+  PIQA, ...); where Table 10's is example-specific (BoolQ, RTE, CB hold the question) or empty (StoryCloze),
+  Holtzman et al.'s own string for the dataset (their ``data_loaders.py``, ``uncond_premise``) is used,
+  reworded to the tail of cblight's prompt where the two prompts differ. COPA's (the connector) and
+  HellaSwag's (the context's last word, Holtzman et al.'s rule) depend on the example. ``--model.baselines
+  .domain_premises`` overrides any of them.
+* **Content-free contexts** of contextual calibration (Zhao et al. 2021): the task's prompt with every
+  input field replaced by a content-free string (``"N/A"``, ``""``, ``"[MASK]"``). Defined for the tasks
+  whose answers are one fixed label set (the classification tasks: SST-2/5, AGNews, TREC, BoolQ, RTE, CB),
+  as Zhao et al.'s calibration needs; for LAMA the relation template with ``[X]`` replaced
+  (``NextTokenExample.template``).
+* **Channel prompts** of the noisy-channel method (Min et al. 2022): each label verbalised by one of their
+  four templates for the dataset (``util.py``, ``get_prompts``), as a prefix, followed by the example's input
+  ``x`` (with a leading space). Defined for the four tasks Table 12 reports Channel on: SST-2, SST-5,
+  AGNews, TREC. Min et al. also wrap the sequence in GPT-2's ``<|endoftext|>`` and score a final one; here
+  the prefix gets the model's usual special prefix (BOS where it has one, as every cblight score) and only
+  ``x`` is scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cblight.data.examples import ChoiceExample, DataError
+from cblight.data.tasks import agnews, sst, superglue, trec
+
+__all__ = ["BASELINE_PROMPTS", "TaskBaselinePrompts", "channel_prefixes", "domain_premise"]
+
+# Min et al. 2022, util.py get_prompts: four templates per dataset (``%s`` is the label word)
+_SST_TEMPLATES = ("A %s one . ", "It was %s . ", "All in all %s . ", "A %s piece . ")
+_TREC_TEMPLATES = ("%s : ", "Q: %s : ", "Why %s ? ", "Answer: %s . ")
+_TOPIC_TEMPLATES = ("Topic: %s. ", "Subject: %s. ", "This is about %s. ", "It is about %s. ")
+
+
+def _strip(context: str, head: str, tail: str, task: str) -> str:
+    """The text of ``context`` between ``head`` and ``tail``, which the task's prompt puts around it."""
+    if not (context.startswith(head) and context.endswith(tail)) or len(context) < len(head) + len(tail):
+        raise DataError(f"{task}: context {context[:60]!r} is not {head!r} + input + {tail!r}")
+    return context[len(head) : len(context) - len(tail)]
+
+
+def _agnews_input(context: str) -> str:
+    """Min et al.'s AGNews input: title and description joined by a space."""
+    body = _strip(context, "Title: ", "\nTopic:", agnews.NAME)
+    title, sep, description = body.partition("\nSummary: ")
+    if not sep:
+        raise DataError(f"{agnews.NAME}: context {context[:60]!r} has no '\\nSummary: '")
+    return f"{title} {description}"
+
+
+@dataclass(frozen=True)
+class TaskBaselinePrompts:
+    """One task's strings for PMI_DC, contextual calibration and the noisy channel (module docstring).
+
+    ``domain_premise`` is the task-level premise; ``domain_rule`` replaces it where the premise depends on
+    the example. ``content_free(cf)`` renders the task's context around a content-free input (``None``:
+    calibration does not apply). ``channel_templates`` and ``channel_words`` are Min et al.'s (one word
+    per answer, in the task's answer order); ``channel_input`` recovers ``x`` from a rendered context.
+    """
+
+    domain_premise: str | None
+    domain_source: str
+    domain_rule: Callable[[ChoiceExample], str] | None = None
+    content_free: Callable[[str], str] | None = None
+    channel_templates: tuple[str, ...] = ()
+    channel_words: tuple[str, ...] = ()
+    channel_input: Callable[[str], str] | None = None
+
+
+def _last_word(example: ChoiceExample) -> str:
+    """Holtzman et al.'s HellaSwag premise: the context from its last space on (``premise[rfind(' '):]``)."""
+    context = example.context.strip()
+    return context[context.rfind(" ") :] if " " in context else " " + context
+
+
+def _connector(example: ChoiceExample) -> str:
+    return example.premise_free  # " because" / " so": Table 10 and Holtzman et al. alike
+
+
+_SST = {
+    "content_free": lambda cf: sst.CONTEXT.format(cf),
+    "channel_templates": _SST_TEMPLATES,
+    "channel_input": lambda ctx: _strip(ctx, "", sst.PREMISE_FREE, "sst"),
+}
+_ENTAILMENT_SOURCE = "Holtzman et al. 2021 (uncond_premise), worded as the tail of cblight's prompt"
+
+BASELINE_PROMPTS: dict[str, TaskBaselinePrompts] = {
+    "storycloze": TaskBaselinePrompts(
+        " The story continues:", "Holtzman et al. 2021 (load_examples_storycloze)"
+    ),
+    "hellaswag": TaskBaselinePrompts(
+        None, "Holtzman et al. 2021 (load_examples_hellaswag: the last word)", domain_rule=_last_word
+    ),
+    "copa": TaskBaselinePrompts(None, "paper Table 10 = Holtzman et al. 2021 (the connector)", _connector),
+    "csqa": TaskBaselinePrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
+    "openbookqa": TaskBaselinePrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
+    "arc_easy": TaskBaselinePrompts(" Answer:", "paper Table 10"),
+    "arc_challenge": TaskBaselinePrompts(" Answer:", "paper Table 10"),
+    "piqa": TaskBaselinePrompts(" Answer:", "paper Table 10"),
+    "sst2": TaskBaselinePrompts(
+        sst.PREMISE_FREE, "paper Table 10", channel_words=("terrible", "great"), **_SST
+    ),
+    "sst5": TaskBaselinePrompts(
+        sst.PREMISE_FREE,
+        "paper Table 10",
+        channel_words=("terrible", "bad", "okay", "good", "great"),
+        **_SST,
+    ),
+    "agnews": TaskBaselinePrompts(
+        "\nTopic:",
+        "paper Table 10",
+        content_free=lambda cf: f"Title: {cf}\nSummary: {cf}\nTopic:",
+        channel_templates=_TOPIC_TEMPLATES,
+        channel_words=("World", "Sports", "Business", "Technology"),
+        channel_input=_agnews_input,
+    ),
+    "trec": TaskBaselinePrompts(
+        " The answer to this question will be",
+        "paper Table 10 = Holtzman et al. 2021",
+        content_free=lambda cf: f"{cf} The answer to this question will be",
+        channel_templates=_TREC_TEMPLATES,
+        # trec.ANSWERS order: DESC, ENTY, LOC, NUM, ABBR, HUM (Min et al.'s words for those classes)
+        channel_words=("Description", "Entity", "Location", "Number", "Expression", "Human"),
+        channel_input=lambda ctx: _strip(ctx, "", " The answer to this question will be", trec.NAME),
+    ),
+    "boolq": TaskBaselinePrompts(
+        "\n The answer is:",
+        _ENTAILMENT_SOURCE,
+        content_free=lambda cf: f"Title: {cf}\n Question: {superglue.boolq_question(cf)}?\n The answer is:",
+    ),
+    "rte": TaskBaselinePrompts(
+        " true or false?\n answer:",
+        "Holtzman et al. 2021 (load_examples_rte)",
+        content_free=lambda cf: f"{cf}\n question: {cf} true or false?\n answer:",
+    ),
+    "cb": TaskBaselinePrompts(
+        " true, false, or neither?\n The answer is:",
+        _ENTAILMENT_SOURCE,
+        content_free=lambda cf: f" Given question: {cf} Is {cf} true, false, or neither?\n The answer is:",
+    ),
+}
+CHANNEL_TEMPLATES = 4
+
+
+def domain_premise(task: str, example: ChoiceExample, overrides: dict[str, str] | None = None) -> str:
+    """PMI_DC's domain premise for ``example`` of ``task`` (an override first, then the table above)."""
+    if overrides and task in overrides:
+        return overrides[task]
+    prompts = BASELINE_PROMPTS.get(task)
+    if prompts is None:
+        raise DataError(
+            f"{task}: no domain premise is defined; give one with --model.baselines.domain_premises"
+        )
+    if prompts.domain_rule is not None:
+        return prompts.domain_rule(example)
+    assert prompts.domain_premise is not None
+    return prompts.domain_premise
+
+
+def channel_prefixes(task: str, template: int = 0) -> list[str]:
+    """Min et al.'s verbalised labels of ``task`` in answer order (template ``template`` of their four),
+    stripped as their ``prepare_data`` does for the channel direction."""
+    prompts = BASELINE_PROMPTS.get(task)
+    if prompts is None or not prompts.channel_templates:
+        raise DataError(f"{task}: the noisy-channel method has no label verbalisation for this task")
+    if not 0 <= template < len(prompts.channel_templates):
+        raise DataError(f"channel_template must be 0..{len(prompts.channel_templates) - 1}, got {template}")
+    return [(prompts.channel_templates[template] % word).strip() for word in prompts.channel_words]

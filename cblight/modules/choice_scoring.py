@@ -1,0 +1,230 @@
+"""Multiple-choice scoring (paper eq. 2, Table 4) and its comparison methods (Tables 11, 12): the records
+``cblight.modules.evaluation`` caches per example, and the sweep they feed. The base class and the
+next-token scoring are ``cblight.modules.example_scoring``; the methods' maths ``cblight.baselines``, their
+strings ``cblight.data.baseline_prompts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from cblight.baselines import calibrated_scores, calibration_prior, pmi_scores
+from cblight.data.baseline_prompts import BASELINE_PROMPTS, channel_prefixes, domain_premise
+from cblight.data.datamodule import TaskSplit
+from cblight.data.examples import ChoiceExample, Example
+from cblight.metrics.sweeps import ChoiceSweep
+from cblight.modules.example_scoring import ExampleScoring
+from cblight.modules.methods import BaselineOptions, fixed_labels
+from cblight.results import digest
+
+
+class ChoiceScoring(ExampleScoring):
+    """Multiple choice: ``log f(a | full)`` and ``log f(a | premise-free)`` per choice (paper eq. 2), and the
+    numbers of the comparison methods asked for (``cblight.modules.methods``):
+
+    * ``pmi_dc``: ``ll_domain``, each choice after the domain premise (Holtzman et al. 2021);
+    * ``pmi_empty``: ``ll_empty``, each choice after BOS/EOS alone (lm-eval's ``acc_mutual_info``);
+    * ``calibrate``: ``ll_cf``, each label after every content-free context (Zhao et al. 2021; task-level,
+      computed once per split and kept in every record so that a rerun needs no model);
+    * ``channel``: ``ll_channel``, the input ``x`` after each verbalised label (Min et al. 2022).
+
+    Each record keeps, per method, a digest of the strings that method fed the model
+    (``method_inputs``): a rerun that adds a method, or changes a premise, computes only what is missing.
+    """
+
+    kind = "multiple_choice"
+    record_fields = ("id", "input", "label", "ll_full", "ll_short", "n_tokens", "char_lengths")
+
+    def __init__(
+        self,
+        alphas: Sequence[float],
+        length_normalize: bool = False,
+        methods: Sequence[str] = (),
+        split: TaskSplit | None = None,
+        options: BaselineOptions | None = None,
+    ):
+        self.alphas = list(alphas)
+        self.length_normalize = length_normalize
+        self.methods = [m for m in methods if m != "boost"]
+        self.options = options or BaselineOptions()
+        self.task = split.task.name if split is not None else ""
+        if self.methods and split is None:
+            raise ValueError("comparison methods need the split they score")
+        self.labels = fixed_labels(split) if "calibrate" in self.methods and split is not None else None
+        self.content_free = self.options.content_free("multiple_choice")
+        self.channel = (
+            channel_prefixes(self.task, self.options.channel_template) if "channel" in self.methods else []
+        )
+        self._cf: list[list[float]] | None = None
+
+    def _fits(self, record: dict[str, Any], example: Example) -> bool:
+        n = len(example.choices) if isinstance(example, ChoiceExample) else -1
+        return all(
+            isinstance(record[f], list) and len(record[f]) == n
+            for f in ("ll_full", "ll_short", "char_lengths")
+        )
+
+    def new_sweep(self, split: TaskSplit) -> nn.Module:
+        return ChoiceSweep(self.alphas, split.max_choices, self.length_normalize, methods=self.methods)
+
+    # -- what each method feeds the model ------------------------------------------------------------------
+    def _cf_groups(self) -> list[tuple[str, Sequence[str]]]:
+        form = BASELINE_PROMPTS[self.task].content_free
+        assert form is not None and self.labels is not None
+        return [(form(cf), self.labels) for cf in self.content_free]
+
+    def _groups(self, method: str, ex: ChoiceExample) -> list[tuple[str, Sequence[str]]]:
+        if method == "pmi_dc":
+            return [(domain_premise(self.task, ex, self.options.domain_premises), ex.choices)]
+        if method == "pmi_empty":
+            return [("", ex.choices)]
+        if method == "calibrate":
+            return self._cf_groups()
+        if method == "channel":
+            form = BASELINE_PROMPTS[self.task].channel_input
+            assert form is not None
+            x = " " + form(ex.context)
+            return [(prefix, [x]) for prefix in self.channel]
+        raise ValueError(method)
+
+    def method_digest(self, method: str, ex: Example) -> str:
+        assert isinstance(ex, ChoiceExample)
+        return digest(repr(self._groups(method, ex)))
+
+    def score(
+        self,
+        backend: Any,
+        split: TaskSplit,
+        examples: Sequence[Example],
+        previous: dict[int, dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
+        previous = previous or {}
+        choices = [ex for ex in examples if isinstance(ex, ChoiceExample)]
+        groups: list[tuple[str, Sequence[str]]] = []
+        names: list[str] = []
+        slots: list[tuple[int, str, int]] = []  # (example position, part, number of groups)
+        need_cf = False
+        for i, ex in enumerate(choices):
+            for part in self.missing(previous.get(ex.idx), ex):
+                if part == "boost":
+                    parts = [("full context", ex.context), ("premise-free context", ex.premise_free)]
+                    new = [(ctx, ex.choices) for _, ctx in parts]
+                    labels = [label for label, _ in parts]
+                elif part == "calibrate":
+                    need_cf = need_cf or self._cf is None
+                    continue
+                elif part in PREMISE_METHODS and self._groups(part, ex)[0][0] == ex.premise_free:
+                    slots.append((i, part, 0))  # the premise-free context's numbers serve: no new pass
+                    continue
+                else:
+                    new = self._groups(part, ex)
+                    labels = [part] * len(new)
+                groups += new
+                names += [f"{split.name} {ex.where} ({label})" for label in labels]
+                slots.append((i, part, len(new)))
+        if need_cf:
+            cf = self._cf_groups()
+            groups += cf
+            names += [f"{split.name} content-free input {c!r}" for c in self.content_free]
+        scores = backend.score_text(groups, names) if groups else []
+        if need_cf:
+            self._cf = [[s.log_prob for s in row] for row in scores[len(scores) - len(self.content_free) :]]
+        records: dict[int, dict[str, Any]] = {}
+        at = 0
+        for i, part, n in slots:
+            ex = choices[i]
+            rec = records.get(ex.idx)
+            if rec is None:
+                old = previous.get(ex.idx)
+                keep = old is not None and old.get("input") == self.input_digest(ex)
+                rec = records[ex.idx] = dict(old) if keep and old else {}
+                rec["method_inputs"] = dict(rec.get("method_inputs", {}))
+            got = scores[at : at + n]
+            at += n
+            self._fill(rec, part, ex, got)
+        for ex in choices:
+            if ex.idx not in records:  # only its calibration numbers were missing
+                records[ex.idx] = {
+                    **previous[ex.idx],
+                    "method_inputs": dict(previous[ex.idx]["method_inputs"]),
+                }
+            rec = records[ex.idx]
+            if "calibrate" in self.methods and rec.get("method_inputs", {}).get("calibrate") != (
+                self.method_digest("calibrate", ex)
+            ):
+                assert self._cf is not None
+                rec["ll_cf"] = self._cf
+                rec.setdefault("method_inputs", {})["calibrate"] = self.method_digest("calibrate", ex)
+        return [records[ex.idx] for ex in choices]
+
+    def _fill(self, rec: dict[str, Any], part: str, ex: ChoiceExample, got: list[list[Any]]) -> None:
+        if part == "boost":
+            full, short = got
+            rec.update(
+                id=ex.idx,
+                input=self.input_digest(ex),
+                label=ex.label,
+                ll_full=[s.log_prob for s in full],
+                ll_short=[s.log_prob for s in short],
+                n_tokens=[s.num_tokens for s in full],
+                greedy_full=[s.is_greedy for s in full],
+                char_lengths=[len(c) for c in ex.choices],
+            )
+            return
+        if part == "channel":
+            values = [row[0].log_prob for row in got]
+        elif not got:  # the premise is the premise-free context (CommonsenseQA's " the answer is:")
+            values = list(rec["ll_short"])
+        else:
+            values = [s.log_prob for s in got[0]]
+        rec[METHOD_FIELDS[part]] = values
+        rec["method_inputs"][part] = self.method_digest(part, ex)
+
+    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
+        info = super().describe(split, requested)
+        if "pmi_dc" in self.methods:
+            premises = {domain_premise(self.task, ex, self.options.domain_premises) for ex in split.examples}
+            info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
+        if "calibrate" in self.methods:
+            info["calibrate"]["content_free_inputs"] = self.content_free
+        if "channel" in self.methods:
+            info["channel"]["label_prefixes"] = self.channel
+        return info
+
+    def method_scores(self, record: dict[str, Any]) -> dict[str, list[float]]:
+        """Each comparison method's per-choice scores (``cblight.baselines``) from one record."""
+        full = torch.tensor(record["ll_full"], dtype=torch.float64).view(1, -1)
+        out: dict[str, list[float]] = {}
+        for m in self.methods:
+            if m == "calibrate":
+                prior = calibration_prior(torch.tensor(record["ll_cf"], dtype=torch.float64), "mean")
+                out[m] = calibrated_scores(full, prior)[0].tolist()
+            elif m == "channel":
+                out[m] = list(record["ll_channel"])
+            else:
+                premise = torch.tensor(record[METHOD_FIELDS[m]], dtype=torch.float64).view(1, -1)
+                out[m] = pmi_scores(full, premise)[0].tolist()
+        return out
+
+    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
+        sweep.update(
+            [r["id"] for r in records],
+            [r["label"] for r in records],
+            [r["ll_full"] for r in records],
+            [r["ll_short"] for r in records],
+            [r["char_lengths"] for r in records],
+            method_scores=[self.method_scores(r) for r in records] if self.methods else None,
+        )
+
+
+PREMISE_METHODS = ("pmi_dc", "pmi_empty")
+METHOD_FIELDS = {
+    "pmi_dc": "ll_domain",
+    "pmi_empty": "ll_empty",
+    "calibrate": "ll_cf",
+    "channel": "ll_channel",
+}

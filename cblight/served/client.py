@@ -1,0 +1,290 @@
+"""HTTP to an OpenAI-compatible completions server: bounded retries with exponential backoff, bounded
+concurrency, and an on-disk request cache so that an interrupted run resumes without asking twice.
+
+Only the standard library (``urllib``, ``sqlite3``, ``concurrent.futures``): the requests are small JSON
+posts and the server does the heavy work. What is retried: HTTP 408, 429 and 5xx answers and connection
+failures (refused, reset, timed out), at most ``max_retries`` more times, waiting ``backoff · 2^attempt``
+seconds (capped at ``max_backoff``, halved at random for jitter, a ``Retry-After`` header honoured up to
+the cap). Anything else (401, 404, 400 ...) fails at once. A request that still fails ends the whole run with
+one line naming the server, the status and the number of attempts: a run never goes on with some answers
+missing. Answers already received are in the cache, so the next run starts where this one stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from http.client import HTTPException
+from pathlib import Path
+from typing import Any
+
+from cblight.errors import CblightError, ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class ServedModelError(CblightError):
+    """A served model that cannot be used: unreachable, refusing, misaligned or missing log-probs."""
+
+
+@dataclass
+class ServerOptions:
+    """Where the served model is and how to talk to it (``--model.backend openai``).
+
+    Args:
+        base_url: the server's OpenAI API root, e.g. ``http://127.0.0.1:8000/v1`` (vLLM, llama-cpp-python).
+        api_key_env: name of the environment variable holding the API key (sent as a Bearer token when set).
+        concurrency: requests in flight at once.
+        max_retries: retries of a request after a 408/429/5xx answer or a connection failure.
+        backoff: seconds before the first retry; doubled each retry, up to ``max_backoff``.
+        max_backoff: the longest wait between two attempts.
+        timeout: seconds to wait for one answer.
+        request_cache: sqlite file of answers keyed by request (default ``<output_dir>/requests.sqlite``).
+        check_alignment: before scoring, check with a canary that the server's prompt log-probs sit at the
+            right positions (``cblight.served.scorer``).
+    """
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    concurrency: int = 8
+    max_retries: int = 5
+    backoff: float = 1.0
+    max_backoff: float = 30.0
+    timeout: float = 120.0
+    request_cache: str | None = None
+    check_alignment: bool = True
+
+    def check(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"server.base_url must be an http(s) URL, got {self.base_url!r}")
+        if self.concurrency < 1:
+            raise ConfigError(f"server.concurrency must be at least 1, got {self.concurrency}")
+        if self.max_retries < 0 or self.backoff < 0 or self.max_backoff < 0 or self.timeout <= 0:
+            raise ConfigError("server.max_retries, backoff and max_backoff must be >= 0 and timeout > 0")
+
+
+class _Retryable(Exception):
+    def __init__(self, what: str, retry_after: float | None = None):
+        super().__init__(what)
+        self.what = what
+        self.retry_after = retry_after
+
+
+def _retry_after(err: urllib.error.HTTPError) -> float | None:
+    value = err.headers.get("Retry-After") if err.headers else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _server_message(err: urllib.error.HTTPError) -> str:
+    try:
+        body = err.read().decode("utf-8", errors="replace")
+    except (OSError, HTTPException):
+        return ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body.strip()[:200]
+    if isinstance(parsed, dict):
+        detail = parsed.get("error", parsed.get("detail", parsed))
+        if isinstance(detail, dict):
+            detail = detail.get("message", detail)
+        return str(detail)[:200]
+    return str(parsed)[:200]
+
+
+class RequestCache:
+    """Answers by request digest in one sqlite file (the request kept beside its answer, for inspection);
+    safe to share between the client's threads."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, request TEXT NOT NULL, answer TEXT NOT NULL)"
+            )
+            self._db.commit()
+        except sqlite3.DatabaseError as err:
+            raise ServedModelError(f"request cache {self.path} is not a usable sqlite file ({err})") from None
+
+    @staticmethod
+    def key(body: dict[str, Any]) -> str:
+        return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def get(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (self.key(body),)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, body: dict[str, Any], answer: dict[str, Any]) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
+                (self.key(body), json.dumps(body, sort_keys=True), json.dumps(answer)),
+            )
+            self._db.commit()
+
+    def items(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Every cached ``(request, answer)``."""
+        with self._lock:
+            rows = self._db.execute("SELECT request, answer FROM answers").fetchall()
+        return [(json.loads(request), json.loads(answer)) for request, answer in rows]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
+
+
+class CompletionClient:
+    """Posts completion requests to ``options.base_url`` (see the module docstring)."""
+
+    def __init__(
+        self, options: ServerOptions, cache: RequestCache | None = None, sleep: Callable = time.sleep
+    ):
+        options.check()
+        self.options = options
+        self.base_url = options.base_url.rstrip("/")
+        self.cache = cache
+        self._sleep = sleep
+        self.requests_sent = 0
+        self.retries = 0
+        self._count = threading.Lock()
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        env = self.options.api_key_env
+        if env and os.environ.get(env):
+            headers["Authorization"] = f"Bearer {os.environ[env]}"
+        return headers
+
+    def _send(self, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        url = f"{self.base_url}{path}"
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(
+            url, data=data, headers=self._headers(), method="GET" if body is None else "POST"
+        )
+        with self._count:
+            self.requests_sent += 1
+        try:
+            with urllib.request.urlopen(request, timeout=self.options.timeout) as answer:
+                raw = answer.read()
+        except urllib.error.HTTPError as err:
+            message = _server_message(err)
+            status = f"HTTP {err.code} {err.reason}" + (f": {message}" if message else "")
+            if err.code in (408, 429) or err.code >= 500:
+                raise _Retryable(status, _retry_after(err)) from None
+            if err.code in (401, 403):
+                env = self.options.api_key_env
+                hint = f"set ${env}" if env else "set server.api_key_env to the variable holding the key"
+                raise ServedModelError(f"{url} refused the request ({status}); {hint}") from None
+            raise ServedModelError(f"{url} answered {status}") from None
+        except (urllib.error.URLError, ConnectionError, HTTPException, TimeoutError) as err:
+            reason = getattr(err, "reason", err)
+            raise _Retryable(f"connection failed ({reason})") from None
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            raise ServedModelError(f"{url} answered something that is not JSON: {raw[:80]!r}") from None
+        if not isinstance(parsed, dict):
+            raise ServedModelError(f"{url} answered {type(parsed).__name__} JSON, not an object")
+        return parsed
+
+    def request(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One request with the retry policy of the module docstring (no cache)."""
+        started = time.monotonic()
+        attempts = self.options.max_retries + 1
+        for attempt in range(attempts):
+            try:
+                return self._send(path, body)
+            except _Retryable as err:
+                last = err
+                if attempt + 1 == attempts:
+                    break
+                delay = min(self.options.max_backoff, self.options.backoff * 2**attempt)
+                if err.retry_after is not None:
+                    delay = min(self.options.max_backoff, max(delay, err.retry_after))
+                delay *= random.uniform(0.5, 1.0)
+                with self._count:
+                    self.retries += 1
+                log.warning("%s%s: %s; retrying in %.1f s", self.base_url, path, err.what, delay)
+                self._sleep(delay)
+        elapsed = time.monotonic() - started
+        raise ServedModelError(
+            f"{self.base_url}{path}: {last.what}, {attempts} attempts over {elapsed:.0f} s "
+            f"(server.max_retries={self.options.max_retries}); nothing was scored from the failed request"
+        )
+
+    def complete(self, body: dict[str, Any], use_cache: bool = True) -> dict[str, Any]:
+        """``POST /completions``, answered from the request cache when it holds this exact request."""
+        if use_cache and self.cache is not None:
+            hit = self.cache.get(body)
+            if hit is not None:
+                return hit
+        answer = self.request("/completions", body)
+        if use_cache and self.cache is not None:
+            self.cache.put(body, answer)
+        return answer
+
+    def complete_many(self, bodies: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every request, ``options.concurrency`` at a time, answers in order. The first failure cancels
+        what has not started and is raised; answers already received stay in the cache."""
+        out: list[dict[str, Any] | None] = [None] * len(bodies)
+        todo: list[int] = []
+        first: dict[str, int] = {}  # identical requests (e.g. a PMI premise equal to the premise-free
+        same: list[tuple[int, int]] = []  # context) are sent once
+        for i, body in enumerate(bodies):
+            key = RequestCache.key(body)
+            if key in first:
+                same.append((i, first[key]))
+                continue
+            first[key] = i
+            hit = self.cache.get(body) if self.cache is not None else None
+            if hit is None:
+                todo.append(i)
+            else:
+                out[i] = hit
+        if todo:
+            with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(todo))) as pool:
+                futures = {pool.submit(self.complete, bodies[i]): i for i in todo}
+                done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f.exception() for f in done if f.exception() is not None]
+                if failed:
+                    for future in pending:
+                        future.cancel()  # those already running finish (and are cached) before the raise
+                    raise failed[0]
+                for future in done:
+                    out[futures[future]] = future.result()
+        for i, j in same:
+            out[i] = out[j]
+        assert all(answer is not None for answer in out)
+        return out  # type: ignore[return-value]
+
+    def model_ids(self) -> list[str] | None:
+        """The model names ``GET /models`` lists; ``None`` when the server has no such endpoint."""
+        try:
+            answer = self.request("/models")
+        except ServedModelError as err:
+            if "HTTP 404" in str(err):
+                return None
+            raise
+        data = answer.get("data")
+        if not isinstance(data, list):
+            return None
+        return [str(m.get("id")) for m in data if isinstance(m, dict)]

@@ -1,0 +1,397 @@
+"""The served backend's error handling, retries, concurrency, request cache and echo parsing.
+
+A small local HTTP stub answers with canned statuses (429, 500, 401, ...) and counts what it was sent: it
+tests the client's handling of those answers, not scoring. Scoring against a real server (llama-cpp-python
+serving the Gemma GGUF) is ``tests/realmodel/test_served.py``. The echoed answers parsed below have the
+shapes a real llama-cpp-python 0.3.36 server and vLLM send (vLLM counts its BOS text in the offsets).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from cblight.served import CompletionClient, RequestCache, ServedModelError, ServedScorer, ServerOptions
+from cblight.served.scorer import echoed_continuation
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+Reply = tuple[int, dict, dict[str, str]]  # status, JSON body, headers
+
+
+class Stub:
+    """An HTTP server on 127.0.0.1 whose answer to each request is ``reply(path, body)``."""
+
+    def __init__(self, reply: Callable[[str, dict | None], Reply], delay: float = 0.0):
+        self.reply = reply
+        self.delay = delay
+        self.requests: list[tuple[str, dict | None]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, body: dict | None) -> None:
+                with stub._lock:
+                    stub.requests.append((self.path, body))
+                    stub.in_flight += 1
+                    stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+                time.sleep(stub.delay)
+                status, payload, headers = stub.reply(self.path, body)
+                with stub._lock:
+                    stub.in_flight -= 1
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                for key, value in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._answer(None)
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                self._answer(json.loads(self.rfile.read(length)))
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def completions(self) -> int:
+        return sum(path.endswith("/completions") for path, _ in self.requests)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub():
+    made: list[Stub] = []
+
+    def make(reply, delay: float = 0.0) -> Stub:
+        made.append(Stub(reply, delay))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def options(url: str, **kw) -> ServerOptions:
+    return ServerOptions(base_url=url, **{"max_retries": 3, "backoff": 0.0, "max_backoff": 0.0, **kw})
+
+
+def echo_answer(prompt: str, lps: list[float | None], pieces: list[str], bos: str = "") -> dict:
+    """An ``echo: true, logprobs: 1, max_tokens: 1`` answer: ``pieces`` tokenise ``prompt``; one generated
+    token follows. ``bos`` is the BOS text a vLLM server puts (and counts in the offsets) first."""
+    assert "".join(pieces) == prompt
+    tokens = ([bos] if bos else []) + pieces + ["."]
+    values = ([None] if bos else []) + lps + [-0.5]
+    offsets, at = [], 0
+    for tok in tokens:
+        offsets.append(at)
+        at += len(tok)
+    tops = [None if v is None else {tok: v} for tok, v in zip(tokens, values)]
+    return {
+        "choices": [
+            {
+                "text": prompt + ".",
+                "logprobs": {
+                    "tokens": tokens,
+                    "text_offset": offsets,
+                    "token_logprobs": values,
+                    "top_logprobs": tops,
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": len(tokens) - 1, "completion_tokens": 1},
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Retries, backoff, bounded storms
+
+
+def test_429_and_500_are_retried_with_exponential_backoff(stub):
+    answers = iter([(500, {"error": "busy"}, {}), (429, {}, {"Retry-After": "0"}), (200, {"ok": 1}, {})])
+    server = stub(lambda path, body: next(answers))
+    slept: list[float] = []
+    client = CompletionClient(options(server.url, backoff=1.0, max_backoff=30.0), sleep=slept.append)
+    assert client.request("/completions", {"prompt": "x"}) == {"ok": 1}
+    assert len(server.requests) == 3 and client.retries == 2
+    # backoff * 2^attempt, jittered into [half, whole]
+    assert 0.5 <= slept[0] <= 1.0 and 1.0 <= slept[1] <= 2.0
+
+
+def test_a_429_storm_ends_in_one_error_after_bounded_attempts(stub):
+    server = stub(lambda path, body: (429, {"error": {"message": "rate limited"}}, {"Retry-After": "100"}))
+    slept: list[float] = []
+    client = CompletionClient(
+        options(server.url, max_retries=4, backoff=0.5, max_backoff=2.0), sleep=slept.append
+    )
+    with pytest.raises(ServedModelError) as err:
+        client.request("/completions", {"prompt": "x"})
+    message = str(err.value)
+    assert "HTTP 429" in message and "rate limited" in message and "5 attempts" in message
+    assert len(server.requests) == 5
+    assert all(s <= 2.0 for s in slept) and len(slept) == 4  # Retry-After honoured only up to max_backoff
+
+
+def test_a_500_storm_through_evaluate_is_one_line_and_writes_nothing(stub, tmp_path, capsys):
+    from cblight.cli import evaluate_cli
+
+    server = stub(lambda path, body: (503, {"detail": "overloaded"}, {}))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate_cli(served_args(server.url, out))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "HTTP 503" in err and "3 attempts" in err
+    assert not (out / "results.json").exists()
+
+
+def test_an_unreachable_server_is_one_error(tmp_path, capsys):
+    from cblight.cli import evaluate_cli
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate_cli(served_args(f"http://127.0.0.1:{port}/v1", out))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        err.startswith(f"error: http://127.0.0.1:{port}/v1/models: connection failed") and "3 attempts" in err
+    )
+    assert not (out / "results.json").exists()
+
+
+def served_args(url: str, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model.model", "served-model",
+        "--model.backend", "openai",
+        "--model.server.base_url", url,
+        "--model.server.max_retries", "2",
+        "--model.server.backoff", "0",
+        "--data.data_root", str(FIXTURES),
+        "--data.tasks", "[csqa]",
+        "--data.selection", "false",
+        "--model.output_dir", str(out),
+        "--trainer.accelerator", "cpu",
+        "--trainer.enable_progress_bar", "false",
+        *extra,
+    ]  # fmt: skip
+
+
+def test_client_errors_fail_at_once_with_the_cause(stub, monkeypatch):
+    server = stub(lambda path, body: (401, {"error": "invalid api key"}, {}))
+    monkeypatch.setenv("MY_KEY", "sk-test")
+    client = CompletionClient(options(server.url, api_key_env="MY_KEY"))
+    with pytest.raises(
+        ServedModelError, match=r"refused the request \(HTTP 401.*invalid api key.*set \$MY_KEY"
+    ):
+        client.request("/completions", {"prompt": "x"})
+    assert len(server.requests) == 1
+    bad = stub(
+        lambda path, body: (400, {"error": {"message": "prompt is longer than the context window"}}, {})
+    )
+    with pytest.raises(ServedModelError, match=r"HTTP 400 .*longer than the context window"):
+        CompletionClient(options(bad.url)).request("/completions", {"prompt": "x"})
+    assert len(bad.requests) == 1
+
+
+def test_api_key_comes_from_the_named_variable(stub, monkeypatch):
+    seen: list[str | None] = []
+    server = stub(lambda path, body: (200, {"data": [{"id": "m"}]}, {}))
+    import urllib.request
+
+    original = urllib.request.urlopen
+
+    def spy(request, timeout):
+        seen.append(request.get_header("Authorization"))
+        return original(request, timeout=timeout)
+
+    monkeypatch.setattr(urllib.request, "urlopen", spy)
+    monkeypatch.setenv("SERVED_KEY", "abc")
+    assert CompletionClient(options(server.url, api_key_env="SERVED_KEY")).model_ids() == ["m"]
+    monkeypatch.delenv("SERVED_KEY")
+    CompletionClient(options(server.url, api_key_env="SERVED_KEY")).model_ids()
+    assert seen == ["Bearer abc", None]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Concurrency and the request cache
+
+
+def test_concurrency_is_bounded(stub):
+    server = stub(lambda path, body: (200, {"n": body["prompt"]}, {}), delay=0.05)
+    client = CompletionClient(options(server.url, concurrency=3))
+    answers = client.complete_many([{"prompt": i} for i in range(12)])
+    assert [a["n"] for a in answers] == list(range(12))  # in request order
+    assert 1 < server.max_in_flight <= 3
+    sent = server.completions()
+    twice = client.complete_many([{"prompt": "same"}, {"prompt": 99}, {"prompt": "same"}])
+    assert twice[0] == twice[2] == {"n": "same"} and server.completions() - sent == 2  # sent once
+
+
+def test_an_interrupted_run_resumes_from_the_request_cache(stub, tmp_path):
+    fail = {"on": 5}
+
+    def reply(path, body):
+        if body["prompt"] == fail["on"]:
+            return 400, {"error": "bad prompt"}, {}
+        return 200, {"n": body["prompt"]}, {}
+
+    server = stub(reply)
+    cache = RequestCache(tmp_path / "requests.sqlite")
+    client = CompletionClient(options(server.url, concurrency=1), cache)
+    bodies = [{"prompt": i} for i in range(8)]
+    with pytest.raises(ServedModelError, match="HTTP 400"):
+        client.complete_many(bodies)
+    cached = len(cache)  # prompts 0-4, and 6 if the worker took it before the failure was seen
+    assert cached in (5, 6)
+    sent = server.completions()
+    fail["on"] = None
+    again = CompletionClient(options(server.url, concurrency=2), RequestCache(tmp_path / "requests.sqlite"))
+    assert [a["n"] for a in again.complete_many(bodies)] == list(range(8))
+    assert server.completions() - sent == 8 - cached  # only those never answered
+    assert len(RequestCache(tmp_path / "requests.sqlite")) == 8
+
+
+def test_a_corrupt_request_cache_is_one_error(tmp_path):
+    bad = tmp_path / "requests.sqlite"
+    bad.write_text("not a database" * 100)
+    with pytest.raises(ServedModelError, match=r"request cache .* is not a usable sqlite file"):
+        RequestCache(bad)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Echoed prompt log-probs -> continuation scores
+
+
+def test_llama_cpp_and_vllm_echo_shapes_give_the_same_continuation():
+    prompt = "Where is milk? the answer is: fridge"
+    pieces = ["Where", " is", " milk", "?", " the", " answer", " is", ":", " fridge"]
+    lps = [None, -3.0, -4.0, -1.0, -2.0, -0.5, -0.1, -0.2, -7.5]  # llama-cpp-python: the first gets none
+    llama = echoed_continuation(echo_answer(prompt, lps, pieces), " fridge", "q")
+    vllm = echoed_continuation(echo_answer(prompt, [-9.0, *lps[1:]], pieces, bos="<bos>"), " fridge", "q")
+    assert llama.tokens == vllm.tokens == (" fridge",)
+    assert llama.log_probs == vllm.log_probs == (-7.5,)
+    assert not llama.straddles and llama.greedy
+    two = echoed_continuation(echo_answer(prompt, lps, pieces), ": fridge", "q")
+    assert two.log_probs == (-0.2, -7.5)
+
+
+def test_generated_tokens_left_out_of_the_echo_are_recognised():
+    """llama-cpp-python's echo for a model without BOS lists the prompt tokens only, though usage counts
+    one generated token: the generated text (the answer's text minus the prompt) tells."""
+    prompt = "The capital of France is Paris"
+    pieces = ["The", " capital", " of", " France", " is", " Paris"]
+    answer = echo_answer(prompt, [None, -9.6, -10.5, -11.2, -11.8, -8.45], pieces)
+    lp = answer["choices"][0]["logprobs"]
+    for key in ("tokens", "text_offset", "token_logprobs", "top_logprobs"):
+        lp[key] = lp[key][:-1]  # the generated "." is counted in usage but not listed
+    assert echoed_continuation(answer, " Paris", "q", prompt).log_probs == (-8.45,)
+    whole = echo_answer(prompt, [None, -9.6, -10.5, -11.2, -11.8, -8.45], pieces)
+    assert echoed_continuation(whole, " Paris", "q", prompt).log_probs == (-8.45,)
+
+
+def test_a_token_straddling_the_boundary_is_left_out_and_flagged():
+    prompt = "is: yes"
+    got = echoed_continuation(echo_answer(prompt, [None, -1.0, -2.0], ["is", ": ", "yes"]), " yes", "q")
+    assert got.tokens == ("yes",) and got.log_probs == (-2.0,) and got.straddles
+
+
+def test_missing_prompt_log_probs_are_errors_not_numbers():
+    prompt = "the answer is: yes"
+    pieces = ["the", " answer", " is", ":", " yes"]
+    empty_context = echo_answer("yes", [None], ["yes"])  # the token right after BOS gets no log-prob
+    with pytest.raises(ServedModelError, match=r"no log-prob for a continuation token.*empty context"):
+        echoed_continuation(empty_context, "yes", "q")
+    no_echo = {  # a server that ignores echo: log-probs of the generated token only
+        "choices": [
+            {"text": ".", "logprobs": {"tokens": ["."], "text_offset": [0], "token_logprobs": [-0.5]}}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+    }
+    with pytest.raises(ServedModelError, match="generated tokens only, none for the prompt"):
+        echoed_continuation(no_echo, " yes", "q")
+    without_logprobs = {"choices": [{"text": prompt, "logprobs": None}], "usage": {"completion_tokens": 1}}
+    with pytest.raises(ServedModelError, match="no prompt log-probs"):
+        echoed_continuation(without_logprobs, " yes", "q")
+    no_usage = echo_answer(prompt, [None, -1.0, -1.0, -1.0, -1.0], pieces)
+    del no_usage["usage"]
+    with pytest.raises(ServedModelError, match=r"usage.completion_tokens"):
+        echoed_continuation(no_usage, " yes", "q")
+
+
+def test_the_canary_refuses_a_misaligned_server(stub):
+    """A server whose echoed log-prob of a token differs from its generation log-prob (llama-cpp-python's
+    off-by-one for models without BOS) is refused before anything is scored."""
+
+    def reply(path, body):
+        if not body.get("echo"):
+            return (
+                200,
+                {
+                    "choices": [
+                        {"text": " Paris", "logprobs": {"tokens": [" Paris"], "token_logprobs": [-0.4]}}
+                    ],
+                    "usage": {"completion_tokens": 1},
+                },
+                {},
+            )
+        pieces = ["The", " capital", " of", " France", " is", " Paris"]
+        return 200, echo_answer(body["prompt"], [None, -9.0, -10.5, -3.0, -2.0, -11.0], pieces), {}
+
+    scorer = ServedScorer(CompletionClient(options(stub(reply).url)), "m")
+    with pytest.raises(
+        ServedModelError, match=r"misaligned prompt log-probs: ' Paris' .* -11\.000 .* -0\.400"
+    ):
+        scorer.check_alignment()
+
+
+def test_next_token_tasks_and_unspelled_special_tokens_are_refused(tmp_path, capsys):
+    from cblight.cli import evaluate_cli
+
+    for extra, message in (
+        (["--data.tasks", "[lambada]"], "lambada: next-token prediction needs the model's whole next-token"),
+        (["--data.tasks", "[sst5]"], "sst5: its prompts contain the tokenizer's EOS token"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            evaluate_cli(served_args("http://127.0.0.1:9/v1", tmp_path / "out", *extra))
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: {message}")
+
+
+def test_server_options_are_checked(tmp_path, capsys):
+    from cblight.cli import evaluate_cli
+
+    for extra, message in (
+        (["--model.server.base_url", "127.0.0.1:8000"], "server.base_url must be an http(s) URL"),
+        (["--model.server.concurrency", "0"], "server.concurrency must be at least 1"),
+    ):
+        with pytest.raises(SystemExit):
+            evaluate_cli([*served_args("http://127.0.0.1:9/v1", tmp_path / "out"), *extra])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        evaluate_cli(
+            ["--model.model", "gpt2", "--model.server.base_url", "http://x/v1", "--data.tasks", "[copa]"]
+        )
+    assert "server options are for backend: openai" in capsys.readouterr().err
