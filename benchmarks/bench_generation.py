@@ -1,7 +1,8 @@
 """Speed of boosted decoding against its floor and its peers, measured in one run (DESIGN.md §5).
 
-A random GPT-2-small-shaped model (``GPT2Config()`` defaults, built here: no download) on CPU, a batch of
-random 32-token prompts, greedy decoding of exactly ``N`` new tokens (EOS disabled), for each ``N``:
+``--model`` (default: a randomly initialised GPT-2-small-shaped model built here; ``smollm2`` / ``gemma``:
+the offline zoo's real models), a batch of ``--prompt-len``-token prompts (word text through the model's
+tokenizer), greedy decoding of exactly ``N`` new tokens (EOS disabled), for each ``N``:
 
 * **last-k** (``mode="last_k"``, k = 32) against
   - its *floor*: plain cached ``generate`` for ``N`` tokens plus one ``k``-token window forward with
@@ -14,45 +15,41 @@ random 32-token prompts, greedy decoding of exactly ``N`` new tokens (EOS disabl
   ``generate`` for reference.
 
 The machine may be shared: each repeat times every method back to back (interleaved), and the medians
-over repeats are reported. Run::
+over repeats are reported. Peak memory of every method (``--memory-tokens`` new tokens, default the first
+``N``) follows. Run::
 
     python benchmarks/bench_generation.py                       # the DESIGN.md sizes
     python benchmarks/bench_generation.py --new-tokens 16 --layers 2 --repeats 1   # a quick smoke run
+    python benchmarks/bench_generation.py --model smollm2 --repeats 3 --authors-repeats 1
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import random
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from benchmarks import common, machine, memory
 
-def build(layers: int, width: int, seed: int):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from cblight.tiny import gpt2_tokenizer
-
-    torch.manual_seed(seed)
-    config = GPT2Config(n_layer=layers, n_embd=width) if (layers, width) != (12, 768) else GPT2Config()
-    model = GPT2LMHeadModel(config).eval()
-    # exactly N new tokens for every method: no EOS stop
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model, gpt2_tokenizer()
+METHODS = {
+    "last_k": ("last_k", "plain", "windows", "authors"),
+    "response": ("response", "cfg", "plain_dialog"),
+}
 
 
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    with torch.no_grad():
-        fn()
-    return time.perf_counter() - start
+def prompts(tok, batch: int, length: int, seed: int, device: str) -> torch.Tensor:
+    """``[batch, length]`` prompt ids: random word text through the tokenizer (with its BOS, if any)."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(batch):
+        text = " ".join(common.sentence(rng, 12) for _ in range(length))
+        rows.append(tok(text)["input_ids"][:length])
+    return torch.tensor(rows, device=device)
 
 
 def authors_wrapper(model, ids: torch.Tensor, new: int, k: int, alpha: float) -> torch.Tensor:
@@ -67,16 +64,16 @@ def authors_wrapper(model, ids: torch.Tensor, new: int, k: int, alpha: float) ->
     return seq
 
 
-def measure(args, model, tok, ids: torch.Tensor, dialog_ids: torch.Tensor, new: int):
-    """Seconds per method for ``new`` tokens, every method once per repeat (interleaved)."""
+def build_jobs(args, model, tok, ids: torch.Tensor, dialog_ids: torch.Tensor, new: int):
+    """The methods for ``new`` tokens, and how many steps need a last-k window."""
     from cblight.generation import boosted_generate
     from cblight.scoring import last_position_log_probs
 
     # steps whose content (prompt + generated so far) is longer than k run a window
     n_windows = sum(1 for t in range(new) if args.prompt_len + t > args.k)
     window = ids[:, -args.k :]
-    neg = torch.full((args.batch, 1), tok.eos_token_id)
-    runs = {
+    neg = torch.full((args.batch, 1), tok.eos_token_id, device=ids.device)
+    jobs = {
         "last_k": lambda: boosted_generate(
             model, tok, ids, mode="last_k", k=args.k, alpha=args.alpha, max_new_tokens=new
         ),
@@ -95,25 +92,57 @@ def measure(args, model, tok, ids: torch.Tensor, dialog_ids: torch.Tensor, new: 
         ),
         "plain_dialog": lambda: model.generate(dialog_ids, max_new_tokens=new, do_sample=False),
     }
-    wanted = [m for m in ("last_k", "plain", "windows", "authors") if "last_k" in args.cases]
-    wanted += [m for m in ("response", "cfg", "plain_dialog") if "response" in args.cases]
+    wanted = [m for case in args.cases for m in METHODS[case]]
+    return {m: jobs[m] for m in wanted}, n_windows
+
+
+def measure(args, jobs: dict, new: int) -> dict[str, list[float]]:
+    """Seconds per method for ``new`` tokens, every method once per repeat (interleaved)."""
     authors_every = args.authors_repeats or args.repeats
     times: dict[str, list[float]] = {}
     for r in range(args.repeats):
         this: dict[str, float] = {}
-        for name in wanted:
+        for name, fn in jobs.items():
             if name == "authors" and r >= authors_every:
                 continue
-            this[name] = timed(runs[name])
+            this[name], _ = common.timed(fn, args.device)
             times.setdefault(name, []).append(this[name])
         print(
             f"  [N={new} repeat {r + 1}] " + ", ".join(f"{k}={v:.2f}s" for k, v in this.items()), flush=True
         )
-    return times, n_windows
+    return times
+
+
+def report(args, med: dict[str, float], new: int, n_windows: int) -> dict[str, float]:
+    ratios: dict[str, float] = {}
+    if "last_k" in med:
+        floor = med["plain"] + med["windows"]
+        ratios["last_k_vs_floor"] = floor / med["last_k"]
+        ratios["last_k_speedup_vs_authors"] = med["authors"] / med["last_k"]
+        ratios["last_k_time_vs_plain"] = med["last_k"] / med["plain"]
+        print(
+            f"  last-{args.k} boosting: {ratios['last_k_vs_floor']:.2f}x of its floor "
+            f"(plain cached generate + {n_windows} window forwards; target >= 0.85x)"
+        )
+        print(
+            f"  last-{args.k} boosting: {ratios['last_k_speedup_vs_authors']:.2f}x the authors' wrapper "
+            f"(target >= {'2' if new <= 64 else '3.5'}x at {new} tokens)"
+        )
+        print(f"  last-{args.k} boosting costs {ratios['last_k_time_vs_plain']:.2f}x plain generate")
+    if "response" in med:
+        ratios["response_throughput_vs_cfg"] = med["cfg"] / med["response"]
+        ratios["response_time_vs_plain"] = med["response"] / med["plain_dialog"]
+        print(
+            f"  response-so-far boosting: {ratios['response_throughput_vs_cfg']:.2f}x the throughput of "
+            f"transformers' CFG (target >= 1.2x); {ratios['response_time_vs_plain']:.2f}x the time "
+            "of plain generate"
+        )
+    return ratios
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_common_args(parser)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, nargs="+", default=[64, 200])
@@ -124,50 +153,93 @@ def main() -> None:
     parser.add_argument("--dialog-alpha", type=float, default=-0.3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--authors-repeats", type=int, default=None, help="repeats of the slow wrapper")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--width", type=int, default=768)
-    parser.add_argument("--cases", nargs="+", default=["last_k", "response"], choices=["last_k", "response"])
+    parser.add_argument("--memory-tokens", type=int, default=None, help="new tokens of the memory runs")
+    parser.add_argument("--layers", type=int, default=12, help="layers of the gpt2-random model")
+    parser.add_argument("--width", type=int, default=768, help="width of the gpt2-random model")
+    parser.add_argument("--cases", nargs="+", default=["last_k", "response"], choices=list(METHODS))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-
-    torch.set_num_threads(args.threads)
-    model, tok = build(args.layers, args.width, args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
-    ids = torch.randint(0, tok.eos_token_id, (args.batch, args.prompt_len), generator=gen)
-    eos = torch.full((args.batch, 1), tok.eos_token_id)
+    if (args.layers, args.width) != (12, 768) and args.model != common.RANDOM_GPT2:
+        parser.error(f"--layers/--width shape the {common.RANDOM_GPT2} model only")
+    if min(args.new_tokens) < 1 or args.batch < 1 or args.repeats < 1 or args.prompt_len <= args.k:
+        parser.error("--new-tokens, --batch and --repeats must be at least 1, and --prompt-len above --k")
+    memory_tokens = args.memory_tokens or args.new_tokens[0]
+    common.setup(args)
+    model, tok = common.load_model(args, layers=args.layers, width=args.width)
+    # exactly N new tokens for every method: no EOS stop
+    model.generation_config.eos_token_id = None
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = 0
+    ids = prompts(tok, args.batch, args.prompt_len, args.seed, args.device)
+    eos = torch.full((args.batch, 1), tok.eos_token_id, device=args.device)
     dialog_ids = torch.cat([ids[:, :-1], eos], dim=1)
-    print(
-        f"GPT-2 {args.layers} layers x {args.width}, batch {args.batch}, {args.prompt_len}-token prompts, "
-        f"greedy, {args.threads} threads, k={args.k}, {args.repeats} interleaved repeats (medians)"
-    )
+    if args.memory_job:
+        memory.child(build_jobs(args, model, tok, ids, dialog_ids, memory_tokens)[0], args)
+        return
 
+    host = machine.info(args)
+    print(machine.line(host))
+    facts = common.model_facts(model, args.model)
+    print(common.describe(facts))
+    print(
+        f"batch {args.batch}, {args.prompt_len}-token prompts, greedy, k={args.k}, "
+        f"{args.repeats} interleaved repeats (medians)"
+    )
+    for fn in build_jobs(args, model, tok, ids, dialog_ids, 2)[0].values():
+        common.timed(fn, args.device)  # warm-up: first-call set-up stays out of the timings
+    results = []
     for new in args.new_tokens:
-        times, n_windows = measure(args, model, tok, ids, dialog_ids, new)
-        med = {name: statistics.median(v) for name, v in times.items()}
+        jobs, n_windows = build_jobs(args, model, tok, ids, dialog_ids, new)
+        times = measure(args, jobs, new)
+        med = {name: common.median(v) for name, v in times.items()}
         print(
             f"N = {new} new tokens (median seconds: "
             + ", ".join(f"{k} {v:.2f}" for k, v in med.items())
             + ")"
         )
-        if "last_k" in med:
-            floor = med["plain"] + med["windows"]
-            print(
-                f"  last-{args.k} boosting: {floor / med['last_k']:.2f}x of its floor "
-                f"(plain cached generate + {n_windows} window forwards; target >= 0.85x)"
-            )
-            print(
-                f"  last-{args.k} boosting: {med['authors'] / med['last_k']:.2f}x the authors' wrapper "
-                f"(target >= {'2' if new <= 64 else '3.5'}x at {new} tokens)"
-            )
-            print(f"  last-{args.k} boosting costs {med['last_k'] / med['plain']:.2f}x plain generate")
-        if "response" in med:
-            print(
-                f"  response-so-far boosting: {med['cfg'] / med['response']:.2f}x the throughput of "
-                f"transformers' CFG (target >= 1.2x); {med['response'] / med['plain_dialog']:.2f}x the time "
-                "of plain generate"
-            )
+        results.append(
+            {
+                "new_tokens": new,
+                "seconds": times,
+                "median_seconds": med,
+                "ratios": report(args, med, new, n_windows),
+            }
+        )
+    peak: dict[str, int] = {}
+    if not args.skip_memory:
+        print(f"peak memory at N = {memory_tokens} ({memory.note(args.device)}):")
+        jobs, _ = build_jobs(args, model, tok, ids, dialog_ids, memory_tokens)
+        peak = memory.peaks(jobs, list(jobs), args, memory_tokens=str(memory_tokens))
+        pairs = [
+            ("last_k", "authors"),
+            ("plain", "last_k"),
+            ("response", "cfg"),
+            ("plain_dialog", "response"),
+        ]
+        for ours, theirs in pairs:
+            if ours in peak and theirs in peak:
+                print(memory.line(f"N = {memory_tokens}", peak, ours, theirs))
+    payload = common.record(
+        "bench_generation",
+        args,
+        host,
+        facts,
+        settings={
+            "batch": args.batch,
+            "prompt_len": args.prompt_len,
+            "k": args.k,
+            "alpha": args.alpha,
+            "dialog_alpha": args.dialog_alpha,
+            "repeats": args.repeats,
+            "authors_repeats": args.authors_repeats or args.repeats,
+            "statistic": "median",
+            "memory_tokens": memory_tokens,
+        },
+        runs=results,
+        peak_bytes=peak or None,
+    )
+    common.finish(args, payload)
 
 
 if __name__ == "__main__":
-    main()
+    common.run_main(main)

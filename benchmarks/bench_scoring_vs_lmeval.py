@@ -1,13 +1,16 @@
 """Continuation scoring: cblight's Scorer vs lm-evaluation-harness's Hugging Face backend (HFLM).
 
-Same model (a random GPT-2-small-shaped model, 124M parameters), same requests, same CPU threads, measured
-in one run. The requests are the multiple-choice workload of the paper (Table 4): every choice after the
-full context and after the premise-free context, for three question shapes (HellaSwag-like: long context,
-four long endings; COPA-like: short context, two short choices; BoolQ-like: a passage and one-token answers).
-lm-eval runs in its own environment (created on first use: ``python -m venv`` + ``pip install lm-eval``),
-through ``benchmarks/lmeval_runner.py``. The script also checks that both give the same log-likelihoods.
+Same model (``--model``: default a random GPT-2-small-shaped model, 124M parameters; ``smollm2`` /
+``gemma`` for the offline zoo's real models), same requests, same CPU threads, measured in one run. The
+requests are the multiple-choice workload of the paper (Table 4): every choice after the full context and
+after the premise-free context, for three question shapes (HellaSwag-like: long context, four long endings;
+COPA-like: short context, two short choices; BoolQ-like: a passage and one-token answers). lm-eval runs in
+a process of its own through ``benchmarks/lmeval_runner.py``, with this Python (``pip install
+'cblight[lmeval]'``) or ``--lmeval-python`` of another environment. The script also checks that both give
+the same log-likelihoods, and measures each side's peak memory.
 
     python benchmarks/bench_scoring_vs_lmeval.py [--questions 24] [--batch-size 16] [--threads 2]
+    python benchmarks/bench_scoring_vs_lmeval.py --model gemma --questions 24 --repeats 3
 """
 
 from __future__ import annotations
@@ -18,13 +21,12 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.common import best_of, gpt2_small_dir, sentence  # noqa: E402
+from benchmarks import common, machine, memory  # noqa: E402
 
 
 def workload(n_questions: int, seed: int = 0) -> list[tuple[str, str, list[str]]]:
@@ -34,93 +36,137 @@ def workload(n_questions: int, seed: int = 0) -> list[tuple[str, str, list[str]]
     for i in range(n_questions):
         shape = i % 3
         if shape == 0:  # HellaSwag-like
-            ctx = sentence(rng, 30) + " " + sentence(rng, 12)[:-1]
+            ctx = common.sentence(rng, 30) + " " + common.sentence(rng, 12)[:-1]
             free = " " + ctx.rsplit(".", 1)[-1].strip()
-            choices = [" " + sentence(rng, 15) for _ in range(4)]
+            choices = [" " + common.sentence(rng, 15) for _ in range(4)]
         elif shape == 1:  # COPA-like
-            ctx = sentence(rng, 9)[:-1] + " because"
+            ctx = common.sentence(rng, 9)[:-1] + " because"
             free = " because"
-            choices = [" " + sentence(rng, 6).lower() for _ in range(2)]
+            choices = [" " + common.sentence(rng, 6).lower() for _ in range(2)]
         else:  # BoolQ-like
-            question = sentence(rng, 8)[:-1] + "?"
-            ctx = f"Title: {sentence(rng, 100)}\n Question: {question}?\n The answer is:"
+            question = common.sentence(rng, 8)[:-1] + "?"
+            ctx = f"Title: {common.sentence(rng, 100)}\n Question: {question}?\n The answer is:"
             free = f" Question: {question}?\n The answer is:"
             choices = [" no", " yes"]
         out.append((ctx, free, choices))
     return out
 
 
-def ensure_lmeval_python(path: str | None) -> str:
-    if path:
-        return path
-    env = HERE / ".venv-lmeval"
-    python = env / "bin" / "python"
-    if not python.exists():
-        print(f"creating {env} with lm-eval (one time)...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "lm-eval", "transformers", "accelerate"], check=True
+def lmeval_python(path: str | None) -> str:
+    """The Python that runs lm-eval: ``--lmeval-python``, else this one, which must have lm-eval."""
+    python = path or sys.executable
+    probe = subprocess.run([python, "-c", "import lm_eval"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise common.BenchError(
+            f"lm-eval is not importable by {python}: pip install 'cblight[lmeval]', or pass --lmeval-python "
+            "of an environment that has it"
         )
-    return str(python)
+    return python
+
+
+def run_lmeval(args: argparse.Namespace, model_dir: str, pairs: list[tuple[str, str]], peak: bool) -> dict:
+    """lm-eval's timings and log-likelihoods, or (``peak``) its peak memory, from a process of its own."""
+    python = lmeval_python(args.lmeval_python)
+    with tempfile.TemporaryDirectory() as tmp:
+        req, out = Path(tmp) / "req.json", Path(tmp) / "out.json"
+        req.write_text(json.dumps(pairs))
+        cmd = [python, str(HERE / "lmeval_runner.py"), "--model-dir", model_dir, "--requests", str(req)]
+        cmd += ["--out", str(out), "--batch-size", str(args.batch_size), "--repeats", str(args.repeats)]
+        cmd += ["--threads", str(args.threads), "--device", args.device]
+        cmd += ["--memory-only"] if peak else []
+        env = memory.child_env() if peak else None
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"lm-eval run failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+        return json.loads(out.read_text())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    common.add_common_args(parser)
     parser.add_argument("--questions", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="best of this many timings")
     parser.add_argument(
         "--lmeval-python", default=None, help="python of an environment with lm-eval installed"
     )
-    parser.add_argument("--model-dir", default=str(Path(tempfile.gettempdir()) / "cblight-bench-gpt2-small"))
     args = parser.parse_args()
-
-    import torch
-
-    torch.set_num_threads(args.threads)
-    from cblight.models import load_causal_lm, load_tokenizer
+    if min(args.questions, args.batch_size, args.repeats) < 1:
+        parser.error("--questions, --batch-size and --repeats must be at least 1")
+    common.setup(args)
+    from cblight.models import resolve_model_path
     from cblight.scoring import Scorer
 
-    model_dir = gpt2_small_dir(args.model_dir)
+    model, tok = common.load_model(args)
     questions = workload(args.questions)
     groups = [(ctx, ch) for ctx, _, ch in questions] + [(free, ch) for _, free, ch in questions]
     pairs = [(ctx, c) for ctx, ch in groups for c in ch]
-    n_tokens = sum(len(load_tokenizer(str(model_dir))(c + x)["input_ids"]) for c, x in pairs)
+    scorers = {
+        "shared": Scorer(model, tok, batch_size=args.batch_size, share_context=True),
+        "rows": Scorer(model, tok, batch_size=args.batch_size, share_context=False),
+    }
+    jobs = {name: (lambda s=s: s.score_text(groups)) for name, s in scorers.items()}
+    if args.memory_job:
+        memory.child(jobs, args)
+        return
+
+    host = machine.info(args)
+    print(machine.line(host))
+    facts = common.model_facts(model, args.model)
+    print(common.describe(facts))
+    n_tokens = sum(len(tok(c + x)["input_ids"]) for c, x in pairs)
     print(f"{len(questions)} questions, {len(pairs)} (context, continuation) requests, {n_tokens} tokens")
 
-    python = ensure_lmeval_python(args.lmeval_python)
-    with tempfile.TemporaryDirectory() as tmp:
-        req, out = Path(tmp) / "req.json", Path(tmp) / "out.json"
-        req.write_text(json.dumps(pairs))
-        cmd = [python, str(HERE / "lmeval_runner.py"), str(model_dir), str(req), str(out)]
-        cmd += [str(args.batch_size), str(args.repeats), str(args.threads)]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        lmeval = json.loads(out.read_text())
-
-    model = load_causal_lm(str(model_dir))
-    tok = load_tokenizer(str(model_dir))
-    results = {}
-    for share in (True, False):
-        scorer = Scorer(model, tok, batch_size=args.batch_size, share_context=share)
-        seconds, scores = best_of(lambda s=scorer: s.score_text(groups), args.repeats)
-        flat = [s.log_prob for group in scores for s in group]
-        diff = max(abs(a - b) for a, b in zip(flat, lmeval["loglikelihoods"]))
-        results[share] = (seconds, diff)
-
+    model_dir = resolve_model_path(common.model_source(args.model))
+    lmeval = run_lmeval(args, model_dir, pairs, peak=False)
+    times, scores = common.interleaved(jobs, args.repeats, args.device)  # after a warm-up run, as lm-eval
+    best = {name: min(ts) for name, ts in times.items()}
+    diffs = {}
+    for name, result in scores.items():
+        flat = [s.log_prob for group in result for s in group]
+        diffs[name] = max(abs(a - b) for a, b in zip(flat, lmeval["loglikelihoods"]))
     t_lm = lmeval["seconds"]
-    print(f"lm-eval HFLM (batch {args.batch_size}):            {t_lm:8.2f} s")
-    for share, label in ((False, "rows, as lm-eval "), (True, "shared context   ")):
-        seconds, diff = results[share]
+    print(f"lm-eval {lmeval['lm_eval']} HFLM (batch {args.batch_size}):      {t_lm:8.2f} s")
+    ratios = {}
+    for name, label in (("rows", "rows, as lm-eval "), ("shared", "shared context   ")):
+        ratios[f"speedup_{name}_vs_lmeval"] = t_lm / best[name]
         print(
-            f"cblight Scorer ({label}):          {seconds:8.2f} s   speed-up vs lm-eval {t_lm / seconds:5.2f}x"
-            f"   max |log-lik diff| {diff:.2e}"
+            f"cblight Scorer ({label}):          {best[name]:8.2f} s   speed-up vs lm-eval "
+            f"{t_lm / best[name]:5.2f}x   max |log-lik diff| {diffs[name]:.2e}"
         )
-    print(f"(threads={args.threads}, best of {args.repeats}, {time.strftime('%Y-%m-%d')})")
+    print(f"(best of {args.repeats} after a warm-up run; lm-eval timed in its own process before ours)")
+    peak: dict[str, int] = {}
+    if not args.skip_memory:
+        print(f"peak memory ({memory.note(args.device)}):")
+        peak = {"lmeval": run_lmeval(args, model_dir, pairs, peak=True)["peak_bytes"]}
+        print(f"  peak memory of lmeval: {peak['lmeval'] / 2**20:.1f} MiB", flush=True)
+        peak.update(memory.peaks(jobs, list(jobs), args))
+        for name in ("rows", "shared"):
+            print(memory.line("one scoring pass", peak, name, "lmeval"))
+            ratios[f"peak_memory_lmeval_vs_{name}"] = memory.ratio(peak, "lmeval", name)
+    payload = common.record(
+        "bench_scoring_vs_lmeval",
+        args,
+        host,
+        facts,
+        settings={
+            "questions": args.questions,
+            "requests": len(pairs),
+            "tokens": n_tokens,
+            "batch_size": args.batch_size,
+            "repeats": args.repeats,
+            "statistic": "best",
+            "lm_eval": lmeval["lm_eval"],
+        },
+        seconds={"lmeval": t_lm, **best},
+        peak_bytes=peak or None,
+        ratios=ratios,
+        agreement={f"max_abs_loglik_diff_{name}": d for name, d in diffs.items()},
+    )
+    common.finish(args, payload)
 
 
 if __name__ == "__main__":
-    main()
+    common.run_main(main)
