@@ -8,7 +8,7 @@ full-context pass (one batched forward over all documents); they differ in the 2
   with logits and a log-softmax at every window position, then the last real position's value;
 * ours: ``cblight.metrics.generated_token_log_probs``: windows only where more than 20 tokens precede
   the target, batched across documents in chunks of ``--chunk-size`` windows (default
-  ``cblight.scoring.default_window_chunk``: 32 on CPU, 256 on CUDA), logits only at each window's end.
+  ``cblight.batching.default_window_chunk``: 32 on CPU, 256 on CUDA), logits only at each window's end.
 
 Prints (a) time per generated token at ``--tokens`` and ``2 x --tokens`` (linear scaling: ratio ~1),
 (b) the speed-up over the authors' loop on the same documents, in wall time and (on CPU) in this process's
@@ -175,7 +175,7 @@ def main() -> None:
     print(machine.line(host))
     facts = common.model_facts(model, args.model)
     print(common.describe(facts))
-    from cblight.scoring import default_window_chunk
+    from cblight.batching import default_window_chunk
 
     chunk = args.chunk_size or default_window_chunk(torch.device(args.device))
     print(

@@ -192,8 +192,9 @@ def evaluate_model(label: str, model: Any, ctx: dict[str, Any], args: argparse.N
 def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
+    from cblight.batching import left_pad
     from cblight.models import load_causal_lm, load_tokenizer
-    from cblight.scoring import Encoder, left_pad
+    from cblight.scoring import Encoder
     from cblight.tuning import sample_sequences
 
     train_prompts, _ = webtext("validation", None, args.webtext_dir)

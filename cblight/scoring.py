@@ -5,8 +5,7 @@
   and its KV cache fanned out to the choices, where the model's cache allows it.
 * ``Scorer.next_token_log_probs`` / ``Scorer.last_k_log_probs``: the next-token distribution after a
   whole context (``f_max``) and after its last ``k`` tokens (``f_k``), batched.
-* ``windowed_log_probs``: per-position short-context distributions ``f_k`` along whole sequences (LTF and
-  delta, the coherence-tuning teacher), one ``k``-token forward per position with logits only at its end.
+(Padding, position ids and the windowed per-position passes are in ``cblight.batching``.)
 
 Token boundaries follow lm-evaluation-harness: the continuation is what ``encode(context + continuation)``
 holds after the tokens of ``encode(context)``; trailing spaces of the context move into the continuation.
@@ -16,14 +15,14 @@ explicit ``position_ids``). Log-softmax is taken in float32 whatever the model d
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
+from cblight.batching import accepts_kwarg, last_position_log_probs, left_pad, positions_from_mask, right_pad
 from cblight.boosting import log_softmax32, short_context_ids
 from cblight.errors import CblightError
 
@@ -95,61 +94,6 @@ class Encoder:
 
 # ---------------------------------------------------------------------------------------------------------
 # Model calls
-
-
-def accepts_kwarg(model: Any, name: str) -> bool:
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ``[B, L]`` ids and attention mask."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s):
-            ids[i, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    return ids.to(device), mask.to(device)
-
-
-def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``[B, L]`` ids and attention mask."""
-    width = max(1, max(len(s) for s in seqs))
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s):
-            ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
-            mask[i, : len(s)] = 1
-    return ids.to(device), mask.to(device)
-
-
-def positions_from_mask(mask: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
-    """Position ids that count only real tokens, so a left-padded row starts at position 0 (or ``offset``)."""
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)
-    if offset is not None:
-        pos = pos + offset.view(-1, 1)
-    return pos
-
-
-def last_position_log_probs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
-) -> torch.Tensor:
-    """float32 next-token log-probs at the last column of a (left-padded) batch, ``[B, V]``.
-
-    Only the last position goes through the LM head (``logits_to_keep=1``) where the model supports it.
-    """
-    if attention_mask is not None and "position_ids" not in kwargs:
-        kwargs["position_ids"] = positions_from_mask(attention_mask)
-    if accepts_kwarg(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = 1
-    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
-    return log_softmax32(out.logits[:, -1, :])
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -457,84 +401,3 @@ class Scorer:
 
 # ---------------------------------------------------------------------------------------------------------
 # Per-position short-context distributions along whole sequences
-
-
-def window_starts(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Index of the first real token of each row (left padding allowed): ``[B]``."""
-    width = attention_mask.shape[1]
-    first = torch.where(attention_mask.bool(), torch.arange(width, device=attention_mask.device), width)
-    return first.min(dim=1).values
-
-
-def windowed_positions(
-    attention_mask: torch.Tensor, k: int, wanted: torch.Tensor, n_prefix: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, cols)`` of the wanted positions ``t`` whose real content before ``t`` (special prefix
-    excluded) is longer than ``k`` tokens. At every other wanted position ``f_k == f_max``."""
-    starts = window_starts(attention_mask)
-    cols = torch.arange(attention_mask.shape[1], device=attention_mask.device).view(1, -1)
-    content_before = cols - starts.view(-1, 1) - n_prefix
-    need = wanted.bool() & attention_mask.bool() & (content_before > k)
-    rows, cols_sel = torch.nonzero(need, as_tuple=True)
-    return rows, cols_sel
-
-
-def default_window_chunk(device: torch.device) -> int:
-    """Short-context windows per forward pass: 32 on CPU, 256 on accelerators.
-
-    On CPU a chunk's activations (``[windows, k, 4 x width]`` in the MLP) must stay in cache: for GPT-2
-    small with k = 20, 32 windows ran the LTF/delta pass 1.3x faster than 256 (2 cores, 4 documents of
-    100 tokens); GPUs want large batches.
-    """
-    return 32 if torch.device(device).type == "cpu" else 256
-
-
-def windowed_log_probs(
-    model: Any,
-    input_ids: torch.Tensor,
-    rows: torch.Tensor,
-    cols: torch.Tensor,
-    k: int,
-    *,
-    prefix: Sequence[int] = (),
-    gather_targets: bool = True,
-    chunk_size: int | None = None,
-) -> torch.Tensor:
-    """``log f_k`` of the token at each ``(row, col)`` given only the ``k`` tokens before it.
-
-    Each window is ``prefix + input_ids[row, col-k:col]`` at positions ``0..``; windows run in chunks of
-    ``chunk_size`` (default: :func:`default_window_chunk`) with logits only at their last position, so
-    memory never holds ``[windows, k, V]``.
-    Returns ``[N]`` target log-probs (``gather_targets``) or ``[N, V]`` distributions, float32.
-    """
-    if k < 1:
-        raise ValueError(f"short-context length k must be at least 1, got {k}")
-    if rows.numel() == 0:
-        shape = (0,) if gather_targets else (0, int(model.get_output_embeddings().weight.shape[0]))
-        return torch.empty(shape, dtype=torch.float32, device=input_ids.device)
-    if int(cols.min()) < k:
-        raise ValueError("a windowed position needs at least k tokens before it")
-    if chunk_size is None:
-        chunk_size = default_window_chunk(input_ids.device)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
-    offsets = torch.arange(-k, 0, device=input_ids.device)
-    prefix_t = torch.as_tensor(list(prefix), dtype=torch.long, device=input_ids.device)
-    pieces: list[torch.Tensor] = []
-    with torch.no_grad():
-        for lo in range(0, rows.numel(), chunk_size):
-            r = rows[lo : lo + chunk_size]
-            c = cols[lo : lo + chunk_size]
-            windows = input_ids[r.view(-1, 1), c.view(-1, 1) + offsets.view(1, -1)]  # [n, k]
-            if prefix_t.numel():
-                windows = torch.cat([prefix_t.view(1, -1).expand(windows.shape[0], -1), windows], dim=1)
-            lp = last_position_log_probs(model, windows)
-            if gather_targets:
-                lp = lp.gather(1, input_ids[r, c].view(-1, 1)).squeeze(1)
-            pieces.append(lp)
-    return torch.cat(pieces, dim=0)
-
-
-def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]

@@ -16,7 +16,7 @@ Starting from a pretrained model ``f(·|·; θ)``, every training step
 Nothing here imports Lightning: ``cblight.modules.tuning`` wires these functions into a LightningModule.
 Conventions: a *position* is the column ``c`` of a target token in a ``[B, L]`` batch; the distributions
 at position ``c`` are the ones that predict ``sequences[:, c]`` from the tokens before it (the model's
-logits at column ``c - 1``). This matches ``cblight.scoring.windowed_positions``.
+logits at column ``c - 1``). This matches ``cblight.batching.windowed_positions``.
 """
 
 from __future__ import annotations
@@ -29,21 +29,19 @@ from typing import Any
 
 import torch
 
-from cblight.boosting import boosted_log_probs, log_softmax32
-from cblight.divergences import Divergence, restrict_to_teacher_top_k
-from cblight.divergences import divergence as divergence_fn
-from cblight.errors import CblightError
-from cblight.scoring import (
-    Encoder,
-    Scorer,
+from cblight.batching import (
     accepts_kwarg,
     default_window_chunk,
-    empty_context_ids,
     last_position_log_probs,
     positions_from_mask,
     windowed_log_probs,
     windowed_positions,
 )
+from cblight.boosting import boosted_log_probs, log_softmax32
+from cblight.divergences import Divergence, restrict_to_teacher_top_k
+from cblight.divergences import divergence as divergence_fn
+from cblight.errors import CblightError
+from cblight.scoring import Encoder, Scorer, empty_context_ids
 
 __all__ = [
     "KLTerms",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cblight.batching import left_pad
 from cblight.generation import BoostingError, boosted_generate, dialog_prompt
-from cblight.scoring import left_pad
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [

@@ -8,16 +8,9 @@ below a wrong position or token (>1e-2).
 import pytest
 import torch
 
+from cblight.batching import default_window_chunk, windowed_log_probs, windowed_positions
 from cblight.models import ModelLoadError, load_causal_lm, load_tokenizer
-from cblight.scoring import (
-    Encoder,
-    Scorer,
-    ScoringError,
-    default_window_chunk,
-    special_prefix,
-    windowed_log_probs,
-    windowed_positions,
-)
+from cblight.scoring import Encoder, Scorer, ScoringError, special_prefix
 
 GROUPS = [
     ("The quick brown fox", [" jumps over the lazy dog", " is", " sat on a mat today, or so they say"]),

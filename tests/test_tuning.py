@@ -7,10 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cblight.batching import left_pad
 from cblight.boosting import log_softmax32
 from cblight.divergences import forward_kl
 from cblight.models import load_causal_lm, load_tokenizer
-from cblight.scoring import Encoder, left_pad
+from cblight.scoring import Encoder
 from cblight.tuning import (
     Sampled,
     TuningConfigError,

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from cblight.batching import left_pad
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.modules.tuning import RNG_KEY, CoherenceTuning
-from cblight.scoring import Encoder, left_pad
+from cblight.scoring import Encoder
 from cblight.tuning import sample_sequences, sampled_token_mask
 
 ROOT = Path(__file__).resolve().parents[1]

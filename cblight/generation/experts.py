@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
+from cblight.batching import last_position_log_probs, left_pad, positions_from_mask
 from cblight.boosting import log_softmax32, product_of_experts
 from cblight.generation.prompts import RowInfo
 from cblight.generation.spec import Boosting, LastTokens
-from cblight.scoring import last_position_log_probs, left_pad, positions_from_mask
 
 
 def _keeps_last_logits_only(model: Any) -> dict[str, Any]:

@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
+from cblight.batching import left_pad
 from cblight.fitting import fit_prompt, fit_row, has_prefix
 from cblight.generation.spec import AfterMarker, AfterSeparator, Boosting, BoostingError, LastTokens
-from cblight.scoring import Encoder, left_pad
+from cblight.scoring import Encoder
 
 Prompts = Sequence[str] | Sequence[Sequence[int]] | torch.Tensor
 

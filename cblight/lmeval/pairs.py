@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
+from cblight.batching import right_pad
 from cblight.boosting import log_softmax32, mix_log_probs
-from cblight.scoring import Scorer, right_pad
+from cblight.scoring import Scorer
 
 Item = tuple[Sequence[int], Sequence[int] | None, Sequence[int]]
 

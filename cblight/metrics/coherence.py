@@ -14,7 +14,7 @@ never counted as context content (pass ``prefix=Encoder(tokenizer).prefix`` and 
 
 Cost: one batched full forward per batch of documents (LM head only from the first generated position),
 plus one ``k``-token forward per generated position past the first ``k``, batched across the documents of
-the batch, with logits only at the window's end (``cblight.scoring.windowed_log_probs``).
+the batch, with logits only at the window's end (``cblight.batching.windowed_log_probs``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from torchmetrics import Metric
 
+from cblight.batching import accepts_kwarg, right_pad, windowed_log_probs, windowed_positions
 from cblight.boosting import log_softmax32
 from cblight.metrics.ngrams import check_order
 from cblight.metrics.text_stats import TokenDocs, as_token_lists
-from cblight.scoring import accepts_kwarg, right_pad, windowed_log_probs, windowed_positions
 
 SHORT_CONTEXT = 20
 FULL_THRESHOLD = 0.2

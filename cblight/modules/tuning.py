@@ -99,7 +99,7 @@ class CoherenceTuning(SampledBatches, TunedModelExport, L.LightningModule):
         gradient_checkpointing: recompute activations in the backward pass (transformers' implementation).
         dtype: dtype the weights are loaded in (use the trainer's ``precision`` for mixed precision).
         window_chunk_size: short-context windows per forward pass of the teacher (default: 32 on CPU, 256
-            on accelerators, ``scoring.default_window_chunk``).
+            on accelerators, ``batching.default_window_chunk``).
         val_against_initial: also log ``val/tuning/kl_initial``, the KL from the boosted *initial* model
             (what tuning approximates) on the validation samples; with the live teacher this keeps a
             frozen copy of the initial weights.

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cblight.scoring import left_pad
+from cblight.batching import left_pad
 from cblight.tuning import Sampled, TuningConfigError, sample_sequences
 
 log = logging.getLogger(__name__)
