@@ -16,24 +16,21 @@ teachers and LoRA.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from torchmetrics import MeanMetric, SumMetric
 
 from cblight.divergences import check_divergence
 from cblight.lora import apply_lora, check_lora_options
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
 from cblight.modules.tuning_export import TunedModelExport
-from cblight.modules.tuning_sampling import RNG_KEY, SampledBatches, seed_of
+from cblight.modules.tuning_sampling import RNG_KEY, SampledBatches
+from cblight.modules.tuning_validation import TuningValidation
 from cblight.scoring import Encoder
 from cblight.tuning import (
     KLTerms,
@@ -42,7 +39,6 @@ from cblight.tuning import (
     check_tuning_options,
     disable_dropout,
     ema_update,
-    human_text_nll,
     longest_useful_position,
     tuning_kl_terms,
 )
@@ -69,7 +65,7 @@ def check_teacher(teacher: str, ema_decay: float) -> None:
         raise TuningConfigError(f"ema_decay must be in (0, 1), got {ema_decay!r}")
 
 
-class CoherenceTuning(SampledBatches, TunedModelExport, L.LightningModule):
+class CoherenceTuning(SampledBatches, TuningValidation, TunedModelExport, L.LightningModule):
     """Coherence tuning of any Hugging Face causal LM.
 
     Args:
@@ -210,12 +206,7 @@ class CoherenceTuning(SampledBatches, TunedModelExport, L.LightningModule):
         object.__setattr__(self, "teacher_model", teacher_copy)
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.eos_id = self.tokenizer.eos_token_id
-        self.val_kl = MeanMetric()
-        self.val_kl_long = MeanMetric()
-        self.val_kl_initial = MeanMetric()
-        self.val_top1_initial = MeanMetric()
-        self.val_nll = SumMetric()
-        self.val_tokens = SumMetric()
+        self.init_validation_metrics()
         self._log_dir: str | None = None
         self._step_start = 0.0
         self._step_tokens = 0
@@ -403,69 +394,6 @@ class CoherenceTuning(SampledBatches, TunedModelExport, L.LightningModule):
         elapsed = time.perf_counter() - self._step_start
         if elapsed > 0:
             self.log("train/tuning/tokens_per_s", self._step_tokens / elapsed, batch_size=1)
-
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        # The same held-out prompts and random seeds every time, so values are comparable across the run.
-        sampled = self.sample_fixed(batch, seed_of(self.hparams.seed, 1_000_003, batch_idx, self.global_rank))
-        n = len(batch["prompts"])
-        with torch.no_grad():
-            terms = self.kl_terms(sampled)
-            initial = None
-            if self.initial_model is not None:
-                same = self.hparams.teacher == "frozen"
-                initial = terms if same else self.kl_terms(sampled, teacher_model=self.initial_model)
-        self.val_kl.update(terms.kl)
-        self.val_kl_long.update(terms.kl[terms.long] if bool(terms.long.any()) else terms.kl.new_zeros(0))
-        self.log("val/tuning/kl", self.val_kl, on_step=False, on_epoch=True, batch_size=n)
-        self.log("val/tuning/kl_long", self.val_kl_long, on_step=False, on_epoch=True, batch_size=n)
-        if initial is not None:
-            self.val_kl_initial.update(initial.kl)
-            self.val_top1_initial.update(initial.agree.float())
-            self.log("val/tuning/kl_initial", self.val_kl_initial, on_step=False, on_epoch=True, batch_size=n)
-            self.log(
-                "val/tuning/top1_initial", self.val_top1_initial, on_step=False, on_epoch=True, batch_size=n
-            )
-        texts = batch.get("texts") or []
-        if texts:
-            nll, tokens = self.text_nll(texts)
-            self.val_nll.update(nll)
-            self.val_tokens.update(tokens)
-
-    def on_validation_epoch_end(self) -> None:
-        if not self.val_tokens.update_called:  # no held-out texts (the same on every process)
-            return
-        tokens = self.val_tokens.compute()
-        if float(tokens) > 0:
-            self.log("val/tuning/ppl", torch.exp(self.val_nll.compute() / tokens), batch_size=1)
-        self.val_nll.reset()
-        self.val_tokens.reset()
-
-    def text_nll(self, texts: Sequence[str]) -> tuple[float, int]:
-        """Summed negative log-likelihood and token count of held-out human texts (``human_text_nll``)."""
-        return human_text_nll(self.model, self.tokenizer, texts, self.hparams.val_text_tokens)
-
-    # -- tracking -------------------------------------------------------------------------------------
-    def _maybe_log_samples(self, prompts: Sequence[str], sampled: Sampled) -> None:
-        every = self.hparams.log_samples_every_n_steps
-        if not every or self.global_step % every or not self.trainer.is_global_zero:
-            return
-        n = min(self.hparams.num_logged_samples, len(prompts))
-        rows = []
-        for i in range(n):
-            tokens = sampled.sequences[i, sampled.prompt_width :][sampled.sampled[i, sampled.prompt_width :]]
-            text = self.tokenizer.decode(tokens.tolist(), skip_special_tokens=False)
-            rows.append([int(self.global_step), prompts[i], text])
-        from lightning.pytorch.loggers import WandbLogger
-
-        for logger in self.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.log_text(key="train/tuning/samples", columns=["step", "prompt", "sample"], data=rows)
-        log_dir = self._log_dir
-        if log_dir:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            with open(os.path.join(log_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
-                for step, prompt, text in rows:
-                    f.write(json.dumps({"step": step, "prompt": prompt, "sample": text}) + "\n")
 
     # -- checkpoints and export ---------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
