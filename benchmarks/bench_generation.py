@@ -161,8 +161,9 @@ def main() -> None:
     args = parser.parse_args()
     if (args.layers, args.width) != (12, 768) and args.model != common.RANDOM_GPT2:
         parser.error(f"--layers/--width shape the {common.RANDOM_GPT2} model only")
-    if min(args.new_tokens) < 1 or args.batch < 1 or args.repeats < 1 or args.prompt_len <= args.k:
-        parser.error("--new-tokens, --batch and --repeats must be at least 1, and --prompt-len above --k")
+    # the floor's window is the prompt's last k tokens, so the prompt needs k of them (32 and 32 by default)
+    if min(args.new_tokens) < 1 or args.batch < 1 or args.repeats < 1 or args.prompt_len < args.k:
+        parser.error("--new-tokens, --batch and --repeats must be at least 1, and --prompt-len at least --k")
     memory_tokens = args.memory_tokens or args.new_tokens[0]
     common.setup(args)
     model, tok = common.load_model(args, layers=args.layers, width=args.width)

@@ -137,6 +137,20 @@ def test_generation_script(tiny_gpt2_dir, tmp_path, monkeypatch, capsys):
     }
 
 
+def test_generation_script_runs_with_its_default_prompt_and_window(tiny_gpt2_dir, tmp_path, monkeypatch):
+    """The README's command leaves --prompt-len and --k at their defaults (32 and 32): they must pass the
+    script's own argument checks (a stricter check once refused them)."""
+    out = tmp_path / "generation.json"
+    run_main(
+        "bench_generation",
+        *("--model", str(tiny_gpt2_dir), "--new-tokens", "2", "--cases", "last_k"),
+        *("--batch", "1", "--repeats", "1", "--threads", "1", "--skip-memory", "--json", str(out)),
+        monkeypatch=monkeypatch,
+    )
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["ratios"]["last_k_vs_floor"] > 0
+
+
 def test_peak_memory_of_a_known_allocation():
     """A side that fills a 64 MiB buffer peaks at 64 MiB (plus at most a few pages and allocator slack)."""
     code = (
