@@ -22,8 +22,12 @@ Every step writes its results, predictions and plots under ``--output_dir``; a s
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,21 +244,52 @@ def summary(ranks: dict[str, int], lam: dict[str, Any], mc: dict[str, Any], gen:
     return "\n\n".join(lines)
 
 
-def _quiet() -> None:
-    """Keep the demo's output to its steps, tables and progress bars: Lightning's start-up notes (devices,
-    seeds, tips) and the warning about calling the CLIs from Python go."""
-    import logging
-    import warnings
+_STARTUP_NOTES = (
+    "GPU available",
+    "TPU available",
+    "HPU available",
+    "💡 Tip",
+    "Seed set to",
+    "The following callbacks returned",
+    "`Trainer.fit` stopped",
+)
 
-    # Lightning sets its loggers to INFO when first imported, so import it before lowering them
+
+class _DropStartupNotes(logging.Filter):
+    """Drops Lightning's per-Trainer start-up notes; keeps everything else it logs at INFO, such as each
+    run's results table (``cblight.runs`` prints it through Lightning's rank-zero logger)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).lstrip().startswith(_STARTUP_NOTES)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Keep the demo's output to its steps, tables and progress bars: Lightning's start-up notes (devices,
+    seeds, tips), transformers' weight-loading bars and the warning about calling the CLIs from Python go.
+    Everything is put back afterwards (the tests run the demo inside their own process)."""
+    # Lightning adds its handlers when first imported: import it, then filter what they print
     import lightning.pytorch  # noqa: F401
     from transformers.utils import logging as hf_logging
 
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    notes = _DropStartupNotes()
+    handlers = [
+        h for name in ("lightning.pytorch", "lightning.fabric") for h in logging.getLogger(name).handlers
+    ]
+    bars = hf_logging.is_progress_bar_enabled()
+    for handler in handlers:
+        handler.addFilter(notes)
     hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar (a fraction of a second here)
-    warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter.*")
-    warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter.*")
+            warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
+            yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(notes)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -270,7 +305,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
-    _quiet()
+    with _quiet():
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """The six steps and the summary (``main`` parses the command line and quiets the libraries)."""
     out = Path(args.output_dir or f"outputs/demo/{args.model}")
     sizes = QUICK if args.quick else FULL
     step = Step(6)

@@ -152,7 +152,9 @@ def test_generation_script_runs_with_its_default_prompt_and_window(tiny_gpt2_dir
 
 
 def test_peak_memory_of_a_known_allocation():
-    """A side that fills a 64 MiB buffer peaks at 64 MiB (plus at most a few pages and allocator slack)."""
+    """A side that fills a 64 MiB buffer peaks at 64 MiB. Linux counts RSS per thread and folds the counts
+    in lazily (up to 64 pages a thread), and torch's one-time set-up is done before the reading (it added
+    8 MiB in one environment and nothing in another): the bounds allow half a MiB below and 4 MiB above."""
     code = (
         "import torch; from benchmarks import memory;"
         "print(memory.peak_here(lambda: torch.ones(16 * 2**20).sum(), 'cpu'))"
@@ -163,7 +165,7 @@ def test_peak_memory_of_a_known_allocation():
         [sys.executable, "-c", code], capture_output=True, text=True, env=memory.child_env()
     )
     assert proc.returncode == 0, proc.stderr
-    assert 64 * 2**20 <= int(proc.stdout) < 72 * 2**20
+    assert 63.5 * 2**20 <= int(proc.stdout) < 68 * 2**20
 
 
 def test_bad_input(monkeypatch, capsys):
