@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from benchmarks import common, machine, memory
+from benchmarks import common, memory
 
 METHODS = {
     "last_k": ("last_k", "plain", "windows", "authors"),
@@ -178,10 +178,7 @@ def main() -> None:
         memory.child(build_jobs(args, model, tok, ids, dialog_ids, memory_tokens)[0], args)
         return
 
-    host = machine.info(args)
-    print(machine.line(host))
-    facts = common.model_facts(model, args.model)
-    print(common.describe(facts))
+    host, facts = common.announce(args, model)
     print(
         f"batch {args.batch}, {args.prompt_len}-token prompts, greedy, k={args.k}, "
         f"{args.repeats} interleaved repeats (medians)"

@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from benchmarks import common, machine, memory
+from benchmarks import common, memory
 from cblight.metrics import generated_token_log_probs
 
 K = 20  # the authors' short_context_length
@@ -171,10 +171,7 @@ def main() -> None:
         memory.child(jobs, args)
         return
 
-    host = machine.info(args)
-    print(machine.line(host))
-    facts = common.model_facts(model, args.model)
-    print(common.describe(facts))
+    host, facts = common.announce(args, model)
     from cblight.batching import default_window_chunk
 
     chunk = args.chunk_size or default_window_chunk(torch.device(args.device))

@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks import common, machine, memory  # noqa: E402
+from benchmarks import common, memory  # noqa: E402
 
 
 def workload(n_questions: int, seed: int = 0) -> list[tuple[str, str, list[str]]]:
@@ -112,10 +112,7 @@ def main() -> None:
         memory.child(jobs, args)
         return
 
-    host = machine.info(args)
-    print(machine.line(host))
-    facts = common.model_facts(model, args.model)
-    print(common.describe(facts))
+    host, facts = common.announce(args, model)
     n_tokens = sum(len(tok(c + x)["input_ids"]) for c, x in pairs)
     print(f"{len(questions)} questions, {len(pairs)} (context, continuation) requests, {n_tokens} tokens")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks import common, machine, memory  # noqa: E402
+from benchmarks import common, memory  # noqa: E402
 from benchmarks.bench_scoring_vs_lmeval import workload  # noqa: E402
 
 
@@ -95,10 +95,7 @@ def main() -> None:
         memory.child(jobs, args)
         return
 
-    host = machine.info(args)
-    print(machine.line(host))
-    facts = common.model_facts(model, args.model)
-    print(common.describe(facts))
+    host, facts = common.announce(args, model)
     counted = {}
     for name, fn in jobs.items():  # warm-up, and the model calls of each side
         calls[0] = 0

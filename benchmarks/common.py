@@ -170,6 +170,18 @@ def describe(facts: dict[str, Any]) -> str:
     )
 
 
+def announce(args: argparse.Namespace, model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Print the machine line and the model line every script starts with; return both as facts for
+    ``--json``."""
+    from benchmarks import machine
+
+    host = machine.info(args)
+    print(machine.line(host))
+    facts = model_facts(model, args.model)
+    print(describe(facts))
+    return host, facts
+
+
 # ---------------------------------------------------------------------------------------------------------
 # timing
 
