@@ -20,6 +20,7 @@ plugs in without touching the Lightning loop (``cblight.modules.evaluation``) or
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -35,7 +36,7 @@ from cblight.modules.methods import BaselineOptions, not_applicable
 from cblight.results import digest
 
 
-class ExampleScoring:
+class ExampleScoring(ABC):
     """One task kind's scoring: records from examples, and the sweep metric those records update.
 
     ``signature`` holds the settings that change the cached numbers (a cache written under others is
@@ -49,14 +50,15 @@ class ExampleScoring:
     def signature(self) -> dict[str, Any]:
         return {}
 
-    def new_sweep(self, split: TaskSplit) -> nn.Module:
-        raise NotImplementedError
+    @abstractmethod
+    def new_sweep(self, split: TaskSplit) -> nn.Module: ...
 
     methods: Sequence[str] = ()  # the comparison methods this scoring adds to boosting
 
+    @abstractmethod
     def method_digest(self, method: str, example: Example) -> str:
         """A digest of what ``method`` feeds the model for ``example`` (kept in the record)."""
-        raise NotImplementedError
+        ...
 
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         """What ``results.json`` says about each requested comparison method: reported (with the strings
@@ -76,6 +78,7 @@ class ExampleScoring:
         done = record.get("method_inputs", {})
         return [m for m in self.methods if done.get(m) != self.method_digest(m, example)]
 
+    @abstractmethod
     def score(
         self,
         backend: Any,
@@ -84,10 +87,10 @@ class ExampleScoring:
         previous: dict[int, dict[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
         """Records of ``examples``; ``previous`` holds their cached records (parts still valid are kept)."""
-        raise NotImplementedError
+        ...
 
-    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None: ...
 
     @staticmethod
     def input_digest(example: Example) -> str:

@@ -9,6 +9,7 @@ end of the test loop. Ties for alpha* go to the first value in grid order, as in
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -22,18 +23,18 @@ from cblight.data.examples import ChoiceExample
 Rows = list[dict[str, Any]]
 
 
-class SweepReport:
+class SweepReport(ABC):
     """One task kind's selection (``select``) and report (``report``) from its sweep's output."""
 
     kind: ClassVar[str] = ""
 
-    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]: ...
 
+    @abstractmethod
     def report(
         self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], Rows]:
-        raise NotImplementedError
+    ) -> tuple[dict[str, Any], Rows]: ...
 
     @staticmethod
     def _selection_info(split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
