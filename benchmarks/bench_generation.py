@@ -67,7 +67,7 @@ def authors_wrapper(model, ids: torch.Tensor, new: int, k: int, alpha: float) ->
 def build_jobs(args, model, tok, ids: torch.Tensor, dialog_ids: torch.Tensor, new: int):
     """The methods for ``new`` tokens, and how many steps need a last-k window."""
     from cblight.batching import last_position_log_probs
-    from cblight.generation import boosted_generate
+    from cblight.generate import boosted_generate
 
     # steps whose content (prompt + generated so far) is longer than k run a window
     n_windows = sum(1 for t in range(new) if args.prompt_len + t > args.k)

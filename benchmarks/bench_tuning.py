@@ -79,7 +79,7 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
     import torch
 
     from cblight.models import load_causal_lm
-    from cblight.tuning import disable_dropout, sample_sequences, tuning_kl_terms
+    from cblight.tune.loss import disable_dropout, sample_sequences, tuning_kl_terms
 
     torch.set_num_threads(args.threads)
     model = load_causal_lm(model_dir).to(args.device)
@@ -147,8 +147,8 @@ def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
     import torch
     from lightning.pytorch.callbacks import Callback
 
-    from cblight.data.tuning_prompts import PromptDataModule
-    from cblight.modules.tuning import CoherenceTuning
+    from cblight.tune.coherence_tuning import CoherenceTuning
+    from cblight.tune.prompt_data import PromptDataModule
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -46,7 +46,7 @@ def model_name(gemma: bool = False) -> str:
 
 def webtext(split: str, n: int | None, data_dir: str, seed: int = 0) -> tuple[list[str], list[str]]:
     """First sentences and whole documents of a WebText split (``n`` held out by a seeded shuffle)."""
-    from cblight.data.tuning_prompts import PromptDataModule
+    from cblight.tune.prompt_data import PromptDataModule
 
     if n is None:
         data = PromptDataModule(task="webtext", data_dir=data_dir, split=split)
@@ -59,8 +59,8 @@ def tune(name: str, teacher: str, prompts: list[str], args: argparse.Namespace) 
     import lightning as L
     import torch
 
-    from cblight.data.tuning_prompts import PromptDataModule
-    from cblight.modules.tuning import CoherenceTuning
+    from cblight.tune.coherence_tuning import CoherenceTuning
+    from cblight.tune.prompt_data import PromptDataModule
 
     module = CoherenceTuning(
         model=name,
@@ -99,7 +99,7 @@ def agreement(
     """KL(boosted base || model) and top-1 agreement at the long positions of fixed continuations."""
     import torch
 
-    from cblight.tuning import tuning_kl_terms
+    from cblight.tune.loss import tuning_kl_terms
 
     with torch.no_grad():
         terms = tuning_kl_terms(model, sampled, k=args.k, alpha=args.alpha, prefix=prefix, teacher_model=base)
@@ -128,7 +128,7 @@ def generation_metrics(base: Any, tok: Any, result: Any, prefix: list[int]) -> d
 
 
 def sample(model: Any, tok: Any, prompts: list[str], args: argparse.Namespace, alpha: float = 0.0) -> Any:
-    from cblight.generation import boosted_generate
+    from cblight.generate import boosted_generate
 
     results = []
     for lo in range(0, len(prompts), args.gen_batch):
@@ -171,7 +171,7 @@ def say(message: str) -> None:
 
 
 def evaluate_model(label: str, model: Any, ctx: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    from cblight.tuning import human_text_nll
+    from cblight.tune.loss import human_text_nll
 
     say(f"evaluating {label}")
     row: dict[str, Any] = {"model": label}
@@ -195,7 +195,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from cblight.batching import left_pad
     from cblight.models import load_causal_lm, load_tokenizer
     from cblight.scoring import Encoder
-    from cblight.tuning import sample_sequences
+    from cblight.tune.loss import sample_sequences
 
     train_prompts, _ = webtext("validation", None, args.webtext_dir)
     train_prompts = train_prompts[: args.train_prompts] if args.train_prompts else train_prompts

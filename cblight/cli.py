@@ -1,7 +1,7 @@
 """LightningCLI wiring shared by the entry points (``evaluate.py``, ``train.py``).
 
 ``evaluate_cli`` parses the evaluation module (``BoostedEvaluator`` by default; a config may name
-``cblight.modules.generation.BoostedGenerationEvaluator`` as ``model.class_path``) and ``EvalDataModule``
+``cblight.generate.generation_evaluator.BoostedGenerationEvaluator`` as ``model.class_path``) and ``EvalDataModule``
 from their signatures. ``BoostedEvaluator`` runs Lightning's validation loop on the alpha-selection splits,
 then its test loop on the reported splits; the generation module runs the test loop; ``--compare`` runs
 either for several checkpoints (``cblight.compare``). ``train_cli`` is coherence tuning's LightningCLI.
@@ -33,9 +33,9 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from cblight.compare import run_comparison
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import CblightError
+from cblight.evaluate.boosted_evaluator import DEFAULT_KS
+from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
 from cblight.interrupt import RunInterrupted
-from cblight.modules.evaluation import DEFAULT_KS
-from cblight.modules.generation import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
 from cblight.output_dir import OutputLock, check_output_dir, resolve_output_dir
 from cblight.runs import run_evaluation
 
@@ -125,7 +125,7 @@ def _largest_k(model: Any) -> int:
 
 class EvaluateCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.set_defaults({"model": {"class_path": "cblight.modules.evaluation.BoostedEvaluator"}})
+        parser.set_defaults({"model": {"class_path": "cblight.evaluate.boosted_evaluator.BoostedEvaluator"}})
         parser.link_arguments("model", "data.tokenizer", compute_fn=_tokenizer_of, apply_on="instantiate")
         parser.link_arguments("model", "data.max_k", compute_fn=_largest_k, apply_on="instantiate")
         parser.add_argument(
@@ -225,7 +225,7 @@ def _documented_args(cls: Any) -> dict[str, str]:
 def evaluate_help() -> str:
     """The first lines of ``evaluate.py --help``: what it does, then every option of the default evaluator
     (LightningCLI lists a subclass-mode module's options only under ``--model.help``)."""
-    from cblight.modules.evaluation import BoostedEvaluator
+    from cblight.evaluate.boosted_evaluator import BoostedEvaluator
 
     defaults = inspect.signature(BoostedEvaluator.__init__).parameters
     lines = [
@@ -332,7 +332,7 @@ class CBLightCLI(LightningCLI):
 
     def after_fit(self) -> None:
         """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would."""
-        from cblight.modules.tuning_callbacks import StopOnSignal
+        from cblight.tune.callbacks import StopOnSignal
 
         for callback in self.trainer.callbacks:
             if isinstance(callback, StopOnSignal) and callback.stopped_by:
@@ -360,8 +360,8 @@ def _defaults() -> dict[str, Any]:
 
 def train_cli(args: Any = None, run: bool = True) -> CBLightCLI:
     """``python train.py fit -c configs/coherence_tuning.yaml``: coherence tuning (paper appendix)."""
-    from cblight.data.tuning_prompts import PromptDataModule
-    from cblight.modules.tuning import CoherenceTuning
+    from cblight.tune.coherence_tuning import CoherenceTuning
+    from cblight.tune.prompt_data import PromptDataModule
 
     check_flow_mappings(sys.argv[1:] if args is None else list(args))
     return CBLightCLI(

@@ -22,7 +22,7 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_info
 
 from cblight.errors import ConfigError
-from cblight.modules.generation import BoostedGenerationEvaluator
+from cblight.generate.generation_evaluator import BoostedGenerationEvaluator
 from cblight.results import atomic_write_json, format_table
 from cblight.runs import run_evaluation
 

@@ -196,7 +196,7 @@ def generation(model: str, tuned: Path, out: Path, sizes: Sizes, devices: int) -
     )
     return evaluate_cli(
         [
-            "--model", "cblight.modules.generation.BoostedGenerationEvaluator",
+            "--model", "cblight.generate.generation_evaluator.BoostedGenerationEvaluator",
             "--model.model", model,
             "--model.decodings", decodings,
             "--model.max_new_tokens", str(sizes.new_tokens),

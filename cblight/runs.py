@@ -13,8 +13,8 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 
 from cblight.data.datamodule import EvalDataModule
+from cblight.evaluate.boosted_evaluator import BoostedEvaluator
 from cblight.interrupt import RunInterrupted, stop_on_signals
-from cblight.modules.evaluation import BoostedEvaluator
 
 
 def run_evaluation(

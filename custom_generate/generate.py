@@ -3,7 +3,7 @@
     model.generate(**inputs, custom_generate="<this repo or a local checkout>", trust_remote_code=True,
                    tokenizer=tokenizer, boost_mode="last_k", boost_k=8, boost_alpha=-0.5, max_new_tokens=40)
 
-This file only adapts ``model.generate``'s arguments to ``cblight.generation.boosted_generate`` (installed
+This file only adapts ``model.generate``'s arguments to ``cblight.generate.boosted_generate`` (installed
 from the ``cblight`` package, see requirements.txt); the decoding itself is cblight's. Arguments beyond
 ``generate``'s own (all optional):
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from cblight.generation import boosted_generate
-from cblight.generation.spec import BoostingError
+from cblight.generate import boosted_generate
+from cblight.generate.spec import BoostingError
 
 _UNSUPPORTED = ("assistant_model", "negative_prompt_ids", "negative_prompt_attention_mask")
 

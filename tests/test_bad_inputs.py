@@ -35,10 +35,10 @@ class Loaded(AssertionError):
 def no_loading(monkeypatch):
     """Tripwires on every loader: a refusal must come before any of them runs."""
     import cblight.data.datamodule as datamodule
+    import cblight.evaluate.boosted_evaluator as evaluation
+    import cblight.evaluator as base
+    import cblight.generate.generation_evaluator as generation
     import cblight.models as models
-    import cblight.modules.base as base
-    import cblight.modules.evaluation as evaluation
-    import cblight.modules.generation as generation
 
     def model(*args, **kwargs):
         raise Loaded("a model was loaded before the bad input was refused")
@@ -113,8 +113,8 @@ def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, ca
 
 @pytest.mark.parametrize("field", ["alpha", "temperature", "top_p"])
 def test_nan_in_tuning_options_is_refused(field):
-    from cblight.modules.tuning import CoherenceTuning
-    from cblight.tuning import TuningConfigError
+    from cblight.tune.coherence_tuning import CoherenceTuning
+    from cblight.tune.loss import TuningConfigError
 
     with pytest.raises(TuningConfigError, match=field):
         CoherenceTuning(model="/no/such/model", **{field: math.nan})
@@ -243,7 +243,7 @@ def _can_create_in(directory: Path) -> bool:
 def test_range_form_of_the_alpha_grid_survives_a_hyperparameter_round_trip():
     from jsonargparse import Namespace
 
-    from cblight.modules.evaluation import BoostedEvaluator
+    from cblight.evaluate.boosted_evaluator import BoostedEvaluator
 
     expected = [1.0, 0.5, 0.0, -0.5, -1.0]
     for grid in ({"start": 1.0, "stop": -1.0, "step": 0.5}, Namespace(start=1.0, stop=-1.0, step=0.5)):

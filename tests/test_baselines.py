@@ -1,6 +1,6 @@
 """The comparison methods (paper Tables 5, 11, 12) through ``evaluate.py`` on a tiny random GPT-2, every
 number recomputed by brute force: the model run on each string of each method separately, the strings
-spelled out here (not taken from ``cblight.data.baseline_prompts``), and the methods' formulas applied by
+spelled out here (not taken from ``cblight.evaluate.method_prompts``), and the methods' formulas applied by
 hand (numpy, as the reference code does)."""
 
 from __future__ import annotations
@@ -362,7 +362,7 @@ def test_pmi_empty_equals_lmeval_acc_mutual_info(tiny_gpt2_dir, tmp_path):
 
 
 def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkeypatch):
-    import cblight.modules.base as base
+    import cblight.evaluator as base
     from cblight.scoring import Scorer
 
     out = tmp_path / "out"

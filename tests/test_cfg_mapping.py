@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cblight.generation import boosted_generate, dialog_prompt
-from cblight.generation.prompts import marker_ids, separator_ids
+from cblight.generate import boosted_generate, dialog_prompt
+from cblight.generate.inputs import marker_ids, separator_ids
 from cblight.scoring import Encoder
 
 STEPS = 8

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from cblight.cli import evaluate_cli
-from cblight.modules.evaluation import BoostedEvaluator
+from cblight.evaluate.boosted_evaluator import BoostedEvaluator
 
 
 def test_help_lists_every_evaluator_option_first(capsys):

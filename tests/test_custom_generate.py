@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cblight.batching import left_pad
-from cblight.generation import BoostingError, boosted_generate, dialog_prompt
+from cblight.generate import BoostingError, boosted_generate, dialog_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [

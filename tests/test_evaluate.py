@@ -195,7 +195,7 @@ def copy_cache(src: Path, dst: Path) -> Path:
 
 
 def test_rerun_with_new_grid_needs_no_model(evaluated, tiny_gpt2_dir, tmp_path, monkeypatch):
-    import cblight.modules.base as base
+    import cblight.evaluator as base
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model must not be loaded when every example is cached")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cblight.modules.evaluation_files import next_token_curves
+from cblight.evaluate.predictions import next_token_curves
 from cblight.results import _accuracy_limits, save_alpha_plot
 
 KS = list(range(1, 21))

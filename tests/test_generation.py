@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, TopPLogitsWarper
 
 from cblight.boosting import log_softmax32, product_of_experts, short_context_ids
-from cblight.generation import (
+from cblight.generate import (
     AfterMarker,
     AfterSeparator,
     Boosting,
@@ -32,7 +32,7 @@ from cblight.generation import (
     experts,
     prepare_prompts,
 )
-from cblight.generation.prompts import last_occurrence, marker_ids, separator_ids
+from cblight.generate.inputs import last_occurrence, marker_ids, separator_ids
 from cblight.scoring import Encoder
 
 STEPS = 6
@@ -431,7 +431,7 @@ def test_beam_search_follows_reordering(lm, mode):
 
 
 def test_mix_fast_path_equals_product_of_experts():
-    from cblight.generation.experts import mix_experts
+    from cblight.generate.experts import mix_experts
 
     gen = torch.Generator().manual_seed(0)
     lps = [torch.log_softmax(torch.randn(3, 50, generator=gen), -1) for _ in range(3)]

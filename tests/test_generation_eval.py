@@ -12,7 +12,7 @@ import torch
 
 from cblight.cli import evaluate_cli
 from cblight.data.datamodule import EvalDataModule
-from cblight.generation import boosted_generate
+from cblight.generate import boosted_generate
 from cblight.metrics.dialog_meteor import official_meteor_missing
 from cblight.metrics.tables import dialog_table, generation_table, summary_table
 from cblight.models import load_causal_lm, load_tokenizer
@@ -182,8 +182,8 @@ def test_boosted_generations_match_direct_call(generated, tiny_gpt2_dir):
 def test_rerun_is_cached_and_reproducible(generated, tiny_gpt2_dir, tmp_path, monkeypatch):
     import shutil
 
-    import cblight.modules.base as base
-    import cblight.modules.generation as generation
+    import cblight.evaluator as base
+    import cblight.generate.generation_evaluator as generation
 
     out, results = generated
     shutil.copytree(out / "cache", tmp_path / "again" / "cache")

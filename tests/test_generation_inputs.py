@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cblight.data.examples import DataError
-from cblight.generation import (
+from cblight.generate import (
     AfterMarker,
     AfterSeparator,
     Boosting,
@@ -20,7 +20,7 @@ from cblight.generation import (
     fit_marker_prompt,
     prepare_prompts,
 )
-from cblight.generation.prompts import marker_ids
+from cblight.generate.inputs import marker_ids
 from cblight.scoring import Encoder
 
 ARTICLE = "The quick brown fox jumps over the lazy dog. " * 12

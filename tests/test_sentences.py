@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cblight.data.examples import DataError, GenerationExample
-from cblight.data.prompts import fit_example, fit_prompt
 from cblight.data.sentences import first_sentences, sentence_spans, split_first_sentence, split_sentences
+from cblight.truncation import fit_example, fit_prompt
 
 SAMPLES = Path(__file__).parent / "fixtures"
 

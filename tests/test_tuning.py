@@ -1,4 +1,4 @@
-"""Coherence tuning maths and teacher (cblight.tuning) against hand-computed values, torch's kl_div and a
+"""Coherence tuning maths and teacher (cblight.tune.loss) against hand-computed values, torch's kl_div and a
 brute-force reference that runs the model on every prefix and every short window separately."""
 
 import math
@@ -9,10 +9,10 @@ import torch.nn.functional as F
 
 from cblight.batching import left_pad
 from cblight.boosting import log_softmax32
-from cblight.divergences import forward_kl
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
-from cblight.tuning import (
+from cblight.tune.divergences import forward_kl
+from cblight.tune.loss import (
     Sampled,
     TuningConfigError,
     boosted_teacher,

@@ -19,9 +19,9 @@ import torch
 
 from cblight.batching import left_pad
 from cblight.models import load_causal_lm, load_tokenizer
-from cblight.modules.tuning import RNG_KEY, CoherenceTuning
 from cblight.scoring import Encoder
-from cblight.tuning import sample_sequences, sampled_token_mask
+from cblight.tune.coherence_tuning import RNG_KEY, CoherenceTuning
+from cblight.tune.loss import sample_sequences, sampled_token_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_TIMEOUT_S = 240  # a healthy run takes ~20 s here; the old code hung forever at step 0

@@ -8,15 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cblight.divergences import (
+from cblight.models import load_causal_lm, load_tokenizer
+from cblight.scoring import Encoder
+from cblight.tune.divergences import (
     DivergenceError,
     check_divergence,
     divergence,
     restrict_to_teacher_top_k,
 )
-from cblight.models import load_causal_lm, load_tokenizer
-from cblight.scoring import Encoder
-from cblight.tuning import tuning_kl_terms
+from cblight.tune.loss import tuning_kl_terms
 from tests.test_tuning import PROMPTS, _reference_terms, _sample, _with_early_eos
 
 pytestmark = pytest.mark.usefixtures("one_thread")

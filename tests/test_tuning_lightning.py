@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cblight.data.tuning_prompts import PromptDataModule
-from cblight.modules.tuning_callbacks import RichStepProgressBar, StepProgressBar
+from cblight.tune.callbacks import RichStepProgressBar, StepProgressBar
+from cblight.tune.prompt_data import PromptDataModule
 from tests.test_tuning_module import PROMPTS, _tuning
 
 ROOT = Path(__file__).resolve().parents[1]

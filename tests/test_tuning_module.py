@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from cblight.data.tuning_prompts import PromptDataError, PromptDataModule, PromptStream, read_prompts
 from cblight.models import ModelLoadError, load_causal_lm
-from cblight.modules.tuning import RNG_KEY, CoherenceTuning
-from cblight.tuning import TuningConfigError, tuning_kl_terms
+from cblight.tune.coherence_tuning import RNG_KEY, CoherenceTuning
+from cblight.tune.loss import TuningConfigError, tuning_kl_terms
+from cblight.tune.prompt_data import PromptDataError, PromptDataModule, PromptStream, read_prompts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

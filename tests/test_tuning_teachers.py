@@ -11,9 +11,9 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from transformers import AutoModelForCausalLM
 
-from cblight.data.tuning_prompts import PromptDataModule
-from cblight.modules.tuning import EMA_KEY
-from cblight.tuning import tuning_kl_terms
+from cblight.tune.coherence_tuning import EMA_KEY
+from cblight.tune.loss import tuning_kl_terms
+from cblight.tune.prompt_data import PromptDataModule
 from tests.test_tuning_module import PROMPTS, _trainer, _tuning
 
 pytestmark = pytest.mark.usefixtures("one_thread")

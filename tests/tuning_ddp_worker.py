@@ -10,8 +10,8 @@ import torch
 from lightning.pytorch import Callback
 
 from cblight.cli import train_cli
-from cblight.modules.tuning import CoherenceTuning
-from cblight.tuning import Sampled
+from cblight.tune.coherence_tuning import CoherenceTuning
+from cblight.tune.loss import Sampled
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")

@@ -88,7 +88,7 @@ class GenerationExample:
     Tables 2 and 3 (the document's continuation; one of DSTC7's references), ``None`` where there is none.
     ``turns`` are the dialog context turns (empty elsewhere).
 
-    Fitting the prompt to the model window (``cblight.data.prompts.fit_prompt``): ``keep_suffix`` is the
+    Fitting the prompt to the model window (``cblight.truncation.fit_prompt``): ``keep_suffix`` is the
     tail of ``prompt`` that must survive (`` TL;DR:``), ``cut_from`` the end of the rest that is cut
     (summaries keep the article's beginning and cut its end; dialog keeps the latest turns).
     ``short_prefix`` starts the growing short context of the paper's dialog/summary boosting (the turn

@@ -328,7 +328,7 @@ class CblightLM(TemplateLM):
     # -- generation ------------------------------------------------------------------------------------
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         """Greedy (or sampled) continuations through ``boosted_generate``, grouped by generation options."""
-        from cblight.generation import boosted_generate
+        from cblight.generate import boosted_generate
 
         if self.boosted and self.short_context != "last_k":
             raise CblightError(

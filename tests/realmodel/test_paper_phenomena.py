@@ -77,7 +77,7 @@ def test_boosted_generation_is_more_context_sensitive(smollm2_dir, tmp_path):
     )
     evaluate_cli(
         [
-            "--model", "cblight.modules.generation.BoostedGenerationEvaluator",
+            "--model", "cblight.generate.generation_evaluator.BoostedGenerationEvaluator",
             "--model.model", MODEL,
             "--model.decodings", decodings,
             "--model.max_new_tokens", "48",

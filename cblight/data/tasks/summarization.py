@@ -4,7 +4,7 @@
 greedy decoding. We take the first three sentences for CNN/DM articles and the first two sentences for XSum
 articles as their summaries." The prompt is ``"{article} TL;DR:"`` (the article stripped); an article too
 long for the window loses its *end*, the `` TL;DR:`` marker is kept (``GenerationExample.keep_suffix``
-and ``cut_from="end"``, applied by ``cblight.data.prompts.fit_prompt``). The short context of boosting is
+and ``cut_from="end"``, applied by ``cblight.truncation.fit_prompt``). The short context of boosting is
 `` TL;DR:`` plus the summary so far (``short_prefix``). ``TaskSpec.output_sentences`` (3 / 2) says how
 many sentences of the generated text form the summary (``cblight.data.sentences.first_sentences``).
 

@@ -2,9 +2,9 @@
 cut from the left, the special prefix kept; for summarisation the article's *tail* is cut and `` TL;DR:``
 kept, appendix "GPT-2 summarization experiments").
 
-The one cutting path of the project, below both the data modules (``cblight.data.prompts``) and boosted
-decoding (``cblight.generation.prompts``), which re-export it. ``fit_row`` cuts token ids; ``fit_prompt``
-encodes a text with the tokenizer's conventions and cuts it.
+The one cutting path of the project, shared by the generation evaluator and boosted decoding
+(``cblight.generate.inputs``). ``fit_row`` cuts token ids; ``fit_prompt`` encodes a text with the
+tokenizer's conventions and cuts it; ``fit_example`` applies an evaluation example's own marker and side.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Literal
 from cblight.errors import BoostingError, DataError
 from cblight.scoring import Encoder
 
-__all__ = ["fit_prompt", "fit_row", "has_prefix"]
+__all__ = ["fit_example", "fit_prompt", "fit_row", "has_prefix"]
 
 
 def has_prefix(row: Sequence[int], prefix: Sequence[int]) -> bool:
@@ -78,3 +78,11 @@ def fit_prompt(
     # cut_from="end": everything from the marker on is kept and the text just before it goes
     keep_from = len(enc.prefix) + len(body) if cut_from == "end" else None
     return fit_row(row, budget, enc.prefix, keep_from=keep_from)
+
+
+def fit_example(tokenizer: Any, example: Any, budget: int) -> list[int]:
+    """``fit_prompt`` with a generation example's own marker and cutting side (``prompt``, ``keep_suffix``,
+    ``cut_from`` of ``cblight.data.examples.GenerationExample``)."""
+    return fit_prompt(
+        tokenizer, example.prompt, budget, keep_suffix=example.keep_suffix, cut_from=example.cut_from
+    )

@@ -4,7 +4,7 @@ The paper compares coherence boosting with three other inference-time methods; e
 of answer likelihoods that one model computes, so, like ``cblight.boosting``, this module only turns cached
 log-likelihoods into scores and predictions (no Lightning, no Hub; unit-tested against hand-computed
 numbers). Which strings go into the model for each method is the data layer's business
-(``cblight.data.baseline_prompts``).
+(``cblight.evaluate.method_prompts``).
 
 * **Domain-conditional PMI** (Holtzman et al. 2021, "Surface form competition", eq. 3; Tables 11/12 "PMI"):
 

@@ -1,5 +1,5 @@
 """What the paper's comparison methods feed the model, per task (Tables 5, 11, 12; maths in
-``cblight.baselines``).
+``cblight.evaluate.baselines``).
 
 * **Domain premise** of domain-conditional PMI (Holtzman et al. 2021): a short task-level string after which
   the answer's prior probability is measured. Where the paper's Table 10 premise-free context is such a

@@ -3,7 +3,7 @@ Table 2's "self-tune" row; DESIGN.md §1).
 
 Each training step samples a batch from the current model, computes its coherence-boosted distribution
 ``f_alpha ∝ f_max^(1-alpha) f_k^alpha`` with no gradient, and steps on ``KL(f_alpha || f_θ)``; the maths
-lives in ``cblight.tuning``. Distribution is Lightning's (DDP; FSDP for models that outgrow one GPU).
+lives in ``cblight.tune.loss``. Distribution is Lightning's (DDP; FSDP for models that outgrow one GPU).
 
 Defaults follow the paper where it speaks (32 steps of 32 sequences of 32 sampled tokens, set in the
 trainer and data module, the forward KL) and are ours where its code figure is missing: ``k = 32`` and
@@ -25,14 +25,12 @@ from typing import Any
 import lightning as L
 import torch
 
-from cblight.divergences import check_divergence
-from cblight.lora import apply_lora, check_lora_options
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
-from cblight.modules.tuning_export import TunedModelExport
-from cblight.modules.tuning_sampling import RNG_KEY, SampledBatches
-from cblight.modules.tuning_validation import TuningValidation
 from cblight.scoring import Encoder
-from cblight.tuning import (
+from cblight.tune.divergences import check_divergence
+from cblight.tune.export import TunedModelExport
+from cblight.tune.lora import apply_lora, check_lora_options
+from cblight.tune.loss import (
     KLTerms,
     Sampled,
     TuningConfigError,
@@ -42,6 +40,8 @@ from cblight.tuning import (
     longest_useful_position,
     tuning_kl_terms,
 )
+from cblight.tune.rollouts import RNG_KEY, SampledBatches
+from cblight.tune.validation import TuningValidation
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class CoherenceTuning(SampledBatches, TuningValidation, TunedModelExport, L.Ligh
             ``frozen`` and ``ema`` cost one extra full forward per step and a copy of the weights.
         ema_decay: decay ``d`` of the EMA teacher, ``θ_ema ← d θ_ema + (1 - d) θ`` after every optimizer step.
         divergence: ``"forward_kl"`` (the paper, ``KL(f_alpha || f_θ)``), ``"reverse_kl"`` or ``"jsd"``
-            (generalised Jensen-Shannon with ``beta``, TRL's GKD convention; ``cblight.divergences``).
+            (generalised Jensen-Shannon with ``beta``, TRL's GKD convention; ``cblight.tune.divergences``).
         beta: the JSD's teacher weight in [0, 1] (0: forward KL, 1: reverse KL).
         teacher_top_k: distil only the teacher's ``k`` most likely tokens, both distributions renormalised
             over them (``None``: the whole vocabulary).
@@ -282,7 +282,7 @@ class CoherenceTuning(SampledBatches, TuningValidation, TunedModelExport, L.Ligh
         """Stop cleanly on Ctrl-C / SIGTERM, log the learning rate, count the progress bar in steps."""
         from lightning.pytorch.callbacks import LearningRateMonitor
 
-        from cblight.modules.tuning_callbacks import StopOnSignal, step_progress_bar
+        from cblight.tune.callbacks import StopOnSignal, step_progress_bar
 
         trainer = self.trainer
         callbacks: list[L.Callback] = []

@@ -2,7 +2,7 @@
 
 Coherence tuning (paper appendix "From coherence boosting to coherence tuning") minimises the forward KL
 ``KL(f_alpha || f_θ)`` from the boosted teacher to the model. On-policy distillation trainers offer two
-more, and so does ``cblight.tuning``; the conventions follow TRL's ``GKDTrainer.generalized_jsd_loss``
+more, and so does ``cblight.tune.loss``; the conventions follow TRL's ``GKDTrainer.generalized_jsd_loss``
 (Agarwal et al. 2024, "On-policy distillation of language models", eq. 1), with ``p`` the teacher and
 ``q`` the student:
 

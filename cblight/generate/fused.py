@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from cblight.generation.experts import CachedRows, active_anchors, boosted_scores, short_groups
-from cblight.generation.prompts import PreparedPrompts
-from cblight.generation.spec import Boosting, BoostingError
+from cblight.generate.experts import CachedRows, active_anchors, boosted_scores, short_groups
+from cblight.generate.inputs import PreparedPrompts
+from cblight.generate.spec import Boosting, BoostingError
 
 
 class FusedBoostedDecoding:

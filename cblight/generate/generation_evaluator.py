@@ -2,13 +2,13 @@
 Figure 3).
 
 Each test batch of prompts is decoded by every configured decoding (plain sampling, nucleus, beam search,
-and boosted variants: ``cblight.generation.boosted_generate``), and each decoding's outputs update the
+and boosted variants: ``cblight.generate.boosted_generate``), and each decoding's outputs update the
 task's metric suite (``cblight.metrics.tables``): Table 2's columns for WebText (perplexity, LTF and delta
 under the base LM among them), Table 3's for DSTC7, ROUGE-1/2/L for summaries (the first 3 or 2 sentences
 of the generated text). The "Human" row scores the held-out human text the same way.
 
-This module is the Lightning loop; the decoding rows live in ``cblight.modules.decodings`` and what is
-written (generations, tables, Figure 3) in ``cblight.modules.generation_files``.
+This module is the Lightning loop; the decoding rows live in ``cblight.generate.decodings`` and what is
+written (generations, tables, Figure 3) in ``cblight.generate.generations``.
 
 Every generation is appended to a per-(task, decoding) JSON-lines cache as it is produced, with the
 per-token log-probabilities the Table 2 metrics need, so an interrupted run resumes and a finished one
@@ -29,13 +29,9 @@ import torch
 from torch import nn
 
 from cblight.data.examples import DataError, GenerationExample
-from cblight.data.prompts import fit_example
 from cblight.errors import ConfigError
-from cblight.interrupt import check_interrupt
-from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
-from cblight.models import DTypeName, checkpoint_window, load_causal_lm, load_tokenizer, model_window
-from cblight.modules.base import LanguageModelModule
-from cblight.modules.decodings import (
+from cblight.evaluator import LanguageModelModule
+from cblight.generate.decodings import (
     DEFAULT_MAX_NEW_TOKENS,
     RECORD_FIELDS,
     Decoding,
@@ -51,7 +47,7 @@ from cblight.modules.decodings import (
     resolve_decodings,
     table_of,
 )
-from cblight.modules.generation_files import (
+from cblight.generate.generations import (
     log_samples,
     save_figure3,
     show_progress,
@@ -60,8 +56,12 @@ from cblight.modules.generation_files import (
     write_generations,
     write_results,
 )
+from cblight.interrupt import check_interrupt
+from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
+from cblight.models import DTypeName, checkpoint_window, load_causal_lm, load_tokenizer, model_window
 from cblight.output_dir import resolve_output_dir
 from cblight.results import RecordCache, digest
+from cblight.truncation import fit_example
 
 __all__ = [
     "BoostedGenerationEvaluator",
@@ -266,7 +266,7 @@ class BoostedGenerationEvaluator(LanguageModelModule):
     def _generate(
         self, task: GenerationTask, decoding: Decoding, examples: list[GenerationExample]
     ) -> list[dict[str, Any]]:
-        from cblight.generation import boosted_generate
+        from cblight.generate import boosted_generate
 
         if self.language_model is None:
             self._load_model()

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from cblight.boosting import log_softmax32
-from cblight.generation.experts import CachedRows, active_anchors, boosted_scores, short_groups
-from cblight.generation.prompts import PreparedPrompts, RowInfo
-from cblight.generation.spec import Boosting, BoostingError
+from cblight.generate.experts import CachedRows, active_anchors, boosted_scores, short_groups
+from cblight.generate.inputs import PreparedPrompts, RowInfo
+from cblight.generate.spec import Boosting, BoostingError
 
 try:  # transformers' base class keeps isinstance checks in generate happy; the maths does not need it
     from transformers import LogitsProcessor

@@ -8,7 +8,7 @@ its alpha* column is the tables' "Ours". The comparison methods of Tables 5, 11 
 * ``calibrate``: contextual calibration (Zhao et al. 2021), for tasks with one fixed label set and for LAMA;
 * ``channel``: the noisy channel (Min et al. 2022), for SST-2, SST-5, AGNews and TREC.
 
-The maths is ``cblight.baselines``; the strings ``cblight.data.baseline_prompts``. A method that does not
+The maths is ``cblight.evaluate.baselines``; the strings ``cblight.evaluate.method_prompts``. A method that does not
 apply to a task (contextual calibration on CommonsenseQA, whose answers change with every question) is
 reported as not applicable with the reason, the "-" of the paper's tables, never as a number.
 """
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from cblight.data.baseline_prompts import BASELINE_PROMPTS
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, NextTokenExample
 from cblight.errors import ConfigError
+from cblight.evaluate.method_prompts import BASELINE_PROMPTS
 
 MethodName = Literal["boost", "pmi_dc", "pmi_empty", "calibrate", "channel"]
 METHODS: tuple[str, ...] = ("boost", "pmi_dc", "pmi_empty", "calibrate", "channel")

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from cblight.batching import left_pad
-from cblight.fitting import fit_prompt, fit_row, has_prefix
-from cblight.generation.spec import AfterMarker, AfterSeparator, Boosting, BoostingError, LastTokens
+from cblight.generate.spec import AfterMarker, AfterSeparator, Boosting, BoostingError, LastTokens
 from cblight.scoring import Encoder
+from cblight.truncation import fit_prompt, fit_row, has_prefix
 
 Prompts = Sequence[str] | Sequence[Sequence[int]] | torch.Tensor
 
@@ -79,7 +79,7 @@ def fit_marker_prompt(
     tokenizer: Any, article: str, *, marker: str = " TL;DR:", max_tokens: int = 1024
 ) -> list[int]:
     """``article + marker`` as token ids in at most ``max_tokens`` tokens, the article cut from its end
-    (the paper's summarisation prompt; ``cblight.data.prompts.fit_prompt`` with the marker kept)."""
+    (the paper's summarisation prompt; ``cblight.truncation.fit_prompt`` with the marker kept)."""
     return fit_prompt(tokenizer, article + marker, max_tokens, keep_suffix=marker, cut_from="end")
 
 

@@ -2,7 +2,7 @@
 standard errors on the report split, and the per-example prediction rows.
 
 Pure functions of a sweep metric's ``compute()`` output and the grid, free of Lightning: the evaluator
-(``cblight.modules.evaluation``) calls ``select`` at the end of the validation loop and ``report`` at the
+(``cblight.evaluate.boosted_evaluator``) calls ``select`` at the end of the validation loop and ``report`` at the
 end of the test loop. Ties for alpha* go to the first value in grid order, as in the reference
 (DESIGN.md §1). One class per task kind, registered in ``REPORTS``.
 """
@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from cblight.baselines import predictions
 from cblight.boosting import binomial_stderr, choice_predictions, first_argmax
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample
+from cblight.evaluate.baselines import predictions
 
 Rows = list[dict[str, Any]]
 
@@ -47,7 +47,7 @@ class SweepReport(ABC):
 class ChoiceReport(SweepReport):
     """Multiple choice (paper Table 4): accuracy at alpha = 0, -1 (PMI) and alpha*, and the whole curve;
     with ``methods``, each comparison method's accuracy (Tables 11/12: ``acc_pmi_dc``, ``acc_calibrate``,
-    ``acc_channel``, ...) from its per-choice scores (``cblight.baselines``)."""
+    ``acc_channel``, ...) from its per-choice scores (``cblight.evaluate.baselines``)."""
 
     kind = "multiple_choice"
 

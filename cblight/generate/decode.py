@@ -19,10 +19,10 @@ from typing import Any, Literal
 import torch
 
 from cblight.boosting import BoostForm
-from cblight.generation.fused import FusedBoostedDecoding
-from cblight.generation.processor import BoostingLogitsProcessor
-from cblight.generation.prompts import PreparedPrompts, Prompts, prepare_prompts
-from cblight.generation.spec import Boosting, BoostingError, Mode
+from cblight.generate.fused import FusedBoostedDecoding
+from cblight.generate.inputs import PreparedPrompts, Prompts, prepare_prompts
+from cblight.generate.processor import BoostingLogitsProcessor
+from cblight.generate.spec import Boosting, BoostingError, Mode
 from cblight.models import model_window
 
 Decoder = Literal["fused", "processor"]

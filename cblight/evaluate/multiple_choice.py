@@ -1,7 +1,7 @@
 """Multiple-choice scoring (paper eq. 2, Table 4) and its comparison methods (Tables 11, 12): the records
-``cblight.modules.evaluation`` caches per example, and the sweep they feed. The base class and the
-next-token scoring are ``cblight.modules.example_scoring``; the methods' maths ``cblight.baselines``, their
-strings ``cblight.data.baseline_prompts``.
+``cblight.evaluate.boosted_evaluator`` caches per example, and the sweep they feed. The base class and the
+next-token scoring are ``cblight.evaluate.next_token``; the methods' maths ``cblight.evaluate.baselines``, their
+strings ``cblight.evaluate.method_prompts``.
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from cblight.baselines import calibrated_scores, calibration_prior, pmi_scores
-from cblight.data.baseline_prompts import BASELINE_PROMPTS, channel_prefixes, domain_premise
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
+from cblight.evaluate.baselines import calibrated_scores, calibration_prior, pmi_scores
+from cblight.evaluate.method_prompts import BASELINE_PROMPTS, channel_prefixes, domain_premise
+from cblight.evaluate.methods import BaselineOptions, fixed_labels
+from cblight.evaluate.next_token import ExampleScoring
 from cblight.metrics.sweeps import ChoiceSweep
-from cblight.modules.example_scoring import ExampleScoring
-from cblight.modules.methods import BaselineOptions, fixed_labels
 from cblight.results import digest
 
 
 class ChoiceScoring(ExampleScoring):
     """Multiple choice: ``log f(a | full)`` and ``log f(a | premise-free)`` per choice (paper eq. 2), and the
-    numbers of the comparison methods asked for (``cblight.modules.methods``):
+    numbers of the comparison methods asked for (``cblight.evaluate.methods``):
 
     * ``pmi_dc``: ``ll_domain``, each choice after the domain premise (Holtzman et al. 2021);
     * ``pmi_empty``: ``ll_empty``, each choice after BOS/EOS alone (lm-eval's ``acc_mutual_info``);
@@ -196,7 +196,7 @@ class ChoiceScoring(ExampleScoring):
         return info
 
     def method_scores(self, record: dict[str, Any]) -> dict[str, list[float]]:
-        """Each comparison method's per-choice scores (``cblight.baselines``) from one record."""
+        """Each comparison method's per-choice scores (``cblight.evaluate.baselines``) from one record."""
         full = torch.tensor(record["ll_full"], dtype=torch.float64).view(1, -1)
         out: dict[str, list[float]] = {}
         for m in self.methods:

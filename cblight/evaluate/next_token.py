@@ -3,19 +3,19 @@
 One class per task kind turns examples into cache records with one forward pass per context form
 (DESIGN.md §5) and feeds those records to the kind's sweep metric:
 
-* ``ChoiceScoring`` (paper eq. 2, Table 4; ``cblight.modules.choice_scoring``): every choice's
+* ``ChoiceScoring`` (paper eq. 2, Table 4; ``cblight.evaluate.multiple_choice``): every choice's
   log-likelihood after the full and after the premise-free context;
 * ``NextTokenScoring`` (paper §3, Tables 1 and 5; here): the target's log-prob and rank under ``f_max``,
   each ``f_k`` and the boosted mix at every (k, alpha) of the grid.
 
 Both also compute the comparison methods of Tables 5, 11 and 12 that a run asks for
-(``cblight.modules.methods``): PMI_DC, contextual calibration and the noisy channel.
+(``cblight.evaluate.methods``): PMI_DC, contextual calibration and the noisy channel.
 
 They talk to the model only through a *backend* with ``Scorer``'s interface (``score_text``,
 ``encoder``, ``next_token_log_probs``, ``last_k_log_probs``), so another backend (``cblight.served``)
 or another scoring method (a new ``ExampleScoring`` subclass, picked in ``BoostedEvaluator._scoring``)
-plugs in without touching the Lightning loop (``cblight.modules.evaluation``) or the selection and report
-(``cblight.modules.selection``).
+plugs in without touching the Lightning loop (``cblight.evaluate.boosted_evaluator``) or the selection and report
+(``cblight.evaluate.selection``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from cblight.baselines import calibrated_next_token
 from cblight.boosting import next_token_alpha_sweep
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
+from cblight.evaluate.baselines import calibrated_next_token
+from cblight.evaluate.methods import BaselineOptions, not_applicable
 from cblight.metrics.sweeps import NextTokenSweep
-from cblight.modules.methods import BaselineOptions, not_applicable
 from cblight.results import digest
 
 
@@ -113,7 +113,7 @@ class NextTokenScoring(ExampleScoring):
     """Next-token prediction: one full pass and one k-token pass per k; every alpha from those (paper §3).
 
     With ``calibrate`` (LAMA, Table 5's "Zhao et al." row) the full distribution is also calibrated as
-    Zhao et al.'s ``run_lama.py`` does (``cblight.baselines.calibrated_next_token``), with one pass per
+    Zhao et al.'s ``run_lama.py`` does (``cblight.evaluate.baselines.calibrated_next_token``), with one pass per
     relation template and content-free input; the record keeps the calibrated prediction.
     """
 

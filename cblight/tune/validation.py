@@ -1,5 +1,5 @@
 """Coherence tuning's held-out validation and sample log, a mixin of
-``cblight.modules.tuning.CoherenceTuning`` (paper appendix "From coherence boosting to coherence tuning").
+``cblight.tune.coherence_tuning.CoherenceTuning`` (paper appendix "From coherence boosting to coherence tuning").
 
 Validation samples the same held-out prompts with the same seeds at every check and logs
 ``KL(f_alpha || f_θ)`` under the run's teacher (``val/tuning/kl``, ``kl_long``), against the initial model's
@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torchmetrics import MeanMetric, SumMetric
 
-from cblight.modules.tuning_sampling import seed_of
-from cblight.tuning import Sampled, human_text_nll
+from cblight.tune.loss import Sampled, human_text_nll
+from cblight.tune.rollouts import seed_of
 
 __all__ = ["TuningValidation"]
 

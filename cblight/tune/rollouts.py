@@ -1,6 +1,6 @@
 """Sampling of coherence tuning's sequences with a random state per process that checkpoints carry
 (Lightning does not save random states), so that a resumed run samples exactly what an uninterrupted one
-would have; a mixin of ``cblight.modules.tuning.CoherenceTuning``."""
+would have; a mixin of ``cblight.tune.coherence_tuning.CoherenceTuning``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from cblight.batching import left_pad
-from cblight.tuning import Sampled, TuningConfigError, sample_sequences
+from cblight.tune.loss import Sampled, TuningConfigError, sample_sequences
 
 log = logging.getLogger(__name__)
 

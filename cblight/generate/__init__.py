@@ -5,17 +5,17 @@ list of short-context experts); ``BoostingLogitsProcessor`` and ``FusedBoostedDe
 a ``model.generate`` call of your own. See ``docs/generation.md``.
 """
 
-from cblight.generation.api import BoostedGeneration, boosted_generate, check_generate_kwargs
-from cblight.generation.fused import FusedBoostedDecoding
-from cblight.generation.processor import BoostingLogitsProcessor
-from cblight.generation.prompts import (
+from cblight.generate.decode import BoostedGeneration, boosted_generate, check_generate_kwargs
+from cblight.generate.fused import FusedBoostedDecoding
+from cblight.generate.inputs import (
     PreparedPrompts,
     dialog_prompt,
     fit_marker_prompt,
     fit_row,
     prepare_prompts,
 )
-from cblight.generation.spec import (
+from cblight.generate.processor import BoostingLogitsProcessor
+from cblight.generate.spec import (
     MODES,
     AfterMarker,
     AfterSeparator,

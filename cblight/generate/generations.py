@@ -14,8 +14,8 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
+from cblight.generate.decodings import Decoding, DecodingGrid, GenerationTask
 from cblight.metrics.tables import DIALOG_TITLES
-from cblight.modules.decodings import Decoding, DecodingGrid, GenerationTask
 from cblight.results import atomic_write_jsonl, format_table, write_run_results
 
 GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary")

@@ -21,8 +21,8 @@ import torch
 
 from cblight.batching import last_position_log_probs, left_pad, positions_from_mask
 from cblight.boosting import log_softmax32, product_of_experts
-from cblight.generation.prompts import RowInfo
-from cblight.generation.spec import Boosting, LastTokens
+from cblight.generate.inputs import RowInfo
+from cblight.generate.spec import Boosting, LastTokens
 
 
 def _keeps_last_logits_only(model: Any) -> dict[str, Any]:

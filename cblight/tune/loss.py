@@ -10,10 +10,10 @@ Starting from a pretrained model ``f(·|·; θ)``, every training step
    (``boosted_teacher``); where the context is no longer than ``k``, ``f_k == f_max`` and so
    ``f_alpha == f_max``;
 3. takes a gradient step on ``KL(f_alpha || f_θ)`` with ``f_alpha`` held constant (``tuning_kl_terms``;
-   the reverse KL or a generalised JSD on request, ``cblight.divergences``), summed over the positions in
+   the reverse KL or a generalised JSD on request, ``cblight.tune.divergences``), summed over the positions in
    scope and divided by their number over all processes.
 
-Nothing here imports Lightning: ``cblight.modules.tuning`` wires these functions into a LightningModule.
+Nothing here imports Lightning: ``cblight.tune.coherence_tuning`` wires these functions into a LightningModule.
 Conventions: a *position* is the column ``c`` of a target token in a ``[B, L]`` batch; the distributions
 at position ``c`` are the ones that predict ``sequences[:, c]`` from the tokens before it (the model's
 logits at column ``c - 1``). This matches ``cblight.batching.windowed_positions``.
@@ -38,10 +38,10 @@ from cblight.batching import (
     windowed_positions,
 )
 from cblight.boosting import boosted_log_probs, log_softmax32
-from cblight.divergences import Divergence, restrict_to_teacher_top_k
-from cblight.divergences import divergence as divergence_fn
 from cblight.errors import CblightError
 from cblight.scoring import Encoder, Scorer, empty_context_ids
+from cblight.tune.divergences import Divergence, restrict_to_teacher_top_k
+from cblight.tune.divergences import divergence as divergence_fn
 
 __all__ = [
     "KLTerms",
@@ -336,7 +336,7 @@ def tuning_kl_terms(
 ) -> KLTerms:
     """The divergence from the boosted teacher ``f_alpha`` to the model ``f_θ`` at every position in scope
     of a sampled batch (forward ``KL(f_alpha || f_θ)``, the paper, by default; see
-    ``cblight.divergences`` for the others and for ``teacher_top_k``).
+    ``cblight.tune.divergences`` for the others and for ``teacher_top_k``).
 
     The teacher is the live model (the paper; its full-context expert is the student's own forward,
     detached) or ``teacher_model`` (a frozen copy of the initial model, or an EMA of the student). Its

@@ -12,9 +12,9 @@ of the test loop rank 0 writes ``results.json``, per-example predictions and one
 and prints a summary table.
 
 This module is the Lightning loop only. How a batch of examples is scored (the cache records, one class per
-task kind) lives in ``cblight.modules.example_scoring`` and ``cblight.modules.choice_scoring``; how a sweep
-becomes alpha*, k* and a report in ``cblight.modules.selection``; what is written in
-``cblight.modules.evaluation_files``; a served model's scorer in ``cblight.served``.
+task kind) lives in ``cblight.evaluate.next_token`` and ``cblight.evaluate.multiple_choice``; how a sweep
+becomes alpha*, k* and a report in ``cblight.evaluate.selection``; what is written in
+``cblight.evaluate.predictions``; a served model's scorer in ``cblight.served``.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
+from cblight.evaluate.methods import BaselineOptions, MethodName, check_methods, not_applicable
+from cblight.evaluate.multiple_choice import ChoiceScoring
+from cblight.evaluate.next_token import ExampleScoring, NextTokenScoring
+from cblight.evaluate.predictions import write_results, write_task_files
+from cblight.evaluate.selection import ChoiceReport, NextTokenReport, SweepReport
+from cblight.evaluator import LanguageModelModule
 from cblight.interrupt import check_interrupt
 from cblight.models import DTypeName, checkpoint_window, load_tokenizer
-from cblight.modules.base import LanguageModelModule
-from cblight.modules.choice_scoring import ChoiceScoring
-from cblight.modules.evaluation_files import write_results, write_task_files
-from cblight.modules.example_scoring import ExampleScoring, NextTokenScoring
-from cblight.modules.methods import BaselineOptions, MethodName, check_methods, not_applicable
-from cblight.modules.selection import ChoiceReport, NextTokenReport, SweepReport
 from cblight.output_dir import resolve_output_dir
 from cblight.results import RecordCache
 from cblight.scoring import BatchSize, Scorer
@@ -257,7 +257,7 @@ class BoostedEvaluator(LanguageModelModule):
         return [m for m in self.methods[1:] if not_applicable(m, split) is None]
 
     def _scoring(self, split: TaskSplit, role: Role) -> ExampleScoring:
-        """How examples of this split are scored (``cblight.modules.example_scoring``)."""
+        """How examples of this split are scored (``cblight.evaluate.next_token``)."""
         key = (role, split.name)
         if key not in self._scorings:
             kind = split.task.kind
@@ -275,7 +275,7 @@ class BoostedEvaluator(LanguageModelModule):
         return self._scorings[key]
 
     def _report(self, split: TaskSplit, role: Role) -> SweepReport:
-        """How this split's sweep becomes alpha* and a report (``cblight.modules.selection``)."""
+        """How this split's sweep becomes alpha* and a report (``cblight.evaluate.selection``)."""
         methods = self._methods(split, role)
         if split.task.kind == "multiple_choice":
             return ChoiceReport(self.choice_alphas, self.length_normalize, methods)

@@ -1,6 +1,6 @@
-"""Export of the tuned model at the end of ``fit`` (a mixin of ``cblight.modules.tuning.CoherenceTuning``):
+"""Export of the tuned model at the end of ``fit`` (a mixin of ``cblight.tune.coherence_tuning.CoherenceTuning``):
 ``save_pretrained`` of the weights and the tokenizer, loadable by ``AutoModelForCausalLM.from_pretrained``;
-with LoRA, the merged model and the adapter (``cblight.lora``)."""
+with LoRA, the merged model and the adapter (``cblight.tune.lora``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cblight.lora import is_peft_model, save_lora_exports
+from cblight.tune.lora import is_peft_model, save_lora_exports
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Coherence tuning (paper appendix "From coherence boosting to coherence tuning")."""
