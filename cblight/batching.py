@@ -13,7 +13,7 @@ Log-softmax is taken in float32 whatever the model dtype. No Lightning or Hub im
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -150,8 +150,3 @@ def windowed_log_probs(
                 lp = lp.gather(1, input_ids[r, c].view(-1, 1)).squeeze(1)
             pieces.append(lp)
     return torch.cat(pieces, dim=0)
-
-
-def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]

@@ -4,7 +4,7 @@
 ``cblight.generate.generation_evaluator.BoostedGenerationEvaluator`` as ``model.class_path``) and ``EvalDataModule``
 from their signatures. ``BoostedEvaluator`` runs Lightning's validation loop on the alpha-selection splits,
 then its test loop on the reported splits; the generation module runs the test loop; ``--compare`` runs
-either for several checkpoints (``cblight.compare``). ``train_cli`` is coherence tuning's LightningCLI.
+either for several checkpoints (``cblight.runs.run_comparison``). ``train_cli`` is coherence tuning's LightningCLI.
 
 Both fail before any work on bad input (W&B asked for without the ``wandb`` package, a resume checkpoint
 that is missing or not a Lightning checkpoint, invalid options) with one line naming the cause. Logs go to
@@ -30,14 +30,18 @@ from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
-from cblight.compare import run_comparison
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import CblightError
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
-from cblight.interrupt import RunInterrupted
-from cblight.output_dir import OutputLock, check_output_dir, resolve_output_dir
-from cblight.runs import run_evaluation
+from cblight.runs import (
+    OutputLock,
+    RunInterrupted,
+    check_output_dir,
+    resolve_output_dir,
+    run_comparison,
+    run_evaluation,
+)
 
 __all__ = ["evaluate_cli", "exit_on_bad_input", "run_evaluation", "train_cli"]
 

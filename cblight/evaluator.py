@@ -1,27 +1,75 @@
-"""What the evaluation modules share: the Hugging Face model they hold, loaded lazily, and metric keys."""
+"""What both evaluators share: the ``Evaluator`` base of ``BoostedEvaluator`` (``cblight.evaluate``) and
+``BoostedGenerationEvaluator`` (``cblight.generate``).
+
+An evaluator is a LightningModule around one causal LM that Lightning's loops drive over an
+``EvalDataModule``. The base owns everything that is not about how an example is scored or generated:
+
+* the model, loaded only when a step needs it (a fully cached run never loads it); a ``device_map`` model is
+  placed by accelerate and kept out of Lightning's device management, any other is a submodule Lightning
+  moves;
+* the tokenizer, the output directory (``{model}`` filled in) and ``overwrite``, which discards the cache
+  once per run, on rank 0, before any process reads it;
+* one ``RecordCache`` per (task, split or decoding), keyed by a signature of every setting that changes the
+  cached numbers (``cache_signature``; a cache written under others is refused, not mixed);
+* ``results.json`` with the run's settings (``write_results``), metric keys (``stage/task[/run_label]/...``)
+  and the hooks ``cblight.runs`` needs: whether the evaluator selects alpha* on a validation loop
+  (``selects``) and, for ``--compare``, how checkpoints' runs become one table (``comparison_table``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import shutil
+import time
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
 
+import torch
 from lightning.pytorch import LightningModule
 
-from cblight.models import load_causal_lm
+from cblight.cache import RecordCache
+from cblight.errors import DataError
+from cblight.models import load_causal_lm, load_tokenizer
+from cblight.results import write_run_results
+from cblight.runs import resolve_output_dir
+
+__all__ = ["Evaluator"]
 
 
-class LanguageModelModule(LightningModule):
-    """A LightningModule around one causal LM, loaded only when a step needs it (a fully cached run
-    never loads it). A ``device_map`` model is placed by accelerate and kept out of Lightning's device
-    management; any other is a registered submodule that Lightning moves. Subclasses save ``model``,
-    ``dtype``, ``device_map``, ``revision``, ``trust_remote_code`` and ``run_label`` as hyperparameters
-    and set ``model_name``."""
+class Evaluator(LightningModule):
+    """The shared part of cblight's evaluators (see the module docstring). Subclasses call
+    ``super().__init__`` with the loading options, then ``save_hyperparameters()`` themselves (so that
+    their own arguments are saved too)."""
 
-    # Annotations only: a class-level ``lm = None`` would shadow the submodule that nn.Module keeps in
-    # ``_modules``, so subclasses set both in ``__init__``.
-    model_name: str
-    lm: Any
-    _sharded_lm: Any
+    selects: ClassVar[bool] = False  # runs Lightning's validation loop to choose alpha* before testing
 
+    def __init__(
+        self,
+        model: str,
+        tokenizer: str | None,
+        output_dir: str,
+        overwrite: bool,
+        run_label: str | None,
+    ):
+        super().__init__()
+        self.model_name = model
+        self.tokenizer_name: str | None = tokenizer or model
+        self.output_dir = resolve_output_dir(output_dir, model)
+        self.run_label = run_label
+        self.overwrite = overwrite
+        # Not class attributes: a class-level ``lm = None`` would shadow the submodule nn.Module keeps.
+        self.lm: torch.nn.Module | None = None
+        self._sharded_lm: Any = None  # a device_map model lives outside Lightning's device management
+        self.tok: Any = None
+        self._caches: dict[Any, RecordCache] = {}
+        self._cached: dict[Any, dict[int, dict[str, Any]]] = {}
+        self._cleared = False
+        self.results: dict[str, Any] = {}
+        self.summary = ""
+        self._started = time.time()
+
+    # -- the model and its tokenizer -------------------------------------------------------------------------
     @property
     def language_model(self) -> Any:
         return self._sharded_lm if self._sharded_lm is not None else self.lm
@@ -40,7 +88,83 @@ class LanguageModelModule(LightningModule):
         else:
             self.lm = model.to(self.device)
 
+    def _load_tokenizer(self) -> None:
+        if self.tok is None and self.tokenizer_name is not None:
+            self.tok = load_tokenizer(
+                self.tokenizer_name,
+                revision=self.hparams.revision,
+                trust_remote_code=self.hparams.trust_remote_code,
+            )
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # lists of text examples: tokenisation happens on the model's device inside the step
+
+    # -- set-up shared by every stage ------------------------------------------------------------------------
+    def _datamodule(self) -> Any:
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "loader_splits"):
+            raise DataError(
+                f"{type(self).__name__} needs an EvalDataModule (trainer.*(model, datamodule=...))"
+            )
+        return dm
+
+    def _clear_cache_once(self) -> None:
+        """``overwrite``: the cache directory goes once per run, on rank 0, before any process reads it."""
+        if self.overwrite and not self._cleared:
+            if self.trainer.is_global_zero:
+                shutil.rmtree(self.output_dir / "cache", ignore_errors=True)
+            self.trainer.strategy.barrier()
+            self._cleared = True
+
+    def cache_signature(self, task: str, split: str) -> dict[str, Any]:
+        """The settings every cached number of a (task, split) depends on; subclasses add their own."""
+        return {
+            "model": self.model_name,
+            "tokenizer": self.tokenizer_name,
+            "revision": self.hparams.revision,
+            "dtype": self.hparams.dtype,
+            "task": task,
+            "split": split,
+        }
+
+    def _open_cache(
+        self, key: Any, directory: Path, signature: Mapping[str, Any], fields: Sequence[str]
+    ) -> dict[int, dict[str, Any]]:
+        """Load (and keep, under ``key``) this process's view of one cache directory: records by example id."""
+        cache = RecordCache(directory, signature, rank=self.global_rank, fields=fields)
+        self._caches[key] = cache
+        self._cached[key] = cache.load()
+        return self._cached[key]
+
+    def _store(self, key: Any, records: Sequence[dict[str, Any]]) -> None:
+        """Append fresh records to the cache under ``key`` and to this process's view of it."""
+        self._caches[key].append(records)
+        for rec in records:
+            self._cached[key][rec["id"]] = rec
+
+    # -- results -------------------------------------------------------------------------------------------
     def _key(self, task: str) -> str:
-        """The task part of a metric name: ``<task>`` or ``<task>/<run_label>`` in comparisons."""
-        label = self.hparams.run_label
-        return f"{task}/{label}" if label else task
+        """The task part of a metric name: ``<task>``, or ``<task>/<run_label>`` in comparisons."""
+        return f"{task}/{self.run_label}" if self.run_label else task
+
+    def write_results(self, settings: Mapping[str, Any], summary: str) -> Path:
+        """``<output_dir>/results.json``: cblight's version, the model settings, ``settings``, wall time,
+        the printed ``summary`` and every task's result (rank 0 calls it)."""
+        base = {
+            "model": self.model_name,
+            "tokenizer": self.tokenizer_name,
+            "dtype": self.hparams.dtype,
+            "revision": self.hparams.revision,
+        }
+        return write_run_results(self.output_dir, {**base, **settings}, summary, self.results, self._started)
+
+    # -- comparisons (``--compare``, ``cblight.runs.run_comparison``) ------------------------------------------
+    def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
+        """Arguments every compared checkpoint's evaluator gets beyond its model path (``first``: the first
+        checkpoint, the base model)."""
+        return {}
+
+    @classmethod
+    @abstractmethod
+    def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+        """One table of several checkpoints' results (``runs``: label -> ``results``), and its rows."""

@@ -1,30 +1,253 @@
-"""Running one evaluation: alpha* (and k*) chosen on the selection splits, then the report splits.
+"""A run of an evaluator: where it writes, that it writes alone, how it stops, and what it runs.
 
-Below both the CLI (``cblight.cli``) and the comparison of checkpoints (``cblight.compare``), which call
-``run_evaluation`` once per checkpoint. SIGINT and SIGTERM stop it promptly (``cblight.interrupt``).
+* **Output directory**: ``resolve_output_dir`` fills ``{model}`` in, ``check_output_dir`` refuses one that
+  could not hold the results, and ``OutputLock`` keeps two runs from writing one directory at once. The CLI
+  does all three right after parsing the command line, before any model or data is loaded.
+* **Signals**: within ``stop_on_signals`` SIGINT and SIGTERM raise ``RunInterrupted`` at once, in the
+  middle of a batch if need be; ``check_interrupt``, called by the evaluators before every batch, raises it
+  too should a library have swallowed the first one. Cache rows are appended all-or-none
+  (``cblight.cache``), so a rerun resumes. The entry point turns ``RunInterrupted`` into one line and exit
+  status 128 + the signal number (130 for SIGINT, 143 for SIGTERM), as a shell reports a killed command.
+* **The run**: ``run_evaluation`` chooses alpha* (and k*) on the selection splits with Lightning's
+  validation loop when the evaluator selects (``Evaluator.selects``), then reports on the test splits;
+  ``run_comparison`` runs one evaluation per checkpoint (tuned vs boosted vs base) and prints the table
+  the evaluator's class lays out (``Evaluator.comparison_table``).
+
+Core: it imports no wing; the evaluators (``cblight.evaluate``, ``cblight.generate``) plug in through the
+``cblight.evaluator.Evaluator`` base.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
 import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from lightning.pytorch import LightningModule
-from lightning.pytorch.utilities import rank_zero_info
+from cblight.errors import CblightError, ConfigError
 
-from cblight.data.datamodule import EvalDataModule
-from cblight.evaluate.boosted_evaluator import BoostedEvaluator
-from cblight.interrupt import RunInterrupted, stop_on_signals
+LOCK_NAME = ".cblight.lock"
 
 
-def run_evaluation(
-    trainer: Any, model: LightningModule, datamodule: EvalDataModule, print_summary: bool = True
-) -> dict[str, Any]:
-    """Choose alpha* (and k*) on the selection splits, then report on the test splits."""
+# ---------------------------------------------------------------------------------------------------------
+# The output directory
+
+
+class OutputDirError(CblightError):
+    """An output directory that cannot be used: a file in its path, not writable, or in use by another run."""
+
+
+def resolve_output_dir(template: str, model: str) -> Path:
+    """``template`` with ``{model}`` replaced by the model's short name (``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m``)."""
+    from cblight.models import model_label
+
+    return Path(template.replace("{model}", model_label(model)))
+
+
+def check_output_dir(path: Path, option: str = "model.output_dir") -> None:
+    """Refuse a directory that could not hold the results: a file on its path, or a deepest existing
+    directory that cannot be written (read-only file system, permissions). Checked by writing, and at once
+    removing, a probe file, which also catches what ``os.access`` misses for root."""
+    path = Path(path).expanduser()
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "it" if existing == path else str(existing)
+        raise OutputDirError(f"{option} {str(path)!r} cannot be a directory: {where} is a file")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".cblight-probe-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise OutputDirError(f"{option} {str(path)!r} is not writable ({existing}: {err.strerror})") from None
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of a process in clock ticks since boot (Linux), to tell a reused pid from the locker."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(owner: dict[str, Any]) -> bool:
+    pid = owner.get("pid")
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    started = owner.get("proc_start")
+    return started is None or _process_start(pid) in (None, started)
+
+
+class OutputLock:
+    """An exclusive lock on an output directory (``<dir>/.cblight.lock``, holding the owner's pid, host,
+    start time and command). A second run is refused with a message naming the first; a lock left by a
+    process that no longer runs on this host is taken over. Released at exit."""
+
+    def __init__(self, directory: str | Path, option: str = "model.output_dir"):
+        self.dir = Path(directory).expanduser()
+        self.path = self.dir / LOCK_NAME
+        self.option = option
+        self.held = False
+        self._created: list[Path] = []  # directories the lock made, removed again if left empty
+
+    def _owner(self) -> dict[str, Any] | None:
+        try:
+            owner = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}
+        return owner if isinstance(owner, dict) else {}
+
+    def acquire(self) -> OutputLock:
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "proc_start": _process_start(os.getpid()),
+            "command": " ".join(sys.argv),
+        }
+        try:
+            missing = self.dir
+            while not missing.exists() and missing != missing.parent:
+                self._created.append(missing)
+                missing = missing.parent
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f"{LOCK_NAME}.", dir=self.dir)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(info, fh)
+        except OSError as err:
+            raise OutputDirError(
+                f"{self.option} {str(self.dir)!r} is not writable ({err.strerror})"
+            ) from None
+        try:
+            for _ in range(3):
+                try:
+                    os.link(tmp, self.path)  # atomic: fails when a lock exists, never shows half a file
+                    self.held = True
+                    atexit.register(self.release)
+                    return self
+                except FileExistsError:
+                    owner = self._owner()
+                    if owner is None:
+                        continue  # released meanwhile
+                    same_host = owner.get("host") == info["host"]
+                    if owner and same_host and _alive(owner):
+                        raise OutputDirError(self._busy(owner)) from None
+                    if owner and not same_host:
+                        raise OutputDirError(
+                            self._busy(owner) + f"; if that run is dead, delete {self.path}"
+                        ) from None
+                    self.path.unlink(missing_ok=True)  # stale: its process is gone (or the file is garbage)
+            raise OutputDirError(f"{self.option} {str(self.dir)!r}: could not take the lock {self.path}")
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    def _busy(self, owner: dict[str, Any]) -> str:
+        return (
+            f"{self.option} {str(self.dir)!r} is in use by another run (pid {owner.get('pid')} on host "
+            f"{owner.get('host')}, started {owner.get('started')}: {owner.get('command', '')[:200]}); "
+            "wait for it to finish or choose another output_dir"
+        )
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        owner = self._owner()
+        if owner and owner.get("pid") == os.getpid():
+            self.path.unlink(missing_ok=True)
+        for directory in self._created:  # a run refused before writing anything leaves no directory
+            try:
+                directory.rmdir()
+            except OSError:
+                break  # not empty: the run wrote results there
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stopping on SIGINT / SIGTERM
+
+_requested: list[int] = []
+
+
+class RunInterrupted(BaseException):
+    """A run stopped by a signal. A BaseException, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def check_interrupt() -> None:
+    """Raise ``RunInterrupted`` if a stop was requested (called between batches)."""
+    if _requested:
+        raise RunInterrupted(_requested[0])
+
+
+def _handler(signum: int, frame: Any) -> None:
+    first = not _requested
+    _requested.append(signum)
+    if first:
+        raise RunInterrupted(signum)
+
+
+@contextmanager
+def stop_on_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise ``RunInterrupted`` (main thread only; elsewhere a no-op).
+    Lightning chains its own SIGTERM handler in front of ours while a trainer runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _requested.clear()
+    previous = {s: signal.getsignal(s) for s in signals}
+    for s in signals:
+        signal.signal(s, _handler)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+
+
+def run_evaluation(trainer: Any, model: Any, datamodule: Any, print_summary: bool = True) -> dict[str, Any]:
+    """Choose alpha* (and k*) on the selection splits (when ``model.selects``), then report on the test
+    splits; returns the evaluator's ``results``."""
+    from lightning.pytorch.utilities import rank_zero_info
+
     with stop_on_signals():
         try:
             datamodule.setup("validate")
-            if isinstance(model, BoostedEvaluator) and datamodule.loader_splits("selection"):
+            if model.selects and datamodule.loader_splits("selection"):
                 trainer.validate(model, datamodule=datamodule, verbose=False)
             trainer.test(model, datamodule=datamodule, verbose=False)
         except RunInterrupted:
@@ -35,3 +258,49 @@ def run_evaluation(
     if print_summary and model.summary:
         rank_zero_info("\n" + model.summary)
     return model.results
+
+
+def check_comparison(checkpoints: Mapping[str, str]) -> None:
+    """``--compare`` needs two or more checkpoints, each label a plain word (it names an output folder)."""
+    if len(checkpoints) < 2:
+        raise ConfigError(f"--compare needs at least two checkpoints (label: path), got {dict(checkpoints)}")
+    for label in checkpoints:
+        if not label or "/" in label or label.startswith("."):
+            raise ConfigError(f"--compare: {label!r} cannot name an output folder; use a plain word")
+
+
+def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
+    """Tuned vs boosted vs base: the parsed config's evaluation for every checkpoint, each into
+    ``<output_dir>/<label>/``, then one table in the evaluator's layout (Table 4 for scored tasks, Table 2
+    for generation) printed and written with every run's results to ``<output_dir>/results.json``."""
+    from lightning.pytorch.utilities import rank_zero_info
+
+    from cblight.results import atomic_write_json
+
+    check_comparison(checkpoints)
+    template = cli.model
+    base_dir = Path(template.output_dir)
+    hparams = {k: v for k, v in template.hparams.items() if not k.startswith("_")}  # init args only
+    first = next(iter(checkpoints.values()))
+    if cli.datamodule.splits == {} and hasattr(cli.datamodule, "tokenizer"):
+        # prompts render with the special tokens of the checkpoints compared, not of the config's model
+        cli.datamodule.tokenizer = first
+    runs: dict[str, Any] = {}
+    for label, path in checkpoints.items():
+        args = {
+            **hparams,
+            "model": path,
+            "tokenizer": None,
+            "output_dir": str(base_dir / label),
+            "run_label": label,
+            **template.comparison_overrides(hparams, first),
+        }
+        module = type(template)(**args)
+        trainer = cli.instantiate_trainer(logger=cli.trainer.loggers or False, callbacks=[])
+        runs[label] = run_evaluation(trainer, module, cli.datamodule, print_summary=False)
+    table, rows = type(template).comparison_table(runs)
+    payload = {"checkpoints": dict(checkpoints), "summary": table, "rows": rows, "runs": runs}
+    if cli.trainer.is_global_zero:
+        path = atomic_write_json(base_dir / "results.json", payload)
+        rank_zero_info(f"\nComparison ({', '.join(checkpoints)})\n{table}\n\nresults: {path}")
+    return payload

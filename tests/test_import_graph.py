@@ -120,10 +120,59 @@ def test_cblight_has_no_import_cycles():
     assert not found, f"import cycles in cblight:\n{detail}"
 
 
-@pytest.mark.parametrize("module", ["cblight.compare", "cblight.generate.inputs", "cblight.truncation"])
+@pytest.mark.parametrize("module", ["cblight.runs", "cblight.generate.inputs", "cblight.truncation"])
 def test_formerly_cyclic_modules_import_alone(module):
     """Each of the modules that were in a cycle imports first, alone, in a fresh interpreter."""
     done = subprocess.run(
         [sys.executable, "-c", f"import {module}"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+WINGS = ("cblight.evaluate", "cblight.generate", "cblight.tune")
+# The commands and integrations above the wings: they may import any wing (docs/design.md, "Layers").
+APPS = ("cblight.cli", "cblight.__main__", "cblight.demo", "cblight.contrast", "cblight.lmeval")
+
+
+def _layer(module: str) -> str:
+    for wing in WINGS:
+        if module == wing or module.startswith(wing + "."):
+            return wing
+    for app in APPS:
+        if module == app or module.startswith(app + "."):
+            return "app"
+    return "core"
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, deps in sorted(graph.items()):
+        layer = _layer(module)
+        for dep in sorted(deps):
+            target = _layer(dep)
+            if layer == "core" and target != "core":
+                bad.append(f"core module {module} imports {dep} ({target})")
+            elif layer in WINGS and target not in ("core", layer):
+                bad.append(f"{module} ({layer}) imports {dep} ({target})")
+    return bad
+
+
+def test_wings_import_only_the_core():
+    """Each wing (evaluate, generate, tune) imports the shared core, never another wing nor a command;
+    the core imports neither (docs/design.md, "Layers")."""
+    bad = layer_violations(import_graph())
+    assert not bad, "layer violations:\n" + "\n".join(bad)
+
+
+def test_layer_rule_sees_violations():
+    graph = {
+        "cblight.generate.decode": {"cblight.boosting", "cblight.tune.loss"},
+        "cblight.scoring": {"cblight.evaluate.methods"},
+        "cblight.tune.loss": {"cblight.cli"},
+        "cblight.cli": {"cblight.tune.loss", "cblight.generate.decode"},
+    }
+    assert layer_violations(graph) == [
+        "cblight.generate.decode (cblight.generate) imports cblight.tune.loss (cblight.tune)",
+        "core module cblight.scoring imports cblight.evaluate.methods (cblight.evaluate)",
+        "cblight.tune.loss (cblight.tune) imports cblight.cli (app)",
+    ]

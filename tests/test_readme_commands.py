@@ -54,7 +54,7 @@ SKIPPED: dict[tuple[str, ...], str] = {
         "tests/test_demo.py runs it as this file would (--model tiny --quick) and checks every step's files; "
         "the real-model tier (tests/realmodel) runs it with its defaults"
     ),
-    ("python", "evaluate.py", "-c", "configs/table11_baselines_served.yaml"): (
+    ("python", "evaluate.py", "-c", "configs/table11_methods_served.yaml"): (
         "it scores through a served model: tests/realmodel/test_served_real.py runs this very line against "
         "a llama-cpp-python server it starts (the model name, tokenizer and base_url substituted)"
     ),

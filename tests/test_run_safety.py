@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 import cblight.results as results_module
+from cblight.cache import RecordCache
 from cblight.cli import evaluate_cli
-from cblight.results import RecordCache
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "cblight" / "assets" / "demo_data"
@@ -180,7 +180,7 @@ def test_second_run_on_the_same_output_dir_is_refused(clean, tiny_gpt2_dir, tmp_
         [
             sys.executable,
             "-c",
-            "import sys, time; from cblight.output_dir import OutputLock; "
+            "import sys, time; from cblight.runs import OutputLock; "
             f"OutputLock({str(run)!r}).acquire(); print('locked', flush=True); time.sleep(120)",
         ],
         cwd=ROOT,

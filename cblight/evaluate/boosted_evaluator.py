@@ -11,45 +11,46 @@ interrupted run resumes and a rerun with a new alpha grid (multiple choice) neve
 of the test loop rank 0 writes ``results.json``, per-example predictions and one alpha-curve plot per task,
 and prints a summary table.
 
-This module is the Lightning loop only. How a batch of examples is scored (the cache records, one class per
-task kind) lives in ``cblight.evaluate.next_token`` and ``cblight.evaluate.multiple_choice``; how a sweep
-becomes alpha*, k* and a report in ``cblight.evaluate.selection``; what is written in
-``cblight.evaluate.predictions``; a served model's scorer in ``cblight.served``.
+This module is the Lightning loop only. How a task kind's examples are scored, and how its sweep becomes
+alpha*, k* and a report, is one ``TaskKind`` (``cblight.evaluate.task_kind``): ``multiple_choice`` and
+``next_token``; the comparison methods are ``cblight.evaluate.methods``; what is written
+``cblight.evaluate.predictions``; what both evaluators share (model, cache, output directory, results.json)
+``cblight.evaluator``; a served model's scorer ``cblight.served``.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 from torch import nn
 
 from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
-from cblight.evaluate.methods import BaselineOptions, MethodName, check_methods, not_applicable
-from cblight.evaluate.multiple_choice import ChoiceScoring
-from cblight.evaluate.next_token import ExampleScoring, NextTokenScoring
-from cblight.evaluate.predictions import write_results, write_task_files
-from cblight.evaluate.selection import ChoiceReport, NextTokenReport, SweepReport
-from cblight.evaluator import LanguageModelModule
-from cblight.interrupt import check_interrupt
-from cblight.models import DTypeName, checkpoint_window, load_tokenizer
-from cblight.output_dir import resolve_output_dir
-from cblight.results import RecordCache
+from cblight.evaluate.methods import MethodName, MethodOptions, check_methods, not_applicable
+from cblight.evaluate.multiple_choice import MultipleChoice
+from cblight.evaluate.next_token import NextToken
+from cblight.evaluate.predictions import (
+    compare_accuracy_table,
+    comparison_payload,
+    summary_text,
+    write_task_files,
+)
+from cblight.evaluate.task_kind import TaskKind
+from cblight.evaluator import Evaluator
+from cblight.models import DTypeName, checkpoint_window
+from cblight.runs import check_interrupt
 from cblight.scoring import BatchSize, Scorer
 from cblight.served import ServedScorer, ServerOptions, check_served_splits
 
-__all__ = ["DEFAULT_KS", "BoostedEvaluator", "resolve_output_dir"]
+__all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 
 Role = Literal["report", "selection"]
-_STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report", "predict": "report"}
+_STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report"}
 _PREFIX = {"selection": "val", "report": "test"}
 DEFAULT_KS = tuple(range(1, 21))  # LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
 
@@ -84,7 +85,7 @@ def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option:
     return values
 
 
-class BoostedEvaluator(LanguageModelModule):
+class BoostedEvaluator(Evaluator):
     """Coherence-boosted evaluation of any Hugging Face causal LM.
 
     Args:
@@ -103,11 +104,11 @@ class BoostedEvaluator(LanguageModelModule):
         next_token_alphas: next-token grid (``log f_max + alpha log f_k``), default 0 down to -1 by 0.1.
         ks: short-context lengths for next-token tasks (default 1..20, LAMBADA's grid; LAMA uses 1..5).
         length_normalize: divide each answer's score by its length in characters, as the reference can.
-        methods: scoring methods reported side by side (``docs/baselines.md``): ``boost`` (always computed),
+        methods: scoring methods reported side by side (``docs/methods.md``): ``boost`` (always computed),
             ``pmi_dc`` (Holtzman et al.'s domain-conditional PMI), ``pmi_empty`` (PMI after BOS/EOS alone,
             lm-eval's ``acc_mutual_info``), ``calibrate`` (Zhao et al.'s contextual calibration), ``channel``
             (Min et al.'s noisy channel); the comparison methods of paper Tables 5, 11 and 12.
-        baselines: options of those methods (domain premises, content-free inputs, ...).
+        method_options: options of those methods (domain premises, content-free inputs, ...).
         backend: ``local`` (the model runs here) or ``openai``: an OpenAI-compatible completions server
             (vLLM, llama-cpp-python) scores multiple-choice tasks from prompt log-probs (``docs/served.md``).
         server: where that server is and how to talk to it (``base_url``, API key variable, retries, ...).
@@ -118,6 +119,8 @@ class BoostedEvaluator(LanguageModelModule):
         overwrite: discard an existing per-example cache in ``output_dir`` instead of resuming from it.
         plots: write one accuracy-vs-alpha PNG per task.
     """
+
+    selects = True  # alpha* (and k*) are chosen on Lightning's validation loop, then applied on its test loop
 
     def __init__(
         self,
@@ -135,7 +138,7 @@ class BoostedEvaluator(LanguageModelModule):
         ks: list[int] | None = None,
         length_normalize: bool = False,
         methods: list[MethodName] | None = None,
-        baselines: BaselineOptions | None = None,
+        method_options: MethodOptions | None = None,
         backend: Literal["local", "openai"] = "local",
         server: ServerOptions | None = None,
         output_dir: str = "outputs/eval/{model}",
@@ -143,10 +146,8 @@ class BoostedEvaluator(LanguageModelModule):
         plots: bool = True,
         run_label: str | None = None,
     ):
-        super().__init__()
+        super().__init__(model, tokenizer, output_dir, overwrite, run_label)
         self.save_hyperparameters()
-        self.model_name = model
-        self.tokenizer_name: str | None = tokenizer or model
         self.backend = backend
         self.server = server
         if backend == "openai":
@@ -166,40 +167,24 @@ class BoostedEvaluator(LanguageModelModule):
             raise ConfigError(f"ks repeats a value: {self.ks}")
         if batch_size != "auto" and (not isinstance(batch_size, int) or batch_size < 1):
             raise ConfigError(f"batch_size must be a positive integer or 'auto', got {batch_size!r}")
-        self.output_dir = resolve_output_dir(output_dir, model)
         self.length_normalize = length_normalize
-        self.methods = check_methods(methods or ["boost"])
-        self.baselines = baselines or BaselineOptions()
-        self.baselines.check()
-        self.lm: nn.Module | None = None
-        self._sharded_lm: Any = None  # a device_map model lives outside Lightning's device management
-        self.tok: Any = None
+        self.methods = check_methods(methods) if methods else ["boost"]
+        self.method_options = method_options
+        if method_options is not None:
+            method_options.check()
         self._scorer: Scorer | ServedScorer | None = None
-        self._scorings: dict[tuple[Role, str], ExampleScoring] = {}
+        self._kinds: dict[tuple[Role, str], TaskKind] = {}
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
-        self._caches: dict[tuple[Role, str], RecordCache] = {}
-        self._cached: dict[tuple[Role, str], dict[int, dict[str, Any]]] = {}
         self.selected: dict[str, dict[str, Any]] = {}
-        self.results: dict[str, Any] = {}
-        self.summary = ""
-        self._cleared = False
-        self._started = time.time()
 
     # -- setup ---------------------------------------------------------------------------------------------
     def _signature(self, split: TaskSplit, role: Role) -> dict[str, Any]:
-        sig = {
-            "model": self.model_name,
-            "tokenizer": self.tokenizer_name,
-            "revision": self.hparams.revision,
-            "dtype": self.hparams.dtype,
-            "max_length": self.hparams.max_length,
-            "task": split.name,
-            "split": split.split,
-        }
+        sig = self.cache_signature(split.name, split.split)
+        sig["max_length"] = self.hparams.max_length
         if self.backend != "local":
             sig["backend"] = self.backend
-        sig.update(self._scoring(split, role).signature())
+        sig.update(self._kind(split, role).signature())
         return sig
 
     def _cache_dir(self, split: TaskSplit) -> Path:
@@ -210,38 +195,25 @@ class BoostedEvaluator(LanguageModelModule):
         if stage not in _STAGE_ROLE:
             raise ValueError(f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use evaluate.py)")
         role = _STAGE_ROLE[stage]
-        dm = getattr(self.trainer, "datamodule", None)
-        if dm is None or not hasattr(dm, "loader_splits"):
-            raise DataError("BoostedEvaluator needs an EvalDataModule (trainer.*(model, datamodule=...))")
-        if self.hparams.overwrite and not self._cleared:
-            if self.trainer.is_global_zero:
-                shutil.rmtree(self.output_dir / "cache", ignore_errors=True)
-            self.trainer.strategy.barrier()
-            self._cleared = True
+        dm = self._datamodule()
+        self._clear_cache_once()
         splits = dm.loader_splits(role)
         self._splits[role] = splits
         pending = False
         for split in splits:
             key = f"{_PREFIX[role]}_{split.name}"
             if key not in self.sweeps:
-                self.sweeps[key] = self._scoring(split, role).new_sweep(split)
-            scoring = self._scoring(split, role)
-            cache = RecordCache(
+                self.sweeps[key] = self._kind(split, role).new_sweep(split)
+            kind = self._kind(split, role)
+            cached = self._open_cache(
+                (role, split.name),
                 self._cache_dir(split),
                 self._signature(split, role),
-                rank=self.global_rank,
-                fields=scoring.record_fields,
+                kind.record_fields,
             )
-            cached = cache.load()
-            self._caches[(role, split.name)] = cache
-            self._cached[(role, split.name)] = cached
-            pending = pending or any(scoring.missing(cached.get(ex.idx), ex) for ex in split.examples)
+            pending = pending or any(kind.missing(cached.get(ex.idx), ex) for ex in split.examples)
         if self.tok is None and self.tokenizer_name is not None:
-            self.tok = load_tokenizer(
-                self.tokenizer_name,
-                revision=self.hparams.revision,
-                trust_remote_code=self.hparams.trust_remote_code,
-            )
+            self._load_tokenizer()
             if self.backend == "local":
                 self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
         if self.backend != "local":
@@ -256,30 +228,26 @@ class BoostedEvaluator(LanguageModelModule):
             return []
         return [m for m in self.methods[1:] if not_applicable(m, split) is None]
 
-    def _scoring(self, split: TaskSplit, role: Role) -> ExampleScoring:
-        """How examples of this split are scored (``cblight.evaluate.next_token``)."""
+    def _kind(self, split: TaskSplit, role: Role) -> TaskKind:
+        """How examples of this split are scored, selected on and reported (``cblight.evaluate.task_kind``)."""
         key = (role, split.name)
-        if key not in self._scorings:
+        if key not in self._kinds:
             kind = split.task.kind
             methods = self._methods(split, role)
             if kind == "multiple_choice":
-                self._scorings[key] = ChoiceScoring(
-                    self.choice_alphas, self.length_normalize, methods, split, self.baselines
+                self._kinds[key] = MultipleChoice(
+                    self.choice_alphas, self.length_normalize, methods, split, self.method_options
                 )
             elif kind == "next_token":
-                self._scorings[key] = NextTokenScoring(
-                    self.ks, self.next_token_alphas, methods, self.baselines
+                self._kinds[key] = NextToken(
+                    self.ks, self.next_token_alphas, methods, self.method_options, self._decode_tokens
                 )
             else:
                 raise DataError(f"{split.name}: tasks of kind {kind!r} are not evaluated by BoostedEvaluator")
-        return self._scorings[key]
+        return self._kinds[key]
 
-    def _report(self, split: TaskSplit, role: Role) -> SweepReport:
-        """How this split's sweep becomes alpha* and a report (``cblight.evaluate.selection``)."""
-        methods = self._methods(split, role)
-        if split.task.kind == "multiple_choice":
-            return ChoiceReport(self.choice_alphas, self.length_normalize, methods)
-        return NextTokenReport(self.ks, self.next_token_alphas, self.tok.decode, methods)
+    def _decode_tokens(self, ids: list[int]) -> str:
+        return self.tok.decode(ids)
 
     def _check_lengths(self, splits: list[TaskSplit]) -> None:
         """Refuse, before any model work, an answer that alone exceeds the model window."""
@@ -324,31 +292,26 @@ class BoostedEvaluator(LanguageModelModule):
         cached = self._cached[(role, split.name)]
         records: dict[int, dict[str, Any]] = {}
         todo = []
-        scoring = self._scoring(split, role)
+        kind = self._kind(split, role)
         for ex in batch:
             rec = cached.get(ex.idx)
-            if scoring.missing(rec, ex):
+            if kind.missing(rec, ex):
                 todo.append(ex)
             else:
                 records[ex.idx] = rec
         if todo:
-            fresh = scoring.score(self.scorer, split, todo, cached)
-            self._caches[(role, split.name)].append(fresh)
-            for rec in fresh:
-                cached[rec["id"]] = rec
-                records[rec["id"]] = rec
+            fresh = kind.score(self.scorer, split, todo, cached)
+            self._store((role, split.name), fresh)
+            records.update((rec["id"], rec) for rec in fresh)
         return [records[ex.idx] for ex in batch]
 
     def _update(self, role: Role, split: TaskSplit, records: list[dict[str, Any]]) -> None:
-        self._scoring(split, role).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
+        self._kind(split, role).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
 
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
         check_interrupt()
         split = self._splits[role][dataloader_idx]
         self._update(role, split, self._records(role, split, batch))
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        return batch  # rendered text examples: tokenisation happens on the model's device inside the step
 
     def validation_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._step(batch, dataloader_idx, "selection")
@@ -356,14 +319,11 @@ class BoostedEvaluator(LanguageModelModule):
     def test_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._step(batch, dataloader_idx, "report")
 
-    def predict_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
-        return self._records("report", self._splits["report"][dataloader_idx], batch)
-
     # -- selection (validation loop) -------------------------------------------------------------------------
     def on_validation_epoch_end(self) -> None:
         for split in self._splits.get("selection", []):
             sweep = self.sweeps[f"val_{split.name}"]
-            info = self._report(split, "selection").select(split, sweep.shaped())
+            info = self._kind(split, "selection").select(split, sweep.shaped())
             self.selected[split.name] = info
             logged = {
                 f"val/{self._key(split.name)}/acc": info["acc"],
@@ -379,11 +339,11 @@ class BoostedEvaluator(LanguageModelModule):
         self.results = {}
         for split in self._splits.get("report", []):
             sweep = self.sweeps[f"test_{split.name}"]
-            result, rows = self._report(split, "report").report(
+            result, rows = self._kind(split, "report").report(
                 split, sweep.shaped(), self.selected.get(split.name)
             )
             if len(self.methods) > 1:
-                result["methods"] = self._scoring(split, "report").describe(split, self.methods[1:])
+                result["methods"] = self._kind(split, "report").describe(split, self.methods[1:])
             self.results[split.name] = result
             logged = {
                 f"test/{self._key(split.name)}/{k}": float(v)
@@ -399,23 +359,25 @@ class BoostedEvaluator(LanguageModelModule):
                     self._log_plot(split.name, written["plot"])
             sweep.reset()
         if self.trainer.is_global_zero and self.results:
-            settings = {
-                "model": self.model_name,
-                "tokenizer": self.tokenizer_name,
-                "dtype": self.hparams.dtype,
-                "revision": self.hparams.revision,
-                "length_normalize": self.length_normalize,
-            }
+            settings: dict[str, Any] = {"length_normalize": self.length_normalize}
             if len(self.methods) > 1:
                 settings["methods"] = self.methods
             if self.backend != "local":
                 settings["backend"] = self.backend
                 if isinstance(self._scorer, ServedScorer):  # None when every example came from the cache
                     settings["served"] = self._scorer.report()
-            path, table = write_results(self.output_dir, self.results, settings, self._started, self.methods)
+            comparison = comparison_payload(self.results, self.methods)
+            if comparison is not None:
+                settings["comparison"] = comparison
+            table = summary_text(self.results, self.methods)
+            path = self.write_results(settings, table)
             self.summary = (
                 f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"
             )
+
+    @classmethod
+    def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+        return compare_accuracy_table(runs)
 
     def _log_plot(self, task: str, path: Path) -> None:
         for logger in self.loggers:

@@ -1,5 +1,5 @@
 """What the paper's comparison methods feed the model, per task (Tables 5, 11, 12; maths in
-``cblight.evaluate.baselines``).
+``cblight.evaluate.methods``).
 
 * **Domain premise** of domain-conditional PMI (Holtzman et al. 2021): a short task-level string after which
   the answer's prior probability is measured. Where the paper's Table 10 premise-free context is such a
@@ -7,7 +7,7 @@
   PIQA, ...); where Table 10's is example-specific (BoolQ, RTE, CB hold the question) or empty (StoryCloze),
   Holtzman et al.'s own string for the dataset (their ``data_loaders.py``, ``uncond_premise``) is used,
   reworded to the tail of cblight's prompt where the two prompts differ. COPA's (the connector) and
-  HellaSwag's (the context's last word, Holtzman et al.'s rule) depend on the example. ``--model.baselines
+  HellaSwag's (the context's last word, Holtzman et al.'s rule) depend on the example. ``--model.method_options
   .domain_premises`` overrides any of them.
 * **Content-free contexts** of contextual calibration (Zhao et al. 2021): the task's prompt with every
   input field replaced by a content-free string (``"N/A"``, ``""``, ``"[MASK]"``). Defined for the tasks
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.data.tasks import agnews, sst, superglue, trec
 
-__all__ = ["BASELINE_PROMPTS", "TaskBaselinePrompts", "channel_prefixes", "domain_premise"]
+__all__ = ["METHOD_PROMPTS", "MethodPrompts", "channel_prefixes", "domain_premise"]
 
 # Min et al. 2022, util.py get_prompts: four templates per dataset (``%s`` is the label word)
 _SST_TEMPLATES = ("A %s one . ", "It was %s . ", "All in all %s . ", "A %s piece . ")
@@ -55,7 +55,7 @@ def _agnews_input(context: str) -> str:
 
 
 @dataclass(frozen=True)
-class TaskBaselinePrompts:
+class MethodPrompts:
     """One task's strings for PMI_DC, contextual calibration and the noisy channel (module docstring).
 
     ``domain_premise`` is the task-level premise; ``domain_rule`` replaces it where the premise depends on
@@ -90,29 +90,25 @@ _SST = {
 }
 _ENTAILMENT_SOURCE = "Holtzman et al. 2021 (uncond_premise), worded as the tail of cblight's prompt"
 
-BASELINE_PROMPTS: dict[str, TaskBaselinePrompts] = {
-    "storycloze": TaskBaselinePrompts(
-        " The story continues:", "Holtzman et al. 2021 (load_examples_storycloze)"
-    ),
-    "hellaswag": TaskBaselinePrompts(
+METHOD_PROMPTS: dict[str, MethodPrompts] = {
+    "storycloze": MethodPrompts(" The story continues:", "Holtzman et al. 2021 (load_examples_storycloze)"),
+    "hellaswag": MethodPrompts(
         None, "Holtzman et al. 2021 (load_examples_hellaswag: the last word)", domain_rule=_last_word
     ),
-    "copa": TaskBaselinePrompts(None, "paper Table 10 = Holtzman et al. 2021 (the connector)", _connector),
-    "csqa": TaskBaselinePrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
-    "openbookqa": TaskBaselinePrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
-    "arc_easy": TaskBaselinePrompts(" Answer:", "paper Table 10"),
-    "arc_challenge": TaskBaselinePrompts(" Answer:", "paper Table 10"),
-    "piqa": TaskBaselinePrompts(" Answer:", "paper Table 10"),
-    "sst2": TaskBaselinePrompts(
-        sst.PREMISE_FREE, "paper Table 10", channel_words=("terrible", "great"), **_SST
-    ),
-    "sst5": TaskBaselinePrompts(
+    "copa": MethodPrompts(None, "paper Table 10 = Holtzman et al. 2021 (the connector)", _connector),
+    "csqa": MethodPrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
+    "openbookqa": MethodPrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
+    "arc_easy": MethodPrompts(" Answer:", "paper Table 10"),
+    "arc_challenge": MethodPrompts(" Answer:", "paper Table 10"),
+    "piqa": MethodPrompts(" Answer:", "paper Table 10"),
+    "sst2": MethodPrompts(sst.PREMISE_FREE, "paper Table 10", channel_words=("terrible", "great"), **_SST),
+    "sst5": MethodPrompts(
         sst.PREMISE_FREE,
         "paper Table 10",
         channel_words=("terrible", "bad", "okay", "good", "great"),
         **_SST,
     ),
-    "agnews": TaskBaselinePrompts(
+    "agnews": MethodPrompts(
         "\nTopic:",
         "paper Table 10",
         content_free=lambda cf: f"Title: {cf}\nSummary: {cf}\nTopic:",
@@ -120,7 +116,7 @@ BASELINE_PROMPTS: dict[str, TaskBaselinePrompts] = {
         channel_words=("World", "Sports", "Business", "Technology"),
         channel_input=_agnews_input,
     ),
-    "trec": TaskBaselinePrompts(
+    "trec": MethodPrompts(
         " The answer to this question will be",
         "paper Table 10 = Holtzman et al. 2021",
         content_free=lambda cf: f"{cf} The answer to this question will be",
@@ -129,17 +125,17 @@ BASELINE_PROMPTS: dict[str, TaskBaselinePrompts] = {
         channel_words=("Description", "Entity", "Location", "Number", "Expression", "Human"),
         channel_input=lambda ctx: _strip(ctx, "", " The answer to this question will be", trec.NAME),
     ),
-    "boolq": TaskBaselinePrompts(
+    "boolq": MethodPrompts(
         "\n The answer is:",
         _ENTAILMENT_SOURCE,
         content_free=lambda cf: f"Title: {cf}\n Question: {superglue.boolq_question(cf)}?\n The answer is:",
     ),
-    "rte": TaskBaselinePrompts(
+    "rte": MethodPrompts(
         " true or false?\n answer:",
         "Holtzman et al. 2021 (load_examples_rte)",
         content_free=lambda cf: f"{cf}\n question: {cf} true or false?\n answer:",
     ),
-    "cb": TaskBaselinePrompts(
+    "cb": MethodPrompts(
         " true, false, or neither?\n The answer is:",
         _ENTAILMENT_SOURCE,
         content_free=lambda cf: f" Given question: {cf} Is {cf} true, false, or neither?\n The answer is:",
@@ -152,10 +148,10 @@ def domain_premise(task: str, example: ChoiceExample, overrides: dict[str, str] 
     """PMI_DC's domain premise for ``example`` of ``task`` (an override first, then the table above)."""
     if overrides and task in overrides:
         return overrides[task]
-    prompts = BASELINE_PROMPTS.get(task)
+    prompts = METHOD_PROMPTS.get(task)
     if prompts is None:
         raise DataError(
-            f"{task}: no domain premise is defined; give one with --model.baselines.domain_premises"
+            f"{task}: no domain premise is defined; give one with --model.method_options.domain_premises"
         )
     if prompts.domain_rule is not None:
         return prompts.domain_rule(example)
@@ -166,7 +162,7 @@ def domain_premise(task: str, example: ChoiceExample, overrides: dict[str, str] 
 def channel_prefixes(task: str, template: int = 0) -> list[str]:
     """Min et al.'s verbalised labels of ``task`` in answer order (template ``template`` of their four),
     stripped as their ``prepare_data`` does for the channel direction."""
-    prompts = BASELINE_PROMPTS.get(task)
+    prompts = METHOD_PROMPTS.get(task)
     if prompts is None or not prompts.channel_templates:
         raise DataError(f"{task}: the noisy-channel method has no label verbalisation for this task")
     if not 0 <= template < len(prompts.channel_templates):

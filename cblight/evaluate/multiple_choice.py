@@ -1,7 +1,10 @@
-"""Multiple-choice scoring (paper eq. 2, Table 4) and its comparison methods (Tables 11, 12): the records
-``cblight.evaluate.boosted_evaluator`` caches per example, and the sweep they feed. The base class and the
-next-token scoring are ``cblight.evaluate.next_token``; the methods' maths ``cblight.evaluate.baselines``, their
-strings ``cblight.evaluate.method_prompts``.
+"""Multiple-choice answer selection (paper eq. 2, Table 4) and its comparison methods (Tables 11, 12).
+
+Every choice ``a`` of a question is scored after the full context and after the premise-free context
+(paper Table 10) once; ``log f(a | full) + alpha · log f(a | premise-free)`` at every alpha of the grid is
+then arithmetic on the cached numbers (``ChoiceSweep``), so the whole curve costs the two passes. The
+comparison methods add their own passes (their strings: ``cblight.evaluate.method_prompts``) and their
+scores (``cblight.evaluate.methods``).
 """
 
 from __future__ import annotations
@@ -12,19 +15,27 @@ from typing import Any
 import torch
 from torch import nn
 
+from cblight.boosting import binomial_stderr, choice_predictions, first_argmax
+from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
-from cblight.evaluate.baselines import calibrated_scores, calibration_prior, pmi_scores
-from cblight.evaluate.method_prompts import BASELINE_PROMPTS, channel_prefixes, domain_premise
-from cblight.evaluate.methods import BaselineOptions, fixed_labels
-from cblight.evaluate.next_token import ExampleScoring
+from cblight.evaluate.method_prompts import METHOD_PROMPTS, channel_prefixes, domain_premise
+from cblight.evaluate.methods import (
+    METHOD_FIELDS,
+    PREMISE_METHODS,
+    MethodOptions,
+    fixed_labels,
+    method_scores,
+    predictions,
+)
+from cblight.evaluate.task_kind import Rows, TaskKind
 from cblight.metrics.sweeps import ChoiceSweep
-from cblight.results import digest
 
 
-class ChoiceScoring(ExampleScoring):
-    """Multiple choice: ``log f(a | full)`` and ``log f(a | premise-free)`` per choice (paper eq. 2), and the
-    numbers of the comparison methods asked for (``cblight.evaluate.methods``):
+class MultipleChoice(TaskKind):
+    """Multiple choice (paper eq. 2, Table 4): ``log f(a | full)`` and ``log f(a | premise-free)`` per choice,
+    accuracy at alpha = 0, -1 (PMI) and alpha*, and the whole curve; and the numbers of the comparison
+    methods asked for (``cblight.evaluate.methods``, Tables 11/12: ``acc_pmi_dc``, ``acc_calibrate``, ...):
 
     * ``pmi_dc``: ``ll_domain``, each choice after the domain premise (Holtzman et al. 2021);
     * ``pmi_empty``: ``ll_empty``, each choice after BOS/EOS alone (lm-eval's ``acc_mutual_info``);
@@ -45,21 +56,28 @@ class ChoiceScoring(ExampleScoring):
         length_normalize: bool = False,
         methods: Sequence[str] = (),
         split: TaskSplit | None = None,
-        options: BaselineOptions | None = None,
+        options: MethodOptions | None = None,
     ):
         self.alphas = list(alphas)
         self.length_normalize = length_normalize
         self.methods = [m for m in methods if m != "boost"]
-        self.options = options or BaselineOptions()
         self.task = split.task.name if split is not None else ""
         if self.methods and split is None:
             raise ValueError("comparison methods need the split they score")
+        self.options = options or (MethodOptions() if self.methods else None)
         self.labels = fixed_labels(split) if "calibrate" in self.methods and split is not None else None
-        self.content_free = self.options.content_free("multiple_choice")
+        self.content_free = self.options.content_free("multiple_choice") if self.options else []
         self.channel = (
-            channel_prefixes(self.task, self.options.channel_template) if "channel" in self.methods else []
+            channel_prefixes(self.task, self.options.channel_template)
+            if "channel" in self.methods and self.options
+            else []
         )
         self._cf: list[list[float]] | None = None
+
+    @property
+    def _options(self) -> MethodOptions:
+        assert self.options is not None, "comparison methods were asked for without their options"
+        return self.options
 
     def _fits(self, record: dict[str, Any], example: Example) -> bool:
         n = len(example.choices) if isinstance(example, ChoiceExample) else -1
@@ -73,19 +91,19 @@ class ChoiceScoring(ExampleScoring):
 
     # -- what each method feeds the model ------------------------------------------------------------------
     def _cf_groups(self) -> list[tuple[str, Sequence[str]]]:
-        form = BASELINE_PROMPTS[self.task].content_free
+        form = METHOD_PROMPTS[self.task].content_free
         assert form is not None and self.labels is not None
         return [(form(cf), self.labels) for cf in self.content_free]
 
     def _groups(self, method: str, ex: ChoiceExample) -> list[tuple[str, Sequence[str]]]:
         if method == "pmi_dc":
-            return [(domain_premise(self.task, ex, self.options.domain_premises), ex.choices)]
+            return [(domain_premise(self.task, ex, self._options.domain_premises), ex.choices)]
         if method == "pmi_empty":
             return [("", ex.choices)]
         if method == "calibrate":
             return self._cf_groups()
         if method == "channel":
-            form = BASELINE_PROMPTS[self.task].channel_input
+            form = METHOD_PROMPTS[self.task].channel_input
             assert form is not None
             x = " " + form(ex.context)
             return [(prefix, [x]) for prefix in self.channel]
@@ -187,28 +205,13 @@ class ChoiceScoring(ExampleScoring):
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         info = super().describe(split, requested)
         if "pmi_dc" in self.methods:
-            premises = {domain_premise(self.task, ex, self.options.domain_premises) for ex in split.examples}
+            premises = {domain_premise(self.task, ex, self._options.domain_premises) for ex in split.examples}
             info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
         if "calibrate" in self.methods:
             info["calibrate"]["content_free_inputs"] = self.content_free
         if "channel" in self.methods:
             info["channel"]["label_prefixes"] = self.channel
         return info
-
-    def method_scores(self, record: dict[str, Any]) -> dict[str, list[float]]:
-        """Each comparison method's per-choice scores (``cblight.evaluate.baselines``) from one record."""
-        full = torch.tensor(record["ll_full"], dtype=torch.float64).view(1, -1)
-        out: dict[str, list[float]] = {}
-        for m in self.methods:
-            if m == "calibrate":
-                prior = calibration_prior(torch.tensor(record["ll_cf"], dtype=torch.float64), "mean")
-                out[m] = calibrated_scores(full, prior)[0].tolist()
-            elif m == "channel":
-                out[m] = list(record["ll_channel"])
-            else:
-                premise = torch.tensor(record[METHOD_FIELDS[m]], dtype=torch.float64).view(1, -1)
-                out[m] = pmi_scores(full, premise)[0].tolist()
-        return out
 
     def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
         sweep.update(
@@ -217,14 +220,74 @@ class ChoiceScoring(ExampleScoring):
             [r["ll_full"] for r in records],
             [r["ll_short"] for r in records],
             [r["char_lengths"] for r in records],
-            method_scores=[self.method_scores(r) for r in records] if self.methods else None,
+            method_scores=[method_scores(self.methods, r) for r in records] if self.methods else None,
         )
 
+    # -- selection and report ------------------------------------------------------------------------------
+    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
+        info = self._selection_info(split, out)
+        best = first_argmax(out["acc"])
+        info.update(alpha_star=self.alphas[best], acc=float(out["acc"][best]), curve=out["acc"].tolist())
+        return info
 
-PREMISE_METHODS = ("pmi_dc", "pmi_empty")
-METHOD_FIELDS = {
-    "pmi_dc": "ll_domain",
-    "pmi_empty": "ll_empty",
-    "calibrate": "ll_cf",
-    "channel": "ll_channel",
-}
+    def report(
+        self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], Rows]:
+        n = int(out["ids"].numel())
+        lengths = out["char_lengths"] if self.length_normalize else None
+        preds = {
+            name: choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
+            for name, alpha in (("base", 0.0), ("pmi", -1.0))
+        }
+        labels = out["labels"]
+        report: dict[str, Any] = {"split": split.description, "n": n}
+        for name in ("base", "pmi"):
+            acc = float((preds[name] == labels).double().mean())
+            report[f"acc_{name}"] = acc
+            report[f"acc_{name}_stderr"] = binomial_stderr(acc, n)
+        for m in self.methods:
+            preds[m] = predictions(out[f"method_{m}"])
+            acc = float((preds[m] == labels).double().mean())
+            report[f"acc_{m}"] = acc
+            report[f"acc_{m}_stderr"] = binomial_stderr(acc, n)
+        curve = out["acc"]
+        oracle = first_argmax(curve)
+        report["oracle_alpha"] = self.alphas[oracle]
+        report["oracle_acc"] = float(curve[oracle])
+        if selection is not None:
+            alpha = selection["alpha_star"]
+            preds["boosted"] = choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
+            acc = float((preds["boosted"] == labels).double().mean())
+            report.update(alpha_star=alpha, acc=acc, acc_stderr=binomial_stderr(acc, n))
+        result = {
+            "kind": "multiple_choice",
+            "title": split.task.title,
+            "length_normalize": self.length_normalize,
+            "report": report,
+            "selection": {k: v for k, v in (selection or {}).items() if k != "curve"} or None,
+            "sweep": {
+                "alphas": self.alphas,
+                "report_acc": curve.tolist(),
+                "selection_acc": selection["curve"] if selection else None,
+            },
+        }
+        rows = []
+        for i, idx in enumerate(out["ids"].tolist()):
+            ex = split.by_idx[idx]
+            assert isinstance(ex, ChoiceExample)
+            m = len(ex.choices)
+            row = {
+                "id": idx,
+                "label": int(labels[i]),
+                "context": ex.context,
+                "premise_free": ex.premise_free,
+                "choices": list(ex.choices),
+                "ll_full": out["ll_full"][i, :m].tolist(),
+                "ll_short": out["ll_short"][i, :m].tolist(),
+                **{f"score_{name}": out[f"method_{name}"][i, :m].tolist() for name in self.methods},
+            }
+            for name, pred in preds.items():
+                row[f"pred_{name}"] = int(pred[i])
+                row[f"correct_{name}"] = bool(pred[i] == labels[i])
+            rows.append(row)
+        return result, rows

@@ -1,119 +1,36 @@
-"""How one batch of examples is scored: the per-example numbers every sweep is computed from.
+"""Next-token prediction (paper §3, Tables 1 and 5): LAMBADA's last word, LAMA's object token.
 
-One class per task kind turns examples into cache records with one forward pass per context form
-(DESIGN.md §5) and feeds those records to the kind's sweep metric:
-
-* ``ChoiceScoring`` (paper eq. 2, Table 4; ``cblight.evaluate.multiple_choice``): every choice's
-  log-likelihood after the full and after the premise-free context;
-* ``NextTokenScoring`` (paper §3, Tables 1 and 5; here): the target's log-prob and rank under ``f_max``,
-  each ``f_k`` and the boosted mix at every (k, alpha) of the grid.
-
-Both also compute the comparison methods of Tables 5, 11 and 12 that a run asks for
-(``cblight.evaluate.methods``): PMI_DC, contextual calibration and the noisy channel.
-
-They talk to the model only through a *backend* with ``Scorer``'s interface (``score_text``,
-``encoder``, ``next_token_log_probs``, ``last_k_log_probs``), so another backend (``cblight.served``)
-or another scoring method (a new ``ExampleScoring`` subclass, picked in ``BoostedEvaluator._scoring``)
-plugs in without touching the Lightning loop (``cblight.evaluate.boosted_evaluator``) or the selection and report
-(``cblight.evaluate.selection``).
+Each passage gives one full pass (``f_max``) and one ``k``-token pass per ``k`` of the grid (``f_k``); the
+target's log-prob and rank under ``f_max``, each ``f_k`` and the boosted mix ``log f_max + alpha log f_k``
+at every (k, alpha) go into the example's cache record, and the sweep (``NextTokenSweep``) gives the
+accuracy and perplexity over the whole grid from those numbers. With ``calibrate`` (LAMA, Table 5's
+"Zhao et al." row) the full distribution is also calibrated as Zhao et al.'s ``run_lama.py`` does
+(``cblight.evaluate.methods.calibrated_next_token``).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from cblight.boosting import next_token_alpha_sweep
+from cblight.boosting import binomial_stderr, first_argmax, next_token_alpha_sweep
+from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
-from cblight.evaluate.baselines import calibrated_next_token
-from cblight.evaluate.methods import BaselineOptions, not_applicable
+from cblight.evaluate.methods import MethodOptions, calibrated_next_token
+from cblight.evaluate.task_kind import Rows, TaskKind
 from cblight.metrics.sweeps import NextTokenSweep
-from cblight.results import digest
 
 
-class ExampleScoring(ABC):
-    """One task kind's scoring: records from examples, and the sweep metric those records update.
-
-    ``signature`` holds the settings that change the cached numbers (a cache written under others is
-    refused); ``record_fields`` are the keys every record of this kind must carry (a cache row without
-    them is corrupt and recomputed).
-    """
-
-    kind: ClassVar[str] = ""
-    record_fields: ClassVar[tuple[str, ...]] = ("id", "input")
-
-    def signature(self) -> dict[str, Any]:
-        return {}
-
-    @abstractmethod
-    def new_sweep(self, split: TaskSplit) -> nn.Module: ...
-
-    methods: Sequence[str] = ()  # the comparison methods this scoring adds to boosting
-
-    @abstractmethod
-    def method_digest(self, method: str, example: Example) -> str:
-        """A digest of what ``method`` feeds the model for ``example`` (kept in the record)."""
-        ...
-
-    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
-        """What ``results.json`` says about each requested comparison method: reported (with the strings
-        it used) or why not."""
-        info: dict[str, Any] = {}
-        for m in requested:
-            reason = not_applicable(m, split)
-            info[m] = {"reported": True} if reason is None else {"reported": False, "not_applicable": reason}
-        return info
-
-    def missing(self, record: dict[str, Any] | None, example: Example) -> list[str]:
-        """The parts of ``record`` to (re)compute for ``example``: ``boost`` (everything, for a new or
-        changed example) or the methods whose inputs changed; empty when the record is complete."""
-        if not self.matches(record, example):
-            return ["boost", *self.methods]
-        assert record is not None
-        done = record.get("method_inputs", {})
-        return [m for m in self.methods if done.get(m) != self.method_digest(m, example)]
-
-    @abstractmethod
-    def score(
-        self,
-        backend: Any,
-        split: TaskSplit,
-        examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]] | None = None,
-    ) -> list[dict[str, Any]]:
-        """Records of ``examples``; ``previous`` holds their cached records (parts still valid are kept)."""
-        ...
-
-    @abstractmethod
-    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None: ...
-
-    @staticmethod
-    def input_digest(example: Example) -> str:
-        return digest(example.input_key())
-
-    def matches(self, record: dict[str, Any] | None, example: Example) -> bool:
-        """Whether a cached record holds this example's numbers: same input, and as many values as the
-        example and grid need (a row of another shape is recomputed, never read)."""
-        return (
-            record is not None
-            and record.get("input") == self.input_digest(example)
-            and self._fits(record, example)
-        )
-
-    def _fits(self, record: dict[str, Any], example: Example) -> bool:
-        return True
-
-
-class NextTokenScoring(ExampleScoring):
-    """Next-token prediction: one full pass and one k-token pass per k; every alpha from those (paper §3).
+class NextToken(TaskKind):
+    """Next-token prediction (paper §3, Tables 1 and 5): one full pass and one k-token pass per k, every
+    alpha from those; accuracy and perplexity over (k, alpha), k* and alpha* chosen on the selection split.
 
     With ``calibrate`` (LAMA, Table 5's "Zhao et al." row) the full distribution is also calibrated as
-    Zhao et al.'s ``run_lama.py`` does (``cblight.evaluate.baselines.calibrated_next_token``), with one pass per
+    Zhao et al.'s ``run_lama.py`` does (``cblight.evaluate.methods.calibrated_next_token``), with one pass per
     relation template and content-free input; the record keeps the calibrated prediction.
     """
 
@@ -125,14 +42,19 @@ class NextTokenScoring(ExampleScoring):
         ks: Sequence[int],
         alphas: Sequence[float],
         methods: Sequence[str] = (),
-        options: BaselineOptions | None = None,
+        options: MethodOptions | None = None,
+        decode: Callable[[list[int]], str] | None = None,
     ):
         self.ks = list(ks)
         self.alphas = list(alphas)
         self.methods = [m for m in methods if m != "boost"]
-        self.options = options or BaselineOptions()
-        self.content_free = self.options.content_free("next_token")
+        self.options = options
+        self.decode = decode  # the tokenizer's, for the target tokens of the prediction rows
         self._cf: dict[str, torch.Tensor] = {}
+
+    @property
+    def content_free(self) -> list[str]:
+        return (self.options or MethodOptions()).content_free("next_token")
 
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
@@ -151,7 +73,9 @@ class NextTokenScoring(ExampleScoring):
 
     def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, NextTokenExample)
-        return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
+        return digest(
+            repr((ex.template, self.content_free, (self.options or MethodOptions()).calibrate_top_n))
+        )
 
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         info = super().describe(split, requested)
@@ -173,7 +97,8 @@ class NextTokenScoring(ExampleScoring):
             lp = backend.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
             self._cf.update({t: lp[i] for i, t in enumerate(new)})
         cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
-        return calibrated_next_token(full, cf, self.options.calibrate_top_n, reduce="min").tolist()
+        top_n = (self.options or MethodOptions()).calibrate_top_n
+        return calibrated_next_token(full, cf, top_n, reduce="min").tolist()
 
     def score(
         self,
@@ -242,3 +167,94 @@ class NextTokenScoring(ExampleScoring):
             [r["id"] for r in records],
             **{name: torch.tensor([r[name] for r in records]) for name in sweep.columns},
         )
+
+    # -- selection and report ------------------------------------------------------------------------------
+    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
+        info = self._selection_info(split, out)
+        ki, ai = divmod(first_argmax(out["acc"]), len(self.alphas))
+        info.update(
+            k_star=self.ks[ki],
+            alpha_star=self.alphas[ai],
+            acc=float(out["acc"][ki, ai]),
+            curve=out["acc"].tolist(),
+            ppl=out["ppl"].tolist(),
+        )
+        return info
+
+    def report(
+        self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], Rows]:
+        n = int(out["ids"].numel())
+        acc_base = float(out["full_correct"].double().mean())
+        report: dict[str, Any] = {
+            "split": split.description,
+            "n": n,
+            "acc_base": acc_base,
+            "acc_base_stderr": binomial_stderr(acc_base, n),
+            "ppl_base": float(torch.exp(-out["full_log_prob"].double().mean())),
+        }
+        if "calibrate" in self.methods:  # Table 5's "Zhao et al." row
+            acc = float(out["calibrated_correct"].double().mean())
+            report.update(acc_calibrate=acc, acc_calibrate_stderr=binomial_stderr(acc, n))
+        ko, ao = divmod(first_argmax(out["acc"]), len(self.alphas))
+        report.update(
+            oracle_k=self.ks[ko], oracle_alpha=self.alphas[ao], oracle_acc=float(out["acc"][ko, ao])
+        )
+        ki = ai = None
+        if selection is not None:
+            ki, ai = self.ks.index(selection["k_star"]), self.alphas.index(selection["alpha_star"])
+            acc = float(out["acc"][ki, ai])
+            report.update(
+                k_star=selection["k_star"],
+                alpha_star=selection["alpha_star"],
+                acc=acc,
+                acc_stderr=binomial_stderr(acc, n),
+                ppl=float(out["ppl"][ki, ai]),
+            )
+        result = {
+            "kind": "next_token",
+            "title": split.task.title,
+            "report": report,
+            "selection": {k: v for k, v in (selection or {}).items() if k not in ("curve", "ppl")} or None,
+            "sweep": {
+                "ks": self.ks,
+                "alphas": self.alphas,
+                "report_acc": out["acc"].tolist(),
+                "report_ppl": out["ppl"].tolist(),
+                "selection_acc": selection["curve"] if selection else None,
+            },
+        }
+        rows = []
+        for i, idx in enumerate(out["ids"].tolist()):
+            target = int(out["target"][i])
+            row = {
+                "id": idx,
+                "target_id": target,
+                "target": self._decode([target]),
+                "full_rank": int(out["full_rank"][i]),
+                "full_log_prob": float(out["full_log_prob"][i]),
+                "correct_base": bool(out["full_correct"][i]),
+                "short_rank": out["short_rank"][i].tolist(),
+                "short_log_prob": out["short_log_prob"][i].tolist(),  # log f_k(target), one per k
+            }
+            if "calibrate" in self.methods:
+                pred = int(out["calibrated_pred"][i])
+                row.update(
+                    pred_calibrate=self._decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
+                )
+            if ki is not None and ai is not None:
+                row.update(
+                    k_star=self.ks[ki],
+                    short_rank_k_star=int(out["short_rank"][i, ki]),
+                    short_log_prob_k_star=float(out["short_log_prob"][i, ki]),
+                    boosted_rank=int(out["boosted_rank"][i, ki, ai]),
+                    boosted_log_prob=float(out["boosted_log_prob"][i, ki, ai]),
+                    correct_boosted=bool(out["boosted_correct"][i, ki, ai]),
+                )
+            rows.append(row)
+        return result, rows
+
+    def _decode(self, ids: list[int]) -> str:
+        if self.decode is None:
+            raise ValueError("NextToken needs the tokenizer's decode for its prediction rows")
+        return self.decode(ids)

@@ -1,16 +1,19 @@
-"""What a boosted evaluation writes: ``predictions/<task>.<split>.jsonl``, ``plots/<task>.png`` (the
-accuracy-vs-alpha curves of paper Figures 2 and 4-6), ``results.json`` and the printed summary table.
+"""What a boosted evaluation writes and prints: ``predictions/<task>.<split>.jsonl``, ``plots/<task>.png``
+(the accuracy-vs-alpha curves of paper Figures 2 and 4-6), the summary table of ``results.json``, the
+comparison-methods table (Tables 5, 11, 12) and the tuned-vs-boosted table of ``--compare`` (Table 4).
 
 Every file is written atomically (``cblight.results``), by rank 0 only; nothing here touches the model.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cblight.data.datamodule import TaskSplit
-from cblight.results import atomic_write_jsonl, format_table, save_alpha_plot, write_run_results
+from cblight.results import atomic_write_jsonl, format_table, save_figure
 
 SUMMARY_HEADERS = ["task", "split", "n", "acc@0", "acc@-1", "acc@alpha*", "alpha*", "k*", "alpha* chosen on"]
 
@@ -90,36 +93,36 @@ def next_token_curves(
     return curves, highlight
 
 
-def write_results(
-    output_dir: Path,
-    results: dict[str, Any],
-    settings: dict[str, Any],
-    started: float,
-    methods: list[str] | None = None,
-) -> tuple[Path, str]:
-    """``results.json`` (the run's settings, every task's result and the summary table); returns its path
-    and the table. With comparison methods, the layout of Tables 5, 11 and 12 too (``comparison``),
-    appended to the returned table."""
+def summary_text(results: dict[str, Any], methods: Sequence[str] = ()) -> str:
+    """The printed summary of a run (and ``results.json``'s ``summary``): one row per task; with
+    comparison methods, the layout of Tables 5, 11 and 12 below it (``comparison_table``)."""
     table = format_table(SUMMARY_HEADERS, [summary_row(task, result) for task, result in results.items()])
-    extra = [m for m in (methods or []) if m != "boost"]
+    extra = [m for m in methods if m != "boost"]
     if extra:
         headers, rows = comparison_table(results, extra)
-        comparison = {
-            "headers": headers,
-            "rows": [dict(zip(headers, row)) for row in rows],
-            "table": format_table(headers, rows),
-        }
-        settings = {**settings, "comparison": comparison}
         table += "\n\nComparison with other inference methods (paper Tables 5, 11, 12; '-': not applicable)\n"
-        table += comparison["table"]
-    return write_run_results(output_dir, settings, table, results, started), table
+        table += format_table(headers, rows)
+    return table
+
+
+def comparison_payload(results: dict[str, Any], methods: Sequence[str]) -> dict[str, Any] | None:
+    """``results.json``'s ``comparison``: the Tables 5/11/12 layout as headers, rows and text."""
+    extra = [m for m in methods if m != "boost"]
+    if not extra:
+        return None
+    headers, rows = comparison_table(results, extra)
+    return {
+        "headers": headers,
+        "rows": [dict(zip(headers, row)) for row in rows],
+        "table": format_table(headers, rows),
+    }
 
 
 # column name of each comparison method in the paper's Tables 5, 11 and 12
 METHOD_COLUMNS = {"pmi_dc": "PMI", "pmi_empty": "PMI (empty)", "calibrate": "CC", "channel": "Channel"}
 
 
-def comparison_table(results: dict[str, Any], methods: list[str]) -> tuple[list[str], list[list[Any]]]:
+def comparison_table(results: dict[str, Any], methods: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
     """One row per task in the layout of Tables 11/12 (``f_max``, PMI, CC, Channel, Ours = boosting at
     alpha*) and Table 5 for LAMA (``f_max``, CC, Ours with k*); accuracies in %, ``None`` ("-") where a
     method does not apply to the task."""
@@ -145,6 +148,32 @@ def _pct(value: Any) -> float | None:
     return None if value is None else 100.0 * float(value)
 
 
+def compare_accuracy_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Several checkpoints' runs (``--compare``) in Table 4's layout: per task, each checkpoint's accuracy at
+    ``alpha = 0`` and at ``alpha*``, and ``alpha*``; an average row when there are several tasks."""
+    labels = list(runs)
+    tasks = list(next(iter(runs.values())))
+    rows: list[dict[str, Any]] = []
+    for task in tasks:
+        row: dict[str, Any] = {"task": task}
+        for label in labels:
+            report = runs[label][task]["report"]
+            row[f"{label}"] = _pct(report.get("acc_base"))
+            row[f"{label} + CB"] = _pct(report.get("acc"))
+            row[f"{label} alpha*"] = report.get("alpha_star")
+        rows.append(row)
+    if len(rows) > 1:
+        avg: dict[str, Any] = {"task": "average"}
+        for key in rows[0]:
+            if key == "task":
+                continue
+            values = [r[key] for r in rows if r[key] is not None]
+            avg[key] = sum(values) / len(values) if len(values) == len(rows) else None
+        rows.append(avg)
+    headers = list(rows[0])
+    return format_table(headers, [[r[h] for h in headers] for r in rows]), rows
+
+
 def summary_row(task: str, result: dict[str, Any]) -> list[Any]:
     report = result["report"]
     selection = result.get("selection") or {}
@@ -159,3 +188,67 @@ def summary_row(task: str, result: dict[str, Any]) -> list[Any]:
         report.get("k_star"),
         selection.get("split"),
     ]
+
+
+def save_alpha_plot(
+    path: str | Path,
+    title: str,
+    alphas: Sequence[float],
+    curves: Mapping[str, Sequence[float]],
+    *,
+    highlight: str | None = None,
+    chosen_alpha: float | None = None,
+    ylabel: str = "accuracy (%)",
+) -> Path:
+    """Accuracy vs alpha, as the paper's Figures 2 and 4-6: red line at alpha = 0 (the base model), blue at
+    alpha = -1 (unconditional normalisation), and the chosen alpha* marked. The legend sits outside the
+    axes (never over the title or the curves); the y-axis spans the data with a margin, at least 2 points,
+    so an all-zero curve is a flat line at the bottom rather than a band around 0."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    values = [100 * y for ys in curves.values() for y in ys]
+    for label, ys in curves.items():
+        bold = highlight is None or label == highlight
+        ax.plot(
+            alphas,
+            [100 * y for y in ys],
+            label=label,
+            linewidth=2.0 if bold else 0.9,
+            alpha=1 if bold else 0.6,
+        )
+    ax.axvline(0.0, color="red", linewidth=1, label="alpha = 0 (base)")
+    if min(alphas) <= -1.0 <= max(alphas):
+        ax.axvline(-1.0, color="blue", linewidth=1, linestyle=":", label="alpha = -1")
+    if chosen_alpha is not None:
+        ax.axvline(
+            chosen_alpha, color="green", linewidth=1, linestyle="--", label=f"alpha* = {chosen_alpha:g}"
+        )
+    ax.set_ylim(*_accuracy_limits(values))
+    if values and all(v == 0 for v in values):
+        ax.text(0.5, 0.5, "every accuracy is 0%", transform=ax.transAxes, ha="center", color="gray")
+    ax.set_xlabel("alpha")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.tight_layout()
+    return save_figure(fig, path, dpi=110)
+
+
+def _accuracy_limits(values: Sequence[float]) -> tuple[float, float]:
+    """Y limits (in %) around ``values``: a 10% margin, at least 2 points tall, within [0, 100] (a sliver
+    below 0 so that a curve at 0 shows)."""
+    finite = [v for v in values if math.isfinite(v)] or [0.0]
+    low, high = min(finite), max(finite)
+    pad = max(0.1 * (high - low), 1.0)
+    low, high = max(0.0, low - pad), min(100.0, high + pad)
+    if high - low < 2.0:
+        high = min(100.0, low + 2.0)
+        low = min(low, high - 2.0)
+    if low == 0.0:  # a curve at 0 would hide under the axis line
+        low = -0.03 * high
+    return low, high

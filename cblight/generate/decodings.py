@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from torch import nn
 
+from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
 from cblight.data.sentences import first_sentences
@@ -25,7 +26,6 @@ from cblight.errors import ConfigError
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute
 from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
-from cblight.results import digest
 from cblight.scoring import Encoder
 
 DecodingMode = Literal["auto", "plain", "last_k", "response", "marker"]

@@ -19,26 +19,23 @@ and prints the table.
 
 from __future__ import annotations
 
-import shutil
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from cblight.data.examples import DataError, GenerationExample
+from cblight.cache import RecordCache, digest
+from cblight.data.examples import GenerationExample
 from cblight.errors import ConfigError
-from cblight.evaluator import LanguageModelModule
+from cblight.evaluator import Evaluator
 from cblight.generate.decodings import (
     DEFAULT_MAX_NEW_TOKENS,
     RECORD_FIELDS,
     Decoding,
     DecodingGrid,
-    DecodingMode,
     GenerationTask,
-    Table,
     add_token_log_probs,
     decoding_seed,
     generation_record,
@@ -48,32 +45,23 @@ from cblight.generate.decodings import (
     table_of,
 )
 from cblight.generate.generations import (
+    compare_generation_table,
     log_samples,
     save_figure3,
     show_progress,
     task_block,
     task_result,
     write_generations,
-    write_results,
 )
-from cblight.interrupt import check_interrupt
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
-from cblight.models import DTypeName, checkpoint_window, load_causal_lm, load_tokenizer, model_window
-from cblight.output_dir import resolve_output_dir
-from cblight.results import RecordCache, digest
+from cblight.models import DTypeName, checkpoint_window, load_causal_lm, model_window
+from cblight.runs import check_interrupt
 from cblight.truncation import fit_example
 
-__all__ = [
-    "BoostedGenerationEvaluator",
-    "Decoding",
-    "DecodingGrid",
-    "DecodingMode",
-    "Table",
-    "save_figure3",
-]
+__all__ = ["BoostedGenerationEvaluator"]
 
 
-class BoostedGenerationEvaluator(LanguageModelModule):
+class BoostedGenerationEvaluator(Evaluator):
     """Generation with and without coherence boosting, scored with the paper's metrics.
 
     Args:
@@ -129,43 +117,27 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         log_samples: int = 16,
         run_label: str | None = None,
     ):
-        super().__init__()
+        super().__init__(model, tokenizer, output_dir, overwrite, run_label)
         self.save_hyperparameters()
-        self.model_name = model
-        self.tokenizer_name = tokenizer or model
         self.decodings, self.grid = resolve_decodings(decodings, grid)
         if max_new_tokens is not None and max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if short_window < 1:
             raise ConfigError(f"short_window must be at least 1, got {short_window}")
         resolve_meteor_route(meteor)  # refuses an official METEOR that cannot run, before any work
-        self.output_dir = resolve_output_dir(output_dir, model)
-        self.lm: nn.Module | None = None
-        self._sharded_lm: Any = None
         self._metrics_lm: Any = None
-        self.tok: Any = None
         self.suites = nn.ModuleDict()
         self._tasks: list[GenerationTask] = []
-        self._caches: dict[tuple[str, str], RecordCache] = {}
-        self._cached: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-        self.results: dict[str, Any] = {}
-        self.summary = ""
-        self._started = time.time()
 
     # -- setup ---------------------------------------------------------------------------------------------
     def _signature(self, task: GenerationTask, decoding: Decoding | None) -> dict[str, Any]:
-        sig = {
-            "model": self.model_name,
-            "tokenizer": self.tokenizer_name,
-            "revision": self.hparams.revision,
-            "dtype": self.hparams.dtype,
-            "task": task.split.name,
-            "split": task.split.split,
-            "max_new_tokens": task.max_new_tokens,
-            "seed": self.hparams.seed,
-            "metrics_model": self.hparams.metrics_model or self.model_name,
-            "short_window": self.hparams.short_window,
-        }
+        sig = self.cache_signature(task.split.name, task.split.split)
+        sig.update(
+            max_new_tokens=task.max_new_tokens,
+            seed=self.hparams.seed,
+            metrics_model=self.hparams.metrics_model or self.model_name,
+            short_window=self.hparams.short_window,
+        )
         if decoding is not None:
             sig["decoding"] = asdict(replace(decoding, name=decoding.slug))
         else:
@@ -176,17 +148,9 @@ class BoostedGenerationEvaluator(LanguageModelModule):
     def setup(self, stage: str) -> None:
         if stage != "test":
             raise ConfigError("BoostedGenerationEvaluator runs the test loop only (evaluate.py does that)")
-        dm = getattr(self.trainer, "datamodule", None)
-        if dm is None or not hasattr(dm, "loader_splits"):
-            raise DataError("BoostedGenerationEvaluator needs an EvalDataModule")
-        if self.hparams.overwrite and self.trainer.is_global_zero:
-            shutil.rmtree(self.output_dir / "cache", ignore_errors=True)
-        self.trainer.strategy.barrier()
-        self.tok = load_tokenizer(
-            self.tokenizer_name,
-            revision=self.hparams.revision,
-            trust_remote_code=self.hparams.trust_remote_code,
-        )
+        dm = self._datamodule()
+        self._clear_cache_once()
+        self._load_tokenizer()
         self._tasks = []
         pending = False
         for split in dm.loader_splits("report"):
@@ -198,23 +162,19 @@ class BoostedGenerationEvaluator(LanguageModelModule):
                 if decoding is None and not self._scores_human(task):
                     continue
                 slug = decoding.slug if decoding is not None else "human"
-                key = (split.name, slug)
                 suite_key = self._suite_key(split.name, slug)
                 if suite_key not in self.suites:
                     self.suites[suite_key] = new_suite(
                         table, self.tok.eos_token_id, self.hparams.self_bleu_samples, self.hparams.meteor
                     )
-                cache = RecordCache(
+                cached = self._open_cache(
+                    (split.name, slug),
                     self.output_dir / "cache" / split.name / slug,
                     self._signature(task, decoding),
-                    self.global_rank,
-                    fields=RECORD_FIELDS,
+                    RECORD_FIELDS,
                 )
-                self._caches[key] = cache
-                self._cached[key] = cache.load()
                 pending = pending or any(
-                    self._cached[key].get(ex.idx, {}).get("input") != digest(ex.input_key())
-                    for ex in split.examples
+                    cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
                 )
         if pending and self.language_model is None:
             self._load_model()
@@ -243,9 +203,6 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         return self._metrics_lm
 
     # -- one batch -----------------------------------------------------------------------------------------
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        return batch  # text examples; prompts are encoded in the step
-
     def _prompt_ids(self, task: GenerationTask, examples: Sequence[GenerationExample]) -> list[list[int]]:
         window = (
             None
@@ -315,10 +272,8 @@ class BoostedGenerationEvaluator(LanguageModelModule):
             fresh = self._generate(task, decoding, todo) if decoding is not None else self._human(task, todo)
             if task.table == "text":
                 self._add_log_probs(fresh)
-            self._caches[key].append(fresh)
-            for rec in fresh:
-                cached[rec["id"]] = rec
-                have[rec["id"]] = rec
+            self._store(key, fresh)
+            have.update((rec["id"], rec) for rec in fresh)
         return [have[ex.idx] for ex in batch if ex.idx in have]
 
     def _update(self, task: GenerationTask, slug: str, records: list[dict[str, Any]]) -> None:
@@ -380,15 +335,22 @@ class BoostedGenerationEvaluator(LanguageModelModule):
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
             settings = {
-                "model": self.model_name,
                 "metrics_model": self.hparams.metrics_model or self.model_name,
-                "dtype": self.hparams.dtype,
                 "seed": self.hparams.seed,
             }
-            path, text = write_results(self.output_dir, self.results, blocks, settings, self._started)
+            text = "\n\n".join(blocks)
+            path = self.write_results(settings, text)
             self.summary = (
                 f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
             )
+
+    def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
+        # perplexity, LTF and delta under the base LM (Table 2), unless the config names one
+        return {} if hparams.get("metrics_model") else {"metrics_model": first}
+
+    @classmethod
+    def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+        return compare_generation_table(runs)
 
     def _compute(self, task: str, slug: str) -> dict[str, Any]:
         suite = self.suites[self._suite_key(task, slug)]

@@ -1,6 +1,6 @@
-"""What a generation run writes: ``generations/<task>/<decoding>.jsonl``, the task's table (a row per
-decoding and the Human row: paper Tables 2, 3 and the summarisation table), ``results.json`` and
-``plots/<task>_figure3.png`` (paper Figure 3).
+"""What a generation run writes and prints: ``generations/<task>/<decoding>.jsonl``, the task's table (a
+row per decoding and the Human row: paper Tables 2, 3 and the summarisation table), ``plots/<task>_figure3.png``
+(paper Figure 3), samples for W&B, and the tuned-vs-boosted table of ``--compare`` (Table 2's layout).
 
 Rank 0 writes; every file atomically (``cblight.results``). Nothing here touches a model.
 """
@@ -8,6 +8,7 @@ Rank 0 writes; every file atomically (``cblight.results``). Nothing here touches
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from cblight.generate.decodings import Decoding, DecodingGrid, GenerationTask
 from cblight.metrics.tables import DIALOG_TITLES
-from cblight.results import atomic_write_jsonl, format_table, write_run_results
+from cblight.results import atomic_write_jsonl, format_table, save_figure
 
 GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary")
 
@@ -92,12 +93,23 @@ def log_samples(loggers: Any, key: str, rows: list[dict[str, Any]], n: int) -> N
             logger.log_table(key=key, columns=["id", "prompt", "text"], data=data)
 
 
-def write_results(
-    output_dir: Path, results: dict[str, Any], blocks: list[str], settings: dict[str, Any], started: float
-) -> tuple[Path, str]:
-    """``results.json``; returns its path and the printed text (every task's table)."""
-    text = "\n\n".join(blocks)
-    return write_run_results(output_dir, settings, text, results, started), text
+def compare_generation_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Several checkpoints' runs (``--compare``) in Table 2's layout: one row per (checkpoint, decoding) and
+    the human row, per task."""
+    blocks, rows = [], []
+    first = next(iter(runs.values()))
+    for task, result in first.items():
+        columns = result["columns"]
+        body = []
+        for label, run in runs.items():
+            for decoding, values in run[task]["rows"].items():
+                rows.append({"task": task, "checkpoint": label, "decoding": decoding, **values})
+                body.append([f"{label}: {decoding}", *(values[c] for c in columns)])
+        if result.get("human"):
+            rows.append({"task": task, "checkpoint": "human", "decoding": "human", **result["human"]})
+            body.append(["Human", *(result["human"][c] for c in columns)])
+        blocks.append(f"{task}\n" + format_table(["row", *columns], body))
+    return "\n\n".join(blocks), rows
 
 
 def save_figure3(
@@ -108,8 +120,6 @@ def save_figure3(
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-
-    from cblight.results import save_figure
 
     columns = [c for c in result["columns"] if c != "meteor_synonyms"]
     names = {(d.k if grid.ks else None, d.alpha): d.name for d in decodings}

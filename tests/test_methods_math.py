@@ -1,4 +1,4 @@
-"""The comparison methods' maths (``cblight.evaluate.baselines``) against hand-computed numbers and against literal
+"""The comparison methods' maths (``cblight.evaluate.methods``) against hand-computed numbers and against literal
 re-statements of the reference code (Zhao et al.'s ``run_classification.py`` / ``run_lama.py``, in numpy)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from cblight.evaluate.baselines import (
+from cblight.evaluate.methods import (
     calibrated_next_token,
     calibrated_scores,
     calibration_prior,

@@ -283,7 +283,7 @@ def test_lama_calibration_matches_brute_force(tiny_gpt2_dir, brute, tmp_path):
             "--data.data_dirs", json.dumps({"lama": str(lama)}),
             "--model.ks", "[1, 2]",
             "--model.next_token_alphas", "[0.0, -0.5]",
-            "--model.baselines.calibrate_top_n", "20",
+            "--model.method_options.calibrate_top_n", "20",
         ],
         out,
     )  # fmt: skip
@@ -388,7 +388,7 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
             *common,
             "--model.methods",
             "[boost, pmi_dc, calibrate]",
-            "--model.baselines.domain_premises",
+            "--model.method_options.domain_premises",
             json.dumps({"sst2": " This quote has a tone that is!"}),
         ],
         out,
@@ -400,7 +400,7 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
             *common,
             "--model.methods",
             "[boost, pmi_dc, calibrate]",
-            "--model.baselines.domain_premises",
+            "--model.method_options.domain_premises",
             json.dumps({"sst2": " This quote has a tone that is"}),
         ],
         out,
@@ -414,7 +414,7 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
             *common,
             "--model.methods",
             "[boost, pmi_dc, calibrate]",
-            "--model.baselines.domain_premises",
+            "--model.method_options.domain_premises",
             premise,
         ],
         out,
@@ -431,7 +431,7 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
             *common,
             "--model.methods",
             "[boost, pmi_dc, calibrate]",
-            "--model.baselines.domain_premises",
+            "--model.method_options.domain_premises",
             premise,
         ],
         out,
@@ -444,9 +444,9 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
     [
         (["--model.methods", "[boost, pmi]"], "methods"),
         (["--model.methods", "[boost, channel, channel]"], "methods repeats a name"),
-        (["--model.baselines.channel_template", "4"], "baselines.channel_template must be 0..3"),
-        (["--model.baselines.calibrate_top_n", "-1"], "baselines.calibrate_top_n must be >= 0"),
-        (["--model.baselines.content_free_inputs", "[]"], "baselines.content_free_inputs is empty"),
+        (["--model.method_options.channel_template", "4"], "method_options.channel_template must be 0..3"),
+        (["--model.method_options.calibrate_top_n", "-1"], "method_options.calibrate_top_n must be >= 0"),
+        (["--model.method_options.content_free_inputs", "[]"], "method_options.content_free_inputs is empty"),
     ],
 )
 def test_bad_method_options_are_one_line(tiny_gpt2_dir, tmp_path, capsys, args, message):
@@ -466,7 +466,7 @@ TABLE_ROWS += ["sst2", "sst5", "agnews", "trec", "boolq", "rte", "cb"]
 
 def test_table12_config_runs_in_the_papers_layout(tiny_gpt2_dir, tmp_path):
     out = tmp_path / "t12"
-    args = readme_command("configs/table12_baselines_gpt2.yaml", "Table 12")
+    args = readme_command("configs/table12_methods_gpt2.yaml", "Table 12")
     run([*substituted(args, tiny_gpt2_dir), "--data.limit", "2"], out)
     results = json.loads((out / "results.json").read_text())
     comparison = results["comparison"]
@@ -489,7 +489,7 @@ def test_table11_config_runs_on_a_local_model_too(tiny_gpt2_dir, tmp_path):
     out = tmp_path / "t11"
     results = run(
         [
-            "-c", str(ROOT / "configs/table11_baselines_served.yaml"),
+            "-c", str(ROOT / "configs/table11_methods_served.yaml"),
             "--model.model", str(tiny_gpt2_dir),
             "--model.tokenizer", str(tiny_gpt2_dir),
             "--model.backend", "local",

@@ -1,0 +1,126 @@
+"""A task kind of boosted evaluation: how its examples become cached numbers, and how the sweep over the
+grid becomes alpha* (and k*) and a report.
+
+``BoostedEvaluator`` (``cblight.evaluate.boosted_evaluator``) drives one ``TaskKind`` per (split, role):
+
+1. ``missing`` says which parts of an example's cached record must be (re)computed: ``boost`` (every
+   number, for a new or changed example) or the comparison methods whose inputs changed;
+2. ``score`` computes them through a *backend* with ``cblight.scoring.Scorer``'s interface (``score_text``,
+   ``encoder``, ``next_token_log_probs``, ``last_k_log_probs``), local or served (``cblight.served``), with
+   one forward pass per context form (docs/design.md, "Speed floors");
+3. ``update`` feeds records to the kind's sweep metric (``cblight.metrics.sweeps``), synced across processes;
+4. ``select`` (end of the validation loop) picks alpha* (and k*), ties to the first grid value as in the
+   authors' code; ``report`` (end of the test loop) gives accuracies with standard errors and the
+   per-example prediction rows.
+
+The two kinds are ``cblight.evaluate.multiple_choice.MultipleChoice`` (paper eq. 2, Table 4) and
+``cblight.evaluate.next_token.NextToken`` (paper §3, Tables 1 and 5). A new kind subclasses this and is
+picked in ``BoostedEvaluator._kind``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from cblight.cache import digest
+from cblight.data.datamodule import TaskSplit
+from cblight.data.examples import Example
+
+Rows = list[dict[str, Any]]
+
+
+class TaskKind(ABC):
+    """One task kind's scoring, sweep, selection and report (see the module docstring).
+
+    ``signature`` holds the settings that change the cached numbers (a cache written under others is
+    refused); ``record_fields`` are the keys every record of this kind must carry (a cache row without
+    them is corrupt and recomputed); ``methods`` are the comparison methods scored beside boosting.
+    """
+
+    kind: ClassVar[str] = ""
+    record_fields: ClassVar[tuple[str, ...]] = ("id", "input")
+    methods: Sequence[str] = ()
+
+    def signature(self) -> dict[str, Any]:
+        return {}
+
+    # -- scoring -----------------------------------------------------------------------------------------
+    @abstractmethod
+    def new_sweep(self, split: TaskSplit) -> nn.Module: ...
+
+    @abstractmethod
+    def method_digest(self, method: str, example: Example) -> str:
+        """A digest of what ``method`` feeds the model for ``example`` (kept in the record)."""
+
+    @abstractmethod
+    def score(
+        self,
+        backend: Any,
+        split: TaskSplit,
+        examples: Sequence[Example],
+        previous: dict[int, dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Records of ``examples``; ``previous`` holds their cached records (parts still valid are kept)."""
+
+    @abstractmethod
+    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None: ...
+
+    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
+        """What ``results.json`` says about each requested comparison method: reported (with the strings
+        it used) or why not."""
+        from cblight.evaluate.methods import not_applicable
+
+        info: dict[str, Any] = {}
+        for m in requested:
+            reason = not_applicable(m, split)
+            info[m] = {"reported": True} if reason is None else {"reported": False, "not_applicable": reason}
+        return info
+
+    # -- the cache ---------------------------------------------------------------------------------------
+    def missing(self, record: dict[str, Any] | None, example: Example) -> list[str]:
+        """The parts of ``record`` to (re)compute for ``example``: ``boost`` (everything, for a new or
+        changed example) or the methods whose inputs changed; empty when the record is complete."""
+        if not self.matches(record, example):
+            return ["boost", *self.methods]
+        assert record is not None
+        done = record.get("method_inputs", {})
+        return [m for m in self.methods if done.get(m) != self.method_digest(m, example)]
+
+    @staticmethod
+    def input_digest(example: Example) -> str:
+        return digest(example.input_key())
+
+    def matches(self, record: dict[str, Any] | None, example: Example) -> bool:
+        """Whether a cached record holds this example's numbers: same input, and as many values as the
+        example and grid need (a row of another shape is recomputed, never read)."""
+        return (
+            record is not None
+            and record.get("input") == self.input_digest(example)
+            and self._fits(record, example)
+        )
+
+    def _fits(self, record: dict[str, Any], example: Example) -> bool:
+        return True
+
+    # -- selection and report ------------------------------------------------------------------------------
+    @abstractmethod
+    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """alpha* (and k*) on the selection split, from the sweep's ``compute()`` output."""
+
+    @abstractmethod
+    def report(
+        self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], Rows]:
+        """The report split's result (``results.json``) and per-example prediction rows."""
+
+    @staticmethod
+    def _selection_info(split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
+        info: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
+        if split.sampled_indices is not None:
+            info["indices"] = split.sampled_indices
+        return info
