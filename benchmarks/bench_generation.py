@@ -67,7 +67,7 @@ def authors_wrapper(model, ids: torch.Tensor, new: int, k: int, alpha: float) ->
 def build_jobs(args, model, tok, ids: torch.Tensor, dialog_ids: torch.Tensor, new: int):
     """The methods for ``new`` tokens, and how many steps need a last-k window."""
     from cblight.batching import last_position_log_probs
-    from cblight.generate import boosted_generate
+    from cblight.generate import Boosting, boosted_generate
 
     # steps whose content (prompt + generated so far) is longer than k run a window
     n_windows = sum(1 for t in range(new) if args.prompt_len + t > args.k)
@@ -75,13 +75,17 @@ def build_jobs(args, model, tok, ids: torch.Tensor, dialog_ids: torch.Tensor, ne
     neg = torch.full((args.batch, 1), tok.eos_token_id, device=ids.device)
     jobs = {
         "last_k": lambda: boosted_generate(
-            model, tok, ids, mode="last_k", k=args.k, alpha=args.alpha, max_new_tokens=new
+            model, tok, ids, boosting=Boosting(mode="last_k", k=args.k, alpha=args.alpha), max_new_tokens=new
         ),
         "plain": lambda: model.generate(ids, max_new_tokens=new, do_sample=False),
         "windows": lambda: [last_position_log_probs(model, window) for _ in range(n_windows)],
         "authors": lambda: authors_wrapper(model, ids, new, args.k, args.alpha),
         "response": lambda: boosted_generate(
-            model, tok, dialog_ids, mode="response", alpha=args.dialog_alpha, max_new_tokens=new
+            model,
+            tok,
+            dialog_ids,
+            boosting=Boosting(mode="response", alpha=args.dialog_alpha),
+            max_new_tokens=new,
         ),
         "cfg": lambda: model.generate(
             dialog_ids,

@@ -128,7 +128,7 @@ def generation_metrics(base: Any, tok: Any, result: Any, prefix: list[int]) -> d
 
 
 def sample(model: Any, tok: Any, prompts: list[str], args: argparse.Namespace, alpha: float = 0.0) -> Any:
-    from cblight.generate import boosted_generate
+    from cblight.generate import Boosting, boosted_generate
 
     results = []
     for lo in range(0, len(prompts), args.gen_batch):
@@ -137,8 +137,7 @@ def sample(model: Any, tok: Any, prompts: list[str], args: argparse.Namespace, a
                 model,
                 tok,
                 prompts[lo : lo + args.gen_batch],
-                k=args.k,
-                alpha=alpha,
+                boosting=Boosting(k=args.k, alpha=alpha),
                 max_new_tokens=args.gen_tokens,
                 do_sample=True,
                 top_p=0.95,

@@ -189,10 +189,10 @@ def tune(model: str, out: Path, sizes: Sizes, devices: int) -> Path:
 def generation(model: str, tuned: Path, out: Path, sizes: Sizes, devices: int) -> dict[str, Any]:
     from cblight.cli import evaluate_cli
 
+    nucleus = "sampling: {do_sample: true, top_p: 0.95}"
     decodings = (
-        "[{name: nucleus, do_sample: true, top_p: 0.95}, "
-        f"{{name: boost k={GEN_K} alpha={GEN_ALPHA}, mode: last_k, k: {GEN_K}, alpha: {GEN_ALPHA}, "
-        "do_sample: true, top_p: 0.95}]"
+        f"[{{name: nucleus, {nucleus}}}, {{name: boost k={GEN_K} alpha={GEN_ALPHA}, "
+        f"boosting: {{mode: last_k, k: {GEN_K}, alpha: {GEN_ALPHA}}}, {nucleus}}}]"
     )
     return evaluate_cli(
         [

@@ -4,18 +4,15 @@
                    tokenizer=tokenizer, boost_mode="last_k", boost_k=8, boost_alpha=-0.5, max_new_tokens=40)
 
 This file only adapts ``model.generate``'s arguments to ``cblight.generate.boosted_generate`` (installed
-from the ``cblight`` package, see requirements.txt); the decoding itself is cblight's. Arguments beyond
-``generate``'s own (all optional):
-
-* ``boost_mode``: ``"last_k"`` (the last ``boost_k`` tokens; paper §4.1, Table 2), ``"response"`` (the turn
-  separator plus the response so far; dialog, Table 3) or ``"marker"`` (``boost_marker`` plus the text so
-  far; summarisation);
-* ``boost_alpha``: the boosting coefficient (0, the default, is the base model; usually negative);
-* ``boost_k``: the window of ``last_k`` (default 32);
-* ``boost_form``: ``"generation"`` (``(1-alpha) log f + alpha log f_short``, the default of ``last_k``) or
-  ``"next_token"`` (``log f + alpha log f_short``, the default of ``response`` and ``marker``);
-* ``boost_marker`` (default ``" TL;DR:"``) and ``boost_separator`` (default: the tokenizer's EOS);
-* ``tokenizer``: required (BOS handling, separators and markers come from it).
+from the ``cblight`` package, see requirements.txt); the decoding itself is cblight's. The boosting is
+``cblight.options.Boosting``, given whole (``boosting=Boosting(mode="last_k", k=8, alpha=-0.5)``) or field by
+field with a ``boost_`` prefix: ``boost_mode`` (``"last_k"``: the last ``boost_k`` tokens, paper §4.1,
+Table 2; ``"response"``: the turn separator plus the response so far, dialog, Table 3; ``"marker"``:
+``boost_marker`` plus the text so far, summarisation), ``boost_alpha`` (0, the default, is the base model;
+usually negative), ``boost_k`` (default 32), ``boost_form`` (``"generation"``: ``(1-alpha) log f + alpha
+log f_short``, the default of ``last_k``; ``"next_token"``: ``log f + alpha log f_short``, the default of the
+others), ``boost_marker`` (default ``" TL;DR:"``) and ``boost_separator`` (default: the tokenizer's EOS).
+``tokenizer`` is required (BOS handling, separators and markers come from it).
 
 Everything else (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_beams``,
 ``num_return_sequences``, ``stopping_criteria``, ``logits_processor``, ``streamer``,
@@ -31,8 +28,9 @@ from typing import Any
 
 import torch
 
+from cblight.errors import BoostingError
 from cblight.generate import boosted_generate
-from cblight.generate.spec import BoostingError
+from cblight.options import Boosting
 
 _UNSUPPORTED = ("assistant_model", "negative_prompt_ids", "negative_prompt_attention_mask")
 
@@ -58,16 +56,15 @@ def generate(
     model: Any,
     inputs: torch.Tensor | None = None,
     *,
-    boost_mode: str = "last_k",
-    boost_alpha: float = 0.0,
-    boost_k: int = 32,
-    boost_form: str | None = None,
-    boost_marker: str = " TL;DR:",
-    boost_separator: str | None = None,
+    boosting: Boosting | None = None,
     tokenizer: Any = None,
     **kwargs: Any,
 ) -> Any:
     """Boosted decoding with ``model.generate``'s interface (see the module docstring)."""
+    loose = Boosting.from_prefixed(kwargs)
+    if boosting is not None and loose is not None:
+        raise BoostingError("pass boosting=Boosting(...) or boost_* options, not both")
+    boosting = boosting or loose or Boosting()
     if tokenizer is None:
         raise BoostingError(
             "cblight's custom_generate needs the tokenizer: model.generate(..., tokenizer=tok)"
@@ -105,13 +102,8 @@ def generate(
         model,
         tokenizer,
         input_ids,
+        boosting,
         attention_mask=attention_mask,
-        mode=boost_mode,  # type: ignore[arg-type]
-        k=boost_k,
-        alpha=boost_alpha,
-        form=boost_form,  # type: ignore[arg-type]
-        marker=boost_marker,
-        separator=boost_separator,
         max_new_tokens=max_new_tokens,
         **kwargs,
     )

@@ -35,7 +35,6 @@ class Loaded(AssertionError):
 def no_loading(monkeypatch):
     """Tripwires on every loader: a refusal must come before any of them runs."""
     import cblight.data.datamodule as datamodule
-    import cblight.evaluate.boosted_evaluator as evaluation
     import cblight.evaluator as base
     import cblight.generate.generation_evaluator as generation
     import cblight.models as models
@@ -48,7 +47,7 @@ def no_loading(monkeypatch):
 
     for module in (models, base, generation):
         monkeypatch.setattr(module, "load_causal_lm", model)
-    for module in (models, evaluation, generation):
+    for module in (models, base):
         monkeypatch.setattr(module, "load_tokenizer", model)
     monkeypatch.setattr(datamodule, "load_split_records", data)
 
@@ -95,10 +94,16 @@ def test_nan_and_inf_alphas_are_refused(option, value, message, tmp_path, capsys
 @pytest.mark.parametrize(
     ("decodings", "message"),
     [
-        ("[{name: b, alpha: .nan}]", "alpha must be finite"),
-        ("[{name: t, do_sample: true, temperature: .nan}]", "temperature must be positive"),
-        ("[{name: t, do_sample: true, temperature: .inf}]", "temperature must be positive"),
-        ("[{name: p, do_sample: true, top_p: .nan}]", "top_p must be in (0, 1]"),
+        ("[{name: b, boosting: {alpha: .nan}}]", "alpha must be a finite number"),
+        (
+            "[{name: t, sampling: {do_sample: true, temperature: .nan}}]",
+            "temperature must be a finite number",
+        ),
+        (
+            "[{name: t, sampling: {do_sample: true, temperature: .inf}}]",
+            "temperature must be a finite number",
+        ),
+        ("[{name: p, sampling: {do_sample: true, top_p: .nan}}]", "top_p must be a finite number"),
     ],
 )
 def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, capsys, no_loading):
@@ -108,7 +113,7 @@ def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, ca
     line = refused(
         [*args, "--model.grid", "{alphas: [.nan], ks: [8]}", "--data.tasks", "[webtext]"], tmp_path, capsys
     )
-    assert "alpha must be finite" in line
+    assert "alpha must be a finite number" in line
 
 
 @pytest.mark.parametrize("field", ["alpha", "temperature", "top_p"])

@@ -17,6 +17,7 @@ import torch
 
 from cblight.generate import boosted_generate, dialog_prompt
 from cblight.generate.inputs import marker_ids, separator_ids
+from cblight.options import Boosting
 from cblight.scoring import Encoder
 
 STEPS = 8
@@ -50,10 +51,7 @@ def test_generation_form_is_cfg_with_scale_one_minus_alpha(tiny_lm, alpha):
     model, tok = tiny_lm
     negative = list(Encoder(tok).prefix) + marker_ids(tok, " TL;DR:")
     for sampling in ({"do_sample": False}, {"do_sample": True, "temperature": 0.7, "top_k": 0}):
-        ours = boosted_generate(
-            model, tok, PROMPTS, mode="marker", alpha=alpha, form="generation", max_new_tokens=STEPS,
-            seed=11, **sampling,
-        )  # fmt: skip
+        ours = boosted_generate(model, tok, PROMPTS, boosting=Boosting(mode='marker', alpha=alpha, form='generation'), max_new_tokens=STEPS, seed=11, **sampling)  # fmt: skip
         theirs = cfg(model, ours.prompts, negative, 1 - alpha, seed=11, **sampling)
         assert torch.equal(ours.sequences, theirs), sampling
 
@@ -63,19 +61,13 @@ def test_next_token_form_is_cfg_with_rescaled_temperature(tiny_lm, alpha):
     model, tok = tiny_lm
     negative = list(Encoder(tok).prefix) + marker_ids(tok, " TL;DR:")
     scale, temperature = 1 / (1 + alpha), 0.9
-    ours = boosted_generate(
-        model, tok, PROMPTS, mode="marker", alpha=alpha, max_new_tokens=STEPS, seed=5,
-        do_sample=True, top_k=0, temperature=temperature * (1 + alpha),
-    )  # fmt: skip
+    ours = boosted_generate(model, tok, PROMPTS, boosting=Boosting(mode='marker', alpha=alpha), max_new_tokens=STEPS, seed=5, do_sample=True, top_k=0, temperature=temperature * (1 + alpha))  # fmt: skip
     theirs = cfg(
         model, ours.prompts, negative, scale, seed=5, do_sample=True, top_k=0, temperature=temperature
     )
     assert torch.equal(ours.sequences, theirs)
     # the same temperature on both sides is a different distribution: sampled tokens drift apart
-    same_t = boosted_generate(
-        model, tok, PROMPTS, mode="marker", alpha=alpha, max_new_tokens=STEPS, seed=5,
-        do_sample=True, top_k=0, temperature=temperature,
-    )  # fmt: skip
+    same_t = boosted_generate(model, tok, PROMPTS, boosting=Boosting(mode='marker', alpha=alpha), max_new_tokens=STEPS, seed=5, do_sample=True, top_k=0, temperature=temperature)  # fmt: skip
     assert not torch.equal(same_t.sequences, theirs)
 
 
@@ -87,7 +79,9 @@ def test_dialog_response_is_cfg_on_separator(tiny_lm):
     prompts = [
         dialog_prompt(tok, [t]) for t in ("Hi there", "Question: what is the capital of France?", "She")
     ]
-    ours = boosted_generate(model, tok, prompts, mode="response", alpha=alpha, max_new_tokens=STEPS)
+    ours = boosted_generate(
+        model, tok, prompts, boosting=Boosting(mode="response", alpha=alpha), max_new_tokens=STEPS
+    )
     prefix = list(Encoder(tok).prefix)
     negative = prefix + separator_ids(tok, None)
     assert torch.equal(ours.sequences, cfg(model, ours.prompts, negative, 1 / (1 + alpha), do_sample=False))

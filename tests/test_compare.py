@@ -51,7 +51,7 @@ def test_generation_comparison_uses_the_base_lm_for_ppl(tiny_gpt2_dir, other_gpt
     payload = evaluate_cli(
         ["--model", "BoostedGenerationEvaluator", "--model.model", str(tiny_gpt2_dir),
          "--model.max_new_tokens", "8", "--model.self_bleu_samples", "null",
-         "--model.decodings", '[{"name": "greedy"}, {"name": "boost", "k": 3, "alpha": -0.5}]',
+         "--model.decodings", '[{"name": "greedy"}, {"name": "boost", "boosting": {"mode": "auto", "k": 3, "alpha": -0.5}}]',
          "--model.output_dir", str(out), "--data.tasks", "[webtext]",
          "--data.data_dirs", json.dumps({"webtext": str(WEBTEXT)}), "--trainer.accelerator", "cpu",
          "--trainer.enable_progress_bar", "false",

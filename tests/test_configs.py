@@ -43,23 +43,25 @@ def test_evaluation_config_builds(path, tmp_path):
     if path.name == "webtext_generation.yaml":  # Table 2 / Figure 3
         names = [d.name for d in model.decodings]
         assert names[:3] == ["sampling", "sampling T=0.9", "nucleus p=0.95"] and len(names) == 3 + 4 * 5
-        assert {d.k for d in model.decodings[3:]} == {8, 16, 32, 64}
-        assert all(d.top_p == 0.95 and d.do_sample for d in model.decodings[2:])
+        assert {d.boosting.k for d in model.decodings[3:]} == {8, 16, 32, 64}
+        assert all(d.sampling.top_p == 0.95 and d.sampling.do_sample for d in model.decodings[2:])
         assert model.hparams.max_new_tokens == 200 and data.task_names == ["webtext"]
         return
     if path.name == "dstc7_dialog.yaml":  # Table 3
-        assert [d.num_beams for d in model.decodings[:2]] == [10, 1] and len(model.decodings) == 2 + 8
-        assert {d.mode for d in model.decodings[2:]} == {"response"}
+        assert [d.sampling.num_beams for d in model.decodings[:2]] == [10, None] and len(
+            model.decodings
+        ) == 2 + 8
+        assert {d.boosting.mode for d in model.decodings[2:]} == {"response"}
         return
     if path.name == "compare_tuned_webtext.yaml":  # Table 2's nucleus, boost and self-tune rows
         assert set(cli.config["compare"]) == {"base", "tuned"}
-        assert [(d.mode, d.k, d.alpha, d.top_p) for d in model.decodings] == [
-            ("auto", 32, 0.0, 0.95),
-            ("last_k", 32, -0.05, 0.95),
+        assert [(d.describe()["mode"], d.describe()["alpha"], d.sampling.top_p) for d in model.decodings] == [
+            ("plain", 0.0, 0.95),
+            ("last_k", -0.05, 0.95),
         ]
         return
     if path.name == "summarization.yaml":  # summarisation table
-        assert [d.alpha for d in model.decodings] == [
+        assert [d.describe()["alpha"] for d in model.decodings] == [
             0.0,
             -0.1,
             -0.2,

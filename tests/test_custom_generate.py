@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cblight.batching import left_pad
-from cblight.generate import BoostingError, boosted_generate, dialog_prompt
+from cblight.generate import Boosting, BoostingError, boosted_generate, dialog_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
@@ -45,10 +45,8 @@ def direct(model, tok, inputs, mode, alpha, k=3, **kwargs):
         model,
         tok,
         inputs["input_ids"],
+        boosting=Boosting(mode=mode, k=k, alpha=alpha),
         attention_mask=inputs["attention_mask"],
-        mode=mode,
-        k=k,
-        alpha=alpha,
         **kwargs,
     ).sequences
 
@@ -93,11 +91,8 @@ def test_beams_forms_and_dict_output(tiny_lm):
         model,
         tok,
         inputs["input_ids"],
+        boosting=Boosting(mode="last_k", k=2, alpha=-0.3, form="next_token"),
         attention_mask=inputs["attention_mask"],
-        mode="last_k",
-        k=2,
-        alpha=-0.3,
-        form="next_token",
         max_new_tokens=STEPS,
         output_scores=True,
     )

@@ -25,6 +25,7 @@ from cblight.generate import (
     AfterSeparator,
     Boosting,
     BoostingLogitsProcessor,
+    Experts,
     FusedBoostedDecoding,
     LastTokens,
     boosted_generate,
@@ -33,6 +34,7 @@ from cblight.generate import (
     prepare_prompts,
 )
 from cblight.generate.inputs import last_occurrence, marker_ids, separator_ids
+from cblight.options import as_experts
 from cblight.scoring import Encoder
 
 STEPS = 6
@@ -85,7 +87,10 @@ def lp_of(model, ids: list[int]) -> torch.Tensor:
         return log_softmax32(model(torch.tensor([ids])).logits[0, -1])
 
 
-def naive_step(model, tok, boosting: Boosting, prompt: list[int], generated: list[int]) -> torch.Tensor:
+def naive_step(
+    model, tok, boosting: Boosting | Experts, prompt: list[int], generated: list[int]
+) -> torch.Tensor:
+    boosting = as_experts(boosting)
     lps = [lp_of(model, prompt + generated)]
     weights = [boosting.full_weight]
     for rule, w in boosting.experts:
@@ -116,9 +121,9 @@ def check_against_naive(model, tok, boosting, out, steps=STEPS):
 
 
 BOOSTINGS = {
-    "last_k": Boosting.from_mode("last_k", k=3, alpha=-0.8),
-    "response": Boosting.from_mode("response", alpha=-0.6),
-    "marker": Boosting.from_mode("marker", alpha=-0.6),
+    "last_k": Boosting("last_k", k=3, alpha=-0.8),
+    "response": Boosting("response", alpha=-0.6),
+    "marker": Boosting("marker", alpha=-0.6),
 }
 
 
@@ -144,7 +149,7 @@ def test_each_mode_matches_naive_loop(lm, mode, decoder):
 @pytest.mark.parametrize("decoder", ["fused", "processor"])
 def test_several_experts_match_naive_product(lm, decoder):
     model, tok = lm
-    boosting = Boosting(
+    boosting = Experts(
         experts=((LastTokens(2), -0.3), (AfterMarker(), -0.4), (LastTokens(5), 0.2)), full_weight=1.1
     )
     out = boosted_generate(
@@ -199,7 +204,7 @@ def test_generation_form_equals_cfg(lm):
     """(1-a) log f_max + a log f_short is CFG with guidance_scale = 1 - a (scores, after normalising)."""
     model, tok = lm
     alpha = -0.7
-    boosting = Boosting.from_mode("marker", alpha=alpha, form="generation")
+    boosting = Boosting("marker", alpha=alpha, form="generation")
     prompts = [TEXTS[0] + " TL;DR:", TEXTS[1] + " TL;DR:", "She TL;DR:"]
     out = boosted_generate(model, tok, prompts, boosting=boosting, max_new_tokens=STEPS, output_scores=True)
     negative = list(Encoder(tok).prefix) + marker_ids(tok, " TL;DR:")
@@ -214,7 +219,11 @@ def test_dialog_form_is_rescaled_cfg(lm):
     model, tok = lm
     alpha = -0.5
     out = boosted_generate(
-        model, tok, prompts_for(tok, "response"), mode="response", alpha=alpha, max_new_tokens=STEPS
+        model,
+        tok,
+        prompts_for(tok, "response"),
+        boosting=Boosting(mode="response", alpha=alpha),
+        max_new_tokens=STEPS,
     )
     negative = list(Encoder(tok).prefix) + separator_ids(tok, None)
     cfg = cfg_generate(model, out.prompts, negative, 1 / (1 + alpha), STEPS)
@@ -229,7 +238,12 @@ def test_k_at_least_context_is_the_base_model(lm):
     """Content no longer than k: f_k == f_max, and the generation form is the untempered base model."""
     model, tok = lm
     out = boosted_generate(
-        model, tok, TEXTS, mode="last_k", k=200, alpha=-0.5, max_new_tokens=STEPS, output_scores=True
+        model,
+        tok,
+        TEXTS,
+        boosting=Boosting(mode="last_k", k=200, alpha=-0.5),
+        max_new_tokens=STEPS,
+        output_scores=True,
     )
     plain = plain_generate(model, out.prompts, STEPS, do_sample=False)
     assert torch.equal(out.sequences, plain.sequences)
@@ -240,7 +254,9 @@ def test_k_at_least_context_is_the_base_model(lm):
 @pytest.mark.parametrize("mode", ["last_k", "response", "marker"])
 def test_alpha_zero_is_plain_generate(lm, mode):
     model, tok = lm
-    out = boosted_generate(model, tok, prompts_for(tok, mode), mode=mode, alpha=0.0, max_new_tokens=STEPS)
+    out = boosted_generate(
+        model, tok, prompts_for(tok, mode), boosting=Boosting(mode=mode, alpha=0.0), max_new_tokens=STEPS
+    )
     plain = plain_generate(model, out.prompts, STEPS, do_sample=False)
     assert torch.equal(out.sequences, plain.sequences)
 
@@ -248,7 +264,7 @@ def test_alpha_zero_is_plain_generate(lm, mode):
 def test_fused_loop_without_experts_is_plain_generate(lm):
     """The fused loop itself (prefill, cached steps, processors, stopping) reproduces generate."""
     model, tok = lm
-    boosting = Boosting.from_mode("marker", alpha=0.0)
+    boosting = Boosting("marker", alpha=0.0)
     prepared = prepare_prompts(tok, prompts_for(tok, "marker"), boosting)
     fused = plain_generate(model, prepared, STEPS, custom_generate=FusedBoostedDecoding(boosting, prepared))
     plain = plain_generate(model, prepared, STEPS)
@@ -263,7 +279,13 @@ def test_fused_loop_without_experts_is_plain_generate(lm):
 
 def test_sampling_seeded_reproducible_and_paths_agree(lm):
     model, tok = lm
-    kw = dict(mode="marker", alpha=-0.5, max_new_tokens=5, do_sample=True, top_p=0.9, num_return_sequences=2)
+    kw = dict(
+        boosting=Boosting("marker", alpha=-0.5),
+        max_new_tokens=5,
+        do_sample=True,
+        top_p=0.9,
+        num_return_sequences=2,
+    )
     prompts = prompts_for(tok, "marker")
     before = torch.random.get_rng_state()
     a = boosted_generate(model, tok, prompts, seed=7, **kw)
@@ -280,7 +302,7 @@ def test_sampling_seeded_reproducible_and_paths_agree(lm):
 @pytest.mark.parametrize("decoder", ["fused", "processor"])
 def test_top_p_and_temperature_apply_after_mixing(lm, decoder):
     model, tok = lm
-    boosting = Boosting.from_mode("last_k", k=2, alpha=-2.0)
+    boosting = Boosting("last_k", k=2, alpha=-2.0)
     prompts = TEXTS[:2]
     boosted = [naive_step(model, tok, boosting, Encoder(tok).context(p), []) for p in prompts]
     full = [lp_of(model, Encoder(tok).context(p)) for p in prompts]
@@ -450,7 +472,7 @@ def test_constraints_on_f_max_survive_boosting(lm, decoder):
     """bad_words_ids puts -inf in f_max; with f_max's weight positive the token stays banned."""
     model, tok = lm
     prompts = prompts_for(tok, "marker")
-    kw = dict(mode="marker", alpha=-0.9, max_new_tokens=4, decoder=decoder)
+    kw = dict(boosting=Boosting("marker", alpha=-0.9), max_new_tokens=4, decoder=decoder)
     free = boosted_generate(model, tok, prompts, **kw)
     banned = int(free.new_tokens[0, 0])
     out = boosted_generate(model, tok, prompts, bad_words_ids=[[banned]], **kw)

@@ -16,6 +16,7 @@ from cblight.generate import boosted_generate
 from cblight.metrics.dialog_meteor import official_meteor_missing
 from cblight.metrics.tables import dialog_table, generation_table, summary_table
 from cblight.models import load_causal_lm, load_tokenizer
+from cblight.options import Boosting
 from cblight.scoring import Encoder
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -35,7 +36,9 @@ def run(model_dir, out, extra=(), tasks=("webtext", "dstc7", "xsum")):
             "--model.self_bleu_samples",
             "null",
             "--model.decodings",
-            json.dumps([{"name": "greedy"}, {"name": "nucleus", "do_sample": True, "top_p": 0.9}]),
+            json.dumps(
+                [{"name": "greedy"}, {"name": "nucleus", "sampling": {"do_sample": True, "top_p": 0.9}}]
+            ),
             "--model.grid.ks",
             "[3]",
             "--model.grid.alphas",
@@ -170,9 +173,7 @@ def test_boosted_generations_match_direct_call(generated, tiny_gpt2_dir):
                 model,
                 tok,
                 [r["context"]],
-                mode=mode,
-                k=3,
-                alpha=-0.5,
+                boosting=Boosting(mode=mode, k=3, alpha=-0.5),
                 max_new_tokens=MAX_NEW,
                 do_sample=False,
             )
@@ -213,7 +214,7 @@ def test_ddp_matches_single_process(generated, tiny_gpt2_dir, tmp_path):
     cmd = [
         sys.executable, "evaluate.py", "--model", "BoostedGenerationEvaluator", "--model.model", str(tiny_gpt2_dir),
         "--model.max_new_tokens", str(MAX_NEW), "--model.self_bleu_samples", "null",
-        "--model.decodings", json.dumps([{"name": "greedy"}, {"name": "nucleus", "do_sample": True, "top_p": 0.9}]),
+        "--model.decodings", json.dumps([{"name": "greedy"}, {"name": "nucleus", "sampling": {"do_sample": True, "top_p": 0.9}}]),
         "--model.output_dir", str(ddp), "--data.tasks", "[webtext, dstc7]", "--data.batch_size", "1",
         "--data.data_dirs", json.dumps({t: DIRS[t] for t in ("webtext", "dstc7")}),
         "--trainer.accelerator", "cpu", "--trainer.devices", "2",
@@ -240,13 +241,13 @@ def test_ddp_matches_single_process(generated, tiny_gpt2_dir, tmp_path):
     ("extra", "match"),
     [
         (
-            ["--model.decodings", '[{"name": "x", "do_sample": true, "top_p": 1.5}]'],
+            ["--model.decodings", '[{"name": "x", "sampling": {"do_sample": true, "top_p": 1.5}}]'],
             "top_p must be in (0, 1]",
         ),
         (["--model.decodings", '[{"name": "a"}, {"name": "a"}]'], "distinct names"),
         (
-            ["--model.decodings", '[{"name": "a", "mode": "plain", "alpha": -0.5}]'],
-            "mode 'plain' takes no alpha",
+            ["--model.decodings", '[{"name": "a", "boosting": {"k": 0, "alpha": -0.5}}]'],
+            "k (short-context length) must be an integer >= 1, got 0",
         ),
     ],
 )

@@ -14,7 +14,9 @@ from cblight.generate import (
     AfterSeparator,
     Boosting,
     BoostingError,
+    Experts,
     LastTokens,
+    Sampling,
     boosted_generate,
     dialog_prompt,
     fit_marker_prompt,
@@ -43,44 +45,46 @@ def lm(tiny_model_dir):
 @pytest.mark.parametrize("k", [0, -3, 2.5, True, "8"])
 def test_bad_k(k):
     with pytest.raises(BoostingError, match="k"):
-        Boosting.from_mode("last_k", k=k, alpha=-0.1)
+        Boosting("last_k", k=k, alpha=-0.1)
 
 
 @pytest.mark.parametrize("alpha", [math.nan, math.inf, -math.inf, "0.1", None])
 def test_bad_alpha(alpha):
     with pytest.raises(BoostingError, match="alpha"):
-        Boosting.from_mode("marker", alpha=alpha)
+        Boosting("marker", alpha=alpha)
 
 
 @pytest.mark.parametrize("alpha", [1.0, 1.5])
 def test_generation_form_needs_alpha_below_one(alpha):
     with pytest.raises(BoostingError, match="alpha must be < 1"):
-        Boosting.from_mode("last_k", k=4, alpha=alpha)
+        Boosting("last_k", k=4, alpha=alpha)
     # the next-token form keeps f_max at weight 1, so any finite alpha is a valid product of experts
-    assert Boosting.from_mode("response", alpha=alpha).full_weight == 1.0
+    assert Boosting("response", alpha=alpha).experts().full_weight == 1.0
 
 
 def test_bad_mode_form_and_experts():
     with pytest.raises(BoostingError, match="mode"):
-        Boosting.from_mode("window", alpha=-0.1)
+        Boosting("window", alpha=-0.1)
     with pytest.raises(BoostingError, match="form"):
-        Boosting.from_mode("last_k", alpha=-0.1, form="cfg")
+        Boosting("last_k", alpha=-0.1, form="cfg")
     with pytest.raises(BoostingError, match="full-context weight"):
-        Boosting(experts=((LastTokens(4), -0.1),), full_weight=0.0)
+        Experts(experts=((LastTokens(4), -0.1),), full_weight=0.0)
     with pytest.raises(BoostingError, match="weight"):
-        Boosting(experts=((LastTokens(4), math.nan),))
+        Experts(experts=((LastTokens(4), math.nan),))
     with pytest.raises(BoostingError, match="rule"):
-        Boosting(experts=((8, -0.1),))
+        Experts(experts=((8, -0.1),))
+    with pytest.raises(BoostingError, match="'auto' means the task's own short context"):
+        Boosting("auto", alpha=-0.1).experts()
     with pytest.raises(BoostingError, match="marker"):
         AfterMarker("")
 
 
 def test_weights_of_the_paper_forms():
-    gen = Boosting.from_mode("last_k", k=32, alpha=-0.05)
+    gen = Boosting("last_k", k=32, alpha=-0.05).experts()
     assert gen.full_weight == pytest.approx(1.05) and gen.experts == ((LastTokens(32), -0.05),)
-    dia = Boosting.from_mode("response", alpha=-0.3)
+    dia = Boosting("response", alpha=-0.3).experts()
     assert dia.full_weight == 1.0 and dia.experts == ((AfterSeparator(None), -0.3),)
-    assert Boosting.from_mode("marker", alpha=0.0).is_plain
+    assert Boosting("marker", alpha=0.0).is_plain and Boosting("marker", alpha=0.0).experts().is_plain
 
 
 @pytest.mark.parametrize(
@@ -96,46 +100,56 @@ def test_weights_of_the_paper_forms():
         ({"max_new_tokens": 1000}, "max_new_tokens"),
         ({"decoder": "beams"}, "decoder"),
         ({"seed": -1}, "seed"),
-        ({"alpha": -0.2, "boosting": Boosting.from_mode("last_k", alpha=-0.1)}, "either"),
+        ({"alpha": -0.2}, r"boosting=Boosting\(alpha=\.\.\.\)"),
+        ({"top_p": 0.9, "sampling": Sampling(do_sample=True)}, "not both"),
+        ({"sampling": {"do_sample": True}}, "sampling must be a Sampling"),
     ],
 )
 def test_bad_generate_options(lm, kwargs, field):
     model, tok = lm
     with pytest.raises(BoostingError, match=field):
-        boosted_generate(model, tok, ["Hello there"], mode="last_k", k=2, **{"alpha": -0.1, **kwargs})
+        boosted_generate(model, tok, ["Hello there"], Boosting("last_k", k=2, alpha=-0.1), **kwargs)
 
 
 def test_marker_absent_is_a_clear_error(lm):
     model, tok = lm
     with pytest.raises(BoostingError, match=r"prompt 1 does not contain the marker ' TL;DR:'"):
         boosted_generate(
-            model, tok, ["A TL;DR:", "no marker here"], mode="marker", alpha=-0.3, max_new_tokens=2
+            model,
+            tok,
+            ["A TL;DR:", "no marker here"],
+            boosting=Boosting(mode="marker", alpha=-0.3),
+            max_new_tokens=2,
         )
     # the check does not depend on alpha: a bad prompt is bad for the baseline too
     with pytest.raises(BoostingError, match="marker"):
-        boosted_generate(model, tok, ["no marker here"], mode="marker", alpha=0.0, max_new_tokens=2)
+        boosted_generate(
+            model, tok, ["no marker here"], boosting=Boosting(mode="marker", alpha=0.0), max_new_tokens=2
+        )
 
 
 def test_response_prompt_must_end_with_separator(lm):
     model, tok = lm
     with pytest.raises(BoostingError, match="does not end with the turn separator"):
-        boosted_generate(model, tok, ["Hello there"], mode="response", alpha=-0.3, max_new_tokens=2)
+        boosted_generate(
+            model, tok, ["Hello there"], boosting=Boosting(mode="response", alpha=-0.3), max_new_tokens=2
+        )
 
 
 def test_prompt_types(lm):
     model, tok = lm
     with pytest.raises(BoostingError, match="list of strings"):
-        boosted_generate(model, tok, "one string", alpha=-0.1, max_new_tokens=2)
+        boosted_generate(model, tok, "one string", boosting=Boosting(alpha=-0.1), max_new_tokens=2)
     with pytest.raises(BoostingError, match="prompt 0 is empty"):
-        boosted_generate(model, tok, [[]], alpha=-0.1, max_new_tokens=2)
+        boosted_generate(model, tok, [[]], boosting=Boosting(alpha=-0.1), max_new_tokens=2)
     with pytest.raises(BoostingError, match="prompt 0 must be"):
-        boosted_generate(model, tok, [3.5], alpha=-0.1, max_new_tokens=2)
+        boosted_generate(model, tok, [3.5], boosting=Boosting(alpha=-0.1), max_new_tokens=2)
 
 
 def test_tensor_prompts_with_mask_equal_strings(lm):
     _, tok = lm
     texts = ["A journey of a thousand miles", "She"]
-    boosting = Boosting.from_mode("last_k", k=2, alpha=-0.3)
+    boosting = Boosting("last_k", k=2, alpha=-0.3)
     a = prepare_prompts(tok, texts, boosting)
     b = prepare_prompts(tok, a.input_ids, boosting, attention_mask=a.attention_mask)
     assert a.rows == b.rows and torch.equal(a.input_ids, b.input_ids)
@@ -177,7 +191,12 @@ def test_long_prompts_fit_the_window(lm):
     room = window - new
 
     out = boosted_generate(
-        model, tok, [ARTICLE], mode="last_k", k=4, alpha=-0.2, max_new_tokens=new, max_length=window
+        model,
+        tok,
+        [ARTICLE],
+        boosting=Boosting(mode="last_k", k=4, alpha=-0.2),
+        max_new_tokens=new,
+        max_length=window,
     )
     whole = enc.context(ARTICLE)
     assert out.prompts.rows[0] == enc.prefix + whole[len(whole) - (room - len(enc.prefix)) :]
@@ -185,7 +204,12 @@ def test_long_prompts_fit_the_window(lm):
 
     tail = " TL;DR: a fox"
     out = boosted_generate(
-        model, tok, [ARTICLE + tail], mode="marker", alpha=-0.2, max_new_tokens=new, max_length=window
+        model,
+        tok,
+        [ARTICLE + tail],
+        boosting=Boosting(mode="marker", alpha=-0.2),
+        max_new_tokens=new,
+        max_length=window,
     )
     row = out.prompts.rows[0]
     body = enc.body(ARTICLE + tail)
@@ -197,7 +221,7 @@ def test_long_prompts_fit_the_window(lm):
 def test_marker_position_and_prefix_flags(lm):
     _, tok = lm
     enc = Encoder(tok)
-    boosting = Boosting(experts=((AfterMarker(), -0.2), (LastTokens(3), -0.1)))
+    boosting = Experts(experts=((AfterMarker(), -0.2), (LastTokens(3), -0.1)))
     p = prepare_prompts(tok, ["A fox TL;DR: it ran", " TL;DR:"], boosting)
     mark = marker_ids(tok, " TL;DR:")
     for r, row in enumerate(p.rows):

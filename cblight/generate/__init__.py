@@ -1,11 +1,13 @@
 """Boosted decoding on top of transformers' ``generate`` (paper §4 and the summarisation appendix).
 
-``boosted_generate`` is the entry point; ``Boosting`` says what to mix (the paper's three modes, or any
-list of short-context experts); ``BoostingLogitsProcessor`` and ``FusedBoostedDecoding`` plug boosting into
-a ``model.generate`` call of your own. See ``docs/generation.md``.
+``boosted_generate`` is the entry point; ``Boosting`` says what to mix (the paper's three modes) and
+``Experts`` any list of short-context experts; ``Sampling`` how to draw; ``BoostingLogitsProcessor`` and
+``FusedBoostedDecoding`` plug boosting into a ``model.generate`` call of your own. The generation
+experiments of Tables 2 and 3 are ``cblight.generate.generation_evaluator``. See ``docs/generation.md``.
 """
 
-from cblight.generate.decode import BoostedGeneration, boosted_generate, check_generate_kwargs
+from cblight.errors import BoostingError
+from cblight.generate.decode import BoostedGeneration, boosted_generate
 from cblight.generate.fused import FusedBoostedDecoding
 from cblight.generate.inputs import (
     PreparedPrompts,
@@ -15,14 +17,15 @@ from cblight.generate.inputs import (
     prepare_prompts,
 )
 from cblight.generate.processor import BoostingLogitsProcessor
-from cblight.generate.spec import (
+from cblight.options import (
     MODES,
     AfterMarker,
     AfterSeparator,
     Boosting,
-    BoostingError,
+    Experts,
     LastTokens,
     Mode,
+    Sampling,
     ShortContext,
 )
 
@@ -34,13 +37,14 @@ __all__ = [
     "Boosting",
     "BoostingError",
     "BoostingLogitsProcessor",
+    "Experts",
     "FusedBoostedDecoding",
     "LastTokens",
     "Mode",
     "PreparedPrompts",
+    "Sampling",
     "ShortContext",
     "boosted_generate",
-    "check_generate_kwargs",
     "dialog_prompt",
     "fit_marker_prompt",
     "fit_row",

@@ -9,21 +9,20 @@ seed (pass a per-rank seed under DDP) that does not disturb the global random st
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from numbers import Integral, Real
+from dataclasses import dataclass, replace
+from numbers import Integral
 from typing import Any, Literal
 
 import torch
 
-from cblight.boosting import BoostForm
+from cblight.errors import BoostingError
 from cblight.generate.fused import FusedBoostedDecoding
 from cblight.generate.inputs import PreparedPrompts, Prompts, prepare_prompts
 from cblight.generate.processor import BoostingLogitsProcessor
-from cblight.generate.spec import Boosting, BoostingError, Mode
 from cblight.models import model_window
+from cblight.options import Boosting, Experts, Sampling, as_experts
 
 Decoder = Literal["fused", "processor"]
 
@@ -50,27 +49,34 @@ class BoostedGeneration:
         return self.sequences[:, self.prompt_width :]
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
-        raise BoostingError(f"{name} must be an integer >= {low}, got {value!r}")
+# The six boosting options are fields of ``Boosting``, the sampling ones of ``Sampling``: given loose, they
+# are refused with the fix rather than passed to ``generate`` (which would ignore or misread them).
+_BOOSTING_KEYS = ("mode", "k", "alpha", "form", "marker", "separator")
 
 
-def check_generate_kwargs(max_new_tokens: int, kwargs: dict[str, Any]) -> None:
-    """Clear errors for decoding options generate would reject deep inside (or silently misuse)."""
-    _check_int("max_new_tokens", max_new_tokens, 1)
-    top_p = kwargs.get("top_p")
-    if top_p is not None and (
-        isinstance(top_p, bool) or not isinstance(top_p, Real) or not (0.0 < float(top_p) <= 1.0)
-    ):
-        raise BoostingError(f"top_p must be in (0, 1], got {top_p!r}")
-    temperature = kwargs.get("temperature")
-    if temperature is not None and (
-        not isinstance(temperature, Real) or not math.isfinite(float(temperature)) or float(temperature) <= 0
-    ):
-        raise BoostingError(f"temperature must be a finite number > 0, got {temperature!r}")
-    for name, low in (("top_k", 0), ("num_beams", 1), ("num_return_sequences", 1)):
-        if kwargs.get(name) is not None:
-            _check_int(name, kwargs[name], low)
+def _options(
+    boosting: Boosting | Experts | None, sampling: Sampling | None, kwargs: dict[str, Any]
+) -> tuple[Experts, Sampling]:
+    loose = [k for k in _BOOSTING_KEYS if k in kwargs]
+    if loose:
+        raise BoostingError(
+            f"boosted_generate takes boosting=Boosting({loose[0]}=...), not {loose[0]}= on its own"
+        )
+    given = [k for k in (*Sampling.GENERATE_KEYS, "seed") if k in kwargs]
+    if sampling is not None and given:
+        raise BoostingError(f"pass {given[0]} inside sampling=Sampling(...) or on its own, not both")
+    if sampling is None:
+        seed = kwargs.pop("seed", None)
+        sampling = Sampling.from_generate_kwargs(kwargs)
+        if seed is not None:
+            sampling = replace(sampling, seed=seed)
+    if not isinstance(sampling, Sampling):
+        raise BoostingError(f"sampling must be a Sampling, got {type(sampling).__name__}")
+    for name, low in (("num_return_sequences", 1),):
+        value = kwargs.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < low):
+            raise BoostingError(f"{name} must be an integer >= {low}, got {value!r}")
+    return as_experts(boosting if boosting is not None else Boosting()), sampling
 
 
 def _device(model: Any) -> torch.device:
@@ -86,7 +92,6 @@ def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
     if seed is None:
         yield
         return
-    _check_int("seed", seed, 0)
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(seed))
@@ -115,53 +120,47 @@ def boosted_generate(
     model: Any,
     tokenizer: Any,
     prompts: Prompts,
+    boosting: Boosting | Experts | None = None,
+    sampling: Sampling | None = None,
     *,
-    mode: Mode = "last_k",
-    k: int = 32,
-    alpha: float = 0.0,
-    form: BoostForm | None = None,
-    marker: str = " TL;DR:",
-    separator: str | None = None,
-    boosting: Boosting | None = None,
     max_new_tokens: int = 64,
     attention_mask: torch.Tensor | None = None,
-    seed: int | None = None,
     max_length: int | None = None,
     decoder: Decoder = "fused",
     **generate_kwargs: Any,
 ) -> BoostedGeneration:
     """Generate from ``prompts`` with coherence boosting (paper §4, appendix "GPT-2 summarization").
 
-    ``mode``: ``"last_k"`` (``(1-alpha) log f_max + alpha log f_k``; WebText Table 2, Figure 1),
-    ``"response"`` (``log f_max + alpha log f_short``, short = separator + response so far; dialog Table 3)
-    or ``"marker"`` (same form, short = ``marker`` + summary so far; summarisation). ``form`` overrides the
-    mode's form; ``boosting`` replaces ``mode``/``k``/``alpha`` by any list of experts.
+    ``boosting`` says what to mix (``cblight.options``): ``Boosting(mode="last_k", k, alpha)`` is
+    ``(1-alpha) log f_max + alpha log f_k`` (WebText Table 2, Figure 1), ``mode="response"`` is
+    ``log f_max + alpha log f_short`` with the separator and the response so far (dialog Table 3),
+    ``mode="marker"`` the same after a marker (summaries); ``Experts`` mixes any list of short contexts;
+    ``None`` (or ``alpha = 0``) is the base model. ``sampling`` says how to draw from the mix
+    (``Sampling(do_sample=True, top_p=0.95, seed=0)``; temperature, top-k and top-p act after mixing); its
+    options may also come as ``generate``'s own keywords (``do_sample=True, top_p=0.95``), not both.
 
     ``prompts`` are strings, token-id lists, or an ``input_ids`` tensor with its ``attention_mask``. They
     are cut to leave ``max_new_tokens`` of the model window (``max_length`` overrides the window): from the
-    left, or, with a marker, just before it. ``generate_kwargs`` go to ``model.generate``
-    (``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_return_sequences``, ``num_beams``,
-    ``stopping_criteria``, ``streamer``, ``output_scores``, ...). ``decoder="processor"`` uses the
-    logits-processor path even without beams (same results, one extra forward per step for the short
-    contexts).
+    left, or, with a marker, just before it. Other ``generate_kwargs`` go to ``model.generate``
+    (``num_return_sequences``, ``stopping_criteria``, ``streamer``, ``output_scores``, ...).
+    ``decoder="processor"`` uses the logits-processor path even without beams (same results, one extra
+    forward per step for the short contexts).
     """
-    check_generate_kwargs(max_new_tokens, generate_kwargs)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
+        raise BoostingError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if decoder not in ("fused", "processor"):
         raise BoostingError(f"decoder must be 'fused' or 'processor', got {decoder!r}")
-    if boosting is None:
-        boosting = Boosting.from_mode(mode, k=k, alpha=alpha, form=form, marker=marker, separator=separator)
-    elif alpha != 0.0:
-        raise BoostingError("pass either boosting=... or mode/k/alpha, not both")
+    experts, sampling = _options(boosting, sampling, generate_kwargs)
     device = _device(model)
     window = model_window(model, max_length)
     room = window - max_new_tokens
     if room < 1:
         raise BoostingError(f"max_new_tokens={max_new_tokens} leaves no room in the model window of {window}")
     prepared = prepare_prompts(
-        tokenizer, prompts, boosting, room=room, attention_mask=attention_mask, device=device
+        tokenizer, prompts, experts, room=room, attention_mask=attention_mask, device=device
     )
 
-    kwargs = dict(generate_kwargs)
+    kwargs = {**generate_kwargs, **sampling.generate_kwargs()}
     streamer = kwargs.pop("streamer", None)
     if kwargs.get("pad_token_id") is None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -174,22 +173,22 @@ def boosted_generate(
         streamer=streamer,
     )
     beams = _num_beams(model, kwargs)
-    if boosting.is_plain:
+    if experts.is_plain:
         pass
     elif beams > 1 or decoder == "processor":
         from transformers import LogitsProcessorList
 
         user = list(kwargs.pop("logits_processor", None) or [])
         kwargs["logits_processor"] = LogitsProcessorList(
-            [BoostingLogitsProcessor(model, boosting, prepared), *user]
+            [BoostingLogitsProcessor(model, experts, prepared), *user]
         )
     else:
-        kwargs["custom_generate"] = FusedBoostedDecoding(boosting, prepared, streamer=streamer)
+        kwargs["custom_generate"] = FusedBoostedDecoding(experts, prepared, streamer=streamer)
 
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), _seeded(seed, device):
+        with torch.no_grad(), _seeded(sampling.seed, device):
             out = model.generate(**kwargs)
     finally:
         if was_training:

@@ -1,19 +1,18 @@
 """Decoding rows of the generation experiments (paper Tables 2, 3 and the summarisation table; Figure 3's
 (k, alpha) grid) and which table a task fills.
 
-A ``Decoding`` is one row: its boosting mode, k, alpha and the sampling options transformers' ``generate``
-applies after mixing. ``check_decoding`` refuses one that cannot run before any model is loaded. Each
+A ``Decoding`` is one row: a name, a ``Boosting`` (what to mix) and a ``Sampling`` (how transformers'
+``generate`` draws after mixing), both checked when they are made, before any model is loaded. Each
 decoding of a prompt gives one cache record (``generation_record``), seeded by ``decoding_seed``, and its
 table's metric suite (``new_suite``) scores those records.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from torch import nn
@@ -26,88 +25,90 @@ from cblight.errors import ConfigError
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute
 from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
+from cblight.options import Boosting, Mode, Sampling
 from cblight.scoring import Encoder
 
-DecodingMode = Literal["auto", "plain", "last_k", "response", "marker"]
 Table = Literal["text", "dialog", "summary"]
-_AUTO_MODE: dict[str, str] = {"text": "last_k", "dialog": "response", "summary": "marker"}
+_AUTO_MODE: dict[str, Mode] = {"text": "last_k", "dialog": "response", "summary": "marker"}
 DEFAULT_MAX_NEW_TOKENS = 64  # tasks whose paper setting gives none (DSTC7 responses end at EOS well before)
+GridMode = Literal["auto", "last_k", "response", "marker"]
 
 
 @dataclass(frozen=True)
 class Decoding:
     """One decoding method: a row of Table 2, 3 or the summarisation table.
 
-    ``mode`` picks the short context of boosting: ``last_k`` (WebText), ``response`` (dialog: separator +
-    response so far), ``marker`` (`` TL;DR:`` + summary so far), ``plain`` (no boosting), or ``auto`` (the
-    task's own: last_k for text, response for dialog, marker for summaries; plain when ``alpha == 0``).
-    Sampling options apply after mixing; with ``do_sample`` an unset ``top_k`` means no top-k cut (not
-    transformers' default of 50), as the paper's pure sampling and nucleus baselines.
+    Args:
+        name: the row's name in the table (and, made file-safe, its cache folder and generations file).
+        boosting: what to mix (``cblight.options.Boosting``; mode ``auto`` is the task's own short context:
+            ``last_k`` for text, ``response`` for dialog, ``marker`` for summaries); unset (or
+            ``alpha = 0``): the base model.
+        sampling: how to draw (``cblight.options.Sampling``), after mixing. Unset values decode greedily
+            without beams; with ``do_sample`` an unset ``top_k`` means no top-k cut (not transformers'
+            default of 50), as the paper's pure sampling and nucleus rows.
     """
 
     name: str = "greedy"
-    mode: DecodingMode = "auto"
-    k: int = 32
-    alpha: float = 0.0
-    do_sample: bool = False
-    top_p: float | None = None
-    top_k: int | None = None
-    temperature: float | None = None
-    num_beams: int = 1
+    boosting: Boosting | None = None
+    sampling: Sampling = field(default_factory=Sampling)
 
     @property
     def slug(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.name).strip("_") or "decoding"
 
-    def resolved_mode(self, table: Table) -> str:
-        if self.mode != "auto":
-            return self.mode
-        return "plain" if self.alpha == 0 else _AUTO_MODE[table]
+    def boosting_for(self, table: Table) -> Boosting | None:
+        """The boosting of this row on a task filling ``table`` (``None``: plain decoding)."""
+        if self.boosting is None or self.boosting.is_plain:
+            return None
+        return self.boosting.with_mode(_AUTO_MODE[table])
 
-    def generate_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"do_sample": self.do_sample, "num_beams": self.num_beams}
-        if self.do_sample:
-            kwargs["top_k"] = 0 if self.top_k is None else self.top_k
-            if self.top_p is not None:
-                kwargs["top_p"] = self.top_p
-            if self.temperature is not None:
-                kwargs["temperature"] = self.temperature
-        return kwargs
+    def generate_sampling(self, seed: int) -> Sampling:
+        """The sampling ``generate`` runs with: greedy and one beam unless set; ``top_k`` 0 (no cut),
+        ``top_p`` and ``temperature`` only when sampling."""
+        s = self.sampling
+        if not s.do_sample:
+            return Sampling(do_sample=False, num_beams=s.num_beams or 1, seed=seed)
+        top_k = 0 if s.top_k is None else s.top_k
+        return Sampling(True, s.temperature, s.top_p, top_k, s.num_beams or 1, seed)
+
+    def describe(self) -> dict[str, Any]:
+        """The row's settings for ``results.json``, flat: name, mode (``plain`` without boosting), k, alpha
+        and the sampling options."""
+        b = self.boosting or Boosting()
+        return {
+            "name": self.name,
+            "mode": b.mode if self.boosting is not None else "plain",
+            "k": b.k,
+            "alpha": b.alpha,
+            **{k: v for k, v in asdict(self.sampling).items() if k != "seed"},
+        }
 
 
 @dataclass(frozen=True)
 class DecodingGrid:
     """Boosted decodings over a (k, alpha) grid, e.g. Table 2 / Figure 3: k in {8, 16, 32, 64} x alpha in
     {-0.4, -0.2, -0.1, -0.05, -0.025} with top-p 0.95. For the dialog and summary modes ``k`` plays no part:
-    leave ``ks`` empty."""
+    leave ``ks`` empty.
+
+    Args:
+        alphas: the boosting coefficients.
+        ks: the windows of ``last_k`` (empty for the other modes).
+        mode: the short context (``auto``: the task's own).
+        sampling: how every row draws (``cblight.options.Sampling``).
+    """
 
     alphas: tuple[float, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
     ks: tuple[int, ...] = (8, 16, 32, 64)
-    mode: DecodingMode = "auto"
-    do_sample: bool = False
-    top_p: float | None = None
-    top_k: int | None = None
-    temperature: float | None = None
-    num_beams: int = 1
+    mode: GridMode = "auto"
+    sampling: Sampling = field(default_factory=Sampling)
 
     def decodings(self) -> list[Decoding]:
         out = []
         for k in self.ks or (None,):
             for alpha in self.alphas:
                 name = f"boost k={k} alpha={alpha:g}" if k is not None else f"boost alpha={alpha:g}"
-                out.append(
-                    Decoding(
-                        name=name,
-                        mode=self.mode,
-                        k=k if k is not None else 32,
-                        alpha=float(alpha),
-                        do_sample=self.do_sample,
-                        top_p=self.top_p,
-                        top_k=self.top_k,
-                        temperature=self.temperature,
-                        num_beams=self.num_beams,
-                    )
-                )
+                boosting = Boosting(mode=self.mode, k=k if k is not None else 32, alpha=float(alpha))
+                out.append(Decoding(name=name, boosting=boosting, sampling=self.sampling))
         return out
 
 
@@ -131,22 +132,6 @@ def table_of(split: TaskSplit) -> Table:
     if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
         return "dialog"
     return "text"
-
-
-def check_decoding(d: Decoding) -> None:
-    """Refuse a decoding that cannot run, naming it and the field (before any model is loaded)."""
-    if not math.isfinite(d.alpha):
-        raise ConfigError(f"decoding {d.name!r}: alpha must be finite, got {d.alpha}")
-    if d.k < 1:
-        raise ConfigError(f"decoding {d.name!r}: k must be at least 1, got {d.k}")
-    if d.top_p is not None and not (0.0 < d.top_p <= 1.0):
-        raise ConfigError(f"decoding {d.name!r}: top_p must be in (0, 1], got {d.top_p}")
-    if d.temperature is not None and not (d.temperature > 0 and math.isfinite(d.temperature)):
-        raise ConfigError(f"decoding {d.name!r}: temperature must be positive, got {d.temperature}")
-    if d.num_beams < 1:
-        raise ConfigError(f"decoding {d.name!r}: num_beams must be at least 1, got {d.num_beams}")
-    if d.mode == "plain" and d.alpha != 0:
-        raise ConfigError(f"decoding {d.name!r}: mode 'plain' takes no alpha (got {d.alpha})")
 
 
 def decoding_seed(seed: int, decoding: Decoding, ids: Sequence[int]) -> int:
@@ -191,23 +176,41 @@ def new_suite(
 def resolve_decodings(
     decodings: Sequence[Decoding | dict[str, Any]] | None, grid: DecodingGrid | dict[str, Any] | None
 ) -> tuple[list[Decoding], DecodingGrid | None]:
-    """The rows of a run: ``decodings`` (default: greedy) then the grid's, each checked, names distinct.
-    Hparams round-trips (checkpoints, comparisons) hand the dataclasses back as dicts: both are accepted."""
-    rows = [Decoding(**d) if isinstance(d, dict) else d for d in decodings or [Decoding()]]
+    """The rows of a run: ``decodings`` (default: greedy) then the grid's, names distinct. Hparams
+    round-trips (checkpoints, comparisons) hand the dataclasses back as dicts: both are accepted."""
+    rows = [_decoding(d) for d in decodings or [Decoding()]]
     if isinstance(grid, dict):
-        grid = DecodingGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in grid.items()})
+        grid = DecodingGrid(
+            **{
+                k: Sampling(**v)
+                if k == "sampling" and isinstance(v, dict)
+                else tuple(v)
+                if isinstance(v, list)
+                else v
+                for k, v in grid.items()
+            }
+        )
     if grid is not None:
         if not grid.alphas:
             raise ConfigError("grid.alphas: the alpha grid is empty")
         if any(k < 1 for k in grid.ks):
             raise ConfigError(f"grid.ks: every k must be >= 1, got {list(grid.ks)}")
         rows += grid.decodings()
-    for d in rows:
-        check_decoding(d)
     slugs = [d.slug for d in rows]
     if len(set(slugs)) != len(slugs):
         raise ConfigError(f"decodings need distinct names; got {[d.name for d in rows]}")
     return rows, grid
+
+
+def _decoding(d: Decoding | dict[str, Any]) -> Decoding:
+    if isinstance(d, Decoding):
+        return d
+    d = dict(d)
+    if isinstance(d.get("boosting"), dict):
+        d["boosting"] = Boosting(**d["boosting"])
+    if isinstance(d.get("sampling"), dict):
+        d["sampling"] = Sampling(**d["sampling"])
+    return Decoding(**d)
 
 
 def human_records(

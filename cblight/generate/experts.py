@@ -22,7 +22,7 @@ import torch
 from cblight.batching import last_position_log_probs, left_pad, positions_from_mask
 from cblight.boosting import log_softmax32, product_of_experts
 from cblight.generate.inputs import RowInfo
-from cblight.generate.spec import Boosting, LastTokens
+from cblight.options import Experts, LastTokens
 
 
 def _keeps_last_logits_only(model: Any) -> dict[str, Any]:
@@ -215,7 +215,7 @@ def mix_experts(log_probs: list[torch.Tensor], weights: list[float]) -> torch.Te
 
 def boosted_scores(
     model: Any,
-    boosting: Boosting,
+    boosting: Experts,
     input_ids: torch.Tensor,
     info: RowInfo,
     prefix: tuple[int, ...],
@@ -240,7 +240,7 @@ def boosted_scores(
     return mix_experts(lps, weights)
 
 
-def active_anchors(boosting: Boosting, info: RowInfo) -> list[torch.Tensor]:
+def active_anchors(boosting: Experts, info: RowInfo) -> list[torch.Tensor]:
     """Per-row anchor columns of the active anchored experts, in expert order."""
     out = []
     for (rule, weight), anchor in zip(boosting.experts, info.anchors):

@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
+from cblight.errors import BoostingError
 from cblight.generate.experts import CachedRows, active_anchors, boosted_scores, short_groups
 from cblight.generate.inputs import PreparedPrompts
-from cblight.generate.spec import Boosting, BoostingError
+from cblight.options import Boosting, Experts, as_experts
 
 
 class FusedBoostedDecoding:
@@ -31,8 +32,8 @@ class FusedBoostedDecoding:
     ``streamer`` is given here as well as to ``generate``: generate does not pass it on to a callable.
     """
 
-    def __init__(self, boosting: Boosting, prompts: PreparedPrompts, streamer: Any = None):
-        self.boosting = boosting
+    def __init__(self, boosting: Boosting | Experts, prompts: PreparedPrompts, streamer: Any = None):
+        self.boosting = as_experts(boosting)
         self.prompts = prompts
         self.streamer = streamer
 

@@ -228,16 +228,14 @@ class BoostedGenerationEvaluator(Evaluator):
         if self.language_model is None:
             self._load_model()
         prompts = self._prompt_ids(task, examples)
-        mode = decoding.resolved_mode(task.table)
-        boost = {} if mode == "plain" else {"mode": mode, "k": decoding.k, "alpha": decoding.alpha}
+        seed = decoding_seed(self.hparams.seed, decoding, [ex.idx for ex in examples])
         out = boosted_generate(
             self.language_model,
             self.tok,
             prompts,
+            decoding.boosting_for(task.table),
+            decoding.generate_sampling(seed),
             max_new_tokens=task.max_new_tokens,
-            seed=decoding_seed(self.hparams.seed, decoding, [ex.idx for ex in examples]),
-            **boost,
-            **decoding.generate_kwargs(),
         )
         return [
             generation_record(task, ex, prompt, tokens, text)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ def task_result(
         "columns": columns,
         "rows": rows,
         "human": human,
-        "decodings": {d.name: asdict(d) for d in task.decodings},
+        "decodings": {d.name: d.describe() for d in task.decodings},
     }
 
 
@@ -122,7 +121,7 @@ def save_figure3(
     import matplotlib.pyplot as plt
 
     columns = [c for c in result["columns"] if c != "meteor_synonyms"]
-    names = {(d.k if grid.ks else None, d.alpha): d.name for d in decodings}
+    names = {(d.boosting.k if grid.ks else None, d.boosting.alpha): d.name for d in decodings if d.boosting}
     ncols = 4
     nrows = math.ceil(len(columns) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3 * nrows), squeeze=False)

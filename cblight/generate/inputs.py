@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from cblight.batching import left_pad
-from cblight.generate.spec import AfterMarker, AfterSeparator, Boosting, BoostingError, LastTokens
+from cblight.errors import BoostingError
+from cblight.options import AfterMarker, AfterSeparator, Boosting, Experts, LastTokens, as_experts
 from cblight.scoring import Encoder
 from cblight.truncation import fit_prompt, fit_row, has_prefix
 
@@ -163,7 +164,7 @@ def _rows_from(prompts: Prompts, attention_mask: torch.Tensor | None, enc: Encod
 def prepare_prompts(
     tokenizer: Any,
     prompts: Prompts,
-    boosting: Boosting,
+    boosting: Boosting | Experts,
     *,
     room: int | None = None,
     attention_mask: torch.Tensor | None = None,
@@ -175,6 +176,7 @@ def prepare_prompts(
     padded). Anchored experts get, for every row, the column where their short context starts; a prompt
     without the marker, or a response-mode prompt not ending with the separator, is a ``BoostingError``.
     """
+    boosting = as_experts(boosting)
     enc = Encoder(tokenizer)
     prefix = list(enc.prefix)
     rows = _rows_from(prompts, attention_mask, enc)

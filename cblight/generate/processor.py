@@ -18,9 +18,10 @@ from typing import Any
 import torch
 
 from cblight.boosting import log_softmax32
+from cblight.errors import BoostingError
 from cblight.generate.experts import CachedRows, active_anchors, boosted_scores, short_groups
 from cblight.generate.inputs import PreparedPrompts, RowInfo
-from cblight.generate.spec import Boosting, BoostingError
+from cblight.options import Boosting, Experts, as_experts
 
 try:  # transformers' base class keeps isinstance checks in generate happy; the maths does not need it
     from transformers import LogitsProcessor
@@ -41,9 +42,9 @@ class BoostingLogitsProcessor(LogitsProcessor):
     ``reorders`` counts the steps at which beam search shuffled rows (and the short caches followed).
     """
 
-    def __init__(self, model: Any, boosting: Boosting, prompts: PreparedPrompts):
+    def __init__(self, model: Any, boosting: Boosting | Experts, prompts: PreparedPrompts):
         self.model = model
-        self.boosting = boosting
+        self.boosting = as_experts(boosting)
         self.prompts = prompts
         self.pad_id = 0  # fills masked padding only, so any id will do
         self.reorders = 0

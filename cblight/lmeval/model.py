@@ -329,6 +329,7 @@ class CblightLM(TemplateLM):
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         """Greedy (or sampled) continuations through ``boosted_generate``, grouped by generation options."""
         from cblight.generate import boosted_generate
+        from cblight.options import Boosting, Sampling
 
         if self.boosted and self.short_context != "last_k":
             raise CblightError(
@@ -341,6 +342,7 @@ class CblightLM(TemplateLM):
             groups[json.dumps(req.args[1], sort_keys=True, default=str)].append(i)
         out: list[str | None] = [None] * len(requests)
         rows_per_batch = self.scorer.rows_per_batch
+        boosting = Boosting("last_k", k=self.k, alpha=self.alpha, form=self.form)  # type: ignore[arg-type]
         for indices in groups.values():
             kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], DEFAULT_MAX_GEN_TOKS)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
@@ -349,6 +351,7 @@ class CblightLM(TemplateLM):
             if not kwargs.get("do_sample"):
                 kwargs.pop("temperature", None)
                 kwargs["do_sample"] = False
+            sampling = Sampling.from_generate_kwargs(kwargs)
             room = self.max_length - max_gen_toks
             if room < 1:
                 raise CblightError(
@@ -364,10 +367,8 @@ class CblightLM(TemplateLM):
                     self.model,
                     self.tokenizer,
                     prompts,
-                    mode="last_k",
-                    k=self.k,
-                    alpha=self.alpha,
-                    form=self.form,  # type: ignore[arg-type]
+                    boosting,
+                    sampling,
                     max_new_tokens=max_gen_toks,
                     max_length=self.max_length,
                     stopping_criteria=stop_sequences_criteria(self.tokenizer, until, width, len(chunk)),

@@ -72,8 +72,8 @@ def test_boosted_generation_is_more_context_sensitive(smollm2_dir, tmp_path):
     from cblight.cli import evaluate_cli
 
     decodings = (
-        "[{name: nucleus, do_sample: true, top_p: 0.95}, "
-        "{name: boost, mode: last_k, k: 8, alpha: -0.5, do_sample: true, top_p: 0.95}]"
+        "[{name: nucleus, sampling: {do_sample: true, top_p: 0.95}}, "
+        "{name: boost, boosting: {mode: last_k, k: 8, alpha: -0.5}, sampling: {do_sample: true, top_p: 0.95}}]"
     )
     evaluate_cli(
         [

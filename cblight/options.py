@@ -1,0 +1,302 @@
+"""The validated option objects every entry point shares: ``Boosting`` (what to mix) and ``Sampling`` (how to
+draw from the mix).
+
+Each is checked once, when it is made, and then passed as it is to ``boosted_generate``, the generation
+evaluator's decodings, coherence tuning, the lm-eval model and ``custom_generate``; configs spell them as
+nested mappings (``boosting: {k: 8, alpha: -0.4}``, ``sampling: {do_sample: true, top_p: 0.95}``).
+
+``Boosting`` is the paper's two-expert boosting (eq. 1 with one short expert) in one of three modes; its
+``experts()`` is the general form every decoder consumes, ``Experts``: the full-context model ``f_max``
+mixed with any number of short-context experts,
+
+    log f_alpha(w | prefix)  =  log_softmax( w_full · log f_max(w) + Σ_i w_i · log f_{s_i}(w) ),
+
+where each short context ``s_i`` follows one rule:
+
+* ``LastTokens(k)``: the last ``k`` tokens (generic text, WebText Table 2, Figure 1);
+* ``AfterSeparator(sep)``: the turn separator plus the response so far (dialog, Table 3: the paper's
+  ``f_{k+1}`` on ``S <sep> w_1..w_k``); the separator defaults to the tokenizer's EOS (DialoGPT);
+* ``AfterMarker(marker)``: a marker such as `` TL;DR:`` plus the summary so far (appendix "GPT-2
+  summarization experiments"; the marker is our choice so that the first step has a context).
+
+The two forms (docs/design.md, "Mathematics"): ``generation``, ``(1-alpha) log f_max + alpha log f_k``
+(Table 2, the default for ``last_k``), and ``next_token``, ``log f_max + alpha log f_short`` (§3, Tables 1
+and 3, the default for ``response`` and ``marker``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from numbers import Integral, Real
+from typing import Any, ClassVar, Literal
+
+from cblight.boosting import BoostForm, two_expert_weights
+from cblight.errors import BoostingError
+
+__all__ = [
+    "MODES",
+    "AfterMarker",
+    "AfterSeparator",
+    "Boosting",
+    "Experts",
+    "LastTokens",
+    "Mode",
+    "Sampling",
+    "ShortContext",
+    "as_experts",
+]
+
+Mode = Literal["last_k", "response", "marker"]
+MODES: tuple[str, ...] = ("last_k", "response", "marker")
+DEFAULT_FORMS: dict[str, BoostForm] = {
+    "last_k": "generation",
+    "response": "next_token",
+    "marker": "next_token",
+}
+
+
+def _finite(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
+        raise BoostingError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
+        raise BoostingError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Short-context rules and their weighted product
+
+
+@dataclass(frozen=True)
+class LastTokens:
+    """Short context: the last ``k`` tokens, after the tokenizer's special prefix (BOS), at positions 0.."""
+
+    k: int = 32
+
+    def __post_init__(self) -> None:
+        _integer("k (short-context length)", self.k, 1)
+
+
+@dataclass(frozen=True)
+class AfterSeparator:
+    """Short context: the prompt's final turn separator plus the response so far.
+
+    ``separator`` is text (encoded without special tokens) or ``None`` for the tokenizer's EOS token, which
+    is DialoGPT's separator. Every prompt must end with the separator.
+    """
+
+    separator: str | None = None
+
+
+@dataclass(frozen=True)
+class AfterMarker:
+    """Short context: the last occurrence of ``marker`` in the prompt, whatever follows it, and the text
+    generated so far. A prompt without the marker is an error."""
+
+    marker: str = " TL;DR:"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.marker, str) or not self.marker:
+            raise BoostingError(f"marker must be a non-empty string, got {self.marker!r}")
+
+
+ShortContext = LastTokens | AfterSeparator | AfterMarker
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A weighted product of the full-context model and short-context experts (paper eq. 1).
+
+    ``experts`` holds ``(rule, weight)`` pairs; ``full_weight`` is the weight of ``f_max``. It must be
+    positive: tokens the full model (or a constraint such as ``bad_words_ids``) rules out stay ruled out,
+    and the decoder stays a boosted version of the full model rather than of a short one.
+    """
+
+    experts: tuple[tuple[ShortContext, float], ...] = ()
+    full_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        full = _finite("full_weight", self.full_weight)
+        if full <= 0:
+            raise BoostingError(
+                f"the full-context weight must be positive, got {full}; with the generation form "
+                "(1-alpha) log f_max + alpha log f_k this means alpha < 1"
+            )
+        experts = []
+        for i, pair in enumerate(self.experts):
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise BoostingError(f"experts[{i}] must be a (short-context rule, weight) pair, got {pair!r}")
+            rule, weight = pair
+            if not isinstance(rule, LastTokens | AfterSeparator | AfterMarker):
+                raise BoostingError(
+                    f"experts[{i}] rule must be LastTokens, AfterSeparator or AfterMarker, got {rule!r}"
+                )
+            experts.append((rule, _finite(f"experts[{i}] weight", weight)))
+        object.__setattr__(self, "experts", tuple(experts))
+        object.__setattr__(self, "full_weight", full)
+
+    @property
+    def active(self) -> tuple[tuple[ShortContext, float], ...]:
+        """Experts with a non-zero weight (a zero weight never costs a model call)."""
+        return tuple((r, w) for r, w in self.experts if w != 0.0)
+
+    @property
+    def is_plain(self) -> bool:
+        """True when this is the untempered base model (e.g. alpha = 0)."""
+        return not self.active and self.full_weight == 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The paper's boosting, and sampling
+
+
+@dataclass(frozen=True)
+class Boosting:
+    """Coherence boosting with one short context (paper eq. 1; §3, §4.1, §4.2).
+
+    Args:
+        mode: the short context: ``last_k`` (the last ``k`` tokens; WebText Table 2, Figure 1), ``response``
+            (the turn separator plus the response so far; dialog, Table 3) or ``marker`` (``marker`` plus
+            the text so far; summaries). In a generation evaluator's decodings, ``auto`` is the task's own
+            (``last_k`` for text, ``response`` for dialog, ``marker`` for summaries).
+        k: the window of ``last_k``.
+        alpha: the boosting coefficient; 0 is the base model, usually negative.
+        form: ``generation`` (``(1-alpha) log f_max + alpha log f_short``, the default of ``last_k``) or
+            ``next_token`` (``log f_max + alpha log f_short``, the default of ``response`` and ``marker``).
+        marker: the marker of ``marker`` mode.
+        separator: the separator of ``response`` mode (``None``: the tokenizer's EOS, DialoGPT's).
+    """
+
+    mode: Literal["last_k", "response", "marker", "auto"] = "last_k"
+    k: int = 32
+    alpha: float = 0.0
+    form: BoostForm | None = None
+    marker: str = " TL;DR:"
+    separator: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in (*MODES, "auto"):
+            raise BoostingError(
+                f"mode must be one of {', '.join(MODES)} (or auto in decodings); got {self.mode!r}"
+            )
+        _integer("k (short-context length)", self.k, 1)
+        object.__setattr__(self, "alpha", _finite("alpha", self.alpha))
+        if self.form is not None and self.form not in ("generation", "next_token"):
+            raise BoostingError(f"form must be 'generation' or 'next_token', got {self.form!r}")
+        if self.mode != "auto" and self.resolved_form == "generation" and self.alpha >= 1:
+            raise BoostingError(
+                f"alpha must be < 1 with the generation form (1-alpha) log f_max + alpha log f_k "
+                f"(alpha >= 1 gives f_max a weight <= 0); got alpha={self.alpha}"
+            )
+        if not isinstance(self.marker, str) or not self.marker:
+            raise BoostingError(f"marker must be a non-empty string, got {self.marker!r}")
+
+    @property
+    def resolved_form(self) -> BoostForm:
+        if self.form is not None:
+            return self.form
+        return "generation" if self.mode in ("last_k", "auto") else "next_token"
+
+    @property
+    def is_plain(self) -> bool:
+        """True at ``alpha = 0``: the base model, decoded without any short-context call."""
+        return self.alpha == 0.0
+
+    def with_mode(self, mode: Mode) -> Boosting:
+        """This boosting with ``auto`` replaced by a concrete mode (other modes are kept)."""
+        if self.mode != "auto":
+            return self
+        return Boosting(mode, self.k, self.alpha, self.form, self.marker, self.separator)
+
+    def experts(self) -> Experts:
+        """The weighted product this boosting is (the ``form``'s two weights on ``f_max`` and the short
+        expert)."""
+        if self.mode == "auto":
+            raise BoostingError(
+                "boosting mode 'auto' means the task's own short context and is resolved by the generation "
+                "evaluator; here give last_k, response or marker"
+            )
+        rule: ShortContext
+        if self.mode == "last_k":
+            rule = LastTokens(self.k)
+        elif self.mode == "response":
+            rule = AfterSeparator(self.separator)
+        else:
+            rule = AfterMarker(self.marker)
+        w_full, w_short = two_expert_weights(self.alpha, self.resolved_form)
+        return Experts(experts=((rule, w_short),), full_weight=w_full)
+
+    @classmethod
+    def from_prefixed(cls, kwargs: dict[str, Any], prefix: str = "boost_") -> Boosting | None:
+        """A ``Boosting`` from ``<prefix><field>`` keys popped out of ``kwargs`` (``boost_alpha=-0.5``:
+        transformers' ``generate`` keyword style), or ``None`` when there are none."""
+        given = {f.name: kwargs.pop(prefix + f.name) for f in fields(cls) if prefix + f.name in kwargs}
+        unknown = [k for k in kwargs if k.startswith(prefix)]
+        if unknown:
+            names = ", ".join(prefix + f.name for f in fields(cls))
+            raise BoostingError(f"unknown boosting option {unknown[0]!r}; the options are {names}")
+        return cls(**given) if given else None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How tokens are drawn from the (boosted) distribution: transformers' ``generate`` options, applied
+    after mixing. A value left unset (``None``) is left to the model's generation config, as ``generate``
+    does.
+
+    Args:
+        do_sample: sample (``true``) or decode greedily / by beam search (``false``).
+        temperature: softmax temperature (> 0).
+        top_p: nucleus sampling's probability mass, in (0, 1].
+        top_k: keep the ``k`` most likely tokens (0 keeps all).
+        num_beams: beam search width (1: no beam search).
+        seed: seed of the random draws (give each process its own under DDP); the caller's random state is
+            left untouched.
+    """
+
+    do_sample: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    num_beams: int | None = None
+    seed: int | None = None
+
+    GENERATE_KEYS: ClassVar[tuple[str, ...]] = ("do_sample", "temperature", "top_p", "top_k", "num_beams")
+
+    def __post_init__(self) -> None:
+        if self.do_sample is not None and not isinstance(self.do_sample, bool):
+            raise BoostingError(f"do_sample must be true or false, got {self.do_sample!r}")
+        if self.temperature is not None and _finite("temperature", self.temperature) <= 0:
+            raise BoostingError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        if self.top_p is not None and not 0.0 < _finite("top_p", self.top_p) <= 1.0:
+            raise BoostingError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.top_k is not None:
+            _integer("top_k", self.top_k, 0)
+        if self.num_beams is not None:
+            _integer("num_beams", self.num_beams, 1)
+        if self.seed is not None:
+            _integer("seed", self.seed, 0)
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``model.generate`` this stands for (unset ones left out)."""
+        return {k: getattr(self, k) for k in self.GENERATE_KEYS if getattr(self, k) is not None}
+
+    @classmethod
+    def from_generate_kwargs(cls, kwargs: dict[str, Any]) -> Sampling:
+        """A ``Sampling`` from ``generate``-style keywords popped out of ``kwargs`` (``None`` counts as unset)."""
+        given = {k: kwargs.pop(k) for k in cls.GENERATE_KEYS if k in kwargs}
+        return cls(**{k: v for k, v in given.items() if v is not None})
+
+
+def as_experts(boosting: Boosting | Experts) -> Experts:
+    """The weighted product a decoder consumes, from either option object."""
+    if isinstance(boosting, Experts):
+        return boosting
+    if isinstance(boosting, Boosting):
+        return boosting.experts()
+    raise BoostingError(f"boosting must be a Boosting or an Experts, got {type(boosting).__name__}")
