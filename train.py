@@ -1,9 +1,10 @@
-"""Coherence tuning (paper appendix "From coherence boosting to coherence tuning").
+"""Coherence tuning (paper appendix "From coherence boosting to coherence tuning"): ``cblight tune`` under the
+script's name, with LightningCLI's ``fit``.
 
 python train.py fit -c configs/coherence_tuning.yaml [-c configs/logger/wandb.yaml] [--trainer.devices 4]
 """
 
-from cblight.cli import exit_on_bad_input, train_cli
+from cblight.cli import tune_cli
 
 if __name__ == "__main__":
-    exit_on_bad_input(train_cli)
+    tune_cli()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cblight.errors import CblightError
-from cblight.results import _jsonable, _write_all, atomic_write_json, atomic_write_text, write_failure
+from cblight.results import atomic_write_json, atomic_write_text, jsonable, write_all, write_failure
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class RecordCache:
         fields: Sequence[str] = ("id",),
     ):
         self.dir = Path(directory)
-        self.signature = {**_jsonable(signature), "cache_format": CACHE_FORMAT}
+        self.signature = {**jsonable(signature), "cache_format": CACHE_FORMAT}
         self.rank = rank
         self.fields = tuple(dict.fromkeys(("id", *fields)))
         self.problems: list[str] = []
@@ -159,7 +159,7 @@ class RecordCache:
             atomic_write_json(meta, self.signature)
         lines = []
         for rec in records:
-            row = _jsonable(dict(rec))
+            row = jsonable(dict(rec))
             row["checksum"] = _row_checksum(row)
             lines.append(json.dumps(row, ensure_ascii=False) + "\n")
         data = "".join(lines).encode("utf-8")
@@ -172,7 +172,7 @@ class RecordCache:
             if start and os.pread(fd, 1, start - 1) != b"\n":
                 data = b"\n" + data  # a row torn by a kill stays alone on its line (reported, not merged)
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
             except BaseException as err:
                 os.ftruncate(fd, start)  # all rows or none: a rerun never reads half a row
                 if isinstance(err, OSError):

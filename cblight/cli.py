@@ -1,49 +1,52 @@
-"""LightningCLI wiring shared by the entry points (``evaluate.py``, ``train.py``).
+"""The ``cblight`` command: one table of subcommands (``COMMANDS``), and the LightningCLI wiring of the three
+that drive Lightning: ``evaluate`` (``BoostedEvaluator``), ``generate`` (``BoostedGenerationEvaluator``) and
+``tune`` (``CoherenceTuning``). ``evaluate.py`` and ``train.py`` at the repository root are aliases of
+``cblight evaluate`` and ``cblight tune``.
 
-``evaluate_cli`` parses the evaluation module (``BoostedEvaluator`` by default; a config may name
-``cblight.generate.generation_evaluator.BoostedGenerationEvaluator`` as ``model.class_path``) and ``EvalDataModule``
-from their signatures. ``BoostedEvaluator`` runs Lightning's validation loop on the alpha-selection splits,
-then its test loop on the reported splits; the generation module runs the test loop; ``--compare`` runs
-either for several checkpoints (``cblight.runs.run_comparison``). ``train_cli`` is coherence tuning's LightningCLI.
+``evaluate`` and ``generate`` parse an evaluator and ``EvalDataModule`` from their signatures (any config
+may name either evaluator as ``model.class_path``); the evaluator runs Lightning's validation loop on the
+alpha-selection splits when it selects, then its test loop on the reported splits (``cblight.runs``);
+``--compare`` runs the same for several checkpoints. ``tune`` is LightningCLI's ``fit``.
 
-Both fail before any work on bad input (W&B asked for without the ``wandb`` package, a resume checkpoint
-that is missing or not a Lightning checkpoint, invalid options) with one line naming the cause. Logs go to
-CSV by default; ``configs/logger/wandb.yaml`` is a generic ``trainer.logger`` override for any config.
+Every command fails before any work on bad input (W&B asked for without the ``wandb`` package, a resume
+checkpoint that is missing or not a Lightning checkpoint, invalid options) with one line naming the cause
+and exit status 2. Logs go to CSV by default; ``configs/logger/wandb.yaml`` is a generic
+``trainer.logger`` override for any config. Each command's ``--help`` lists its own options first.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
 import os
 import re
 import sys
-import textwrap
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from jsonargparse import DefaultHelpFormatter
+from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from cblight.data.datamodule import EvalDataModule
-from cblight.errors import CblightError
+from cblight.errors import CblightError, exit_on_bad_input
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
 from cblight.runs import (
     OutputLock,
-    RunInterrupted,
     check_output_dir,
     resolve_output_dir,
     run_comparison,
     run_evaluation,
 )
 
-__all__ = ["evaluate_cli", "exit_on_bad_input", "run_evaluation", "train_cli"]
+__all__ = ["COMMANDS", "evaluate_cli", "exit_on_bad_input", "generate_cli", "main", "train_cli", "tune_cli"]
 
 
 class CLIConfigError(CblightError):
@@ -127,9 +130,20 @@ def _largest_k(model: Any) -> int:
     return max(getattr(model, "ks", None) or DEFAULT_KS)
 
 
+EVALUATOR = "cblight.evaluate.boosted_evaluator.BoostedEvaluator"
+GENERATOR = "cblight.generate.generation_evaluator.BoostedGenerationEvaluator"
+
+
 class EvaluateCLI(LightningCLI):
+    """``cblight evaluate`` / ``cblight generate``: an evaluator (``default_class`` unless the config names
+    another) and ``EvalDataModule``, instantiated but not run (``cblight.runs`` runs them)."""
+
+    def __init__(self, *args: Any, default_class: str = EVALUATOR, **kwargs: Any):
+        self.default_class = default_class
+        super().__init__(*args, **kwargs)
+
     def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.set_defaults({"model": {"class_path": "cblight.evaluate.boosted_evaluator.BoostedEvaluator"}})
+        parser.set_defaults({"model": {"class_path": self.default_class}})
         parser.link_arguments("model", "data.tokenizer", compute_fn=_tokenizer_of, apply_on="instantiate")
         parser.link_arguments("model", "data.max_k", compute_fn=_largest_k, apply_on="instantiate")
         parser.add_argument(
@@ -161,93 +175,69 @@ def _model_class(class_path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def _bad_input(err: BaseException) -> CblightError | None:
-    """The ``CblightError`` behind ``err``: jsonargparse wraps errors raised while it instantiates a class."""
-    seen: BaseException | None = err
-    for _ in range(20):
-        if seen is None:
-            return None
-        if isinstance(seen, CblightError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def exit_on_bad_input(fn: Any) -> Any:
-    """Run ``fn``; bad input (``CblightError``) becomes one line on stderr and exit status 2, a stop by
-    SIGINT/SIGTERM one line and status 128 + the signal number."""
-    try:
-        return fn()
-    except RunInterrupted as stop:
-        print(
-            f"error: {stop}: finished examples are kept in the cache; rerun the same command to resume",
-            file=sys.stderr,
-        )
-        raise SystemExit(stop.exit_code) from None
-    except Exception as err:
-        bad = _bad_input(err)
-        if bad is None:
-            raise
-        print(f"error: {bad}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def evaluate_cli(args: Sequence[str] | None = None) -> dict[str, Any]:
-    return exit_on_bad_input(lambda: _evaluate(args))
+    """``cblight evaluate`` (and ``evaluate.py``): boosted evaluation, Tables 1, 4, 5, 11, 12."""
+    return exit_on_bad_input(lambda: _evaluate(args, EVALUATOR))
 
 
-EVALUATE_USAGE = (
+def generate_cli(args: Sequence[str] | None = None) -> dict[str, Any]:
+    """``cblight generate``: generation with and without boosting and the paper's metrics, Tables 2, 3."""
+    return exit_on_bad_input(lambda: _evaluate(args, GENERATOR))
+
+
+RUN_USAGE = (
     "%(prog)s -c CONFIG [--model.OPTION VALUE ...] [--data.OPTION VALUE ...] [--trainer.OPTION VALUE ...]"
 )
+EVALUATE_ABOUT = {
+    EVALUATOR: (
+        "Coherence-boosted evaluation (paper Tables 1, 4, 5, 11, 12): choose alpha* (and k*) on each task's "
+        "selection split, then report on its test split.",
+        "cblight evaluate -c configs/multiple_choice.yaml --model.model gpt2 --data.tasks '[copa]'",
+    ),
+    GENERATOR: (
+        "Generation with and without coherence boosting, scored with the paper's metrics (Tables 2, 3, "
+        "the summarisation table, Figure 3).",
+        "cblight generate -c configs/webtext_generation.yaml --data.data_dirs '{webtext: DIR}'",
+    ),
+}
 
 
 class _HelpFormatter(DefaultHelpFormatter):
-    """jsonargparse's help, with the description's line breaks kept (it lists the evaluator's options)."""
+    """jsonargparse's help, with the description's line breaks kept (it lists the module's options)."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         return "".join(indent + line for line in text.splitlines(keepends=True))
 
 
-def _documented_args(cls: Any) -> dict[str, str]:
-    """``name: text`` of a class docstring's ``Args:`` section (continuation lines joined)."""
-    doc = inspect.getdoc(cls) or ""
-    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
-    found: dict[str, str] = {}
-    name = None
-    for line in section.splitlines():
-        match = re.match(r"^    (\w+): (.*)$", line)
-        if match:
-            name = match.group(1)
-            found[name] = match.group(2).strip()
-        elif name and line.startswith("        "):
-            found[name] += " " + line.strip()
-        elif line.strip():
-            break
-    return found
+def options_help(cls: type, key: str, title: str) -> str:
+    """``--<key>.*`` options of ``cls`` with their types, defaults and docstring text, as jsonargparse
+    formats them (``docstring-parser`` reads the ``Args:`` section), under ``title``."""
+    parser = ArgumentParser(formatter_class=_HelpFormatter, add_help=False, usage="-")
+    parser.add_class_arguments(cls, key)
+    for group in parser._action_groups:
+        group._group_actions = [a for a in group._group_actions if a.dest != key]  # not --<key> CONFIG
+        if group._group_actions:
+            group.title, title = title, f"{title} (more)"
+    text = parser.format_help()
+    return text[text.index("\n\n") + 2 :].rstrip() + "\n"
 
 
-def evaluate_help() -> str:
-    """The first lines of ``evaluate.py --help``: what it does, then every option of the default evaluator
-    (LightningCLI lists a subclass-mode module's options only under ``--model.help``)."""
-    from cblight.evaluate.boosted_evaluator import BoostedEvaluator
-
-    defaults = inspect.signature(BoostedEvaluator.__init__).parameters
+def evaluate_help(default_class: str) -> str:
+    """The start of ``cblight evaluate --help`` / ``cblight generate --help``: what it does, then every
+    option of its evaluator (LightningCLI lists a subclass-mode module's options only under
+    ``--model.help``), then the data module's."""
+    about, example = EVALUATE_ABOUT[default_class]
+    cls = _model_class(default_class)
+    other = GENERATOR if default_class == EVALUATOR else EVALUATOR
     lines = [
-        "Coherence-boosted evaluation (paper Tables 1-5): choose alpha* (and k*) on each task's selection",
-        "split, then report on its test split; generation configs name BoostedGenerationEvaluator.",
-        "  python evaluate.py -c configs/multiple_choice.yaml --model.model gpt2 --data.tasks '[copa]'",
+        about,
+        f"  {example}",
+        f"A config may name the other evaluator ({other.rpartition('.')[2]}) as model.class_path.",
         "",
-        "Model options (--model.*) of BoostedEvaluator, the default module; for generation configs see",
-        "  python evaluate.py --model.help BoostedGenerationEvaluator",
-    ]
-    for name, text in _documented_args(BoostedEvaluator).items():
-        default = defaults[name].default if name in defaults else None
-        lines.append(f"  --model.{name} (default: {default!r})")
-        lines += [f"      {chunk}" for chunk in textwrap.wrap(text, 92)]
-    lines += [
-        "",
-        "Data (--data.*), trainer (--trainer.*) and other options follow; every option with its value in a",
-        "config: python evaluate.py -c CONFIG --print_config. Bad input and its messages: docs/errors.md",
+        options_help(cls, "model", f"Model options (--model.*) of {cls.__name__}"),
+        options_help(EvalDataModule, "data", "Data options (--data.*) of EvalDataModule"),
+        "Trainer options (--trainer.*) and the rest follow; every option with its value in a config:",
+        f"  {example.split(' -c ')[0]} -c CONFIG --print_config. Bad input and its messages: docs/errors.md",
     ]
     return "\n".join(lines)
 
@@ -269,18 +259,19 @@ def check_flow_mappings(args: Sequence[str]) -> None:
             )
 
 
-def build_evaluate_cli(args: Sequence[str] | None = None) -> EvaluateCLI:
+def build_evaluate_cli(args: Sequence[str] | None = None, default_class: str = EVALUATOR) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     check_flow_mappings(sys.argv[1:] if args is None else args)
     return EvaluateCLI(
         LightningModule,
         EvalDataModule,
+        default_class=default_class,
         subclass_mode_model=True,
         run=False,
         parser_kwargs={
-            "usage": EVALUATE_USAGE,
-            "description": evaluate_help(),
+            "usage": RUN_USAGE,
+            "description": evaluate_help(default_class),
             "formatter_class": _HelpFormatter,
         },
         trainer_defaults=EVAL_TRAINER_DEFAULTS,
@@ -296,8 +287,8 @@ def _is_launching_process() -> bool:
     return int(env.get("RANK", env.get("LOCAL_RANK", "0"))) == 0 and int(env.get("NODE_RANK", "0")) == 0
 
 
-def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
-    cli = build_evaluate_cli(args)
+def _evaluate(args: Sequence[str] | None, default_class: str) -> dict[str, Any]:
+    cli = build_evaluate_cli(args, default_class)
     lock = OutputLock(cli.model.output_dir) if _is_launching_process() else None
     if lock is not None:
         lock.acquire()
@@ -310,8 +301,17 @@ def _evaluate(args: Sequence[str] | None) -> dict[str, Any]:
             lock.release()
 
 
-class CBLightCLI(LightningCLI):
-    """LightningCLI with cblight's early checks (see the module docstring)."""
+class TuneCLI(LightningCLI):
+    """``cblight tune`` / ``train.py fit``: coherence tuning's LightningCLI with cblight's early checks (see
+    the module docstring); ``--help`` lists the module's and the prompt data's options before the
+    trainer's."""
+
+    def add_core_arguments_to_parser(self, parser: Any) -> None:
+        # LightningCLI adds the trainer first; ours come first so that --help opens with them
+        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
+        parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
+        parser.add_lightning_class_args(self.trainer_class, "trainer")
+        parser.set_defaults({"trainer." + k: v for k, v in self.trainer_defaults.items() if k != "callbacks"})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
         # Checked right after parsing: LightningCLI itself opens ckpt_path next, then builds everything.
@@ -362,13 +362,14 @@ def _defaults() -> dict[str, Any]:
     }
 
 
-def train_cli(args: Any = None, run: bool = True) -> CBLightCLI:
-    """``python train.py fit -c configs/coherence_tuning.yaml``: coherence tuning (paper appendix)."""
+def train_cli(args: Any = None, run: bool = True) -> TuneCLI:
+    """``python train.py fit -c configs/coherence_tuning.yaml``: coherence tuning (paper appendix), with
+    LightningCLI's subcommands (``fit``)."""
     from cblight.tune.coherence_tuning import CoherenceTuning
     from cblight.tune.prompt_data import PromptDataModule
 
     check_flow_mappings(sys.argv[1:] if args is None else list(args))
-    return CBLightCLI(
+    return TuneCLI(
         CoherenceTuning,
         PromptDataModule,
         save_config_callback=LoggerSaveConfigCallback,
@@ -376,6 +377,125 @@ def train_cli(args: Any = None, run: bool = True) -> CBLightCLI:
         trainer_defaults=_defaults(),
         seed_everything_default=0,
         auto_configure_optimizers=False,
+        parser_kwargs={
+            "fit": {"usage": _tune_usage(), "description": TUNE_ABOUT, "formatter_class": _HelpFormatter}
+        },
         args=args,
         run=run,
     )
+
+
+TUNE_ABOUT = (
+    "Coherence tuning (paper appendix): fine-tune a model toward its own boosted version on self-generated "
+    "text, e.g. cblight tune -c configs/coherence_tuning.yaml. The module's options (--model.*) come first, "
+    "then the prompt data's (--data.*), then the trainer's (--trainer.*)."
+)
+
+
+def _tune_usage() -> str:
+    command = f"{_prog()} fit" if _prog().endswith(".py") else _prog()
+    return RUN_USAGE.replace("%(prog)s", command) + " [--ckpt_path CKPT]"
+
+
+def tune_cli(args: Sequence[str] | None = None) -> TuneCLI:
+    """``cblight tune -c configs/coherence_tuning.yaml``: ``train.py fit`` (the ``fit`` may be left out)."""
+    from_argv = args is None
+    argv = list(sys.argv[1:] if from_argv else args)
+    if argv and argv[0] in ("validate", "test", "predict"):
+        print(f"error: {_prog()} runs fit only, not {argv[0]!r}", file=sys.stderr)
+        raise SystemExit(2)
+    if not argv or argv[0] != "fit":
+        argv = ["fit", *argv]
+    if from_argv:  # LightningCLI reads sys.argv itself (and warns when given both)
+        sys.argv[1:] = argv
+        return exit_on_bad_input(lambda: train_cli())
+    return exit_on_bad_input(lambda: train_cli(argv))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: where its entry point is (``module:function``, called with the remaining arguments)
+    and the line ``cblight --help`` shows."""
+
+    target: str
+    about: str
+
+    def run(self) -> Any:
+        """Call the entry point, which reads its arguments from ``sys.argv`` as a script would."""
+        module, _, function = self.target.partition(":")
+        return getattr(importlib.import_module(module), function)()
+
+
+COMMANDS: dict[str, Command] = {
+    "evaluate": Command(
+        "cblight.cli:evaluate_cli",
+        "boosted evaluation: alpha* (k*) chosen, then reported (Tables 1, 4, 5, 11, 12)",
+    ),
+    "generate": Command(
+        "cblight.cli:generate_cli", "generation with and without boosting, the paper's metrics (Tables 2, 3)"
+    ),
+    "tune": Command("cblight.cli:tune_cli", "coherence tuning toward the boosted model (appendix)"),
+    "contrast": Command(
+        "cblight.contrast:main", "Figure 1: next-token tops under the full, short and boosted model"
+    ),
+    "data": Command("cblight.data.__main__:main", "the benchmarks: list them, peek at a rendered example"),
+    "zoo": Command("cblight.zoo:main", "the offline pretrained models: list, convert, path"),
+    "demo": Command("cblight.demo:main", "the paper's whole loop on a real pretrained model, offline"),
+    "lmeval": Command(
+        "cblight.lmeval.__main__:main", "lm-evaluation-harness with the cblight model registered"
+    ),
+}
+
+
+def _prog() -> str:
+    """How the running command was invoked (``cblight evaluate``, ``evaluate.py``): ``main`` puts the
+    command's name in ``sys.argv[0]``, where every parser reads its program name, as for a script."""
+    return os.path.basename(sys.argv[0])
+
+
+def command_help() -> str:
+    from cblight import __version__
+
+    width = max(map(len, COMMANDS))
+    rows = [f"  {name:<{width}}  {cmd.about}" for name, cmd in COMMANDS.items()]
+    return "\n".join(
+        [
+            "usage: cblight COMMAND [OPTIONS]   (cblight COMMAND --help: its options)",
+            "",
+            f"cblight {__version__}: coherence boosting and coherence tuning of causal language models "
+            "(Malkin, Wang & Jojic, ACL 2022).",
+            "",
+            "commands:",
+            *rows,
+            "",
+            "  cblight evaluate -c configs/multiple_choice.yaml --model.model gpt2 --data.tasks '[copa]'",
+            "  cblight demo --quick",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``cblight COMMAND ...``: run one subcommand of ``COMMANDS`` with the rest of the arguments."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(command_help())
+        return 0
+    if args[0] in ("-V", "--version"):
+        from cblight import __version__
+
+        print(f"cblight {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    command = COMMANDS.get(name)
+    if command is None:
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        print(f"error: unknown command {name!r}{hint} (cblight --help lists them)", file=sys.stderr)
+        return 2
+    sys.argv = [f"cblight {name}", *rest]
+    result = command.run()
+    return result if isinstance(result, int) else 0

@@ -1,6 +1,6 @@
 """The paper's Figure 1 as a command: next-token tops under the full context, the short context and the mix.
 
-    python -m cblight.contrast --model gpt2 \\
+    cblight contrast --model gpt2 \\
         --context ' Ballad metre is "less regular and more conversational" than common metre'
 
 Without ``--target`` the context's last token is the target and the prediction is made from the tokens
@@ -13,6 +13,7 @@ log-probabilities printed here are normalised.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,10 +160,11 @@ def contrast_command(
 def main(args: list[str] | None = None) -> None:
     from jsonargparse import auto_cli
 
-    from cblight.cli import exit_on_bad_input
+    from cblight.errors import exit_on_bad_input
 
     exit_on_bad_input(lambda: auto_cli(contrast_command, args=args, as_positional=False))
 
 
 if __name__ == "__main__":
+    sys.argv[0] = "python -m cblight.contrast"
     main()

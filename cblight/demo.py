@@ -1,11 +1,11 @@
 """The demo: the paper's whole loop on a real pretrained model, offline, in a few minutes on a CPU.
 
-    python -m cblight.demo                      # SmolLM2-135M (Apache-2.0), about 5 minutes on 2 CPU cores
-    python -m cblight.demo --model gemma3-270m  # Gemma-3-270m (Gemma terms of use)
-    python -m cblight.demo --quick              # fewer examples, about 2 minutes
-    python -m cblight.demo --model tiny         # a 2-layer random GPT-2: the plumbing in seconds, numbers mean nothing
+    cblight demo                      # SmolLM2-135M (Apache-2.0), about 5 minutes on 2 CPU cores
+    cblight demo --model gemma3-270m  # Gemma-3-270m (Gemma terms of use)
+    cblight demo --quick              # fewer examples, about 2 minutes
+    cblight demo --model tiny         # a 2-layer random GPT-2: the plumbing in seconds, numbers mean nothing
 
-Steps, each through cblight's real entry points (the same code as ``evaluate.py`` / ``train.py``):
+Steps, each through cblight's real entry points (the same code as ``cblight evaluate`` / ``cblight tune``):
 
 1. the model: ``offline:<name>``, converted once from the GGUF of its PyPI wheel (``cblight.zoo``);
 2. Figure 1: next-token tops under the full context, the last-8-token context and the boosted mix;
@@ -21,7 +21,6 @@ Every step writes its results, predictions and plots under ``--output_dir``; a s
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -30,7 +29,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 REALDATA = Path(__file__).parent / "assets" / "realdata"
 FIGURE1_CONTEXT = ' Ballad metre is "less regular and more conversational" than common metre'
@@ -292,52 +291,71 @@ def _quiet() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", choices=list(MODELS), default="smollm2-135m", help="which model to run")
-    parser.add_argument("--quick", action="store_true", help="fewer examples and steps (about 2 minutes)")
-    parser.add_argument("--output_dir", default=None, help="default: outputs/demo/<model>")
-    parser.add_argument(
-        "--devices", type=int, default=1, help="CPU processes (2 runs Lightning DDP with gloo)"
-    )
-    args = parser.parse_args(argv)
+DemoModel = Literal["smollm2-135m", "gemma3-270m", "tiny"]
+
+
+def demo(
+    model: DemoModel = "smollm2-135m", quick: bool = False, output_dir: str | None = None, devices: int = 1
+) -> None:
+    """The paper's whole loop on a real pretrained model, offline: Figure 1, Tables 1, 4, tuning, Table 2.
+
+    Args:
+        model: which model to run (``tiny``: a random GPT-2, the plumbing only).
+        quick: fewer examples and steps (about 2 minutes).
+        output_dir: where every step writes (default ``outputs/demo/<model>``).
+        devices: CPU processes (2 runs Lightning DDP with gloo).
+    """
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
     with _quiet():
-        run(args)
+        run(model, quick, output_dir, devices)
 
 
-def run(args: argparse.Namespace) -> None:
-    """The six steps and the summary (``main`` parses the command line and quiets the libraries)."""
-    out = Path(args.output_dir or f"outputs/demo/{args.model}")
-    sizes = QUICK if args.quick else FULL
+def main(argv: list[str] | None = None) -> None:
+    """``cblight demo [--model M] [--quick] ...`` (the arguments come from ``sys.argv`` unless given)."""
+    from jsonargparse import ActionYesNo, ArgumentParser
+
+    from cblight.errors import exit_on_bad_input
+
+    parser = ArgumentParser(description=demo.__doc__.split("\n")[0])
+    parser.add_function_arguments(demo, as_group=False, skip={"quick"})
+    parser.add_argument("--quick", action=ActionYesNo, default=False, help="fewer examples and steps (2 min)")
+    args = parser.parse_args(argv)
+    exit_on_bad_input(lambda: demo(**args.as_dict()))
+
+
+def run(choice: str, quick: bool, output_dir: str | None, devices: int) -> None:
+    """The six steps and the summary (``demo`` quiets the libraries first)."""
+    out = Path(output_dir or f"outputs/demo/{choice}")
+    sizes = QUICK if quick else FULL
     step = Step(6)
     with step("the model"):
-        model = prepare_model(args.model, out)
+        model = prepare_model(choice, out)
     with step("Figure 1: the full context, its last 8 tokens, and the boosted mix (k = 8, alpha = -0.5)"):
         ranks = figure1(model)
     with step(
         f"Table 1: LAMBADA, {sizes.lambada} test passages; k* and alpha* chosen on {sizes.lambada} dev"
     ):
-        lam = lambada(model, out, sizes, args.devices)
+        lam = lambada(model, out, sizes, devices)
     with step(f"Table 4: CommonsenseQA and PIQA, {sizes.choice} questions each, alpha* chosen on others"):
-        mc = multiple_choice(model, out, sizes, args.devices)
+        mc = multiple_choice(model, out, sizes, devices)
     with step(f"coherence tuning: {sizes.tune_steps} steps of {sizes.tune_batch} self-generated sequences"):
-        tuned = tune(model, out, sizes, args.devices)
+        tuned = tune(model, out, sizes, devices)
     with step(f"Table 2: WebText continuations of {sizes.prompts} prompts, base vs tuned, plain vs boosted"):
-        gen = generation(model, tuned, out, sizes, args.devices)
-    print("\n[demo] summary" + (" (random model: the numbers mean nothing)" if args.model == "tiny" else ""))
+        gen = generation(model, tuned, out, sizes, devices)
+    print("\n[demo] summary" + (" (random model: the numbers mean nothing)" if choice == "tiny" else ""))
     print(summary(ranks, lam, mc, gen))
     print(
         f"\n[demo] done in {time.time() - step.start:.0f} s. Results, predictions and plots under {out}/\n"
         "[demo] the same jobs at full size (Hub access or local benchmark files):\n"
-        "  python evaluate.py -c configs/lambada.yaml --model.model offline:smollm2-135m\n"
-        "  python evaluate.py -c configs/multiple_choice.yaml --model.model offline:smollm2-135m\n"
-        f"  python -m cblight.contrast --model offline:smollm2-135m --context '{FIGURE1_CONTEXT}'"
+        "  cblight evaluate -c configs/lambada.yaml --model.model offline:smollm2-135m\n"
+        "  cblight evaluate -c configs/multiple_choice.yaml --model.model offline:smollm2-135m\n"
+        f"  cblight contrast --model offline:smollm2-135m --context '{FIGURE1_CONTEXT}'"
     )
 
 
 if __name__ == "__main__":
+    import sys
+
+    sys.argv[0] = "python -m cblight.demo"
     main()

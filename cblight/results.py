@@ -42,7 +42,7 @@ def write_failure(path: Path, err: OSError) -> OutputWriteError:
     return OutputWriteError(f"cannot write {path}: {err.strerror or err}")
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     """Every byte of ``data`` to ``fd`` (``os.write`` may write fewer), then to the disk."""
     view = memoryview(data)
     while view:
@@ -65,7 +65,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     fd, tmp = _tmp_path(path)
     try:
         try:
-            _write_all(fd, text.encode("utf-8"))
+            write_all(fd, text.encode("utf-8"))
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -77,20 +77,20 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return path
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "tolist"):
-        return _jsonable(value.tolist())
+        return jsonable(value.tolist())
     return value
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(_jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+    return atomic_write_text(path, json.dumps(jsonable(obj), indent=2, ensure_ascii=False) + "\n")
 
 
 def write_run_results(
@@ -111,7 +111,7 @@ def write_run_results(
 
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
-    return atomic_write_text(path, "".join(json.dumps(_jsonable(r), ensure_ascii=False) + "\n" for r in rows))
+    return atomic_write_text(path, "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in rows))
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cblight.errors import CblightError, ConfigError
+from cblight.errors import CblightError, ConfigError, RunInterrupted
 
 LOCK_NAME = ".cblight.lock"
 
@@ -190,18 +190,6 @@ class OutputLock:
 # Stopping on SIGINT / SIGTERM
 
 _requested: list[int] = []
-
-
-class RunInterrupted(BaseException):
-    """A run stopped by a signal. A BaseException, so no ``except Exception`` on the way swallows it."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 def check_interrupt() -> None:

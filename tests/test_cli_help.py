@@ -1,25 +1,101 @@
-"""``evaluate.py --help`` shows the evaluator's options in its first lines (issue 14: they hid behind
-``--model.help BoostedEvaluator``)."""
+"""The ``cblight`` command: one table of subcommands, and each subcommand's ``--help`` opening with its own
+options (issue 14: they hid behind ``--model.help BoostedEvaluator``; the redesign: one command)."""
 
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from cblight.cli import evaluate_cli
+from cblight.cli import COMMANDS, main
 from cblight.evaluate.boosted_evaluator import BoostedEvaluator
+from cblight.generate.generation_evaluator import BoostedGenerationEvaluator
+from cblight.tune.coherence_tuning import CoherenceTuning
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_help_lists_every_evaluator_option_first(capsys):
-    with pytest.raises(SystemExit) as exc:
-        evaluate_cli(["--help"])
-    assert exc.value.code == 0
+def help_of(argv: list[str], capsys) -> str:
+    """What ``cblight <argv>`` prints, checking that it exits with status 0."""
+    saved = list(sys.argv)
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    finally:
+        sys.argv[:] = saved
+    assert status in (0, None), argv
+    return capsys.readouterr().out
+
+
+def test_cblight_lists_every_subcommand(capsys):
+    assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    head = out.split("\noptions:", 1)[0]  # before the generic option list
-    assert head.startswith("usage: ") and len(head.splitlines()[0]) < 120
-    for name in inspect.signature(BoostedEvaluator.__init__).parameters:
-        if name != "self":
-            assert f"--model.{name} (default: " in head, name
-    assert "--model.help BoostedGenerationEvaluator" in head
-    assert "--model.choice_alphas (default: None)\n      multiple-choice grid (paper eq. 2)" in head
+    for name in ("evaluate", "generate", "tune", "contrast", "data", "zoo", "demo", "lmeval"):
+        assert f"\n  {name} " in out, name
+    assert set(COMMANDS) == {"evaluate", "generate", "tune", "contrast", "data", "zoo", "demo", "lmeval"}
+
+
+def test_an_unknown_subcommand_is_one_line_with_the_closest_name(capsys):
+    assert main(["evalute"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: unknown command 'evalute'; did you mean 'evaluate'? (cblight --help lists them)"]
+
+
+def _init_args(cls: type) -> list[str]:
+    return [
+        name for name in inspect.signature(cls.__init__).parameters if name not in ("self", "args", "kwargs")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("command", "cls"), [("evaluate", BoostedEvaluator), ("generate", BoostedGenerationEvaluator)]
+)
+def test_evaluate_and_generate_help_open_with_their_evaluator_options(command, cls, capsys):
+    out = help_of([command, "--help"], capsys)
+    assert out.startswith(f"usage: cblight {command} -c CONFIG")
+    head = out.split("\noptions:", 1)[0]  # before LightningCLI's own option list (trainer, ...)
+    for name in _init_args(cls):
+        assert f"--model.{name} " in head or f"--model.{name}\n" in head, name
+    assert "--data.tasks" in head and head.index("--model.model") < head.index("--data.tasks")
+    # the docstring's text, parsed by jsonargparse (no hand-written regex)
+    doc = "multiple-choice grid (paper eq. 2)" if cls is BoostedEvaluator else "base LM of perplexity, LTF"
+    assert doc in " ".join(head.split())
+
+
+def test_tune_help_opens_with_the_module_options(capsys):
+    out = help_of(["tune", "--help"], capsys)
+    assert out.startswith("usage: cblight tune -c CONFIG")
+    lines = [line.split()[0] for line in out.splitlines() if line.startswith("  --")]  # option lines
+    first = {
+        prefix: next(i for i, o in enumerate(lines) if o.startswith(prefix))
+        for prefix in ("--model.", "--data.", "--trainer.")
+    }
+    assert first["--model."] < first["--data."] < first["--trainer."], first
+    for name in _init_args(CoherenceTuning):
+        assert f"--model.{name}" in out, name
+
+
+@pytest.mark.parametrize("command", ["contrast", "data", "zoo", "demo"])
+def test_other_subcommands_name_themselves_in_their_usage(command, capsys):
+    out = help_of([command, "--help"], capsys)
+    assert out.startswith(f"usage: cblight {command} "), out[:200]
+
+
+def test_console_script_and_python_m_cblight_are_the_same_command():
+    """``python -m cblight`` runs ``cblight.cli.main``, the ``cblight`` console script of pyproject.toml."""
+    assert 'cblight = "cblight.cli:main"' in (ROOT / "pyproject.toml").read_text()
+    done = subprocess.run(
+        [sys.executable, "-m", "cblight", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "commands:" in done.stdout
+
+
+def test_evaluate_py_is_an_alias_of_cblight_evaluate():
+    done = subprocess.run(
+        [sys.executable, "evaluate.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage: evaluate.py -c CONFIG"), done.stderr[-500:]

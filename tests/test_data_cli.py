@@ -1,4 +1,4 @@
-"""``python -m cblight.data list`` and ``peek``."""
+"""``cblight data list`` and ``peek``."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_peek_bad_input_is_one_line(capsys):
 
 def test_module_entry_point():
     done = subprocess.run(
-        [sys.executable, "-m", "cblight.data", "list", "--kind", "next_token"],
+        [sys.executable, "-m", "cblight", "data", "list", "--kind", "next_token"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "lama" in done.stdout and "lambada" in done.stdout and "copa" not in done.stdout

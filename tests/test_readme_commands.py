@@ -1,7 +1,7 @@
 """Every command the README shows runs (issue 14: "Test every command the README shows").
 
 The commands are read from README.md's ```bash blocks at test time, so a section added later is picked up
-without touching this file: every line starting with ``python evaluate.py``, ``python train.py``,
+without touching this file: every line starting with ``cblight``, ``python evaluate.py``, ``python train.py``,
 ``python -m cblight...`` or ``bash scripts/...`` becomes one test, in README order. Each runs as written,
 adapted by generic rules (``Adapter``) and nothing command-specific:
 
@@ -27,7 +27,6 @@ not run, each with its reason.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -35,7 +34,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +52,7 @@ SKIPPED: dict[tuple[str, ...], str] = {
         "tests/test_demo.py runs it as this file would (--model tiny --quick) and checks every step's files; "
         "the real-model tier (tests/realmodel) runs it with its defaults"
     ),
-    ("python", "evaluate.py", "-c", "configs/table11_methods_served.yaml"): (
+    ("cblight", "evaluate", "-c", "configs/table11_methods_served.yaml"): (
         "it scores through a served model: tests/realmodel/test_served_real.py runs this very line against "
         "a llama-cpp-python server it starts (the model name, tokenizer and base_url substituted)"
     ),
@@ -65,9 +63,9 @@ HUB_ID = re.compile(r"^(offline:)?[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub id, 
 LIMITS = {
     "evaluate": ["--data.limit", "2", "--data.batch_size", "4", "--trainer.enable_progress_bar", "false"],
     "generation": ["--model.max_new_tokens", "4"],  # two prompts: self-BLEU needs two generations
-    # as written (python -m cblight.lmeval picks --device cpu on a machine without a GPU)
-    "cblight.lmeval": ["--limit", "4"],
-    "cblight.demo": ["--model", "tiny", "--quick"],  # its default real model takes ~5 min: a separate tier
+    # as written (cblight lmeval picks --device cpu on a machine without a GPU)
+    "lmeval": ["--limit", "4"],
+    "demo": ["--model", "tiny", "--quick"],  # its default real model takes ~5 min: a separate tier
     "train": [
         "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", "--trainer.enable_progress_bar", "false",
         "--data.batch_size", "2", "--data.val_size", "0",
@@ -92,6 +90,8 @@ def readme_commands() -> list[list[str]]:
 def _runnable(tokens: list[str]) -> bool:
     if len(tokens) < 2:
         return False
+    if tokens[0] == "cblight":
+        return True
     if tokens[0] == "python":
         return tokens[1] in ("evaluate.py", "train.py") or (
             tokens[1] == "-m" and len(tokens) > 2 and tokens[2].split(".")[0] == "cblight"
@@ -231,8 +231,14 @@ class Adapter:
         """``(kind, args after the program, needs a subprocess)`` for a README command."""
         if tokens[0] == "bash":
             return self.command(self._script_command(tokens))
-        program = tokens[1] if tokens[1] != "-m" else tokens[2]
-        args = tokens[2:] if tokens[1] != "-m" else tokens[3:]
+        if tokens[0] == "cblight":
+            program, args = tokens[1], tokens[2:]
+        elif tokens[1] == "-m" and tokens[2] != "cblight":
+            program, args = tokens[2].removeprefix("cblight.").split(".")[0], tokens[3:]
+        elif tokens[1] == "-m":
+            program, args = tokens[3], tokens[4:]
+        else:
+            program, args = tokens[1], tokens[2:]
         out: list[str] = []
         configs: list[dict] = []
         i = 0
@@ -251,8 +257,8 @@ class Adapter:
             elif (
                 value is not None
                 and name.lstrip("-").split(".")[-1] in MODEL_KEYS
-                and not (program in ("evaluate.py", "train.py") and "." not in name)
-            ):  # evaluate.py's and train.py's bare --model names the module class, not a checkpoint
+                and not (program in LIGHTNING_COMMANDS and "." not in name)
+            ):  # evaluate's, generate's and tune's bare --model names the module class, not a checkpoint
                 value = self.model(value)
             elif value is not None and name == "--model_args":  # lm-eval's key=value,key=value
                 pairs = [p.partition("=") for p in value.split(",")]
@@ -281,12 +287,14 @@ class Adapter:
             out += [name, value] if value is not None and not eq else ([f"{name}={value}"] if eq else [name])
             i += step
         ddp = _option_value(out, "--trainer.devices") == "2"
-        kind = {"evaluate.py": "evaluate", "train.py": "train"}.get(program, program)
-        if kind == "evaluate":
+        kind = {"evaluate.py": "evaluate", "train.py": "tune"}.get(program, program)
+        if kind == "tune" and out[:1] == ["fit"]:
+            out = out[1:]  # train.py's LightningCLI subcommand: cblight tune runs fit
+        if kind in ("evaluate", "generate"):
             if "--compare" not in out and not any(t.startswith("--model.model") for t in out):
                 out += ["--model.model", self.tiny]
             out += LIMITS["evaluate"]
-            if _is_generation(out, configs):
+            if kind == "generate" or _is_generation(out, configs):
                 out += LIMITS["generation"]
         else:
             out += LIMITS.get(kind, [])
@@ -312,8 +320,10 @@ class Adapter:
         words = shlex.split(lines[-1])[1:]
         if not words[0].endswith("python"):
             raise AssertionError(f"{tokens[1]} does not end by running python: {lines[-1]!r}")
-        words = ["python", *[w for w in words[1:] if w != "$@"]]
-        return words + tokens[2:]
+        words = [w for w in words[1:] if w != "$@"]
+        if words[:2] == ["-m", "cblight"]:
+            return ["cblight", *words[2:], *tokens[2:]]
+        return ["python", *words, *tokens[2:]]
 
 
 def _is_generation(args: list[str], configs: list[dict]) -> bool:
@@ -324,19 +334,18 @@ def _is_generation(args: list[str], configs: list[dict]) -> bool:
     return any("Generation" in p for p in paths) or "Generation" in named
 
 
-def _entry_point(kind: str) -> Callable[[list[str]], Any] | None:
-    """The in-process function a command runs (its ``main``), or None for a subprocess."""
-    if kind == "evaluate":
-        from cblight.cli import evaluate_cli
+LIGHTNING_COMMANDS = ("evaluate", "generate", "tune", "evaluate.py", "train.py")
 
-        return evaluate_cli
-    if kind == "train":
-        from cblight.cli import exit_on_bad_input, train_cli
 
-        return lambda args: exit_on_bad_input(lambda: train_cli(args))
-    module = importlib.import_module(kind)
-    main = getattr(module, "main", None)
-    return main if callable(main) else None
+def _run_command(kind: str, args: list[str]) -> Any:
+    """``cblight <kind> <args>`` in this process, as the console script runs it (``cblight.cli.main``)."""
+    from cblight.cli import main
+
+    saved = list(sys.argv)
+    try:
+        return main([kind, *args])
+    finally:
+        sys.argv[:] = saved
 
 
 COMMANDS = readme_commands()
@@ -344,12 +353,15 @@ COMMANDS = readme_commands()
 
 def test_the_readme_has_the_commands_this_file_was_written_for():
     """The extraction itself: a change of the README's format must not quietly leave nothing to run."""
-    programs = {" ".join(c[:2]) if c[1] != "-m" else c[2] for c in COMMANDS}
+    programs = {" ".join(c[:2]) for c in COMMANDS}
     assert {
-        "python evaluate.py",
-        "python train.py",
-        "cblight.contrast",
-        "cblight.data",
+        "cblight evaluate",
+        "cblight generate",
+        "cblight tune",
+        "cblight contrast",
+        "cblight data",
+        "cblight zoo",
+        "cblight lmeval",
         "bash scripts/demo.sh",
     } <= programs
     assert len(COMMANDS) >= 20
@@ -359,7 +371,7 @@ def test_the_readme_has_the_commands_this_file_was_written_for():
 def workdir(tmp_path_factory, tiny_gpt2_dir):
     """The scratch directory the commands run in (see the module docstring)."""
     work = tmp_path_factory.mktemp("readme")
-    for name in ("cblight", "scripts", "evaluate.py", "train.py", "tests"):
+    for name in ("cblight", "scripts", "evaluate.py", "train.py", "tests", "custom_generate"):
         (work / name).symlink_to(ROOT / name)
     shutil.copytree(ROOT / "configs", work / "configs")
     return Adapter(work, tiny_gpt2_dir)
@@ -375,11 +387,9 @@ def test_readme_command_runs(tokens, workdir, monkeypatch):
     monkeypatch.chdir(workdir.workdir)
     # W&B keeps process-wide state (its settings, the current run): a command that logs to it runs alone
     wandb = any("wandb" in a for a in args)
-    entry = None if ddp or wandb else _entry_point(kind)
-    if entry is None:
-        program = ["evaluate.py"] if kind == "evaluate" else ["train.py"] if kind == "train" else ["-m", kind]
+    if ddp or wandb:
         done = subprocess.run(
-            [sys.executable, *program, *args],
+            [sys.executable, "-m", "cblight", kind, *args],
             cwd=workdir.workdir,
             capture_output=True,
             text=True,
@@ -387,12 +397,12 @@ def test_readme_command_runs(tokens, workdir, monkeypatch):
             env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"},
         )
         assert done.returncode == 0, (
-            f"{shlex.join(tokens)}\nran as: {shlex.join(program + args)}\n{done.stderr[-4000:]}"
+            f"{shlex.join(tokens)}\nran as: cblight {kind} {shlex.join(args)}\n{done.stderr[-4000:]}"
         )
         return
-    ran = f"{shlex.join(tokens)}\nran as: {kind} {shlex.join(args)}"
+    ran = f"{shlex.join(tokens)}\nran as: cblight {kind} {shlex.join(args)}"
     try:
-        result = entry(args)
+        result = _run_command(kind, args)
     except SystemExit as exc:
         assert exc.code in (0, None), f"{ran}: exit {exc.code}"
         return

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+import cblight.cache as cache_module
 import cblight.results as results_module
 from cblight.cache import RecordCache
 from cblight.cli import evaluate_cli
@@ -93,9 +94,9 @@ def test_edited_and_garbage_cache_rows_are_detected_and_recomputed(clean, tiny_g
     lambada = next(p for p in shards(again) if "lambada" in str(p) and "test" in str(p))
     with open(lambada, "a") as fh:
         fh.write('{"id": 3, "garbage\n')
-    with caplog.at_level(logging.WARNING, logger="cblight.results"):
+    with caplog.at_level(logging.WARNING, logger="cblight.cache"):
         got = evaluate(tiny_gpt2_dir, again)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "cblight.results"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "cblight.cache"]
     assert any(str(copa) in w and "line 1: checksum mismatch" in w and "recomputed" in w for w in warnings), (
         warnings
     )
@@ -139,7 +140,7 @@ def test_cache_from_before_checksums_is_refused(clean, tiny_gpt2_dir, tmp_path, 
 # -- case 7: disk full ---------------------------------------------------------------------------------------
 def _full_disk(monkeypatch, when):
     """Make the writer fail like a full disk: half the bytes written, then ``OSError(ENOSPC)``."""
-    real = results_module._write_all
+    real = results_module.write_all
     calls = {"n": 0}
 
     def write_all(fd: int, data: bytes) -> None:
@@ -149,7 +150,8 @@ def _full_disk(monkeypatch, when):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(fd, data)
 
-    monkeypatch.setattr(results_module, "_write_all", write_all)
+    monkeypatch.setattr(results_module, "write_all", write_all)  # final files
+    monkeypatch.setattr(cache_module, "write_all", write_all)  # cache rows
 
 
 @pytest.mark.parametrize("where", ["cache", "results"])

@@ -139,11 +139,11 @@ def test_unsupported_dtype_and_revision_are_refused(fake_model):
 
 def test_cli_list_and_unknown_name():
     out = subprocess.run(
-        [sys.executable, "-m", "cblight.zoo", "list"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "cblight", "zoo", "list"], capture_output=True, text=True, check=True
     ).stdout
     assert "offline:smollm2-135m" in out and "offline:gemma3-270m" in out and "Apache-2.0" in out
     bad = subprocess.run(
-        [sys.executable, "-m", "cblight.zoo", "path", "offline:x"], capture_output=True, text=True
+        [sys.executable, "-m", "cblight", "zoo", "path", "offline:x"], capture_output=True, text=True
     )
     assert bad.returncode == 2
     assert bad.stderr.strip() == (

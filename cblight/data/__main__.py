@@ -1,8 +1,9 @@
-"""List the benchmarks, or print one rendered example of a task (the reference code's ``--peek``).
+"""``cblight data``: list the benchmarks, or print one rendered example of a task (the reference code's
+``--peek``).
 
-    python -m cblight.data list [--kind multiple_choice|next_token|generation]
-    python -m cblight.data peek copa --data_dir cblight/assets/demo_data/copa
-    python -m cblight.data peek sst5 --data_root /data --split test --index 3 --tokenizer gpt2
+    cblight data list [--kind multiple_choice|next_token|generation]
+    cblight data peek copa --data_dir cblight/assets/demo_data/copa
+    cblight data peek sst5 --data_root /data --split test --index 3 --tokenizer gpt2
 
 ``list`` needs no data: sizes are the paper's documented split sizes. ``peek`` loads the split like
 ``evaluate.py`` (``--data_dir``, ``--data_root`` or the Hub) and prints the full context, the premise-free
@@ -12,13 +13,12 @@ from ``--tokenizer`` (default: the bundled GPT-2 tokenizer); ``--max_k`` is LAMA
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Sequence
+from typing import Literal
 
 from cblight.data.examples import ChoiceExample, GenerationExample, NextTokenExample
 from cblight.data.registry import TaskSpec, all_tasks, get_task
-from cblight.errors import CblightError
+from cblight.errors import CblightError, exit_on_bad_input
 
 
 def _split_label(spec: TaskSpec, split: str | None) -> str:
@@ -52,7 +52,15 @@ def _local_lines(spec: TaskSpec, shown: int = 3) -> list[str]:
     return out
 
 
-def list_tasks(kind: str | None = None) -> str:
+TaskKind = Literal["multiple_choice", "next_token", "generation"]
+
+
+def list_tasks(kind: TaskKind | None = None) -> str:
+    """Every task: its kind, splits and sizes, prompt, short context and data source.
+
+    Args:
+        kind: only tasks of this kind.
+    """
     lines = [f"{'task':<15}{'kind':<17}{'reported split':<22}{'alpha (k) chosen on':<34}data"]
     for name, spec in all_tasks().items():
         if kind and spec.kind != kind:
@@ -102,50 +110,58 @@ def describe(task: str, split: str, index: int, example: object) -> str:
     return "\n".join(out)
 
 
-def peek(args: argparse.Namespace) -> str:
+def peek(
+    task: str,
+    data_dir: str | None = None,
+    data_root: str | None = None,
+    split: str | None = None,
+    index: int = 0,
+    tokenizer: str | None = None,
+    max_k: int = 5,
+) -> str:
+    """One rendered example of a task, exactly as it is scored.
+
+    The full context, the premise-free context and the answers (repr, so leading spaces and newlines show).
+
+    Args:
+        task: the task's name (``cblight data list``).
+        data_dir: folder with the task's files (else ``data_root/<task>``, else the Hub).
+        data_root: folder holding one sub-folder per task.
+        split: split to show (default: the reported split).
+        index: which example.
+        tokenizer: tokenizer whose special tokens appear in prompts (default: the bundled GPT-2 tokenizer).
+        max_k: the largest k of the grid, for LAMA's filter.
+    """
     from cblight.data.datamodule import EvalDataModule
     from cblight.tiny import GPT2_TOKENIZER_DIR
 
-    spec = get_task(args.task)
-    split = args.split or spec.report_split
+    spec = get_task(task)
+    split = split or spec.report_split
     dm = EvalDataModule(
         tasks=[spec.name],
-        data_root=args.data_root,
-        data_dirs={spec.name: args.data_dir} if args.data_dir else None,
-        tokenizer=args.tokenizer or str(GPT2_TOKENIZER_DIR),
-        max_k=args.max_k,
+        data_root=data_root,
+        data_dirs={spec.name: data_dir} if data_dir else None,
+        tokenizer=tokenizer or str(GPT2_TOKENIZER_DIR),
+        max_k=max_k,
     )
     examples = dm.examples(spec.name, split)
-    if not 0 <= args.index < len(examples):
-        raise CblightError(
-            f"--index {args.index} is outside the {len(examples)} examples of {spec.name}/{split}"
-        )
-    return describe(spec.name, split, args.index, examples[args.index])
+    if not 0 <= index < len(examples):
+        raise CblightError(f"--index {index} is outside the {len(examples)} examples of {spec.name}/{split}")
+    return describe(spec.name, split, index, examples[index])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cblight.data", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    ls = sub.add_parser("list", help="every task with its splits, sizes and prompt format")
-    ls.add_argument("--kind", choices=["multiple_choice", "next_token", "generation"])
-    pk = sub.add_parser("peek", help="print one rendered example of a task")
-    pk.add_argument("task")
-    pk.add_argument("--data_dir", help="folder with the task's files (else --data_root/<task>, else the Hub)")
-    pk.add_argument("--data_root", help="folder holding one sub-folder per task")
-    pk.add_argument("--split", help="split to show (default: the reported split)")
-    pk.add_argument("--index", type=int, default=0, help="which example (default 0)")
-    pk.add_argument("--tokenizer", help="tokenizer whose special tokens appear in prompts (default: GPT-2)")
-    pk.add_argument(
-        "--max_k", type=int, default=5, help="largest k of the grid, for LAMA's filter (default 5)"
-    )
-    args = parser.parse_args(argv)
+def main(argv: list[str] | None = None) -> int:
+    """``cblight data list|peek ...`` (the arguments come from ``sys.argv`` unless given)."""
+    from jsonargparse import auto_cli
+
+    commands = {"list": list_tasks, "peek": peek}
     try:
-        print(list_tasks(args.kind) if args.command == "list" else peek(args))
-    except CblightError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        print(exit_on_bad_input(lambda: auto_cli(commands, args=argv, description=__doc__.split("\n\n")[0])))
+    except SystemExit as stop:  # --help (0), a parse error or bad input (2): the status, as a script's
+        return stop.code if isinstance(stop.code, int) else 0
     return 0
 
 
 if __name__ == "__main__":
+    sys.argv[0] = "python -m cblight.data"
     sys.exit(main())

@@ -5,7 +5,7 @@ dequantises for transformers, so both sides run the same weights.
 * per-token prompt log-probs of every request against the local model on the same tokens, within
   ``TOKEN_TOL``; the continuation sums within ``TOKEN_TOL`` per token; identical predictions wherever the
   local margin exceeds the possible error;
-* the Table 11 config end to end (``evaluate.py --model.backend openai``), resumed from the request cache
+* the Table 11 config end to end (``cblight evaluate --model.backend openai``), resumed from the request cache
   without asking the server again;
 * the bad inputs of the issue on a real server: a model name it does not serve, an empty context after BOS
   (no log-prob), a server started without prompt log-probs (``logits_all`` off), and llama-cpp-python's
@@ -118,10 +118,10 @@ def gemma_server(ggufs, tmp_path_factory) -> Iterator[str]:
 
 
 def readme_served_command() -> list[str]:
-    """The README's ``evaluate.py`` command for a served model (its vLLM example)."""
+    """The README's ``cblight evaluate`` command for a served model (its vLLM example)."""
     text = (ROOT / "README.md").read_text()
     lines = [
-        x for x in text.splitlines() if x.startswith("python evaluate.py") and "--model.server.base_url" in x
+        x for x in text.splitlines() if x.startswith("cblight evaluate") and "--model.server.base_url" in x
     ]
     assert len(lines) == 1, lines
     return shlex.split(lines[0])[2:]
