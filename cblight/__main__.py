@@ -1,8 +1,105 @@
-"""``python -m cblight``: the ``cblight`` command (``cblight.cli.main``)."""
+"""``cblight``: one command, one table of subcommands (``COMMANDS``), each with its own ``--help``.
 
+    cblight evaluate -c configs/multiple_choice.yaml --model.model gpt2 --data.tasks '[copa]'
+    cblight generate -c configs/webtext_generation.yaml --data.data_dirs '{webtext: DIR}'
+    cblight tune -c configs/coherence_tuning.yaml
+    cblight contrast | data | zoo | demo | lmeval ...
+
+The console script ``cblight`` and ``python -m cblight`` run ``main``. Each subcommand is a function
+``module:function(args, prog)``, called with the arguments after the subcommand and ``prog = "cblight
+<subcommand>"`` (its usage lines name the command as it was run). ``sys.argv`` is left whole: Lightning's
+DDP launcher re-runs it in every worker process. Modules are imported only for the subcommand that runs
+(``cblight --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from cblight.cli import main
+__all__ = ["COMMANDS", "Command", "main"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: where its entry point is (``module:function``, called with the remaining arguments)
+    and the line ``cblight --help`` shows."""
+
+    target: str
+    about: str
+
+    def run(self, args: list[str], prog: str) -> Any:
+        module, _, function = self.target.partition(":")
+        return getattr(importlib.import_module(module), function)(args, prog)
+
+
+COMMANDS: dict[str, Command] = {
+    "evaluate": Command(
+        "cblight.cli:evaluate_cli",
+        "boosted evaluation: alpha* (k*) chosen, then reported (Tables 1, 4, 5, 11, 12)",
+    ),
+    "generate": Command(
+        "cblight.cli:generate_cli", "generation with and without boosting, the paper's metrics (Tables 2, 3)"
+    ),
+    "tune": Command("cblight.cli:tune_cli", "coherence tuning toward the boosted model (appendix)"),
+    "contrast": Command(
+        "cblight.contrast:main", "Figure 1: next-token tops under the full, short and boosted model"
+    ),
+    "data": Command("cblight.data.__main__:main", "the benchmarks: list them, peek at a rendered example"),
+    "zoo": Command("cblight.zoo:main", "the offline pretrained models: list, convert, path"),
+    "demo": Command("cblight.demo:main", "the paper's whole loop on a real pretrained model, offline"),
+    "lmeval": Command(
+        "cblight.lmeval.__main__:main", "lm-evaluation-harness with the cblight model registered"
+    ),
+}
+
+
+def command_help() -> str:
+    from cblight import __version__
+
+    width = max(map(len, COMMANDS))
+    rows = [f"  {name:<{width}}  {cmd.about}" for name, cmd in COMMANDS.items()]
+    return "\n".join(
+        [
+            "usage: cblight COMMAND [OPTIONS]   (cblight COMMAND --help: its options)",
+            "",
+            f"cblight {__version__}: coherence boosting and coherence tuning of causal language models "
+            "(Malkin, Wang & Jojic, ACL 2022).",
+            "",
+            "commands:",
+            *rows,
+            "",
+            "  cblight evaluate -c configs/multiple_choice.yaml --model.model gpt2 --data.tasks '[copa]'",
+            "  cblight demo --quick",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``cblight COMMAND ...``: run one subcommand of ``COMMANDS`` with the rest of the arguments."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(command_help())
+        return 0
+    if args[0] in ("-V", "--version"):
+        from cblight import __version__
+
+        print(f"cblight {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    command = COMMANDS.get(name)
+    if command is None:
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        print(f"error: unknown command {name!r}{hint} (cblight --help lists them)", file=sys.stderr)
+        return 2
+    result = command.run(rest, f"cblight {name}")
+    return result if isinstance(result, int) else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

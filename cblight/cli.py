@@ -1,5 +1,5 @@
-"""The ``cblight`` command: one table of subcommands (``COMMANDS``), and the LightningCLI wiring of the three
-that drive Lightning: ``evaluate`` (``BoostedEvaluator``), ``generate`` (``BoostedGenerationEvaluator``) and
+"""The LightningCLI wiring of the three ``cblight`` subcommands that drive Lightning (the command's table is
+``cblight.__main__``): ``evaluate`` (``BoostedEvaluator``), ``generate`` (``BoostedGenerationEvaluator``) and
 ``tune`` (``CoherenceTuning``). ``evaluate.py`` and ``train.py`` at the repository root are aliases of
 ``cblight evaluate`` and ``cblight tune``.
 
@@ -16,7 +16,6 @@ and exit status 2. Logs go to CSV by default; ``configs/logger/wandb.yaml`` is a
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import inspect
@@ -25,7 +24,6 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -46,7 +44,7 @@ from cblight.runs import (
     run_evaluation,
 )
 
-__all__ = ["COMMANDS", "evaluate_cli", "exit_on_bad_input", "generate_cli", "main", "train_cli", "tune_cli"]
+__all__ = ["evaluate_cli", "exit_on_bad_input", "generate_cli", "train_cli", "tune_cli"]
 
 
 class CLIConfigError(CblightError):
@@ -175,14 +173,14 @@ def _model_class(class_path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def evaluate_cli(args: Sequence[str] | None = None) -> dict[str, Any]:
+def evaluate_cli(args: Sequence[str] | None = None, prog: str | None = None) -> dict[str, Any]:
     """``cblight evaluate`` (and ``evaluate.py``): boosted evaluation, Tables 1, 4, 5, 11, 12."""
-    return exit_on_bad_input(lambda: _evaluate(args, EVALUATOR))
+    return exit_on_bad_input(lambda: _evaluate(args, EVALUATOR, prog))
 
 
-def generate_cli(args: Sequence[str] | None = None) -> dict[str, Any]:
+def generate_cli(args: Sequence[str] | None = None, prog: str | None = None) -> dict[str, Any]:
     """``cblight generate``: generation with and without boosting and the paper's metrics, Tables 2, 3."""
-    return exit_on_bad_input(lambda: _evaluate(args, GENERATOR))
+    return exit_on_bad_input(lambda: _evaluate(args, GENERATOR, prog))
 
 
 RUN_USAGE = (
@@ -259,9 +257,12 @@ def check_flow_mappings(args: Sequence[str]) -> None:
             )
 
 
-def build_evaluate_cli(args: Sequence[str] | None = None, default_class: str = EVALUATOR) -> EvaluateCLI:
+def build_evaluate_cli(
+    args: Sequence[str] | None = None, default_class: str = EVALUATOR, prog: str | None = None
+) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
+    _quiet_args_warning()
     check_flow_mappings(sys.argv[1:] if args is None else args)
     return EvaluateCLI(
         LightningModule,
@@ -270,6 +271,7 @@ def build_evaluate_cli(args: Sequence[str] | None = None, default_class: str = E
         subclass_mode_model=True,
         run=False,
         parser_kwargs={
+            "prog": prog or _prog(),
             "usage": RUN_USAGE,
             "description": evaluate_help(default_class),
             "formatter_class": _HelpFormatter,
@@ -287,8 +289,8 @@ def _is_launching_process() -> bool:
     return int(env.get("RANK", env.get("LOCAL_RANK", "0"))) == 0 and int(env.get("NODE_RANK", "0")) == 0
 
 
-def _evaluate(args: Sequence[str] | None, default_class: str) -> dict[str, Any]:
-    cli = build_evaluate_cli(args, default_class)
+def _evaluate(args: Sequence[str] | None, default_class: str, prog: str | None) -> dict[str, Any]:
+    cli = build_evaluate_cli(args, default_class, prog)
     lock = OutputLock(cli.model.output_dir) if _is_launching_process() else None
     if lock is not None:
         lock.acquire()
@@ -362,13 +364,14 @@ def _defaults() -> dict[str, Any]:
     }
 
 
-def train_cli(args: Any = None, run: bool = True) -> TuneCLI:
+def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> TuneCLI:
     """``python train.py fit -c configs/coherence_tuning.yaml``: coherence tuning (paper appendix), with
     LightningCLI's subcommands (``fit``)."""
     from cblight.tune.coherence_tuning import CoherenceTuning
     from cblight.tune.prompt_data import PromptDataModule
 
     check_flow_mappings(sys.argv[1:] if args is None else list(args))
+    _quiet_args_warning()
     return TuneCLI(
         CoherenceTuning,
         PromptDataModule,
@@ -377,12 +380,22 @@ def train_cli(args: Any = None, run: bool = True) -> TuneCLI:
         trainer_defaults=_defaults(),
         seed_everything_default=0,
         auto_configure_optimizers=False,
-        parser_kwargs={
-            "fit": {"usage": _tune_usage(), "description": TUNE_ABOUT, "formatter_class": _HelpFormatter}
-        },
+        parser_kwargs={"fit": {"usage": _tune_usage(prog or _prog()), "description": TUNE_ABOUT}},
         args=args,
         run=run,
     )
+
+
+def _prog() -> str:
+    """The program name of a command run as a script (``evaluate.py``, ``train.py``)."""
+    return os.path.basename(sys.argv[0])
+
+
+def _quiet_args_warning() -> None:
+    """LightningCLI warns whenever it is given ``args`` while ``sys.argv`` holds arguments too, which is how
+    ``cblight <command>`` calls it (``sys.argv`` stays whole, so that Lightning's DDP launcher re-runs the
+    very command)."""
+    warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
 
 
 TUNE_ABOUT = (
@@ -392,110 +405,18 @@ TUNE_ABOUT = (
 )
 
 
-def _tune_usage() -> str:
-    command = f"{_prog()} fit" if _prog().endswith(".py") else _prog()
+def _tune_usage(prog: str) -> str:
+    command = f"{prog} fit" if prog.endswith(".py") else prog
     return RUN_USAGE.replace("%(prog)s", command) + " [--ckpt_path CKPT]"
 
 
-def tune_cli(args: Sequence[str] | None = None) -> TuneCLI:
+def tune_cli(args: Sequence[str] | None = None, prog: str | None = None) -> TuneCLI:
     """``cblight tune -c configs/coherence_tuning.yaml``: ``train.py fit`` (the ``fit`` may be left out)."""
-    from_argv = args is None
-    argv = list(sys.argv[1:] if from_argv else args)
+    prog = prog or _prog()
+    argv = list(sys.argv[1:] if args is None else args)
     if argv and argv[0] in ("validate", "test", "predict"):
-        print(f"error: {_prog()} runs fit only, not {argv[0]!r}", file=sys.stderr)
+        print(f"error: {prog} runs fit only, not {argv[0]!r}", file=sys.stderr)
         raise SystemExit(2)
     if not argv or argv[0] != "fit":
         argv = ["fit", *argv]
-    if from_argv:  # LightningCLI reads sys.argv itself (and warns when given both)
-        sys.argv[1:] = argv
-        return exit_on_bad_input(lambda: train_cli())
-    return exit_on_bad_input(lambda: train_cli(argv))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The command
-
-
-@dataclass(frozen=True)
-class Command:
-    """One subcommand: where its entry point is (``module:function``, called with the remaining arguments)
-    and the line ``cblight --help`` shows."""
-
-    target: str
-    about: str
-
-    def run(self) -> Any:
-        """Call the entry point, which reads its arguments from ``sys.argv`` as a script would."""
-        module, _, function = self.target.partition(":")
-        return getattr(importlib.import_module(module), function)()
-
-
-COMMANDS: dict[str, Command] = {
-    "evaluate": Command(
-        "cblight.cli:evaluate_cli",
-        "boosted evaluation: alpha* (k*) chosen, then reported (Tables 1, 4, 5, 11, 12)",
-    ),
-    "generate": Command(
-        "cblight.cli:generate_cli", "generation with and without boosting, the paper's metrics (Tables 2, 3)"
-    ),
-    "tune": Command("cblight.cli:tune_cli", "coherence tuning toward the boosted model (appendix)"),
-    "contrast": Command(
-        "cblight.contrast:main", "Figure 1: next-token tops under the full, short and boosted model"
-    ),
-    "data": Command("cblight.data.__main__:main", "the benchmarks: list them, peek at a rendered example"),
-    "zoo": Command("cblight.zoo:main", "the offline pretrained models: list, convert, path"),
-    "demo": Command("cblight.demo:main", "the paper's whole loop on a real pretrained model, offline"),
-    "lmeval": Command(
-        "cblight.lmeval.__main__:main", "lm-evaluation-harness with the cblight model registered"
-    ),
-}
-
-
-def _prog() -> str:
-    """How the running command was invoked (``cblight evaluate``, ``evaluate.py``): ``main`` puts the
-    command's name in ``sys.argv[0]``, where every parser reads its program name, as for a script."""
-    return os.path.basename(sys.argv[0])
-
-
-def command_help() -> str:
-    from cblight import __version__
-
-    width = max(map(len, COMMANDS))
-    rows = [f"  {name:<{width}}  {cmd.about}" for name, cmd in COMMANDS.items()]
-    return "\n".join(
-        [
-            "usage: cblight COMMAND [OPTIONS]   (cblight COMMAND --help: its options)",
-            "",
-            f"cblight {__version__}: coherence boosting and coherence tuning of causal language models "
-            "(Malkin, Wang & Jojic, ACL 2022).",
-            "",
-            "commands:",
-            *rows,
-            "",
-            "  cblight evaluate -c configs/multiple_choice.yaml --model.model gpt2 --data.tasks '[copa]'",
-            "  cblight demo --quick",
-        ]
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``cblight COMMAND ...``: run one subcommand of ``COMMANDS`` with the rest of the arguments."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(command_help())
-        return 0
-    if args[0] in ("-V", "--version"):
-        from cblight import __version__
-
-        print(f"cblight {__version__}")
-        return 0
-    name, rest = args[0], args[1:]
-    command = COMMANDS.get(name)
-    if command is None:
-        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        print(f"error: unknown command {name!r}{hint} (cblight --help lists them)", file=sys.stderr)
-        return 2
-    sys.argv = [f"cblight {name}", *rest]
-    result = command.run()
-    return result if isinstance(result, int) else 0
+    return exit_on_bad_input(lambda: train_cli(argv, prog=prog))

@@ -13,7 +13,6 @@ log-probabilities printed here are normalised.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,14 +156,14 @@ def contrast_command(
     print(format_contrast(result, k, alpha))
 
 
-def main(args: list[str] | None = None) -> None:
+def main(args: list[str] | None = None, prog: str | None = None) -> None:
+    """``cblight contrast --context TEXT ...`` (``args`` default to ``sys.argv[1:]``)."""
     from jsonargparse import auto_cli
 
     from cblight.errors import exit_on_bad_input
 
-    exit_on_bad_input(lambda: auto_cli(contrast_command, args=args, as_positional=False))
+    exit_on_bad_input(lambda: auto_cli(contrast_command, args=args, as_positional=False, prog=prog))
 
 
 if __name__ == "__main__":
-    sys.argv[0] = "python -m cblight.contrast"
-    main()
+    main(prog="python -m cblight.contrast")

@@ -311,13 +311,13 @@ def demo(
         run(model, quick, output_dir, devices)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     """``cblight demo [--model M] [--quick] ...`` (the arguments come from ``sys.argv`` unless given)."""
     from jsonargparse import ActionYesNo, ArgumentParser
 
     from cblight.errors import exit_on_bad_input
 
-    parser = ArgumentParser(description=demo.__doc__.split("\n")[0])
+    parser = ArgumentParser(prog=prog, description=demo.__doc__.split("\n")[0])
     parser.add_function_arguments(demo, as_group=False, skip={"quick"})
     parser.add_argument("--quick", action=ActionYesNo, default=False, help="fewer examples and steps (2 min)")
     args = parser.parse_args(argv)
@@ -355,7 +355,4 @@ def run(choice: str, quick: bool, output_dir: str | None, devices: int) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
-    sys.argv[0] = "python -m cblight.demo"
-    main()
+    main(prog="python -m cblight.demo")

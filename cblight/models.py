@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 
 from cblight.errors import CblightError
+from cblight.zoo import PREFIX as OFFLINE  # ``offline:<name>``: the zoo is consulted for those names only
 
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 
@@ -42,10 +43,10 @@ def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
 
 def resolve_model_path(name: str, revision: str | None = None) -> str:
     """``name`` as ``from_pretrained`` takes it: an ``offline:<name>`` becomes its converted directory."""
+    if not name.startswith(OFFLINE):
+        return name
     from cblight import zoo
 
-    if not zoo.is_offline_name(name):
-        return name
     if revision is not None:
         raise ModelLoadError(
             f"{name} is an offline model (a fixed converted file): it has no revision {revision!r}"
@@ -55,10 +56,8 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
 
 def model_label(name: str) -> str:
     """A short name for output paths: ``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m`` for ``offline:smollm2-135m``."""
-    from cblight import zoo
-
-    if zoo.is_offline_name(name):
-        return name[len(zoo.PREFIX) :]
+    if name.startswith(OFFLINE):
+        return name[len(OFFLINE) :]
     return Path(name.rstrip("/")).name or "model"
 
 
@@ -107,10 +106,11 @@ def load_causal_lm(
     """
     from transformers import AutoModelForCausalLM
 
-    from cblight import zoo
+    if name.startswith(OFFLINE):
+        from cblight import zoo
 
-    if zoo.is_offline_name(name) and dtype in zoo.lookup(name).unsupported_dtypes:
-        raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
+        if dtype in zoo.lookup(name).unsupported_dtypes:
+            raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
     name = resolve_model_path(name, revision)
     kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
     kwargs["dtype"] = resolve_dtype(dtype)

@@ -119,10 +119,6 @@ def cache_root() -> Path:
     return Path(base).expanduser() / "cblight"
 
 
-def is_offline_name(name: object) -> bool:
-    return isinstance(name, str) and name.startswith(PREFIX)
-
-
 def lookup(name: str) -> OfflineModel:
     """The registry entry of ``offline:<name>`` (or the bare ``<name>``); unknown names list the known."""
     key = name[len(PREFIX) :] if name.startswith(PREFIX) else name
@@ -377,7 +373,7 @@ def path_command(name: str) -> str:
     return str(resolve(name))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight zoo list|convert|path`` (the arguments come from ``sys.argv`` unless given)."""
     from jsonargparse import auto_cli
 
@@ -385,12 +381,15 @@ def main(argv: list[str] | None = None) -> int:
 
     commands = {"list": list_models, "convert": convert_command, "path": path_command}
     try:
-        print(exit_on_bad_input(lambda: auto_cli(commands, args=argv, description=__doc__.split("\n\n")[0])))
+        print(
+            exit_on_bad_input(
+                lambda: auto_cli(commands, args=argv, prog=prog, description=__doc__.split("\n\n")[0])
+            )
+        )
     except SystemExit as stop:  # --help (0), a parse error or bad input (2): the status, as a script's
         return stop.code if isinstance(stop.code, int) else 0
     return 0
 
 
 if __name__ == "__main__":
-    sys.argv[0] = "python -m cblight.zoo"
-    sys.exit(main())
+    sys.exit(main(prog="python -m cblight.zoo"))

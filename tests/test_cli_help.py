@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cblight.cli import COMMANDS, main
+from cblight.__main__ import COMMANDS, main
 from cblight.evaluate.boosted_evaluator import BoostedEvaluator
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator
 from cblight.tune.coherence_tuning import CoherenceTuning
@@ -86,8 +86,8 @@ def test_other_subcommands_name_themselves_in_their_usage(command, capsys):
 
 
 def test_console_script_and_python_m_cblight_are_the_same_command():
-    """``python -m cblight`` runs ``cblight.cli.main``, the ``cblight`` console script of pyproject.toml."""
-    assert 'cblight = "cblight.cli:main"' in (ROOT / "pyproject.toml").read_text()
+    """``python -m cblight`` runs ``cblight.__main__.main``, the ``cblight`` console script of pyproject.toml."""
+    assert 'cblight = "cblight.__main__:main"' in (ROOT / "pyproject.toml").read_text()
     done = subprocess.run(
         [sys.executable, "-m", "cblight", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )

@@ -13,7 +13,8 @@ CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
 def entry_point(path: Path) -> str | None:
-    match = re.search(r"python (\w+\.py)(?: fit)? -c configs/", path.read_text())
+    """The ``cblight`` subcommand the config's opening comment runs it with."""
+    match = re.search(r"cblight (evaluate|generate|tune) -c configs/", path.read_text())
     return match.group(1) if match else None
 
 
@@ -32,7 +33,7 @@ def test_config_opens_with_its_table_and_command(path):
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in CONFIGS if entry_point(p) == "evaluate.py"], ids=lambda p: p.name
+    "path", [p for p in CONFIGS if entry_point(p) in ("evaluate", "generate")], ids=lambda p: p.name
 )
 def test_evaluation_config_builds(path, tmp_path):
     from cblight.cli import build_evaluate_cli

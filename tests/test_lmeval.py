@@ -5,7 +5,7 @@
 * boosted: ``HFLM`` scores of the full and the short request combined by hand, greedy flags from a naive
   per-position loop, and ``evaluate.py`` on the same COPA examples;
 * the short-context rules against cblight's own premise-free contexts, and lm-eval's task names;
-* ``python -m cblight.lmeval`` (the README command): output files, ``--use_cache``, one-line errors.
+* ``cblight lmeval`` (the README command): output files, ``--use_cache``, one-line errors.
 """
 
 from __future__ import annotations
@@ -303,15 +303,13 @@ def test_simple_evaluate_boosted_equals_evaluate_py(copa_runs, tiny_gpt2_dir, tm
 
 
 # ---------------------------------------------------------------------------------------------------------
-# python -m cblight.lmeval: the README command
+# cblight lmeval: the README command
 
 
 def readme_command() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    line = next(
-        x for x in text.splitlines() if x.startswith("python -m cblight.lmeval ") and "cblight_copa" in x
-    )
-    return line.split()[3:]
+    line = next(x for x in text.splitlines() if x.startswith("cblight lmeval ") and "cblight_copa" in x)
+    return line.split()[2:]
 
 
 @pytest.fixture

@@ -219,14 +219,12 @@ def test_comparison_table_layout(evaluated):
 
 
 def readme_command(*needles: str) -> list[str]:
-    """The arguments of the README line ``python evaluate.py ...`` that holds every one of ``needles``."""
+    """The arguments of the README line ``cblight evaluate ...`` that holds every one of ``needles``."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Comparison methods and served models") :]
     section = section[: section.index("\n## ", 1)]
     lines = [
-        x
-        for x in section.splitlines()
-        if x.startswith("python evaluate.py ") and all(n in x for n in needles)
+        x for x in section.splitlines() if x.startswith("cblight evaluate ") and all(n in x for n in needles)
     ]
     assert len(lines) == 1, needles
     return shlex.split(lines[0].split("#")[0])[2:]

@@ -338,8 +338,8 @@ LIGHTNING_COMMANDS = ("evaluate", "generate", "tune", "evaluate.py", "train.py")
 
 
 def _run_command(kind: str, args: list[str]) -> Any:
-    """``cblight <kind> <args>`` in this process, as the console script runs it (``cblight.cli.main``)."""
-    from cblight.cli import main
+    """``cblight <kind> <args>`` in this process, as the console script runs it (``cblight.__main__.main``)."""
+    from cblight.__main__ import main
 
     saved = list(sys.argv)
     try:

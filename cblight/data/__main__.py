@@ -150,18 +150,21 @@ def peek(
     return describe(spec.name, split, index, examples[index])
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight data list|peek ...`` (the arguments come from ``sys.argv`` unless given)."""
     from jsonargparse import auto_cli
 
     commands = {"list": list_tasks, "peek": peek}
     try:
-        print(exit_on_bad_input(lambda: auto_cli(commands, args=argv, description=__doc__.split("\n\n")[0])))
+        print(
+            exit_on_bad_input(
+                lambda: auto_cli(commands, args=argv, prog=prog, description=__doc__.split("\n\n")[0])
+            )
+        )
     except SystemExit as stop:  # --help (0), a parse error or bad input (2): the status, as a script's
         return stop.code if isinstance(stop.code, int) else 0
     return 0
 
 
 if __name__ == "__main__":
-    sys.argv[0] = "python -m cblight.data"
-    sys.exit(main())
+    sys.exit(main(prog="python -m cblight.data"))

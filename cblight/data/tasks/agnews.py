@@ -23,7 +23,6 @@ from pathlib import Path
 from cblight.data.examples import ChoiceExample
 from cblight.data.sources import DataSource, LocalFiles, SourceRecord, read_csv
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import int_field
 
 NAME = "agnews"
 COLUMNS = ("Class Index", "Title", "Description")
@@ -44,7 +43,7 @@ def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
         context=f"Title: {title}\nSummary: {description}\nTopic:",
         premise_free=" Topic:",
         answers=TOPICS,
-        label=int_field(record, "Class Index", NAME) - 1,
+        label=record.integer("Class Index", NAME) - 1,
     )
 
 

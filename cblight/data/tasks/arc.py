@@ -14,7 +14,6 @@ from __future__ import annotations
 from cblight.data.examples import ChoiceExample
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import key_index, qa_fields
 
 NUMBER_TO_LETTER = {"1": "A", "2": "B", "3": "C", "4": "D", "5": "E"}
 
@@ -25,7 +24,7 @@ def _letter(key: str) -> str:
 
 def _render(task: str):
     def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
-        question, texts, labels = qa_fields(record, task, "question")
+        question, texts, labels = record.qa_fields(task, "question")
         return ChoiceExample.build(
             task,
             idx,
@@ -33,7 +32,7 @@ def _render(task: str):
             context=f"Question: {question}\nAnswer:",
             premise_free=" Answer:",
             answers=texts,
-            label=key_index(record, "answerKey", task, [_letter(lab) for lab in labels], _letter),
+            label=record.key_index("answerKey", task, [_letter(lab) for lab in labels], _letter),
         )
 
     return render

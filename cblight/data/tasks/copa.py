@@ -13,7 +13,6 @@ from __future__ import annotations
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import int_field
 
 NAME = "copa"
 CONNECTORS = {"cause": "because", "effect": "so"}
@@ -38,7 +37,7 @@ def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
         context=premise.strip()[:-1] + " " + connector,
         premise_free=" " + connector,
         answers=[_lower_first(record.get("choice1", NAME)), _lower_first(record.get("choice2", NAME))],
-        label=int_field(record, "label", NAME),
+        label=record.integer("label", NAME),
     )
 
 

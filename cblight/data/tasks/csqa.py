@@ -13,13 +13,12 @@ from __future__ import annotations
 from cblight.data.examples import ChoiceExample
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import key_index, qa_fields
 
 NAME = "csqa"
 
 
 def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
-    question, texts, labels = qa_fields(record, NAME, "question")
+    question, texts, labels = record.qa_fields(NAME, "question")
     if question[-1:] in ("?", ".", "!"):
         question = question[:-1]
     return ChoiceExample.build(
@@ -29,7 +28,7 @@ def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
         context=f"{question}? the answer is:",
         premise_free=" the answer is:",
         answers=texts,
-        label=key_index(record, "answerKey", NAME, labels),
+        label=record.key_index("answerKey", NAME, labels),
     )
 
 

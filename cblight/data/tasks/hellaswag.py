@@ -20,7 +20,6 @@ import re
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import int_field
 
 NAME = "hellaswag"
 _TAG = re.compile(r"\[.*?\]")
@@ -52,7 +51,7 @@ def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
         context=context,
         premise_free=premise_free(context),
         answers=[preprocess(e) for e in endings],
-        label=int_field(record, "label", NAME),
+        label=record.integer("label", NAME),
     )
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 from cblight.data.examples import ChoiceExample
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import key_index, qa_fields
 
 NAME = "openbookqa"
 KEYS = ("A", "B", "C", "D")
 
 
 def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
-    stem, texts, _ = qa_fields(record, NAME, "question_stem")
+    stem, texts, _ = record.qa_fields(NAME, "question_stem")
     return ChoiceExample.build(
         NAME,
         idx,
@@ -27,7 +26,7 @@ def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
         context=f"{stem} the answer is:",
         premise_free=" the answer is:",
         answers=texts,
-        label=key_index(record, "answerKey", NAME, KEYS),
+        label=record.key_index("answerKey", NAME, KEYS),
     )
 
 

@@ -26,7 +26,6 @@ from cblight.data.sources import (
     read_text_lines,
 )
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import int_field
 
 NAME = "piqa"
 
@@ -66,7 +65,7 @@ def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
         context=f"Question: {record.get('goal', NAME)}\nAnswer:",
         premise_free=" Answer:",
         answers=[record.get("sol1", NAME), record.get("sol2", NAME)],
-        label=int_field(record, "label", NAME),
+        label=record.integer("label", NAME),
     )
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from cblight.data.examples import ChoiceExample
 from cblight.data.sources import DataSource, LocalFiles, SourceRecord, hub_layout, read_csv, read_records
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import int_field
 
 NAME = "storycloze"
 ORIGINAL = ("InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4")
@@ -48,7 +47,7 @@ def render(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceExample:
         context=" ".join(record.get(name, NAME) for name in sentences),
         premise_free="",
         answers=[record.get(name, NAME) for name in endings],
-        label=int_field(record, answer, NAME) - 1,
+        label=record.integer(answer, NAME) - 1,
     )
 
 

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from cblight.data.examples import ChoiceExample
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
 from cblight.data.spec import RenderContext, TaskSpec, register
-from cblight.data.tasks._fields import mapped_label
 
 # (spelling, answer index): hub integers first, then the SuperGLUE jsonl spellings
 BOOLQ_LABELS = ((0, 0), (1, 1), (False, 0), (True, 1))
@@ -51,7 +50,7 @@ def render_boolq(record: SourceRecord, idx: int, ctx: RenderContext) -> ChoiceEx
         context=f"Title: {record.get('passage', 'boolq')}\n" + tail,
         premise_free=tail,
         answers=["no", "yes"],
-        label=mapped_label(record, "label", "boolq", BOOLQ_LABELS),
+        label=record.label("label", "boolq", BOOLQ_LABELS),
     )
 
 
@@ -68,7 +67,7 @@ def _entailment(task: str, head: str, tail: str, answers: list[str], spellings: 
             context=head.format(premise=record.get("premise", task)) + premise_free,
             premise_free=premise_free,
             answers=answers,
-            label=mapped_label(record, "label", task, spellings),
+            label=record.label("label", task, spellings),
         )
 
     return render
