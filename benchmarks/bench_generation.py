@@ -1,4 +1,4 @@
-"""Speed of boosted decoding against its floor and its peers, measured in one run (DESIGN.md §5).
+"""Speed of boosted decoding against its floor and its peers, measured in one run (docs/design.md, "Speed floors").
 
 ``--model`` (default: a randomly initialised GPT-2-small-shaped model built here; ``smollm2`` / ``gemma``:
 the offline zoo's real models), a batch of ``--prompt-len``-token prompts (word text through the model's
@@ -6,7 +6,7 @@ tokenizer), greedy decoding of exactly ``N`` new tokens (EOS disabled), for each
 
 * **last-k** (``mode="last_k"``, k = 32) against
   - its *floor*: plain cached ``generate`` for ``N`` tokens plus one ``k``-token window forward with
-    last-position logits for every step that needs a window (the cost model of DESIGN.md §5);
+    last-position logits for every step that needs a window (the cost model of docs/design.md, "Speed floors");
   - the authors' ``BoostedModel`` wrapper (generation/generation.py of zhenwang9102/coherence-boosting),
     re-implemented faithfully: every step re-runs the model on the whole sequence and on its last ``k``
     tokens without a cache, computes logits at every position, and mixes raw logits.
@@ -18,7 +18,7 @@ The machine may be shared: each repeat times every method back to back (interlea
 over repeats are reported. Peak memory of every method (``--memory-tokens`` new tokens, default the first
 ``N``) follows. Run::
 
-    python benchmarks/bench_generation.py                       # the DESIGN.md sizes
+    python benchmarks/bench_generation.py                       # the sizes of docs/design.md, "Speed floors"
     python benchmarks/bench_generation.py --new-tokens 16 --layers 2 --repeats 1   # a quick smoke run
     python benchmarks/bench_generation.py --model smollm2 --repeats 3 --authors-repeats 1
 """

@@ -1,4 +1,4 @@
-"""LTF/delta speed (DESIGN.md §5): ours vs the authors' ``generation/metrics/likelihoods.py`` loop.
+"""LTF/delta speed (docs/design.md, "Speed floors"): ours vs the authors' ``generation/metrics/likelihoods.py`` loop.
 
 Random prompts and generations (token ids) scored by ``--model`` (default: a randomly initialised
 GPT-2-small-shaped model; ``smollm2`` / ``gemma`` for the offline zoo's real models). Both sides run the same

@@ -1,4 +1,4 @@
-"""The whole alpha sweep costs (almost) nothing beyond one alpha (DESIGN.md §5).
+"""The whole alpha sweep costs (almost) nothing beyond one alpha (docs/design.md, "Speed floors").
 
 Multiple choice: scoring every choice after the full and the premise-free context (one pass each), then
 accuracy at ONE alpha vs the whole 701-value grid (2 down to -5 by 0.01) from the same cached numbers.

@@ -1,5 +1,5 @@
 """Padding, position ids and forward passes over batches of token ids: the tensor plumbing shared by
-scoring, generation, the coherence metrics and tuning (DESIGN.md §1, §5).
+scoring, generation, the coherence metrics and tuning (docs/design.md, "Mathematics" and "Speed floors").
 
 * ``left_pad`` / ``right_pad`` / ``positions_from_mask``: batches whose padded rows start at position 0,
   so a short context sits where it would as the whole input (explicit ``position_ids``);

@@ -1,4 +1,4 @@
-"""Coherence boosting as pure tensor maths (paper §2, eq. 1 and eq. 2; DESIGN.md §1).
+"""Coherence boosting as pure tensor maths (paper §2, eq. 1 and eq. 2; docs/design.md, "Mathematics").
 
 Nothing here imports Lightning or the Hub: every function takes log-probabilities (or log-likelihood sums)
 already computed by a model and returns tensors, so the whole module is unit-tested against hand-computed
@@ -50,12 +50,12 @@ __all__ = [
 
 
 def log_softmax32(logits: torch.Tensor) -> torch.Tensor:
-    """Log-softmax over the last axis in float32, whatever dtype the model ran in (DESIGN.md §1)."""
+    """Log-softmax over the last axis in float32, whatever dtype the model ran in (docs/design.md, "Mathematics")."""
     return torch.log_softmax(logits.float(), dim=-1)
 
 
 def two_expert_weights(alpha: float, form: BoostForm) -> tuple[float, float]:
-    """Weights ``(w_full, w_short)`` of the paper's two-expert forms (DESIGN.md §1 table)."""
+    """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md, "Mathematics")."""
     if form == "next_token":
         return 1.0, float(alpha)
     if form == "generation":
@@ -125,7 +125,7 @@ def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[floa
 def boosted_log_probs(
     full: torch.Tensor, short: torch.Tensor, alpha: float, form: BoostForm = "next_token"
 ) -> torch.Tensor:
-    """Normalised two-expert boosted log-probabilities (DESIGN.md §1 table)."""
+    """Normalised two-expert boosted log-probabilities (the table of docs/design.md, "Mathematics")."""
     return product_of_experts([full, short], two_expert_weights(alpha, form))
 
 
@@ -133,7 +133,7 @@ def short_context_ids(ids: Sequence[int], k: int, special_prefix: Sequence[int] 
     """The context of ``f_k``: the last ``k`` tokens of ``ids``, after the tokenizer's special prefix.
 
     ``ids`` starts with ``special_prefix`` (e.g. Llama's BOS) when the tokenizer adds one; the short context
-    keeps that prefix so a model trained always to see BOS sees it here too (DESIGN.md §1). When the
+    keeps that prefix so a model trained always to see BOS sees it here too (docs/design.md, "Mathematics"). When the
     content is no longer than ``k`` the result is ``ids`` itself, i.e. ``f_k == f_max``.
     """
     if k < 1:
@@ -148,7 +148,7 @@ def short_context_ids(ids: Sequence[int], k: int, special_prefix: Sequence[int] 
 
 def first_argmax(values: torch.Tensor) -> int:
     """Flat index of the first maximum in row-major order: ties go to the first grid value, as the
-    reference's ``np.argmax`` does (DESIGN.md §1)."""
+    reference's ``np.argmax`` does (docs/design.md, "Mathematics")."""
     flat = values.reshape(-1)
     if flat.numel() == 0:
         raise ValueError("cannot choose from an empty grid")
@@ -279,7 +279,7 @@ def binomial_stderr(accuracy: float, n: int) -> float:
 class AlphaGrid:
     """An inclusive grid ``start, start ± step, …, stop`` of boosting coefficients.
 
-    The default is the multiple-choice grid of DESIGN.md §1 (2 down to -5 by 0.01, since Table 4 has
+    The default is the multiple-choice grid of docs/design.md, "Mathematics" (2 down to -5 by 0.01, since Table 4 has
     alpha* down to -4.19). Grid order matters: ties for alpha* go to the first value.
     """
 

@@ -4,7 +4,7 @@
         --context ' Ballad metre is "less regular and more conversational" than common metre'
 
 Without ``--target`` the context's last token is the target and the prediction is made from the tokens
-before it (as the authors' ``cb_demo.py``). The boosted model is the generation form of DESIGN.md §1,
+before it (as the authors' ``cb_demo.py``). The boosted model is the generation form of docs/design.md, "Mathematics",
 ``softmax((1 - alpha) log f_max + alpha log f_k)`` with ``alpha = -0.5`` and ``k = 8`` by default (the paper's
 ``p_full^1.5 p_short^-0.5``). Unlike ``cb_demo.py``, which prints the unnormalised mix, the boosted
 log-probabilities printed here are normalised.

@@ -1,4 +1,4 @@
-"""Batched log-likelihoods from any Hugging Face causal LM (DESIGN.md §1, §5).
+"""Batched log-likelihoods from any Hugging Face causal LM (docs/design.md, "Mathematics" and "Speed floors").
 
 * ``Scorer.score_choices``: log f(continuation | context) for groups of continuations sharing one context
   (the choices of a question), token by token with greedy flags. The context of a group is encoded once
@@ -53,7 +53,7 @@ def special_prefix(tokenizer: Any) -> list[int]:
 
 
 def empty_context_ids(tokenizer: Any, prefix: Sequence[int]) -> list[int]:
-    """The token(s) standing for an empty context: the special prefix, else BOS, else EOS (DESIGN.md §1)."""
+    """The token(s) standing for an empty context: the special prefix, else BOS, else EOS (docs/design.md, "Mathematics")."""
     if prefix:
         return list(prefix)
     tok = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id

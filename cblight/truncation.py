@@ -1,4 +1,4 @@
-"""Fitting token rows and prompts into the model window (DESIGN.md §1: contexts longer than the window are
+"""Fitting token rows and prompts into the model window (docs/design.md, "Mathematics": contexts longer than the window are
 cut from the left, the special prefix kept; for summarisation the article's *tail* is cut and `` TL;DR:``
 kept, appendix "GPT-2 summarization experiments").
 
@@ -26,7 +26,7 @@ def has_prefix(row: Sequence[int], prefix: Sequence[int]) -> bool:
 def fit_row(
     row: Sequence[int], room: int, prefix: Sequence[int] = (), keep_from: int | None = None, index: int = 0
 ) -> list[int]:
-    """Cut a token row to at most ``room`` tokens (DESIGN.md §1).
+    """Cut a token row to at most ``room`` tokens (docs/design.md, "Mathematics").
 
     Without ``keep_from`` the row is cut from the left, keeping the special prefix. With ``keep_from`` (a
     marker's position) everything from it on is kept and the tokens just before it are dropped, so the

@@ -1,4 +1,4 @@
-"""Boosting maths against hand-computed numbers (paper eq. 1, eq. 2; DESIGN.md §1).
+"""Boosting maths against hand-computed numbers (paper eq. 1, eq. 2; docs/design.md, "Mathematics").
 
 Tolerances: the mixing runs in float32 on hand-computed float64 references of magnitude ~1: float32
 rounding gives ~1e-7, so 1e-6; sweeps over a model's log-probs (magnitude ~10) get 1e-5.

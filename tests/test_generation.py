@@ -1,4 +1,4 @@
-"""Boosted decoding against independent references (DESIGN.md §1, paper §4, summarisation appendix).
+"""Boosted decoding against independent references (docs/design.md, "Mathematics", paper §4, summarisation appendix).
 
 References: a naive loop that re-runs the model on the explicit full and short contexts at every step
 (one prompt at a time: no cache, no padding, no position-id bookkeeping), transformers' plain ``generate``
@@ -68,7 +68,7 @@ def prompts_for(tok, mode: str) -> list[str] | list[list[int]]:
 
 
 def naive_short(tok, rule, prompt: list[int], generated: list[int]) -> list[int]:
-    """The short context written out by hand from DESIGN.md §1."""
+    """The short context written out by hand from docs/design.md, "Mathematics"."""
     prefix = Encoder(tok).prefix
     has_prefix = bool(prefix) and prompt[: len(prefix)] == prefix
     pre = prefix if has_prefix else []

@@ -1,4 +1,4 @@
-"""Boosted decoding: option checks, prompt encoding and fitting to the model window (DESIGN.md §1)."""
+"""Boosted decoding: option checks, prompt encoding and fitting to the model window (docs/design.md, "Mathematics")."""
 
 from __future__ import annotations
 

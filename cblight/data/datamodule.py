@@ -1,7 +1,7 @@
 """The evaluation data module: every requested task's report split and alpha-selection split.
 
 Lightning's validation loop runs the *selection* splits (alpha* and k* are chosen there) and its test loop
-the *report* splits (DESIGN.md §2); one dataloader per task, in the order of ``tasks``. Batches are lists of
+the *report* splits (docs/design.md, "Selection protocol"); one dataloader per task, in the order of ``tasks``. Batches are lists of
 rendered examples, longest first so that padding stays small.
 """
 

@@ -2,7 +2,7 @@
 ``cblight.data.tasks`` (each registers its spec on import) and look a task up by name or alias.
 
 A spec (``cblight.data.spec``, re-exported here) says where the data lives (``DataSource``), which split is
-reported and which one alpha* (and k*) is chosen on (DESIGN.md §2), and how a raw record becomes an
+reported and which one alpha* (and k*) is chosen on (docs/design.md, "Selection protocol"), and how a raw record becomes an
 ``Example`` (``render``).
 """
 

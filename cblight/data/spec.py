@@ -33,7 +33,7 @@ class TaskSpec:
 
     ``report_split`` is the split whose accuracy is reported; ``selection_split`` the one alpha* is chosen
     on. With ``sample_selection`` the selection split is a fixed-seed sample of ``selection_split`` as large
-    as the report split (the paper's protocol where the reported split is validation, DESIGN.md §2).
+    as the report split (the paper's protocol where the reported split is validation, docs/design.md, "Selection protocol").
     ``render(record, idx, ctx)`` turns a raw record into an ``Example`` or raises ``DataError``.
 
     ``keep(example, tokenizer, max_k)``, where given, drops examples the paper leaves out (LAMA: objects

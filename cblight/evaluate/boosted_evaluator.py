@@ -1,7 +1,7 @@
 """Boosted evaluation as a LightningModule: next-token (LAMBADA, LAMA) and multiple choice (Table 4).
 
 Lightning's validation loop runs each task's *selection* split and chooses alpha* (and k*) there; its test
-loop runs the *report* split and applies them (DESIGN.md §2). One forward pass per context form feeds the
+loop runs the *report* split and applies them (docs/design.md, "Selection protocol"). One forward pass per context form feeds the
 whole grid: multiple choice scores every choice after the full and the premise-free context once (paper
 eq. 2), next-token prediction runs one full pass plus one k-token pass per k (paper §3), and the sweeps are
 computed from those cached numbers (``cblight.boosting``).

@@ -1,4 +1,4 @@
-"""The experts of a boosted decoder: their model calls and their mixture (paper eq. 1; DESIGN.md §1, §5).
+"""The experts of a boosted decoder: their model calls and their mixture (paper eq. 1; docs/design.md, "Mathematics" and "Speed floors").
 
 * ``window_log_probs``: ``f_k`` for the last-``k`` rule. A window starts at a new position every step, so no
   cache can be reused: one batched ``k``-token forward per step, logits only at its last position, the

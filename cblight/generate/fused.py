@@ -6,10 +6,10 @@ strings, temperature / top-k / top-p warpers, user logits processors) and replac
 
 * the full contexts and the growing short contexts (separator or marker plus the text so far) are rows
   of **one** batch with one KV cache, so a dialog or summary step is one forward of ``2N`` rows instead of
-  two forwards of ``N`` (transformers' CFG runs two; DESIGN.md §5);
+  two forwards of ``N`` (transformers' CFG runs two; docs/design.md, "Speed floors");
 * last-``k`` windows are one extra batched ``k``-token forward per step with logits only at the end;
 * boosting is applied **first**, then generate's processors and warpers (temperature, top-k, top-p act on
-  the boosted distribution, DESIGN.md §1); then greedy or multinomial choice as in ``_sample``.
+  the boosted distribution, docs/design.md, "Mathematics"); then greedy or multinomial choice as in ``_sample``.
 
 Beam search needs generate's own beam loop: ``boosted_generate`` uses ``BoostingLogitsProcessor`` for it.
 """

@@ -3,9 +3,9 @@
 Prompts become token rows with the tokenizer's conventions (``cblight.scoring.Encoder``: Llama's BOS in
 front, an empty prompt is BOS/EOS alone), are cut to leave room for the new tokens, and are left-padded.
 For every anchored expert (``AfterSeparator``, ``AfterMarker``) each row records the column where its short
-context starts; the short context is then ``prefix + row[anchor:] + generated`` (DESIGN.md §1).
+context starts; the short context is then ``prefix + row[anchor:] + generated`` (docs/design.md, "Mathematics").
 
-Cutting follows DESIGN.md §1: a prompt longer than ``window - max_new_tokens`` is cut from the left with
+Cutting follows docs/design.md, "Mathematics": a prompt longer than ``window - max_new_tokens`` is cut from the left with
 the special prefix kept; with a marker, the text just before the marker goes instead (for summarisation:
 the article's tail is cut, `` TL;DR:`` kept), since the lead of a news article is what a summary needs.
 """

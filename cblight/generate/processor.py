@@ -4,7 +4,7 @@
 returns the normalised boosted log-probabilities. Pass it in ``logits_processor=[...]``: generate runs it
 after its own constraint processors (``bad_words_ids``, ``min_new_tokens``, repetition penalties act on
 ``f_max``; their ``-inf`` vetoes survive mixing because ``f_max`` has a positive weight) and before every
-warper, so temperature, top-k and top-p apply to the boosted distribution (DESIGN.md §1).
+warper, so temperature, top-k and top-p apply to the boosted distribution (docs/design.md, "Mathematics").
 
 Beam search is supported: a processor never sees generate's beam reordering, so before feeding the new
 tokens the cached short contexts are matched to the rows they continue (row ``r`` now is a former row plus

@@ -1,4 +1,4 @@
-"""Dialog response metrics of the official DSTC7 evaluation (paper §4.2, Table 3; DESIGN.md §3).
+"""Dialog response metrics of the official DSTC7 evaluation (paper §4.2, Table 3; docs/design.md, "Metrics").
 
 Inputs: hypothesis strings and, per example, a non-empty list of reference strings, normalised as
 ``cblight.metrics.dialog_text`` says (``normalize="dstc"``: DialoGPT's ``clean_str``, as ``dstc.py
