@@ -66,7 +66,7 @@ LIMITS = {
     # as written (cblight lmeval picks --device cpu on a machine without a GPU)
     "lmeval": ["--limit", "4"],
     "demo": ["--model", "tiny", "--quick"],  # its default real model takes ~5 min: a separate tier
-    "train": [
+    "tune": [
         "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", "--trainer.enable_progress_bar", "false",
         "--data.batch_size", "2", "--data.val_size", "0",
         "--model.k", "4", "--model.max_new_tokens", "8", "--model.max_prompt_tokens", "24",
