@@ -14,6 +14,8 @@ import yaml
 from transformers import AutoModelForCausalLM
 
 from cblight.cli import CLIConfigError, train_cli
+from cblight.options import Boosting
+from cblight.tune.coherence_tuning import CoherenceTuning
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
@@ -149,7 +151,11 @@ def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypa
     assert {s["step"] for s in samples} == {0, 1} and all("sample" in s for s in samples)
     # the config's relative export.dir is under the root too
     assert AutoModelForCausalLM.from_pretrained(root / "outputs/tuning/gpt2-large/hf") is not None
-    assert glob.glob(f"{run_dir}/checkpoints/*.ckpt")
+    (last,) = glob.glob(f"{run_dir}/checkpoints/last.ckpt")
+    # a checkpoint of a CLI run reloads with its option objects
+    reloaded = CoherenceTuning.load_from_checkpoint(last)
+    assert reloaded.boosting == Boosting(k=3, alpha=-0.05)
+    assert reloaded.validator.options.log_samples_every_n_steps == 1
 
     (wandb_file,) = glob.glob(f"{root}/outputs/wandb/offline-run-*/run-*.wandb")
     records = _wandb_records(wandb_file)

@@ -14,10 +14,10 @@ from cblight.models import ModelLoadError, load_causal_lm
 from cblight.options import Boosting, Sampling
 from cblight.tune.coherence_tuning import CoherenceTuning
 from cblight.tune.export import ExportOptions
-from cblight.tune.loss import TuningConfigError, tuning_kl_terms
+from cblight.tune.loss import LossOptions, TuningConfigError, tuning_kl_terms
 from cblight.tune.prompt_data import PromptDataError, PromptDataModule, PromptStream, read_prompts
 from cblight.tune.rollouts import RNG_KEY
-from cblight.tune.teacher import TeacherOptions
+from cblight.tune.teacher import EMA_KEY, TeacherOptions
 from cblight.tune.validation import ValidationOptions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -137,6 +137,41 @@ def test_resume_from_mid_run_checkpoint_matches_uninterrupted_run(tiny_gpt2_dir,
     reseeded = _tuning(tiny_gpt2_dir)
     _trainer(4, tmp_path).fit(reseeded, data(), ckpt_path=str(tmp_path / "no_rng.ckpt"))
     assert any(not torch.equal(v, _weights(reseeded)[n]) for n, v in _weights(full).items())
+
+
+def test_checkpoint_reloads_with_its_option_objects(tiny_gpt2_dir, tmp_path):
+    """save_hyperparameters round-trips: the checkpoint holds the option groups as plain mappings (it loads
+    with weights_only=True) and load_from_checkpoint rebuilds the same objects, weights and EMA."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    options = dict(
+        teacher=TeacherOptions(kind="ema", ema_decay=0.5),
+        loss=LossOptions(divergence="jsd", beta=0.3, last_m=4),
+        sampling=Sampling(do_sample=True, top_k=50, seed=7),
+    )
+    module = _tuning(tiny_gpt2_dir, **options)
+    every = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
+    _trainer(1, tmp_path, [every]).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    ckpt = tmp_path / "ckpt" / "epoch=0-step=1.ckpt"
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["hyper_parameters"]["teacher"] == {"kind": "ema", "ema_decay": 0.5}
+    assert saved["hyper_parameters"]["boosting"]["k"] == 3 and EMA_KEY in saved
+
+    reloaded = CoherenceTuning.load_from_checkpoint(ckpt)
+    assert reloaded.boosting == Boosting(k=3, alpha=-0.5)
+    assert reloaded.loss_options == options["loss"] and reloaded.teacher.options == options["teacher"]
+    assert (reloaded.sampler.top_k, reloaded.sampler.seed, reloaded.sampler.max_new_tokens) == (50, 7, 6)
+    assert reloaded.validator.options == ValidationOptions(log_samples_every_n_steps=0)
+    assert reloaded.exporter.options == ExportOptions(enabled=False)
+    for name, value in _weights(module).items():
+        assert torch.equal(value, _weights(reloaded)[name]), name
+    for name, p in module.teacher.model.named_parameters():
+        assert torch.equal(p, reloaded.teacher.model.get_parameter(name)), name
+
+
+def test_k_must_fit_the_model_window(tiny_gpt2_dir):
+    with pytest.raises(TuningConfigError, match=r"boosting\.k = 300 must be smaller than the model window"):
+        _tuning(tiny_gpt2_dir, boosting=Boosting(k=300, alpha=-0.5))
 
 
 def test_hf_export_reloads_with_the_same_logits(tiny_model_dir, tmp_path):
