@@ -79,7 +79,8 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
     import torch
 
     from cblight.models import load_causal_lm
-    from cblight.tune.loss import disable_dropout, sample_sequences, tuning_kl_terms
+    from cblight.tune.loss import LossOptions, disable_dropout, tuning_kl_terms
+    from cblight.tune.rollouts import sample_sequences
 
     torch.set_num_threads(args.threads)
     model = load_causal_lm(model_dir).to(args.device)
@@ -115,7 +116,12 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
             model.zero_grad(set_to_none=True)
             sampled = sample()
             terms = tuning_kl_terms(
-                model, sampled, k=args.k, alpha=args.alpha, last_m=last_m, teacher_model=teacher
+                model,
+                sampled,
+                k=args.k,
+                alpha=args.alpha,
+                options=LossOptions(last_m=last_m),
+                teacher_model=teacher,
             )
             (terms.loss_sum / max(terms.count, 1) + terms.anchor).backward()
 
@@ -147,8 +153,12 @@ def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
     import torch
     from lightning.pytorch.callbacks import Callback
 
+    from cblight.options import Boosting
     from cblight.tune.coherence_tuning import CoherenceTuning
+    from cblight.tune.export import ExportOptions
+    from cblight.tune.loss import LossOptions
     from cblight.tune.prompt_data import PromptDataModule
+    from cblight.tune.validation import ValidationOptions
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -170,12 +180,11 @@ def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
     timer = StepTimer()
     module = CoherenceTuning(
         model=model_dir,
-        k=args.k,
-        alpha=args.alpha,
-        last_m=args.last_m,
+        boosting=Boosting(k=args.k, alpha=args.alpha),
+        loss=LossOptions(last_m=args.last_m),
         max_new_tokens=args.new,
-        export=False,
-        log_samples_every_n_steps=0,
+        export=ExportOptions(enabled=False),
+        validation=ValidationOptions(log_samples_every_n_steps=0),
     )
     text = " ".join(["The quick brown fox jumps over the lazy dog near the quiet river bank."] * 3)
     prompts = [f"{i}: {text}" for i in range(64)]

@@ -59,21 +59,24 @@ def tune(name: str, teacher: str, prompts: list[str], args: argparse.Namespace) 
     import lightning as L
     import torch
 
+    from cblight.options import Boosting, Sampling
     from cblight.tune.coherence_tuning import CoherenceTuning
+    from cblight.tune.export import ExportOptions
+    from cblight.tune.loss import LossOptions
     from cblight.tune.prompt_data import PromptDataModule
+    from cblight.tune.teacher import TeacherOptions
+    from cblight.tune.validation import ValidationOptions
 
     module = CoherenceTuning(
         model=name,
-        k=args.k,
-        alpha=args.alpha,
-        teacher=teacher,
-        ema_decay=args.ema_decay,
-        last_m=args.last_m,
+        boosting=Boosting(k=args.k, alpha=args.alpha),
+        sampling=Sampling(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, seed=args.seed),
+        teacher=TeacherOptions(kind=teacher, ema_decay=args.ema_decay),
+        loss=LossOptions(last_m=args.last_m),
         max_new_tokens=args.new,
         optimizer=partial(torch.optim.AdamW, lr=args.lr, weight_decay=0.0),
-        export=False,
-        log_samples_every_n_steps=0,
-        seed=args.seed,
+        export=ExportOptions(enabled=False),
+        validation=ValidationOptions(log_samples_every_n_steps=0),
     )
     trainer = L.Trainer(
         max_steps=args.steps,
@@ -194,7 +197,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from cblight.batching import left_pad
     from cblight.models import load_causal_lm, load_tokenizer
     from cblight.scoring import Encoder
-    from cblight.tune.loss import sample_sequences
+    from cblight.tune.rollouts import sample_sequences
 
     train_prompts, _ = webtext("validation", None, args.webtext_dir)
     train_prompts = train_prompts[: args.train_prompts] if args.train_prompts else train_prompts

@@ -9,7 +9,6 @@ these messages is docs/errors.md.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -116,13 +115,32 @@ def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, ca
     assert "alpha must be a finite number" in line
 
 
-@pytest.mark.parametrize("field", ["alpha", "temperature", "top_p"])
-def test_nan_in_tuning_options_is_refused(field):
-    from cblight.tune.coherence_tuning import CoherenceTuning
-    from cblight.tune.loss import TuningConfigError
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--model.boosting.alpha", "alpha must be a finite number, got nan"),
+        ("--model.sampling.temperature", "temperature must be a finite number, got nan"),
+        ("--model.sampling.top_p", "top_p must be a finite number, got nan"),
+    ],
+)
+def test_nan_in_tuning_options_is_refused(option, message, capsys, no_loading, monkeypatch):
+    import cblight.tune.coherence_tuning as tuning
+    from cblight.cli import exit_on_bad_input, train_cli
 
-    with pytest.raises(TuningConfigError, match=field):
-        CoherenceTuning(model="/no/such/model", **{field: math.nan})
+    def model(*args, **kwargs):
+        raise Loaded("a model was loaded before the bad input was refused")
+
+    monkeypatch.setattr(tuning, "load_causal_lm", model)
+    monkeypatch.setattr(tuning, "load_tokenizer", model)
+    config = str(ROOT / "configs" / "coherence_tuning.yaml")
+    with pytest.raises(SystemExit) as exc:
+        exit_on_bad_input(
+            lambda: train_cli(["fit", "-c", config, "--model.model", "/no/such/model", option, ".nan"])
+        )
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert lines == [f"error: {message}"], err
 
 
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])

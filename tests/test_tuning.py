@@ -1,4 +1,4 @@
-"""Coherence tuning maths and teacher (cblight.tune.loss) against hand-computed values, torch's kl_div and a
+"""Coherence tuning maths and teacher (cblight.tune.loss, cblight.tune.rollouts) against hand-computed values, torch's kl_div and a
 brute-force reference that runs the model on every prefix and every short window separately."""
 
 import math
@@ -9,21 +9,24 @@ import torch.nn.functional as F
 
 from cblight.batching import left_pad
 from cblight.boosting import log_softmax32
+from cblight.errors import BoostingError
 from cblight.models import load_causal_lm, load_tokenizer
+from cblight.options import Boosting, Sampling
 from cblight.scoring import Encoder
 from cblight.tune.divergences import forward_kl
 from cblight.tune.loss import (
+    LossOptions,
     Sampled,
     TuningConfigError,
     boosted_teacher,
-    check_tuning_options,
+    check_boosting,
     disable_dropout,
     kl_scope,
     longest_useful_position,
-    sample_sequences,
     sampled_token_mask,
     tuning_kl_terms,
 )
+from cblight.tune.rollouts import check_sampling, sample_sequences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -89,19 +92,29 @@ def test_sampled_token_mask_stops_after_first_eos():
 
 
 def test_option_checks():
-    check_tuning_options(k=32, alpha=-0.05, last_m=8, max_new_tokens=32, window=1024)
-    for kwargs, word in [
-        ({"k": 0, "alpha": -0.1}, "k"),
-        ({"k": 2.5, "alpha": -0.1}, "k"),
-        ({"k": 4, "alpha": float("nan")}, "alpha"),
-        ({"k": 4, "alpha": float("-inf")}, "alpha"),
-        ({"k": 4, "alpha": 0.0}, "alpha = 0"),
-        ({"k": 4, "alpha": -0.1, "last_m": 0}, "last_m"),
-        ({"k": 4, "alpha": -0.1, "max_new_tokens": 0}, "max_new_tokens"),
-        ({"k": 64, "alpha": -0.1, "window": 64}, "window"),
+    check_boosting(Boosting(k=32, alpha=-0.05))
+    check_sampling(Sampling(do_sample=True, num_beams=1))
+    LossOptions(last_m=8)
+    for make, word in [  # the shared option objects check themselves
+        (lambda: Boosting(k=0, alpha=-0.1), "k"),
+        (lambda: Boosting(k=2.5, alpha=-0.1), "k"),
+        (lambda: Boosting(k=4, alpha=float("nan")), "alpha"),
+        (lambda: Boosting(k=4, alpha=float("-inf")), "alpha"),
+    ]:
+        with pytest.raises(BoostingError, match=word):
+            make()
+    for make, word in [  # and tuning checks what it asks of them, and its own options
+        (lambda: check_boosting(Boosting(k=4, alpha=0.0)), "boosting.alpha = 0"),
+        (lambda: check_boosting(Boosting(mode="response", alpha=-0.1)), "boosting.mode"),
+        (lambda: check_boosting(Boosting(k=4, alpha=-0.1, form="next_token")), "boosting.form"),
+        (lambda: check_sampling(Sampling(do_sample=False)), "sampling.do_sample"),
+        (lambda: check_sampling(Sampling(do_sample=True, num_beams=4)), "sampling.num_beams"),
+        (lambda: LossOptions(last_m=0), "loss.last_m"),
+        (lambda: LossOptions(chunk_size=0), "loss.chunk_size"),
+        (lambda: LossOptions(window_chunk_size=-1), "loss.window_chunk_size"),
     ]:
         with pytest.raises(TuningConfigError, match=word):
-            check_tuning_options(**kwargs)
+            make()
     assert longest_useful_position([5, 9], n_prefix=1, max_new_tokens=32) == 9 - 1 + 31
 
 
@@ -165,7 +178,9 @@ def test_kl_terms_match_brute_force(arch, tiny_gpt2_dir, tiny_llama_dir):
     model, tok = load_causal_lm(str(path)), load_tokenizer(str(path))
     sampled = _with_early_eos(_sample(model, tok, PROMPTS), tok.eos_token_id)
     k, alpha = 3, -0.7
-    terms = tuning_kl_terms(model, sampled, k=k, alpha=alpha, prefix=Encoder(tok).prefix, chunk_size=5)
+    terms = tuning_kl_terms(
+        model, sampled, k=k, alpha=alpha, options=LossOptions(window_chunk_size=5), prefix=Encoder(tok).prefix
+    )
     teacher, student, long = _reference_terms(model, tok, sampled, k, alpha)
     ref_kl = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
     assert terms.count == int(sampled.sampled.sum()) == len(ref_kl)
@@ -177,7 +192,9 @@ def test_kl_terms_match_brute_force(arch, tiny_gpt2_dir, tiny_llama_dir):
     assert torch.allclose(terms.gap, ref_gap, atol=1e-5)
 
     # last_m: the same values at the positions of the last m columns
-    last = tuning_kl_terms(model, sampled, k=k, alpha=alpha, last_m=4, prefix=Encoder(tok).prefix)
+    last = tuning_kl_terms(
+        model, sampled, k=k, alpha=alpha, options=LossOptions(last_m=4), prefix=Encoder(tok).prefix
+    )
     in_last = kl_scope(sampled.sampled, 4)[torch.nonzero(sampled.sampled, as_tuple=True)]
     assert torch.allclose(last.kl, ref_kl[in_last], atol=1e-5, rtol=1e-4)
 

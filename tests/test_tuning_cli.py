@@ -14,6 +14,8 @@ import yaml
 from transformers import AutoModelForCausalLM
 
 from cblight.cli import CLIConfigError, train_cli
+from cblight.options import Boosting
+from cblight.tune.coherence_tuning import CoherenceTuning
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
@@ -38,13 +40,21 @@ def test_configs_parse_with_the_paper_defaults():
     assert config["data"]["batch_size"] == 32
     assert (config["data"]["task"], config["data"]["split"]) == ("webtext", "train")  # first sentences
     model = config["model"]
-    assert (model["max_new_tokens"], model["k"], model["alpha"], model["teacher"]) == (
+    boosting = model["boosting"]
+    assert (model["max_new_tokens"], boosting["mode"], boosting["k"], boosting["alpha"]) == (
         32,
+        "last_k",
         32,
         -0.05,
-        "frozen",
     )
-    assert (model["divergence"], model["teacher_top_k"], model["lora_rank"]) == ("forward_kl", None, 0)
+    assert model["teacher"] == {"kind": "frozen", "ema_decay": 0.9}
+    assert (model["sampling"]["do_sample"], model["sampling"]["seed"]) == (True, 0)
+    assert (model["loss"]["divergence"], model["loss"]["teacher_top_k"], model["lora"]["rank"]) == (
+        "forward_kl",
+        None,
+        0,
+    )
+    assert model["export"] == {"enabled": True, "dir": "outputs/tuning/gpt2-large/hf"}
     assert model["optimizer"]["class_path"] == "torch.optim.AdamW"
     assert model["optimizer"]["init_args"]["lr"] == 1e-5
     assert config["trainer"]["logger"]["class_path"].endswith("CSVLogger")
@@ -111,8 +121,8 @@ def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypa
     root = tmp_path / "run"
     args = [
         "fit", "-c", CONFIG, "-c", WANDB,
-        "--model.model", str(tiny_gpt2_dir), "--model.k", "3", "--model.max_new_tokens", "5",
-        "--model.log_samples_every_n_steps", "1",
+        "--model.model", str(tiny_gpt2_dir), "--model.boosting.k", "3", "--model.max_new_tokens", "5",
+        "--model.validation.log_samples_every_n_steps", "1",
         "--data.task", "null", "--data.prompts_file", str(prompts), "--data.batch_size", "2",
         "--data.val_size", "1", "--data.val_texts_file", str(human),
         "--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--trainer.default_root_dir", str(root),
@@ -136,12 +146,16 @@ def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypa
         "val/tuning/ppl",
     ]:
         assert name in header, name
-    assert yaml.safe_load(Path(run_dir, "config.yaml").read_text())["model"]["k"] == 3
+    assert yaml.safe_load(Path(run_dir, "config.yaml").read_text())["model"]["boosting"]["k"] == 3
     samples = [json.loads(line) for line in Path(run_dir, "samples.jsonl").read_text().splitlines()]
     assert {s["step"] for s in samples} == {0, 1} and all("sample" in s for s in samples)
-    # the config's relative export_dir is under the root too
+    # the config's relative export.dir is under the root too
     assert AutoModelForCausalLM.from_pretrained(root / "outputs/tuning/gpt2-large/hf") is not None
-    assert glob.glob(f"{run_dir}/checkpoints/*.ckpt")
+    (last,) = glob.glob(f"{run_dir}/checkpoints/last.ckpt")
+    # a checkpoint of a CLI run reloads with its option objects
+    reloaded = CoherenceTuning.load_from_checkpoint(last)
+    assert reloaded.boosting == Boosting(k=3, alpha=-0.05)
+    assert reloaded.validator.options.log_samples_every_n_steps == 1
 
     (wandb_file,) = glob.glob(f"{root}/outputs/wandb/offline-run-*/run-*.wandb")
     records = _wandb_records(wandb_file)
@@ -164,7 +178,7 @@ def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypa
         assert name in history, name
     assert any(key.startswith("train/tuning/samples") for key in history)
     config_keys = {u.key for r in records if r.HasField("config") for u in r.config.update}
-    assert "config" in config_keys and "k" in config_keys
+    assert "config" in config_keys and "boosting" in config_keys
     (table,) = glob.glob(
         f"{root}/outputs/wandb/offline-run-*/files/media/table/train/tuning/samples_*.table.json"
     )[:1]
@@ -199,13 +213,17 @@ def test_bad_checkpoint_paths_fail_before_any_work(tiny_gpt2_dir, tmp_path):
 @pytest.mark.parametrize(
     ("option", "value", "named"),
     [
-        ("--model.divergence", "kl", "divergence"),
-        ("--model.teacher", "teacher_model", "teacher"),
-        ("--model.beta", "1.5", "beta"),
-        ("--model.teacher_top_k", "0", "teacher_top_k"),
-        ("--model.ema_decay", "1.0", "ema_decay"),
-        ("--model.ema_decay", "0", "ema_decay"),
-        ("--model.lora_rank", "8", "lora_rank"),
+        ("--model.loss.divergence", "kl", "loss.divergence"),
+        ("--model.teacher.kind", "teacher_model", "teacher.kind"),
+        ("--model.loss.beta", "1.5", "loss.beta"),
+        ("--model.loss.teacher_top_k", "0", "loss.teacher_top_k"),
+        ("--model.teacher.ema_decay", "1.0", "teacher.ema_decay"),
+        ("--model.teacher.ema_decay", "0", "teacher.ema_decay"),
+        ("--model.lora.rank", "8", "lora.rank"),
+        ("--model.boosting.alpha", "0", "boosting.alpha"),
+        ("--model.boosting.mode", "response", "boosting.mode"),
+        ("--model.sampling.do_sample", "false", "sampling.do_sample"),
+        ("--model.validation.text_tokens", "1", "validation.text_tokens"),
     ],
 )
 def test_bad_tuning_options_exit_2_with_one_line(option, value, named, capsys, monkeypatch):
@@ -215,7 +233,7 @@ def test_bad_tuning_options_exit_2_with_one_line(option, value, named, capsys, m
 
     from cblight.errors import exit_on_bad_input
 
-    if named == "lora_rank":  # LoRA asked for without peft installed
+    if named == "lora.rank":  # LoRA asked for without peft installed
         real = importlib.util.find_spec
         monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "peft" else real(n, *a))
     with pytest.raises(SystemExit) as exit_info:
@@ -233,11 +251,11 @@ def test_train_py_refuses_a_bad_option_in_one_line(tmp_path):
     import sys
 
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "fit", "-c", CONFIG, "--model.beta", "2"],
+        [sys.executable, str(ROOT / "train.py"), "fit", "-c", CONFIG, "--model.loss.beta", "2"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()  # Lightning's "Seed set to 0" may come first
-    assert lines[-1] == "error: beta (generalised JSD weight of the teacher) must be in [0, 1], got 2.0"
+    assert lines[-1] == "error: loss.beta (the JSD's weight of the teacher) must be in [0, 1], got 2.0"
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "outputs").exists()

@@ -20,8 +20,8 @@ import torch
 from cblight.batching import left_pad
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
-from cblight.tune.coherence_tuning import RNG_KEY, CoherenceTuning
-from cblight.tune.loss import sample_sequences, sampled_token_mask
+from cblight.tune.loss import sampled_token_mask
+from cblight.tune.rollouts import RNG_KEY, RolloutSampler, sample_sequences
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_TIMEOUT_S = 240  # a healthy run takes ~20 s here; the old code hung forever at step 0
@@ -95,7 +95,7 @@ def test_ddp_with_the_shipped_config_matches_one_process(tiny_gpt2_dir, tmp_path
         )
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(CoherenceTuning, "sample", CoherenceTuning.sample)  # run() patches the class
+    monkeypatch.setattr(RolloutSampler, "sample", RolloutSampler.sample)  # run() patches the class
     run(str(model_dir), str(batch_file), str(prompts_file), str(tmp_path), devices=1)
     try:
         for proc in procs:

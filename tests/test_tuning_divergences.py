@@ -10,13 +10,8 @@ import torch.nn.functional as F
 
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
-from cblight.tune.divergences import (
-    DivergenceError,
-    check_divergence,
-    divergence,
-    restrict_to_teacher_top_k,
-)
-from cblight.tune.loss import tuning_kl_terms
+from cblight.tune.divergences import divergence, restrict_to_teacher_top_k
+from cblight.tune.loss import LossOptions, TuningConfigError, tuning_kl_terms
 from tests.test_tuning import PROMPTS, _reference_terms, _sample, _with_early_eos
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -115,14 +110,14 @@ def test_top_k_renormalises_both_over_the_teachers_top_k():
 
 def test_bad_divergence_options_name_the_option():
     for kwargs, word in [
-        ({"name": "kl"}, "divergence"),
-        ({"name": "jsd", "beta": 1.5}, "beta"),
-        ({"name": "jsd", "beta": -0.1}, "beta"),
-        ({"name": "forward_kl", "top_k": 0}, "teacher_top_k"),
-        ({"name": "forward_kl", "top_k": -3}, "teacher_top_k"),
+        ({"divergence": "kl"}, "loss.divergence"),
+        ({"divergence": "jsd", "beta": 1.5}, "loss.beta"),
+        ({"divergence": "jsd", "beta": -0.1}, "loss.beta"),
+        ({"divergence": "forward_kl", "teacher_top_k": 0}, "loss.teacher_top_k"),
+        ({"divergence": "forward_kl", "teacher_top_k": -3}, "loss.teacher_top_k"),
     ]:
-        with pytest.raises(DivergenceError, match=word):
-            check_divergence(**kwargs)
+        with pytest.raises(TuningConfigError, match=word):
+            LossOptions(**kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -156,7 +151,7 @@ def test_chunked_terms_and_gradients_match_brute_force(tiny_gpt2_dir, kind, beta
     for size in (chunk, None):  # None: one chunk holds every position (341+ for this vocabulary)
         model.zero_grad()
         terms = tuning_kl_terms(
-            model, sampled, k=k, alpha=alpha, prefix=prefix, loss_chunk_size=size, **options
+            model, sampled, k=k, alpha=alpha, options=LossOptions(chunk_size=size, **options), prefix=prefix
         )
         (terms.loss_sum / terms.count + terms.anchor).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
@@ -186,7 +181,9 @@ def test_chunks_that_split_rows_with_a_separate_teacher(tiny_gpt2_dir):
         model.transformer.wte.weight.mul_(1.5)
     sampled = _sample(model, tok, PROMPTS, max_new_tokens=7)
     terms = [
-        tuning_kl_terms(model, sampled, k=3, alpha=-0.3, teacher_model=teacher_model, loss_chunk_size=size)
+        tuning_kl_terms(
+            model, sampled, k=3, alpha=-0.3, options=LossOptions(chunk_size=size), teacher_model=teacher_model
+        )
         for size in (2, 5, None)
     ]
     teacher, student, _ = _reference_terms(model, tok, sampled, 3, -0.3, teacher_model=teacher_model)

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def _train(model_dir, prompts, root, *extra):
     cmd = [
         sys.executable, str(ROOT / "train.py"), "fit", "-c", CONFIG,
-        "--model.model", str(model_dir), "--model.k", "3", "--model.max_new_tokens", "5",
-        "--model.log_samples_every_n_steps", "1", "--model.export", "false",
+        "--model.model", str(model_dir), "--model.boosting.k", "3", "--model.max_new_tokens", "5",
+        "--model.validation.log_samples_every_n_steps", "1", "--model.export.enabled", "false",
         "--data.task", "null", "--data.prompts_file", str(prompts), "--data.batch_size", "2",
         "--data.val_size", "0", "--trainer.default_root_dir", str(root),
         "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false", *extra,

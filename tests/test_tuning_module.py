@@ -11,9 +11,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cblight.models import ModelLoadError, load_causal_lm
-from cblight.tune.coherence_tuning import RNG_KEY, CoherenceTuning
-from cblight.tune.loss import TuningConfigError, tuning_kl_terms
+from cblight.options import Boosting, Sampling
+from cblight.tune.coherence_tuning import CoherenceTuning
+from cblight.tune.export import ExportOptions
+from cblight.tune.loss import LossOptions, TuningConfigError, tuning_kl_terms
 from cblight.tune.prompt_data import PromptDataError, PromptDataModule, PromptStream, read_prompts
+from cblight.tune.rollouts import RNG_KEY
+from cblight.tune.teacher import EMA_KEY, TeacherOptions
+from cblight.tune.validation import ValidationOptions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -69,16 +74,15 @@ def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, te
     torch.manual_seed(0)
     module = CoherenceTuning(
         model=str(peaky_gpt2_dir),
-        teacher=teacher,
-        k=4,
-        alpha=-0.5,
+        teacher=TeacherOptions(kind=teacher),
+        boosting=Boosting(k=4, alpha=-0.5),
         max_new_tokens=10,
         optimizer=partial(torch.optim.Adam, lr=3e-4),
-        export=False,
-        log_samples_every_n_steps=0,
+        export=ExportOptions(enabled=False),
+        validation=ValidationOptions(log_samples_every_n_steps=0),
     )
     initial = copy.deepcopy(module.model).eval()
-    held_out = [module.sample_fixed({"prompts": PROMPTS}, seed=100 + i) for i in range(2)]
+    held_out = [module.sampler.sample_fixed(module.model, PROMPTS, seed=100 + i) for i in range(2)]
 
     def held_out_kl():
         with torch.no_grad():
@@ -97,12 +101,11 @@ def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, te
 def _tuning(path, **kwargs):
     defaults = dict(
         model=str(path),
-        k=3,
-        alpha=-0.5,
+        boosting=Boosting(k=3, alpha=-0.5),
         max_new_tokens=6,
         optimizer=partial(torch.optim.Adam, lr=1e-3),
-        export=False,
-        log_samples_every_n_steps=0,
+        export=ExportOptions(enabled=False),
+        validation=ValidationOptions(log_samples_every_n_steps=0),
     )
     return CoherenceTuning(**{**defaults, **kwargs})
 
@@ -136,8 +139,43 @@ def test_resume_from_mid_run_checkpoint_matches_uninterrupted_run(tiny_gpt2_dir,
     assert any(not torch.equal(v, _weights(reseeded)[n]) for n, v in _weights(full).items())
 
 
+def test_checkpoint_reloads_with_its_option_objects(tiny_gpt2_dir, tmp_path):
+    """save_hyperparameters round-trips: the checkpoint holds the option groups as plain mappings (it loads
+    with weights_only=True) and load_from_checkpoint rebuilds the same objects, weights and EMA."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    options = dict(
+        teacher=TeacherOptions(kind="ema", ema_decay=0.5),
+        loss=LossOptions(divergence="jsd", beta=0.3, last_m=4),
+        sampling=Sampling(do_sample=True, top_k=50, seed=7),
+    )
+    module = _tuning(tiny_gpt2_dir, **options)
+    every = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
+    _trainer(1, tmp_path, [every]).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    ckpt = tmp_path / "ckpt" / "epoch=0-step=1.ckpt"
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["hyper_parameters"]["teacher"] == {"kind": "ema", "ema_decay": 0.5}
+    assert saved["hyper_parameters"]["boosting"]["k"] == 3 and EMA_KEY in saved
+
+    reloaded = CoherenceTuning.load_from_checkpoint(ckpt)
+    assert reloaded.boosting == Boosting(k=3, alpha=-0.5)
+    assert reloaded.loss_options == options["loss"] and reloaded.teacher.options == options["teacher"]
+    assert (reloaded.sampler.top_k, reloaded.sampler.seed, reloaded.sampler.max_new_tokens) == (50, 7, 6)
+    assert reloaded.validator.options == ValidationOptions(log_samples_every_n_steps=0)
+    assert reloaded.exporter.options == ExportOptions(enabled=False)
+    for name, value in _weights(module).items():
+        assert torch.equal(value, _weights(reloaded)[name]), name
+    for name, p in module.teacher.model.named_parameters():
+        assert torch.equal(p, reloaded.teacher.model.get_parameter(name)), name
+
+
+def test_k_must_fit_the_model_window(tiny_gpt2_dir):
+    with pytest.raises(TuningConfigError, match=r"boosting\.k = 300 must be smaller than the model window"):
+        _tuning(tiny_gpt2_dir, boosting=Boosting(k=300, alpha=-0.5))
+
+
 def test_hf_export_reloads_with_the_same_logits(tiny_model_dir, tmp_path):
-    module = _tuning(tiny_model_dir, export=True, export_dir=str(tmp_path / "hf"))
+    module = _tuning(tiny_model_dir, export=ExportOptions(dir=str(tmp_path / "hf")))
     _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
     untouched = load_causal_lm(str(tiny_model_dir))
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
@@ -154,7 +192,9 @@ def test_hf_export_reloads_with_the_same_logits(tiny_model_dir, tmp_path):
 
 
 def test_validation_logs_held_out_kl(peaky_gpt2_dir):
-    module = _tuning(peaky_gpt2_dir, val_against_initial=True)
+    module = _tuning(
+        peaky_gpt2_dir, validation=ValidationOptions(against_initial=True, log_samples_every_n_steps=0)
+    )
     trainer = _trainer(2, val_check_interval=2, check_val_every_n_epoch=None)
     trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=3, val_size=2))
     metrics = trainer.callback_metrics
@@ -166,7 +206,7 @@ def test_validation_logs_held_out_kl(peaky_gpt2_dir):
 def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
     plain, checkpointed = _tuning(tiny_gpt2_dir), _tuning(tiny_gpt2_dir, gradient_checkpointing=True)
     assert checkpointed.model.is_gradient_checkpointing and checkpointed.model.training
-    sampled = plain.sample({"prompts": PROMPTS[:3]})
+    sampled = plain.sampler.sample(plain.model, PROMPTS[:3])
     grads = []
     for module in (plain, checkpointed):
         terms = module.kl_terms(sampled)
@@ -230,12 +270,24 @@ def test_bos_only_and_held_out_split():
 # Bad input: clear errors before any work starts
 
 
-def test_invalid_alpha_and_k_fail_before_the_model_loads():
-    for kwargs, word in [({"k": 0}, "k"), ({"alpha": float("nan")}, "alpha"), ({"alpha": 0}, "alpha = 0")]:
+def test_invalid_options_fail_before_the_model_loads():
+    for kwargs, word in [
+        ({"boosting": Boosting(k=4, alpha=0)}, "boosting.alpha = 0"),
+        ({"boosting": Boosting(mode="marker", alpha=-0.5)}, "boosting.mode"),
+        ({"sampling": Sampling(do_sample=True, num_beams=2, seed=0)}, "sampling.num_beams"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_prompt_tokens": -1}, "max_prompt_tokens"),
+    ]:
         with pytest.raises(TuningConfigError, match=word):
             CoherenceTuning(model="/does/not/exist", **kwargs)
-    with pytest.raises(TuningConfigError, match="teacher"):
-        CoherenceTuning(model="/does/not/exist", teacher="other")
+    for make, word in [
+        (lambda: TeacherOptions(kind="other"), "teacher.kind"),
+        (lambda: TeacherOptions(ema_decay=1.5), r"teacher.ema_decay must be in \(0, 1\), got 1.5"),
+        (lambda: ValidationOptions(text_tokens=1), "validation.text_tokens"),
+        (lambda: ExportOptions(enabled="no"), "export.enabled"),
+    ]:
+        with pytest.raises(TuningConfigError, match=word):
+            make()
 
 
 def test_missing_or_non_model_paths(tmp_path):
@@ -264,9 +316,9 @@ def test_prompt_sources_that_yield_nothing(tmp_path):
 
 
 def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir):
-    module = _tuning(tiny_gpt2_dir, k=8, max_new_tokens=4)
+    module = _tuning(tiny_gpt2_dir, boosting=Boosting(k=8, alpha=-0.5), max_new_tokens=4)
     calls = []
-    module.sample = lambda batch: calls.append(batch)  # must never be reached
+    module.sampler.sample = lambda *args, **kwargs: calls.append(args)  # must never be reached
     trainer = _trainer(2)
     with pytest.raises(TuningConfigError, match="identically zero"):
         trainer.fit(module, PromptDataModule(prompts=["Hi there"], batch_size=2))

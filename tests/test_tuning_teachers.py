@@ -11,9 +11,12 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from transformers import AutoModelForCausalLM
 
-from cblight.tune.coherence_tuning import EMA_KEY
+from cblight.tune.export import ExportOptions
+from cblight.tune.lora import LoraOptions
 from cblight.tune.loss import tuning_kl_terms
 from cblight.tune.prompt_data import PromptDataModule
+from cblight.tune.teacher import EMA_KEY, TeacherOptions
+from cblight.tune.validation import ValidationOptions
 from tests.test_tuning_module import PROMPTS, _trainer, _tuning
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -31,7 +34,7 @@ class _Weights(Callback):
 
 def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_path):
     decay = 0.6
-    module = _tuning(tiny_gpt2_dir, teacher="ema", ema_decay=decay)
+    module = _tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="ema", ema_decay=decay))
     start = {n: p.detach().clone() for n, p in module.model.named_parameters()}
     weights = _Weights()
     every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1)
@@ -40,7 +43,7 @@ def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_pat
     expected = dict(start)
     for after in weights.after:  # θ_ema ← d θ_ema + (1 - d) θ, step by step
         expected = {n: decay * expected[n] + (1 - decay) * after[n] for n in expected}
-    for name, p in module.teacher_model.named_parameters():
+    for name, p in module.teacher.model.named_parameters():
         # three float32 lerps against the same three in another order of operations: ~1e-7
         assert torch.allclose(p, expected[name], atol=1e-6), name
     assert any(not torch.equal(expected[n], start[n]) for n in start)  # it moved
@@ -49,16 +52,16 @@ def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_pat
     # the EMA is in the checkpoint, and a new module resumes from it
     state = torch.load(tmp_path / "epoch=0-step=3.ckpt", weights_only=True)
     assert set(state[EMA_KEY]) == set(start)
-    fresh = _tuning(tiny_gpt2_dir, teacher="ema", ema_decay=decay)
+    fresh = _tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="ema", ema_decay=decay))
     fresh.on_load_checkpoint(state)
-    for name, p in fresh.teacher_model.named_parameters():
-        assert torch.equal(p, module.teacher_model.get_parameter(name)), name
+    for name, p in fresh.teacher.model.named_parameters():
+        assert torch.equal(p, module.teacher.model.get_parameter(name)), name
 
     # the KL terms use the EMA model as the teacher
-    sampled = module.sample({"prompts": PROMPTS[:2]})
+    sampled = module.sampler.sample(module.model, PROMPTS[:2])
     ours = module.kl_terms(sampled).kl
     ref = tuning_kl_terms(
-        module.model, sampled, k=3, alpha=-0.5, teacher_model=copy.deepcopy(module.teacher_model)
+        module.model, sampled, k=3, alpha=-0.5, teacher_model=copy.deepcopy(module.teacher.model)
     )
     assert torch.allclose(ours, ref.kl)
 
@@ -68,10 +71,9 @@ def test_lora_trains_adapters_and_exports_adapter_and_merged_models(tiny_model_d
     out = tmp_path / "hf"
     module = _tuning(
         tiny_model_dir,
-        lora_rank=4,
+        lora=LoraOptions(rank=4),
         optimizer=partial(torch.optim.Adam, lr=3e-2),
-        export=True,
-        export_dir=str(out),
+        export=ExportOptions(dir=str(out)),
     )
     trainable = [n for n, p in module.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
@@ -96,8 +98,8 @@ def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir
         "The quick brown fox jumps over the lazy dog.",
         "A journey of a thousand miles begins with one step.",
     ]
-    module = _tuning(tiny_model_dir, val_text_tokens=8)
-    nll, tokens = module.text_nll(texts)
+    module = _tuning(tiny_model_dir, validation=ValidationOptions(text_tokens=8, log_samples_every_n_steps=0))
+    nll, tokens = module.validator.text_nll(module.model, texts)
     start = module.tokenizer.bos_token_id if module.encoder.prefix else module.tokenizer.eos_token_id
     ref_nll, ref_tokens = 0.0, 0
     for text in texts:
@@ -117,7 +119,7 @@ def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir
     data = PromptDataModule(prompts=PROMPTS, batch_size=2, val_size=2, val_texts_file=str(texts_file))
     trainer.fit(module, data)
     # the weights moved by one step since ref_nll: compare to a fresh computation, not to ref_nll
-    nll_after, tokens_after = module.text_nll(texts)
+    nll_after, tokens_after = module.validator.text_nll(module.model, texts)
     ppl = trainer.callback_metrics["val/tuning/ppl"]
     assert float(ppl) == pytest.approx(float(torch.exp(torch.tensor(nll_after / tokens_after))), rel=1e-5)
 

@@ -10,17 +10,18 @@ import torch
 from lightning.pytorch import Callback
 
 from cblight.cli import train_cli
-from cblight.tune.coherence_tuning import CoherenceTuning
 from cblight.tune.loss import Sampled
+from cblight.tune.rollouts import RolloutSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 
 
 def presampled(batch_file: str):
-    def sample(self, batch):
+    def sample(self, model, prompts, device="cpu", rank=0, synced=False):
         saved = torch.load(batch_file)
-        world, rank = self.trainer.world_size, self.global_rank
+        dist = torch.distributed
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         rows = saved["sequences"].shape[0] // world
         whole = Sampled(saved["sequences"], saved["attention_mask"], saved["prompt_width"], saved["sampled"])
         return whole.slice(slice(rank * rows, (rank + 1) * rows))
@@ -46,10 +47,11 @@ class Capture(Callback):
 
 
 def run(model_dir: str, batch_file: str, prompts_file: str, out_dir: str, devices: int):
-    CoherenceTuning.sample = presampled(batch_file)
+    RolloutSampler.sample = presampled(batch_file)
     args = [
         "fit", "-c", CONFIG,
-        "--model.model", model_dir, "--model.k", "3", "--model.alpha", "-0.5", "--model.max_new_tokens", "6",
+        "--model.model", model_dir, "--model.boosting.k", "3", "--model.boosting.alpha", "-0.5",
+        "--model.max_new_tokens", "6",
         "--data.task", "null", "--data.prompts_file", prompts_file, "--data.batch_size", str(4 // devices),
         "--data.val_size", "2",
         "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), "--trainer.max_steps", "1",

@@ -37,7 +37,6 @@ __all__ = [
     "DIVERGENCES",
     "Divergence",
     "DivergenceError",
-    "check_divergence",
     "divergence",
     "forward_kl",
     "generalized_jsd",
@@ -47,19 +46,7 @@ __all__ = [
 
 
 class DivergenceError(CblightError):
-    """A divergence option that does not exist or is out of range (the error names the option)."""
-
-
-def check_divergence(name: str, beta: float = 0.5, top_k: int | None = None) -> None:
-    """Refuse an unknown divergence, ``beta`` outside [0, 1] and ``top_k`` < 1, naming the option."""
-    if name not in DIVERGENCES:
-        raise DivergenceError(f"divergence must be one of {', '.join(DIVERGENCES)}; got {name!r}")
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta <= 1.0:
-        raise DivergenceError(f"beta (generalised JSD weight of the teacher) must be in [0, 1], got {beta!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise DivergenceError(
-            f"teacher_top_k must be a positive integer or null (whole vocabulary), got {top_k!r}"
-        )
+    """A divergence that does not exist (``cblight.tune.loss.LossOptions`` refuses it in a config)."""
 
 
 def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:

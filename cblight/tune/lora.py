@@ -1,7 +1,7 @@
 """Optional LoRA adapters for coherence tuning, through ``peft`` (``pip install 'cblight[lora]'``).
 
-With ``lora_rank > 0`` only low-rank adapters on the chosen linear layers train (Hu et al. 2022); the
-base weights stay frozen. The tuned model is exported twice: merged into plain weights (a normal Hugging
+With ``lora.rank > 0`` (``LoraOptions``) only low-rank adapters on the chosen linear layers train (Hu et
+al. 2022); the base weights stay frozen. The tuned model is exported twice: merged into plain weights (a normal Hugging
 Face model directory) and as the adapter alone (``adapter_config.json`` + weights, which
 ``AutoModelForCausalLM.from_pretrained`` also loads, fetching the base model named in it).
 """
@@ -10,48 +10,64 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cblight.errors import CblightError
+from cblight.tune.loss import TuningConfigError, finite_number
 
-__all__ = ["LoraConfigError", "apply_lora", "check_lora_options", "is_peft_model", "save_lora_exports"]
-
-
-class LoraConfigError(CblightError):
-    """A LoRA option that cannot work (the error names the option)."""
+__all__ = ["LoraOptions", "apply_lora", "is_peft_model", "save_lora_exports"]
 
 
-def check_lora_options(rank: int, alpha: float, target_modules: str | list[str]) -> None:
-    """Refuse bad LoRA options, and LoRA without ``peft``, before anything is loaded."""
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise LoraConfigError(
-            f"lora_rank must be 0 (no LoRA: full fine-tuning) or a positive integer, got {rank!r}"
-        )
-    if rank == 0:
-        return
-    if importlib.util.find_spec("peft") is None:
-        raise LoraConfigError(
-            f"lora_rank = {rank} asks for LoRA, which needs the peft package: pip install 'cblight[lora]' "
-            "(or set lora_rank: 0 for full fine-tuning)"
-        )
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0:
-        raise LoraConfigError(f"lora_alpha must be a positive number, got {alpha!r}")
-    if not target_modules:
-        raise LoraConfigError("lora_target_modules must name at least one module (or 'all-linear')")
+@dataclass(frozen=True)
+class LoraOptions:
+    """LoRA adapters through ``peft`` instead of full fine-tuning.
+
+    Args:
+        rank: the adapters' rank (0: no LoRA, full fine-tuning); the export then holds the merged model and
+            ``adapter/``.
+        alpha: LoRA's scaling numerator (``alpha / rank`` scales the adapters' output).
+        target_modules: the modules that get adapters (``all-linear``: every linear layer but the output).
+    """
+
+    rank: int = 0
+    alpha: float = 16.0
+    target_modules: str | list[str] = "all-linear"
+
+    def __post_init__(self) -> None:
+        rank = self.rank
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise TuningConfigError(
+                f"lora.rank must be 0 (no LoRA: full fine-tuning) or a positive integer, got {rank!r}"
+            )
+        if rank == 0:
+            return
+        if importlib.util.find_spec("peft") is None:
+            raise TuningConfigError(
+                f"lora.rank = {rank} asks for LoRA, which needs the peft package: pip install 'cblight[lora]' "
+                "(or set lora.rank: 0 for full fine-tuning)"
+            )
+        if not finite_number(self.alpha) or self.alpha <= 0:
+            raise TuningConfigError(f"lora.alpha must be a positive number, got {self.alpha!r}")
+        if not self.target_modules:
+            raise TuningConfigError("lora.target_modules must name at least one module (or 'all-linear')")
 
 
-def apply_lora(model: Any, rank: int, alpha: float, target_modules: str | list[str]) -> Any:
+def apply_lora(model: Any, options: LoraOptions) -> Any:
     """``model`` wrapped by ``peft`` with LoRA adapters (no adapter dropout: tuning turns dropout off)."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
-        r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=target_modules, task_type="CAUSAL_LM"
+        r=options.rank,
+        lora_alpha=options.alpha,
+        lora_dropout=0.0,
+        target_modules=options.target_modules,
+        task_type="CAUSAL_LM",
     )
     try:
         return get_peft_model(model, config)
     except ValueError as err:  # e.g. target modules that the model does not have
-        raise LoraConfigError(f"lora_target_modules {target_modules!r}: {err}") from err
+        raise TuningConfigError(f"lora.target_modules {options.target_modules!r}: {err}") from err
 
 
 def is_peft_model(model: Any) -> bool:

@@ -1,9 +1,9 @@
-"""Coherence tuning as tensor maths and plain model calls (paper appendix "From coherence boosting to
-coherence tuning"; DESIGN.md §1).
+"""Coherence tuning's loss as tensor maths and plain model calls (paper appendix "From coherence boosting to
+coherence tuning", Table 2), and its options (``LossOptions``).
 
 Starting from a pretrained model ``f(·|·; θ)``, every training step
 
-1. samples sequences ``w_1..w_n`` from the current model (``sample_sequences``);
+1. samples sequences ``w_1..w_n`` from the current model (``cblight.tune.rollouts``);
 2. computes the coherence-boosted distribution of the model at every position of the samples (or only
    at the last ``m``) with no gradient, in the generation parametrisation of Table 2,
    ``f_alpha ∝ f_max^(1-alpha) · f_k^alpha`` with ``f_k`` the model on the last ``k`` tokens
@@ -14,6 +14,9 @@ Starting from a pretrained model ``f(·|·; θ)``, every training step
    scope and divided by their number over all processes.
 
 Nothing here imports Lightning: ``cblight.tune.coherence_tuning`` wires these functions into a LightningModule.
+``tuning_kl_terms`` and ``LossOptions`` are the loss; ``Sampled`` and ``sampled_token_mask`` describe the
+batch it reads; ``human_text_nll`` is the validation's perplexity.
+
 Conventions: a *position* is the column ``c`` of a target token in a ``[B, L]`` batch; the distributions
 at position ``c`` are the ones that predict ``sequences[:, c]`` from the tokens before it (the model's
 logits at column ``c - 1``). This matches ``cblight.batching.windowed_positions``.
@@ -25,6 +28,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any
 
 import torch
@@ -39,51 +43,108 @@ from cblight.batching import (
 )
 from cblight.boosting import boosted_log_probs, log_softmax32
 from cblight.errors import CblightError
+from cblight.options import Boosting
 from cblight.scoring import Encoder, Scorer, empty_context_ids
-from cblight.tune.divergences import Divergence, restrict_to_teacher_top_k
+from cblight.tune.divergences import DIVERGENCES, restrict_to_teacher_top_k
 from cblight.tune.divergences import divergence as divergence_fn
 
 __all__ = [
     "KLTerms",
+    "LossOptions",
     "Sampled",
     "TuningConfigError",
     "boosted_teacher",
-    "check_tuning_options",
+    "check_boosting",
     "default_loss_chunk",
     "disable_dropout",
-    "ema_update",
     "human_text_nll",
     "kl_scope",
     "longest_useful_position",
-    "sample_sequences",
     "sampled_token_mask",
     "tuning_kl_terms",
 ]
 
 
 class TuningConfigError(CblightError):
-    """A coherence-tuning option that cannot work (the error names the option)."""
+    """A coherence-tuning option that cannot work (the error names the option and the fix)."""
 
 
-def check_tuning_options(
-    *, k: int, alpha: float, last_m: int | None = None, max_new_tokens: int = 1, window: int | None = None
-) -> None:
-    """Refuse options for which tuning is undefined or does nothing, before any work starts."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise TuningConfigError(f"k (short-context length) must be a positive integer, got {k!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-        raise TuningConfigError(f"alpha must be a finite number, got {alpha!r}")
-    if alpha == 0:
+def positive_int(value: object) -> bool:
+    """An integer >= 1 (``True`` is not an integer here); shared by the tuning option classes."""
+    return isinstance(value, Integral) and not isinstance(value, bool) and value >= 1
+
+
+def finite_number(value: object) -> bool:
+    """A real number that is neither NaN nor infinite (``True`` is not a number here)."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_NULL_MEANS = {
+    "teacher_top_k": "the whole vocabulary",
+    "last_m": "every sampled position",
+    "chunk_size": "about 64 MB per float32 [chunk, V]",
+    "window_chunk_size": "32 windows on CPU, 256 on accelerators",
+}
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """What the loss compares, over which positions, and in what chunks (``tuning_kl_terms``).
+
+    Args:
+        divergence: ``forward_kl`` (the paper, ``KL(f_alpha || f_θ)``), ``reverse_kl`` or ``jsd`` (generalised
+            Jensen-Shannon with ``beta``, TRL's GKD convention; ``cblight.tune.divergences``).
+        beta: the JSD's teacher weight in [0, 1] (0: forward KL, 1: reverse KL).
+        teacher_top_k: distil only the teacher's ``k`` most likely tokens, both distributions renormalised
+            over them (``None``: the whole vocabulary).
+        last_m: the loss only over the last ``m`` columns of the samples (``None``: every sampled position).
+        chunk_size: positions per chunk of the loss (``None``: about 64 MB per float32 ``[chunk, V]``,
+            ``default_loss_chunk``).
+        window_chunk_size: short-context windows per forward pass of the teacher's ``f_k`` (``None``: 32 on
+            CPU, 256 on accelerators, ``cblight.batching.default_window_chunk``).
+    """
+
+    divergence: str = "forward_kl"
+    beta: float = 0.5
+    teacher_top_k: int | None = None
+    last_m: int | None = None
+    chunk_size: int | None = None
+    window_chunk_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.divergence not in DIVERGENCES:
+            raise TuningConfigError(
+                f"loss.divergence must be one of {', '.join(DIVERGENCES)}, got {self.divergence!r}"
+            )
+        if not finite_number(self.beta) or not 0.0 <= self.beta <= 1.0:
+            raise TuningConfigError(
+                f"loss.beta (the JSD's weight of the teacher) must be in [0, 1], got {self.beta!r}"
+            )
+        for name, null in _NULL_MEANS.items():
+            value = getattr(self, name)
+            if value is not None and not positive_int(value):
+                raise TuningConfigError(
+                    f"loss.{name} must be a positive integer or null ({null}), got {value!r}"
+                )
+
+
+def check_boosting(boosting: Boosting) -> None:
+    """Refuse a boosting that coherence tuning's teacher is not: the last ``k`` tokens boosted in the
+    generation form (Table 2) with a non-zero ``alpha``."""
+    if boosting.mode != "last_k":
         raise TuningConfigError(
-            "alpha = 0 makes the boosted teacher equal to the model itself: the KL is identically zero "
-            "(the paper's boosting uses a negative alpha, e.g. -0.05 or -0.1 in Table 2)"
+            f"boosting.mode must be last_k (the teacher boosts against the last k tokens), got {boosting.mode!r}"
         )
-    if last_m is not None and (isinstance(last_m, bool) or not isinstance(last_m, int) or last_m < 1):
-        raise TuningConfigError(f"last_m must be a positive integer or null (all positions), got {last_m!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise TuningConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    if window is not None and k >= window:
-        raise TuningConfigError(f"k = {k} must be smaller than the model window of {window} tokens")
+    if boosting.resolved_form != "generation":
+        raise TuningConfigError(
+            "boosting.form must be generation or null (Table 2's (1-alpha) log f_max + alpha log f_k), "
+            f"got {boosting.form!r}"
+        )
+    if boosting.alpha == 0:
+        raise TuningConfigError(
+            "boosting.alpha = 0 makes the boosted teacher the model itself and the KL identically zero; "
+            "use a negative alpha (Table 2: -0.05 or -0.1)"
+        )
 
 
 def longest_useful_position(prompt_lengths: Sequence[int], n_prefix: int, max_new_tokens: int) -> int:
@@ -184,64 +245,6 @@ class Sampled:
         return Sampled(self.sequences[rows], self.attention_mask[rows], self.prompt_width, self.sampled[rows])
 
 
-@torch.no_grad()
-def sample_sequences(
-    model: Any,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    *,
-    max_new_tokens: int,
-    eos_token_id: int | Sequence[int] | None,
-    pad_token_id: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    synced_gpus: bool = False,
-) -> Sampled:
-    """Sample continuations of left-padded prompts with ``model.generate``: eval mode (no dropout), no
-    gradient, explicit position ids. The caller owns the random state (see the LightningModule).
-
-    ``synced_gpus`` keeps every process stepping until all are done, which sharded models (FSDP) need.
-    ``eos_token_id=None`` means the model's own (``generate`` stops there either way).
-    """
-    from transformers import GenerationConfig
-
-    if eos_token_id is None:
-        eos_token_id = getattr(model.generation_config, "eos_token_id", None)
-    config = GenerationConfig(
-        do_sample=True,
-        num_beams=1,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id,
-    )
-    # generate() fills every option we leave unset from the model's own generation config (a chat model's
-    # temperature 0.6 / top_p 0.9 / repetition penalty...): hide it, so the samples come from f itself.
-    own_config = model.generation_config
-    was_training = model.training
-    model.generation_config = GenerationConfig(bos_token_id=own_config.bos_token_id)
-    model.eval()
-    try:
-        out = model.generate(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            position_ids=positions_from_mask(prompt_mask),
-            generation_config=config,
-            synced_gpus=synced_gpus,
-        )
-    finally:
-        model.generation_config = own_config
-        model.train(was_training)
-    sequences = out if torch.is_tensor(out) else out.sequences
-    width = prompt_ids.shape[1]
-    new = sequences.shape[1] - width
-    mask = torch.cat([prompt_mask, prompt_mask.new_ones((prompt_mask.shape[0], new))], dim=1)
-    return Sampled(sequences, mask, width, sampled_token_mask(sequences, width, eos_token_id))
-
-
 def _logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[torch.Tensor, int]:
     """The model's logits on ``rows`` of the batch from column ``first_col - 1`` on (where the model
     supports ``logits_to_keep``), and the column of ``logits[:, 0]``."""
@@ -324,19 +327,15 @@ def tuning_kl_terms(
     *,
     k: int,
     alpha: float,
-    last_m: int | None = None,
+    options: LossOptions = LossOptions(),
     prefix: Sequence[int] = (),
     teacher_model: Any | None = None,
-    chunk_size: int | None = None,
     sync_window_calls: Callable[[int], int] | None = None,
-    divergence: Divergence = "forward_kl",
-    beta: float = 0.5,
-    teacher_top_k: int | None = None,
-    loss_chunk_size: int | None = None,
 ) -> KLTerms:
     """The divergence from the boosted teacher ``f_alpha`` to the model ``f_θ`` at every position in scope
-    of a sampled batch (forward ``KL(f_alpha || f_θ)``, the paper, by default; see
-    ``cblight.tune.divergences`` for the others and for ``teacher_top_k``).
+    of a sampled batch (forward ``KL(f_alpha || f_θ)``, the paper, by default; ``options`` chooses the
+    divergence, the positions and the chunks; see ``cblight.tune.divergences`` for the divergences and for
+    ``teacher_top_k``).
 
     The teacher is the live model (the paper; its full-context expert is the student's own forward,
     detached) or ``teacher_model`` (a frozen copy of the initial model, or an EMA of the student). Its
@@ -345,8 +344,8 @@ def tuning_kl_terms(
 
     Memory: the student's logits come from one forward (the model's own output, as in a plain training
     step); everything of vocabulary size after it (the student's float32 log-probabilities, the teacher's
-    full and short experts, the divergence and its gradient) is computed ``loss_chunk_size`` positions at
-    a time (default ``default_loss_chunk``), whole rows per chunk where they fit, so no full
+    full and short experts, the divergence and its gradient) is computed ``options.chunk_size`` positions
+    at a time (default ``default_loss_chunk``), whole rows per chunk where they fit, so no full
     ``[B, T, V]`` float32 teacher or student tensor is ever held. The gradient of each chunk is taken right
     away and handed to the model's backward pass through ``loss_sum``.
 
@@ -354,14 +353,12 @@ def tuning_kl_terms(
     processes; the live teacher then runs dummy passes up to it, because a sharded model (FSDP) needs every
     process to make the same forward calls.
     """
-    if chunk_size is None:
-        chunk_size = default_window_chunk(sampled.sequences.device)
-    scope = kl_scope(sampled.sampled, last_m)
+    chunk_size = options.window_chunk_size or default_window_chunk(sampled.sequences.device)
+    scope = kl_scope(sampled.sampled, options.last_m)
     rows, cols = torch.nonzero(scope, as_tuple=True)
     first_col = int(cols.min()) if cols.numel() else sampled.sequences.shape[1] - 1
     logits, offset = _logits(model, sampled, slice(None), first_col)
-    if loss_chunk_size is None:
-        loss_chunk_size = default_loss_chunk(logits.shape[-1])
+    loss_chunk_size = options.chunk_size or default_loss_chunk(logits.shape[-1])
     differentiable = logits.requires_grad
     grad = torch.zeros_like(logits) if differentiable else None
     detached = logits.detach()
@@ -405,9 +402,9 @@ def tuning_kl_terms(
             agree[lo:hi] = (teacher.argmax(-1) == student.detach().argmax(-1)).float()
         with torch.enable_grad() if differentiable else torch.no_grad():
             p, q = teacher, student
-            if teacher_top_k is not None:
-                p, q = restrict_to_teacher_top_k(teacher, student, teacher_top_k)
-            values = divergence_fn(p, q, divergence, beta)
+            if options.teacher_top_k is not None:
+                p, q = restrict_to_teacher_top_k(teacher, student, options.teacher_top_k)
+            values = divergence_fn(p, q, options.divergence, options.beta)
         kl[lo:hi] = values.detach()
         if differentiable:
             assert grad is not None
@@ -425,18 +422,6 @@ def tuning_kl_terms(
     else:
         loss_sum, anchor = total, total * 0.0
     return KLTerms(kl=kl, loss_sum=loss_sum, long=long, gap=gap, agree=agree.bool(), anchor=anchor)
-
-
-@torch.no_grad()
-def ema_update(teacher: torch.nn.Module, student: torch.nn.Module, decay: float) -> None:
-    """``θ_teacher ← decay · θ_teacher + (1 - decay) · θ_student`` for every trainable parameter of the
-    student (the two models have the same structure; frozen parameters are equal and stay so)."""
-    pairs = [
-        (t, s) for t, s in zip(teacher.parameters(), student.parameters(), strict=True) if s.requires_grad
-    ]
-    if pairs:
-        targets = [t for t, _ in pairs]
-        torch._foreach_lerp_(targets, [s.detach().to(t.dtype) for t, s in pairs], 1.0 - decay)
 
 
 @torch.no_grad()

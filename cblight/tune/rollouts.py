@@ -1,143 +1,289 @@
-"""Sampling of coherence tuning's sequences with a random state per process that checkpoints carry
-(Lightning does not save random states), so that a resumed run samples exactly what an uninterrupted one
-would have; a mixin of ``cblight.tune.coherence_tuning.CoherenceTuning``."""
+"""The tuning sequences (paper appendix "From coherence boosting to coherence tuning": "sample sequences
+from the current model"): prompts encoded and cut to fit, continuations sampled with ``model.generate``,
+and the per-process random state that checkpoints carry.
+
+``RolloutSampler`` is the sampler of ``cblight.tune.coherence_tuning.CoherenceTuning``. Process ``r`` starts
+from ``sampling.seed + r``; every checkpoint stores every process's state (Lightning does not save random
+states), so that a resumed run samples exactly what an uninterrupted one would have. ``sample_sequences``
+is the sampling itself, usable without Lightning.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from cblight.batching import left_pad
-from cblight.tune.loss import Sampled, TuningConfigError, sample_sequences
+from cblight.batching import left_pad, positions_from_mask
+from cblight.options import Sampling
+from cblight.scoring import Encoder
+from cblight.tune.loss import Sampled, TuningConfigError, longest_useful_position, sampled_token_mask
 
 log = logging.getLogger(__name__)
 
 RNG_KEY = "cblight_sampling_rng"
 
-__all__ = ["RNG_KEY", "SampledBatches", "seed_of"]
+__all__ = ["RNG_KEY", "RolloutSampler", "check_sampling", "sample_sequences", "seed_of"]
 
 
 def seed_of(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
-class SampledBatches:
-    """Needs ``model``, ``hparams`` (``seed``, ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``),
-    ``prompt_ids``, ``pad_id``, ``eos_id`` and the LightningModule's ``device``/``global_rank``/``trainer``.
+def check_sampling(sampling: Sampling) -> None:
+    """Refuse a ``Sampling`` that does not sample one sequence per prompt (tuning learns from samples)."""
+    if sampling.do_sample is not True:
+        raise TuningConfigError(
+            f"sampling.do_sample must be true (coherence tuning samples its sequences), got {sampling.do_sample!r}"
+        )
+    if sampling.num_beams not in (None, 1):
+        raise TuningConfigError(
+            f"sampling.num_beams must be null or 1 (tuning samples, it does not search), got {sampling.num_beams!r}"
+        )
 
-    Process ``r`` starts from ``seed + r``; every checkpoint stores every process's state.
+
+@torch.no_grad()
+def sample_sequences(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | Sequence[int] | None,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    synced_gpus: bool = False,
+) -> Sampled:
+    """Sample continuations of left-padded prompts with ``model.generate``: eval mode (no dropout), no
+    gradient, explicit position ids. The caller owns the random state (see ``RolloutSampler``).
+
+    ``synced_gpus`` keeps every process stepping until all are done, which sharded models (FSDP) need.
+    ``eos_token_id=None`` means the model's own (``generate`` stops there either way).
+    """
+    from transformers import GenerationConfig
+
+    if eos_token_id is None:
+        eos_token_id = getattr(model.generation_config, "eos_token_id", None)
+    config = GenerationConfig(
+        do_sample=True,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+    )
+    # generate() fills every option we leave unset from the model's own generation config (a chat model's
+    # temperature 0.6 / top_p 0.9 / repetition penalty...): hide it, so the samples come from f itself.
+    own_config = model.generation_config
+    was_training = model.training
+    model.generation_config = GenerationConfig(bos_token_id=own_config.bos_token_id)
+    model.eval()
+    try:
+        out = model.generate(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=positions_from_mask(prompt_mask),
+            generation_config=config,
+            synced_gpus=synced_gpus,
+        )
+    finally:
+        model.generation_config = own_config
+        model.train(was_training)
+    sequences = out if torch.is_tensor(out) else out.sequences
+    width = prompt_ids.shape[1]
+    new = sequences.shape[1] - width
+    mask = torch.cat([prompt_mask, prompt_mask.new_ones((prompt_mask.shape[0], new))], dim=1)
+    return Sampled(sequences, mask, width, sampled_token_mask(sequences, width, eos_token_id))
+
+
+def _devices(device: torch.device) -> list[torch.device]:
+    return [device] if device.type == "cuda" else []
+
+
+def _fresh_rng(seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+    with torch.random.fork_rng(devices=_devices(device)):
+        torch.manual_seed(seed)
+        state = {"cpu": torch.get_rng_state()}
+        if device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+class RolloutSampler:
+    """Encodes and cuts the prompts, samples the tuning sequences from the model it is given, and owns this
+    process's sampling random state (saved in and restored from checkpoints).
+
+    Args:
+        encoder: the tokenizer's ``Encoder`` (prompts keep its special prefix, BOS, when they are cut).
+        sampling: how tokens are drawn (``do_sample`` true; unset ``temperature`` / ``top_p`` / ``top_k`` /
+            ``seed`` mean 1.0 / 1.0 / 0 / 0: plain sampling from ``f``, never the model's own generation
+            config).
+        max_new_tokens: tokens sampled after each prompt.
+        max_prompt_tokens: prompts are cut from the left to this many tokens, and to the room the model
+            window leaves after ``max_new_tokens``.
+        window: the model window.
+        pad_id, eos_id: the tokenizer's padding and end-of-sequence ids.
     """
 
-    _rng: dict[str, torch.Tensor] | None = None
-    _loaded_rng: dict[str, Any] | None = None
+    def __init__(
+        self,
+        encoder: Encoder,
+        sampling: Sampling,
+        max_new_tokens: int,
+        max_prompt_tokens: int,
+        window: int,
+        pad_id: int,
+        eos_id: int | Sequence[int] | None,
+    ):
+        if max_new_tokens + len(encoder.prefix) + 1 > window:
+            raise TuningConfigError(
+                f"max_new_tokens = {max_new_tokens} does not fit the model window of {window}; lower it"
+            )
+        self.encoder = encoder
+        self.max_new_tokens = max_new_tokens
+        self.max_prompt_tokens = min(max_prompt_tokens, window - max_new_tokens)
+        self.temperature = 1.0 if sampling.temperature is None else sampling.temperature
+        self.top_p = 1.0 if sampling.top_p is None else sampling.top_p
+        self.top_k = 0 if sampling.top_k is None else sampling.top_k
+        self.seed = 0 if sampling.seed is None else sampling.seed
+        self.pad_id = pad_id
+        self.eos_id = eos_id
+        self._rng: dict[str, torch.Tensor] | None = None
+        self._loaded_rng: dict[str, Any] | None = None
 
-    def _devices(self) -> list[torch.device]:
-        return [self.device] if self.device.type == "cuda" else []
+    # -- prompts ------------------------------------------------------------------------------------------
+    def prompt_ids(self, text: str) -> list[int]:
+        """Token ids of a prompt (BOS/EOS alone for an empty one), cut from the left, special prefix kept."""
+        ids = self.encoder.context(text)
+        if len(ids) <= self.max_prompt_tokens:
+            return ids
+        prefix = self.encoder.prefix
+        keep = self.max_prompt_tokens - len(prefix)
+        return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
 
-    def _fresh_rng(self, seed: int) -> dict[str, torch.Tensor]:
-        with torch.random.fork_rng(devices=self._devices()):
+    def encode(self, prompts: Sequence[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompt ids and attention mask on ``device``."""
+        if not prompts:
+            raise TuningConfigError("the prompt data module yielded an empty batch")
+        return left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, device)
+
+    def check_prompts(self, prompts: Sequence[str], k: int) -> None:
+        """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero).
+
+        Stops at the first prompt that is long enough, so large prompt files cost little."""
+        if not prompts:
+            raise TuningConfigError("the prompt data module yields no prompts")
+        n_prefix, new = len(self.encoder.prefix), self.max_new_tokens
+        longest = 0
+        for prompt in dict.fromkeys(prompts):
+            longest = max(longest, len(self.prompt_ids(prompt)))
+            if longest_useful_position([longest], n_prefix, new) > k:
+                return
+        raise TuningConfigError(
+            f"no sampled position can see more than {longest_useful_position([longest], n_prefix, new)} tokens "
+            f"of context (longest prompt {longest} tokens + max_new_tokens {new}), which is not more than "
+            f"boosting.k = {k}: f_k would equal f_max everywhere and the KL would be identically zero. "
+            "Use longer prompts, more max_new_tokens or a smaller boosting.k."
+        )
+
+    # -- sampling -----------------------------------------------------------------------------------------
+    def _generate(self, model: Any, prompts: Sequence[str], device: torch.device, synced: bool) -> Sampled:
+        ids, mask = self.encode(prompts, device)
+        return sample_sequences(
+            model,
+            ids,
+            mask,
+            max_new_tokens=self.max_new_tokens,
+            eos_token_id=self.eos_id,
+            pad_token_id=self.pad_id,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            synced_gpus=synced,
+        )
+
+    def sample(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        device: torch.device | str = "cpu",
+        rank: int = 0,
+        synced: bool = False,
+    ) -> Sampled:
+        """Sample the tuning sequences of ``prompts`` from ``model``, advancing this process's random state
+        (``rank`` seeds it when sampling starts outside ``fit``; ``synced``: a sharded model)."""
+        device = torch.device(device)
+        if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
+            self._rng = _fresh_rng(self.seed + rank, device)
+        with torch.random.fork_rng(devices=_devices(device)):
+            torch.set_rng_state(self._rng["cpu"])
+            if "cuda" in self._rng:
+                torch.cuda.set_rng_state(self._rng["cuda"], device)
+            sampled = self._generate(model, prompts, device, synced)
+            self._rng = {"cpu": torch.get_rng_state()}
+            if device.type == "cuda":
+                self._rng["cuda"] = torch.cuda.get_rng_state(device)
+        return sampled
+
+    def sample_fixed(
+        self,
+        model: Any,
+        prompts: Sequence[str],
+        seed: int,
+        device: torch.device | str = "cpu",
+        synced: bool = False,
+    ) -> Sampled:
+        """Sample with a given seed, leaving the tuning random state alone (validation)."""
+        device = torch.device(device)
+        with torch.random.fork_rng(devices=_devices(device)):
             torch.manual_seed(seed)
-            state = {"cpu": torch.get_rng_state()}
-            if self.device.type == "cuda":
-                state["cuda"] = torch.cuda.get_rng_state(self.device)
-        return state
+            return self._generate(model, prompts, device, synced)
 
-    def restore_sampling_state(self) -> None:
+    def held_out_seed(self, batch_idx: int, rank: int) -> int:
+        """The seed of a validation batch: the same at every check, so values compare across the run."""
+        return seed_of(self.seed, 1_000_003, batch_idx, rank)
+
+    # -- random state in checkpoints ---------------------------------------------------------------------
+    def start(self, rank: int, world_size: int, global_step: int, device: torch.device) -> None:
         """At the start of training: this process's state from the checkpoint, or a fresh one."""
-        rank, world = self.global_rank, self.trainer.world_size
         loaded = self._loaded_rng
-        if loaded is not None and loaded.get("world_size") == world:
+        if loaded is not None and loaded.get("world_size") == world_size:
             self._rng = {key: rows[rank].clone() for key, rows in loaded.items() if key != "world_size"}
-            if self.device.type == "cuda" and "cuda" not in self._rng:
-                self._rng["cuda"] = self._fresh_rng(seed_of(self.hparams.seed, rank, self.global_step))[
-                    "cuda"
-                ]
-            if self.device.type != "cuda":
+            if device.type == "cuda" and "cuda" not in self._rng:
+                self._rng["cuda"] = _fresh_rng(seed_of(self.seed, rank, global_step), device)["cuda"]
+            if device.type != "cuda":
                 self._rng.pop("cuda", None)
         else:
             if loaded is not None:
                 log.warning(
                     "the checkpoint's sampling states are for %s processes, this run has %s: reseeding",
                     loaded.get("world_size"),
-                    world,
+                    world_size,
                 )
-            seed = (
-                self.hparams.seed + rank
-                if loaded is None
-                else seed_of(self.hparams.seed, rank, self.global_step)
-            )
-            self._rng = self._fresh_rng(seed)
+            seed = self.seed + rank if loaded is None else seed_of(self.seed, rank, global_step)
+            self._rng = _fresh_rng(seed, device)
         self._loaded_rng = None
 
-    def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        if not prompts:
-            raise TuningConfigError("the prompt data module yielded an empty batch")
-        return left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, self.device)
-
-    def _synced(self) -> bool:
-        """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
-        from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
-
-        trainer = self._trainer
-        if trainer is None or trainer.world_size == 1:
-            return False
-        strategy = trainer.strategy
-        replicated = isinstance(strategy, (DDPStrategy, SingleDeviceStrategy))
-        return not replicated or "DeepSpeed" in type(strategy).__name__  # DeepSpeed subclasses DDP
-
-    def _generate(self, prompts: Sequence[str]) -> Sampled:
-        ids, mask = self.encode_prompts(prompts)
-        hp = self.hparams
-        return sample_sequences(
-            self.model,
-            ids,
-            mask,
-            max_new_tokens=hp.max_new_tokens,
-            eos_token_id=self.eos_id,
-            pad_token_id=self.pad_id,
-            temperature=hp.temperature,
-            top_p=hp.top_p,
-            top_k=hp.top_k,
-            synced_gpus=self._synced(),
-        )
-
-    def sample(self, batch: dict[str, Any]) -> Sampled:
-        """Sample the tuning sequences of a batch, advancing this process's sampling random state."""
-        if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
-            self._rng = self._fresh_rng(self.hparams.seed + self.global_rank)
-        with torch.random.fork_rng(devices=self._devices()):
-            torch.set_rng_state(self._rng["cpu"])
-            if "cuda" in self._rng:
-                torch.cuda.set_rng_state(self._rng["cuda"], self.device)
-            sampled = self._generate(batch["prompts"])
-            self._rng = {"cpu": torch.get_rng_state()}
-            if self.device.type == "cuda":
-                self._rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return sampled
-
-    def sample_fixed(self, batch: dict[str, Any], seed: int) -> Sampled:
-        """Sample with a given seed, leaving the tuning random state alone (validation)."""
-        with torch.random.fork_rng(devices=self._devices()):
-            torch.manual_seed(seed)
-            return self._generate(batch["prompts"])
-
-    def save_sampling_state(self, checkpoint: dict[str, Any]) -> None:
-        """Every process's state into ``checkpoint`` (an all-gather that every process joins)."""
+    def state_dict(
+        self, world_size: int, all_gather: Callable[[torch.Tensor], torch.Tensor]
+    ) -> dict[str, Any] | None:
+        """Every process's state, for ``checkpoint[RNG_KEY]`` (``all_gather``, a collective that every
+        process joins, stacks one tensor per process); ``None`` before any sampling."""
         if self._rng is None:
-            return
-        world = self.trainer.world_size if self._trainer is not None else 1
-        entry: dict[str, Any] = {"world_size": world}
+            return None
+        entry: dict[str, Any] = {"world_size": world_size}
         for key, state in self._rng.items():
-            if world > 1:
-                gathered = self.all_gather(state.to(self.device)).cpu()
-            else:
-                gathered = state.unsqueeze(0)
+            gathered = all_gather(state) if world_size > 1 else state.unsqueeze(0)
             entry[key] = [row.clone() for row in gathered]
-        checkpoint[RNG_KEY] = entry
+        return entry
 
-    def load_sampling_state(self, checkpoint: dict[str, Any]) -> None:
-        self._loaded_rng = checkpoint.get(RNG_KEY)
+    def load_state_dict(self, entry: dict[str, Any] | None) -> None:
+        """Keep a checkpoint's states until ``start`` picks this process's."""
+        self._loaded_rng = entry
