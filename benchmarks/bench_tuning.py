@@ -1,4 +1,4 @@
-"""Speed and memory of coherence tuning (DESIGN.md §5; issue 11), on a GPT-2-small-shaped random model
+"""Speed and memory of coherence tuning (docs/design.md, "Speed floors"), on a GPT-2-small-shaped random model
 (``GPT2Config()`` defaults, built here) or a real one (``--model smollm2`` / ``gemma``: the offline zoo's
 SmolLM2-135M, vocabulary 49152, and Gemma-3-270m, vocabulary 262144).
 

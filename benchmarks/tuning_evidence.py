@@ -36,8 +36,6 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-WEBTEXT = "/work/shared/realdata/webtext"
-
 
 def model_name(gemma: bool = False) -> str:
     """The real model: the offline zoo's converted GGUF (one line to change for another)."""
@@ -282,7 +280,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--threads", type=int, default=1, help="CPU threads (more spin-wait on a shared machine)"
     )
     parser.add_argument("--skip-generation", action="store_true", help="only the KL, top-1 and human ppl")
-    parser.add_argument("--webtext-dir", default=WEBTEXT)
+    parser.add_argument(
+        "--webtext-dir",
+        required=True,
+        help="folder with the GPT-2 output dataset's webtext.valid.jsonl (prompts) and webtext.test.jsonl",
+    )
     parser.add_argument(
         "--out", default=None, help="JSON path (default outputs/evidence/tuning_<device>.json)"
     )

@@ -347,7 +347,7 @@ class TuneCLI(LightningCLI):
 
 def _loggers_under(logger: Any, root: str) -> None:
     """With ``trainer.default_root_dir`` set, every relative logger ``save_dir`` lives under it (as the
-    model's relative ``export_dir`` does), so that nothing of the run lands in the working directory."""
+    model's relative ``export.dir`` does), so that nothing of the run lands in the working directory."""
     for item in logger if isinstance(logger, list) else [logger]:
         args = item.get("init_args") if hasattr(item, "get") else None
         save_dir = args.get("save_dir") if args is not None else None

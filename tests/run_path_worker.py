@@ -37,14 +37,12 @@ def arguments(kind: str, out: Path, model: Path) -> list[str]:
             "--model.output_dir", str(out / "generate"), "--model.max_new_tokens", "6", "--data.limit", "2",
             "--model.grid.ks", "[4]", "--model.grid.alphas", "[-0.5]", *quiet,
         ]  # fmt: skip
-    prompts = out / "prompts.txt"
-    prompts.write_text("\n".join(f"Prompt number {i} talks about a topic at some length." for i in range(8)))
     return [
         "tune", "-c", str(ROOT / "configs/coherence_tuning.yaml"), "--model.model", str(model),
-        "--data.task", "null", "--data.data_dir", "null", "--data.prompts_file", str(prompts),
+        "--data.data_dir", str(ROOT / "cblight/assets/realdata/webtext"), "--data.split", "test",
         "--data.batch_size", "2", "--data.val_size", "2", "--trainer.max_steps", "2",
-        "--trainer.val_check_interval", "1", "--trainer.default_root_dir", str(out / "tune"),
-        "--model.export.dir", str(out / "tune" / "hf"), *quiet,
+        "--model.boosting.k", "4", "--trainer.val_check_interval", "1",
+        "--trainer.default_root_dir", str(out / "tune"), "--model.export.dir", str(out / "tune" / "hf"), *quiet,
     ]  # fmt: skip
 
 

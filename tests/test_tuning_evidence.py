@@ -1,5 +1,6 @@
 """benchmarks/tuning_evidence.py end to end on a tiny model and a few WebText-format documents (the real
-run reads /work/shared and a real model): one table, one JSON file, every row's numbers present."""
+run reads the GPT-2 output dataset given by --webtext-dir and a real model): one table, one JSON file, every
+row's numbers present."""
 
 import json
 import sys
