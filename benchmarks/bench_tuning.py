@@ -79,7 +79,8 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
     import torch
 
     from cblight.models import load_causal_lm
-    from cblight.tune.loss import LossOptions, disable_dropout, tuning_kl_terms
+    from cblight.tune.coherence_tuning import disable_dropout
+    from cblight.tune.loss import LossOptions, tuning_kl_terms
     from cblight.tune.rollouts import sample_sequences
 
     torch.set_num_threads(args.threads)

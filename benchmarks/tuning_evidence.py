@@ -171,7 +171,7 @@ def say(message: str) -> None:
 
 
 def evaluate_model(label: str, model: Any, ctx: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    from cblight.tune.loss import human_text_nll
+    from cblight.tune.validation import human_text_nll
 
     say(f"evaluating {label}")
     row: dict[str, Any] = {"model": label}

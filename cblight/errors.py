@@ -65,3 +65,18 @@ def exit_on_bad_input(fn: Any) -> Any:
             raise
         print(f"error: {bad}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def run_subcommands(
+    commands: dict[str, Any], argv: list[str] | None, prog: str | None, description: str
+) -> int:
+    """A command of subcommands (``cblight data list|peek``, ``cblight zoo list|convert|path``): each a
+    function whose docstring and signature jsonargparse turns into its options, returning the text to
+    print. Returns the exit status, as a script would: 0, or 2 for a parse error or bad input (one line)."""
+    from jsonargparse import auto_cli
+
+    try:
+        print(exit_on_bad_input(lambda: auto_cli(commands, args=argv, prog=prog, description=description)))
+    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
+        return stop.code if isinstance(stop.code, int) else 0
+    return 0

@@ -375,20 +375,14 @@ def path_command(name: str) -> str:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight zoo list|convert|path`` (the arguments come from ``sys.argv`` unless given)."""
-    from jsonargparse import auto_cli
+    from cblight.errors import run_subcommands
 
-    from cblight.errors import exit_on_bad_input
-
-    commands = {"list": list_models, "convert": convert_command, "path": path_command}
-    try:
-        print(
-            exit_on_bad_input(
-                lambda: auto_cli(commands, args=argv, prog=prog, description=__doc__.split("\n\n")[0])
-            )
-        )
-    except SystemExit as stop:  # --help (0), a parse error or bad input (2): the status, as a script's
-        return stop.code if isinstance(stop.code, int) else 0
-    return 0
+    return run_subcommands(
+        {"list": list_models, "convert": convert_command, "path": path_command},
+        argv,
+        prog,
+        __doc__.split("\n\n")[0],
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from cblight.errors import BoostingError
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.options import Boosting, Sampling
 from cblight.scoring import Encoder
+from cblight.tune.coherence_tuning import disable_dropout
 from cblight.tune.divergences import forward_kl
 from cblight.tune.loss import (
     LossOptions,
@@ -20,7 +21,6 @@ from cblight.tune.loss import (
     TuningConfigError,
     boosted_teacher,
     check_boosting,
-    disable_dropout,
     kl_scope,
     longest_useful_position,
     sampled_token_mask,

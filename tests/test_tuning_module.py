@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from cblight.errors import CblightError
 from cblight.models import ModelLoadError, load_causal_lm
 from cblight.options import Boosting, Sampling
 from cblight.tune.coherence_tuning import CoherenceTuning
@@ -254,7 +255,7 @@ def test_read_prompts_formats(tmp_path):
     with pytest.raises(PromptDataError, match="field 'text'"):
         read_prompts(tmp_path / "p.json")
     (tmp_path / "q.jsonl").write_text('{"text": "a"}\n{oops\n')
-    with pytest.raises(PromptDataError, match=r"q\.jsonl:2"):
+    with pytest.raises(CblightError, match=r"q\.jsonl line 2 is not valid JSON"):  # the data layer's reader
         read_prompts(tmp_path / "q.jsonl")
 
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 from cblight.data.examples import ChoiceExample, GenerationExample, NextTokenExample
 from cblight.data.registry import TaskSpec, all_tasks, get_task
-from cblight.errors import CblightError, exit_on_bad_input
+from cblight.errors import CblightError
 
 
 def _split_label(spec: TaskSpec, split: str | None) -> str:
@@ -152,18 +152,9 @@ def peek(
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight data list|peek ...`` (the arguments come from ``sys.argv`` unless given)."""
-    from jsonargparse import auto_cli
+    from cblight.errors import run_subcommands
 
-    commands = {"list": list_tasks, "peek": peek}
-    try:
-        print(
-            exit_on_bad_input(
-                lambda: auto_cli(commands, args=argv, prog=prog, description=__doc__.split("\n\n")[0])
-            )
-        )
-    except SystemExit as stop:  # --help (0), a parse error or bad input (2): the status, as a script's
-        return stop.code if isinstance(stop.code, int) else 0
-    return 0
+    return run_subcommands({"list": list_tasks, "peek": peek}, argv, prog, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -121,20 +121,26 @@ def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
 Reader = Callable[[Path], list[SourceRecord]]
 
 
-def read_jsonl(path: Path) -> list[SourceRecord]:
-    """One JSON object per line; blank lines are skipped; a malformed line is an error naming it."""
-    records = []
+def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of every non-blank line of a JSON-lines file; a malformed line is an error
+    naming the file and the line."""
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as err:
                 raise DataError(f"{path} line {lineno} is not valid JSON: {err.msg}") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{path} line {lineno} is not a JSON object")
-            records.append(SourceRecord(obj, f"{path} line {lineno}"))
+
+
+def read_jsonl(path: Path) -> list[SourceRecord]:
+    """One JSON object per line; blank lines are skipped; a malformed line is an error naming it."""
+    records = []
+    for lineno, obj in json_lines(path):
+        if not isinstance(obj, dict):
+            raise DataError(f"{path} line {lineno} is not a JSON object")
+        records.append(SourceRecord(obj, f"{path} line {lineno}"))
     return records
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from numbers import Integral
 from typing import Any, Literal
 
@@ -51,7 +51,7 @@ class BoostedGeneration:
 
 # The six boosting options are fields of ``Boosting``, the sampling ones of ``Sampling``: given loose, they
 # are refused with the fix rather than passed to ``generate`` (which would ignore or misread them).
-_BOOSTING_KEYS = ("mode", "k", "alpha", "form", "marker", "separator")
+_BOOSTING_KEYS = tuple(f.name for f in fields(Boosting))
 
 
 def _options(

@@ -43,7 +43,6 @@ from cblight.tune.loss import (
     Sampled,
     TuningConfigError,
     check_boosting,
-    disable_dropout,
     positive_int,
     tuning_kl_terms,
 )
@@ -64,6 +63,18 @@ __all__ = ["CoherenceTuning"]
 
 def _constant_rate(step: int) -> float:
     return 1.0
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Dropout off while the model stays in train mode (which gradient checkpointing needs): every
+    ``nn.Dropout`` gets ``p = 0`` and every float ``*dropout*`` attribute (functional attention dropout)
+    becomes 0. The model's config is left alone, so an exported model keeps its dropout settings."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name.lower() and isinstance(value, float):
+                setattr(module, name, 0.0)
 
 
 class CoherenceTuning(L.LightningModule):

@@ -15,7 +15,7 @@ Starting from a pretrained model ``f(·|·; θ)``, every training step
 
 Nothing here imports Lightning: ``cblight.tune.coherence_tuning`` wires these functions into a LightningModule.
 ``tuning_kl_terms`` and ``LossOptions`` are the loss; ``Sampled`` and ``sampled_token_mask`` describe the
-batch it reads; ``human_text_nll`` is the validation's perplexity.
+batch it reads.
 
 Conventions: a *position* is the column ``c`` of a target token in a ``[B, L]`` batch; the distributions
 at position ``c`` are the ones that predict ``sequences[:, c]`` from the tokens before it (the model's
@@ -44,7 +44,6 @@ from cblight.batching import (
 from cblight.boosting import boosted_log_probs, log_softmax32
 from cblight.errors import CblightError
 from cblight.options import Boosting
-from cblight.scoring import Encoder, Scorer, empty_context_ids
 from cblight.tune.divergences import DIVERGENCES, restrict_to_teacher_top_k
 from cblight.tune.divergences import divergence as divergence_fn
 
@@ -56,8 +55,6 @@ __all__ = [
     "boosted_teacher",
     "check_boosting",
     "default_loss_chunk",
-    "disable_dropout",
-    "human_text_nll",
     "kl_scope",
     "longest_useful_position",
     "sampled_token_mask",
@@ -156,18 +153,6 @@ def longest_useful_position(prompt_lengths: Sequence[int], n_prefix: int, max_ne
     if not prompt_lengths:
         raise TuningConfigError("there are no prompts to sample from")
     return max(prompt_lengths) - n_prefix + max_new_tokens - 1
-
-
-def disable_dropout(model: torch.nn.Module) -> None:
-    """Dropout off while the model stays in train mode (which gradient checkpointing needs): every
-    ``nn.Dropout`` gets ``p = 0`` and every float ``*dropout*`` attribute (functional attention dropout)
-    becomes 0. The model's config is left alone, so an exported model keeps its dropout settings."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
-            module.p = 0.0
-        for name, value in list(vars(module).items()):
-            if "dropout" in name.lower() and isinstance(value, float):
-                setattr(module, name, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -422,26 +407,3 @@ def tuning_kl_terms(
     else:
         loss_sum, anchor = total, total * 0.0
     return KLTerms(kl=kl, loss_sum=loss_sum, long=long, gap=gap, agree=agree.bool(), anchor=anchor)
-
-
-@torch.no_grad()
-def human_text_nll(
-    model: Any, tokenizer: Any, texts: Sequence[str], max_tokens: int = 128
-) -> tuple[float, int]:
-    """Summed negative log-likelihood and token count of texts under ``model``, each cut to its first
-    ``max_tokens`` tokens and read after the tokenizer's empty context (BOS, or EOS for GPT-2), as document
-    perplexity is; ``exp(nll / tokens)`` is the perplexity. Scored by ``cblight.scoring.Scorer`` in
-    batches whose logits stay near 2^26 entries (vocabulary-sized rows)."""
-    encoder = Encoder(tokenizer)
-    start = empty_context_ids(tokenizer, encoder.prefix)
-    groups = [(start, [body[:max_tokens]]) for body in map(encoder.body, texts) if body]
-    if not groups:
-        return 0.0, 0
-    vocab = int(model.get_output_embeddings().weight.shape[0])
-    rows = max(1, (1 << 26) // (vocab * (max_tokens + len(start))))
-    was_training = model.training
-    try:
-        scores = Scorer(model, tokenizer, batch_size=rows, share_context=False).score_choices(groups)
-    finally:
-        model.train(was_training)
-    return -sum(s[0].log_prob for s in scores), sum(s[0].num_tokens for s in scores)

@@ -27,6 +27,7 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
+from cblight.data.sources import json_lines
 from cblight.errors import CblightError
 
 __all__ = ["PromptDataError", "PromptDataModule", "PromptStream", "read_prompts"]
@@ -45,29 +46,23 @@ def read_prompts(path: str | Path, text_field: str = "text") -> list[str]:
         raise PromptDataError(f"prompts_file {str(path)!r} does not exist")
     if not p.is_file():
         raise PromptDataError(f"prompts_file {str(path)!r} is not a file")
+    suffix = p.suffix.lower()
     try:
-        raw = p.read_text(encoding="utf-8")
+        if suffix == ".jsonl":
+            items: list[Any] = [value for _, value in json_lines(p)]
+        else:
+            raw = p.read_text(encoding="utf-8")
+            if suffix == ".json":
+                try:
+                    items = json.loads(raw)
+                except json.JSONDecodeError as err:
+                    raise PromptDataError(f"{p} is not valid JSON ({err.msg})") from err
+                if not isinstance(items, list):
+                    raise PromptDataError(f"{p} must hold a JSON list of prompts")
+            else:
+                items = raw.splitlines()
     except UnicodeDecodeError as err:
         raise PromptDataError(f"prompts_file {str(path)!r} is not UTF-8 text ({err})") from err
-    suffix = p.suffix.lower()
-    if suffix == ".jsonl":
-        items: list[Any] = []
-        for n, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                items.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise PromptDataError(f"{p}:{n} is not valid JSON ({err.msg})") from err
-    elif suffix == ".json":
-        try:
-            items = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise PromptDataError(f"{p} is not valid JSON ({err.msg})") from err
-        if not isinstance(items, list):
-            raise PromptDataError(f"{p} must hold a JSON list of prompts")
-    else:
-        items = raw.splitlines()
     prompts = []
     for n, item in enumerate(items, 1):
         if isinstance(item, dict):

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torchmetrics import MeanMetric, Metric, SumMetric
 
-from cblight.tune.loss import KLTerms, Sampled, TuningConfigError, human_text_nll
+from cblight.scoring import Encoder, Scorer, empty_context_ids
+from cblight.tune.loss import KLTerms, Sampled, TuningConfigError
 
 __all__ = ["ValidationOptions", "Validator"]
 
@@ -144,3 +145,26 @@ class Validator(torch.nn.Module):
             with open(os.path.join(log_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
                 for row_step, prompt, text in rows:
                     f.write(json.dumps({"step": row_step, "prompt": prompt, "sample": text}) + "\n")
+
+
+@torch.no_grad()
+def human_text_nll(
+    model: Any, tokenizer: Any, texts: Sequence[str], max_tokens: int = 128
+) -> tuple[float, int]:
+    """Summed negative log-likelihood and token count of texts under ``model``, each cut to its first
+    ``max_tokens`` tokens and read after the tokenizer's empty context (BOS, or EOS for GPT-2), as document
+    perplexity is; ``exp(nll / tokens)`` is the perplexity. Scored by ``cblight.scoring.Scorer`` in
+    batches whose logits stay near 2^26 entries (vocabulary-sized rows)."""
+    encoder = Encoder(tokenizer)
+    start = empty_context_ids(tokenizer, encoder.prefix)
+    groups = [(start, [body[:max_tokens]]) for body in map(encoder.body, texts) if body]
+    if not groups:
+        return 0.0, 0
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    rows = max(1, (1 << 26) // (vocab * (max_tokens + len(start))))
+    was_training = model.training
+    try:
+        scores = Scorer(model, tokenizer, batch_size=rows, share_context=False).score_choices(groups)
+    finally:
+        model.train(was_training)
+    return -sum(s[0].log_prob for s in scores), sum(s[0].num_tokens for s in scores)
