@@ -67,6 +67,21 @@ def test_greedy_and_seeded_sampling_equal_boosted_generate(tiny_lm, mode):
     assert ours.shape[0] == 2 * len(TEXTS) and torch.equal(ours, ref)
 
 
+def test_a_boosting_object_equals_its_boost_fields_and_a_misspelt_field_is_refused(tiny_lm):
+    """``boosting=Boosting(...)`` and ``boost_<field>=`` are one definition (``Boosting.from_prefixed``)."""
+    model, tok = tiny_lm
+    inputs = inputs_for(tok, "last_k")
+    whole = hub_style(model, tok, inputs, max_new_tokens=STEPS, boosting=Boosting(k=3, alpha=-0.5))
+    fields = hub_style(model, tok, inputs, max_new_tokens=STEPS, boost_k=3, boost_alpha=-0.5)
+    assert torch.equal(whole, fields)
+    with pytest.raises(
+        BoostingError, match=r"unknown boosting option 'boost_alph'; the options are boost_mode"
+    ):
+        hub_style(model, tok, inputs, max_new_tokens=STEPS, boost_alph=-0.5)
+    with pytest.raises(BoostingError, match="not both"):
+        hub_style(model, tok, inputs, max_new_tokens=STEPS, boosting=Boosting(alpha=-0.5), boost_k=3)
+
+
 def test_beams_forms_and_dict_output(tiny_lm):
     model, tok = tiny_lm
     inputs = inputs_for(tok, "marker")
