@@ -10,7 +10,8 @@ that report and prints one line naming the key and the fix, then exits with stat
     error: configs/x.yaml line 4, column 5: did not find expected ',' or ']' (while parsing a flow sequence ...)
 
 The closest valid key comes from ``cblight.suggest`` (difflib over the keys the parser, or the class named
-by the value's ``class_path``, accepts). ``JSONARGPARSE_DEBUG=true`` gives jsonargparse's whole report as a traceback.
+by the value's ``class_path``, accepts). ``JSONARGPARSE_DEBUG=true`` gives jsonargparse's whole report as a
+traceback.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class OneLineErrors:
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         # jsonargparse's inner parsers raise (the outer one reports), and its debug mode wants the traceback
-        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true":  # type: ignore[attr-defined]
+        debug = os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true"
+        if debug or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
         parser = getattr(ex, "subcommand_parser", None) or self
         print(f"error: {one_line(message, parser, ex)}", file=sys.stderr)
