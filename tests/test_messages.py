@@ -428,7 +428,8 @@ def test_a_cblight_evaluate_run_prints_no_library_noise(tiny64, tmp_path):
         [
             sys.executable, "-m", "cblight", "evaluate", "-c", "configs/lambada.yaml",
             "--model.model", str(tiny64), "--model.output_dir", str(out),
-            "--data.tasks", "[lambada]", "--data.data_root", str(DEMO), "--data.limit", "4",
+            "--data.tasks", "[lambada]", "--data.data_root", str(DEMO), "--data.limit", "2",
+            "--model.ks", "[1, 2]", "--model.plots", "false",
             *EVAL_QUIET_CPU,
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**OFFLINE, "PYTHONPATH": str(ROOT)},
