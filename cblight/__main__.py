@@ -14,7 +14,6 @@ DDP launcher re-runs it in every worker process. Modules are imported only for t
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -93,8 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, rest = args[0], args[1:]
     command = COMMANDS.get(name)
     if command is None:
-        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        from cblight.suggest import closest
+
+        close = closest(name, COMMANDS)
+        hint = f"; did you mean {close!r}?" if close else ""
         print(f"error: unknown command {name!r}{hint} (cblight --help lists them)", file=sys.stderr)
         return 2
     result = command.run(rest, f"cblight {name}")

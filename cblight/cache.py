@@ -33,6 +33,13 @@ def _row_checksum(row: Mapping[str, Any]) -> str:
     return digest(json.dumps(body, sort_keys=True, ensure_ascii=False))
 
 
+# the options as a user types them (the cache belongs to an evaluator's --model.* options)
+_DISCARD = (
+    "Choose another --model.output_dir, or add --model.overwrite true (overwrite=True from Python) to discard "
+    "the cache"
+)
+
+
 class CacheMismatchError(CblightError):
     """A cache directory written by a different model or grid."""
 
@@ -72,13 +79,13 @@ class RecordCache:
         try:
             found = json.loads(meta.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise CacheMismatchError(f"cache metadata {meta} is corrupt; delete {self.dir}") from None
+            raise CacheMismatchError(f"cache metadata {meta} is corrupt. {_DISCARD}.") from None
         if not isinstance(found, dict):
-            raise CacheMismatchError(f"cache metadata {meta} is corrupt; delete {self.dir}")
+            raise CacheMismatchError(f"cache metadata {meta} is corrupt. {_DISCARD}.")
         if found.get("cache_format") != CACHE_FORMAT:
             raise CacheMismatchError(
                 f"the cache in {self.dir} was written by an older cblight, without per-row checksums. "
-                "Use another output_dir, or overwrite=true to discard it and recompute."
+                f"{_DISCARD} and recompute."
             )
         diff = {k for k in set(found) | set(self.signature) if found.get(k) != self.signature.get(k)}
         if diff:
@@ -87,7 +94,7 @@ class RecordCache:
             )
             raise CacheMismatchError(
                 f"the cache in {self.dir} was written under other settings ({detail}). "
-                "Use another output_dir, or overwrite=true to discard it."
+                f"{_DISCARD} and recompute."
             )
 
     def _parse_row(self, line: str) -> tuple[dict[str, Any] | None, str]:

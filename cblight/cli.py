@@ -20,7 +20,6 @@ import importlib
 import importlib.util
 import inspect
 import os
-import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -30,12 +29,14 @@ from typing import Any, Optional
 import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from lightning.pytorch import LightningModule
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import CblightError, exit_on_bad_input
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
+from cblight.notices import quiet_library_notices
+from cblight.parse_errors import OneLineErrors, check_flow_mappings
 from cblight.runs import (
     OutputLock,
     check_output_dir,
@@ -44,7 +45,14 @@ from cblight.runs import (
     run_evaluation,
 )
 
-__all__ = ["evaluate_cli", "exit_on_bad_input", "generate_cli", "train_cli", "tune_cli"]
+__all__ = [
+    "check_flow_mappings",
+    "evaluate_cli",
+    "exit_on_bad_input",
+    "generate_cli",
+    "train_cli",
+    "tune_cli",
+]
 
 
 class CLIConfigError(CblightError):
@@ -101,6 +109,10 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
         raise CLIConfigError(
             f"ckpt_path {str(ckpt_path)!r} is not a Lightning checkpoint (not a torch.save zip archive)"
         )
+
+
+class CLIParser(OneLineErrors, LightningArgumentParser):
+    """LightningCLI's parser with cblight's one-line parse errors (``cblight.parse_errors``)."""
 
 
 class LoggerSaveConfigCallback(SaveConfigCallback):
@@ -240,29 +252,12 @@ def evaluate_help(default_class: str) -> str:
     return "\n".join(lines)
 
 
-_FLOW_KEY_WITHOUT_SPACE = re.compile(r"[{,]\s*[A-Za-z_][\w.-]*:(?=[^\s,}])")
-
-
-def check_flow_mappings(args: Sequence[str]) -> None:
-    """A mapping option written ``{rte:/path}`` is YAML's ``{"rte:/path": null}``: say what YAML wants."""
-    for i, arg in enumerate(args):
-        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
-        if value.lstrip().startswith("{") and _FLOW_KEY_WITHOUT_SPACE.search(value):
-            option = (
-                args[i - 1] if i and value is arg and args[i - 1].startswith("--") else arg.split("=", 1)[0]
-            )
-            fixed = re.sub(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])", r"\1: ", value)
-            raise CLIConfigError(
-                f"{option} {value!r}: in a YAML mapping each key needs a space after its colon; write {fixed!r}"
-            )
-
-
 def build_evaluate_cli(
     args: Sequence[str] | None = None, default_class: str = EVALUATOR, prog: str | None = None
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
-    _quiet_args_warning()
+    quiet_library_notices()
     check_flow_mappings(sys.argv[1:] if args is None else args)
     return EvaluateCLI(
         LightningModule,
@@ -270,6 +265,7 @@ def build_evaluate_cli(
         default_class=default_class,
         subclass_mode_model=True,
         run=False,
+        parser_class=CLIParser,
         parser_kwargs={
             "prog": prog or _prog(),
             "usage": RUN_USAGE,
@@ -371,7 +367,7 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.prompt_data import PromptDataModule
 
     check_flow_mappings(sys.argv[1:] if args is None else list(args))
-    _quiet_args_warning()
+    quiet_library_notices()
     return TuneCLI(
         CoherenceTuning,
         PromptDataModule,
@@ -380,7 +376,11 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
         trainer_defaults=_defaults(),
         seed_everything_default=0,
         auto_configure_optimizers=False,
-        parser_kwargs={"fit": {"usage": _tune_usage(prog or _prog()), "description": TUNE_ABOUT}},
+        parser_class=CLIParser,
+        parser_kwargs={
+            "prog": prog or _prog(),
+            "fit": {"usage": _tune_usage(prog or _prog()), "description": TUNE_ABOUT},
+        },
         args=args,
         run=run,
     )
@@ -389,13 +389,6 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
 def _prog() -> str:
     """The program name of a command run as a script (``evaluate.py``, ``train.py``)."""
     return os.path.basename(sys.argv[0])
-
-
-def _quiet_args_warning() -> None:
-    """LightningCLI warns whenever it is given ``args`` while ``sys.argv`` holds arguments too, which is how
-    ``cblight <command>`` calls it (``sys.argv`` stays whole, so that Lightning's DDP launcher re-runs the
-    very command)."""
-    warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
 
 
 TUNE_ABOUT = (

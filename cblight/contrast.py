@@ -13,6 +13,7 @@ log-probabilities printed here are normalised.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 
 from cblight.boosting import boosted_log_probs, short_context_ids
 from cblight.errors import ConfigError
+from cblight.models import DTypeName
 from cblight.scoring import Scorer
 
 
@@ -38,6 +40,7 @@ class Contrast:
     target: str
     tables: dict[str, list[Ranked]]  # "full", "short", "boosted"
     target_rank: dict[str, int]
+    target_tokens: int = 1  # tokens of the --target given; only the first is ranked
 
 
 def _ranked(log_probs: torch.Tensor, tokenizer: Any, target: int, top: int) -> tuple[list[Ranked], int]:
@@ -56,7 +59,7 @@ def check_contrast_options(k: int, alpha: float, top: int) -> None:
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}")
     if not math.isfinite(alpha):
-        raise ConfigError(f"alpha must be finite, got {alpha}")
+        raise ConfigError(f"alpha must be a finite number, got {alpha}")
     if top < 1:
         raise ConfigError(f"top must be at least 1, got {top}")
 
@@ -82,7 +85,7 @@ def contrast(
         ctx, target_id = ids[:-1], ids[-1]
     else:
         ctx, cont = enc.pair(context, target)
-        target_id = cont[0]
+        target_id = cont[0]  # Figure 1 ranks one next token
     full = scorer.next_token_log_probs([ctx])[0]
     short = scorer.last_k_log_probs([ctx], k, full=full[None])[0]
     boosted = boosted_log_probs(full, short, alpha, "generation")
@@ -96,6 +99,7 @@ def contrast(
         target=tokenizer.decode([target_id]),
         tables=tables,
         target_rank=ranks,
+        target_tokens=1 if target is None else len(cont),
     )
 
 
@@ -132,7 +136,7 @@ def contrast_command(
     k: int = 8,
     alpha: float = -0.5,
     top: int = 5,
-    dtype: str = "float32",
+    dtype: DTypeName = "float32",
     device: str | None = None,
 ) -> None:
     """Print the Figure-1 contrast for CONTEXT.
@@ -140,11 +144,11 @@ def contrast_command(
     Args:
         context: the text; without --target its last token is the one to predict.
         model: Hub id or local directory of a causal LM.
-        target: the continuation to rank (its first token), e.g. ' metre'.
+        target: the continuation whose first token is ranked, e.g. ' metre' (a longer one: a note says so).
         k: short-context length (the authors' demo uses 8).
         alpha: boosting coefficient of the generation form (-0.5 gives p_full^1.5 p_short^-0.5).
         top: how many top tokens to list.
-        dtype: model weights dtype (float32, bfloat16, float16, auto).
+        dtype: model weights dtype.
         device: e.g. cuda; default CPU.
     """
     from cblight.models import load_causal_lm, load_tokenizer
@@ -153,6 +157,12 @@ def contrast_command(
     lm = load_causal_lm(model, dtype=dtype, device=device)  # type: ignore[arg-type]
     tok = load_tokenizer(model)
     result = contrast(lm, tok, context, target=target, k=k, alpha=alpha, top=top)
+    if result.target_tokens > 1:
+        print(
+            f"note: --target {target!r} is {result.target_tokens} tokens; only its first, {result.target!r}, "
+            "is ranked (the next token after the context)",
+            file=sys.stderr,
+        )
     print(format_contrast(result, k, alpha))
 
 
@@ -161,8 +171,11 @@ def main(args: list[str] | None = None, prog: str | None = None) -> None:
     from jsonargparse import auto_cli
 
     from cblight.errors import exit_on_bad_input
+    from cblight.parse_errors import Parser
 
-    exit_on_bad_input(lambda: auto_cli(contrast_command, args=args, as_positional=False, prog=prog))
+    exit_on_bad_input(
+        lambda: auto_cli(contrast_command, args=args, as_positional=False, prog=prog, parser_class=Parser)
+    )
 
 
 if __name__ == "__main__":

@@ -271,6 +271,8 @@ def _quiet() -> Iterator[None]:
     import lightning.pytorch  # noqa: F401
     from transformers.utils import logging as hf_logging
 
+    from cblight.notices import quiet_library_notices
+
     notes = _DropStartupNotes()
     handlers = [
         h for name in ("lightning.pytorch", "lightning.fabric") for h in logging.getLogger(name).handlers
@@ -280,9 +282,8 @@ def _quiet() -> Iterator[None]:
         handler.addFilter(notes)
     hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar (a fraction of a second here)
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter.*")
-            warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
+        with warnings.catch_warnings():  # the warnings filters go afterwards; the tips' filter is harmless
+            quiet_library_notices()
             yield
     finally:
         for handler in handlers:
@@ -313,11 +314,12 @@ def demo(
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     """``cblight demo [--model M] [--quick] ...`` (the arguments come from ``sys.argv`` unless given)."""
-    from jsonargparse import ActionYesNo, ArgumentParser
+    from jsonargparse import ActionYesNo
 
     from cblight.errors import exit_on_bad_input
+    from cblight.parse_errors import Parser
 
-    parser = ArgumentParser(prog=prog, description=demo.__doc__.split("\n")[0])
+    parser = Parser(prog=prog, description=demo.__doc__.split("\n")[0])
     parser.add_function_arguments(demo, as_group=False, skip={"quick"})
     parser.add_argument("--quick", action=ActionYesNo, default=False, help="fewer examples and steps (2 min)")
     args = parser.parse_args(argv)

@@ -75,8 +75,13 @@ def run_subcommands(
     print. Returns the exit status, as a script would: 0, or 2 for a parse error or bad input (one line)."""
     from jsonargparse import auto_cli
 
+    from cblight.parse_errors import Parser
+
+    def run() -> Any:
+        return auto_cli(commands, args=argv, prog=prog, description=description, parser_class=Parser)
+
     try:
-        print(exit_on_bad_input(lambda: auto_cli(commands, args=argv, prog=prog, description=description)))
+        print(exit_on_bad_input(run))
     except SystemExit as stop:  # --help (0), a parse error or bad input (2)
         return stop.code if isinstance(stop.code, int) else 0
     return 0

@@ -70,7 +70,9 @@ class Encoder:
         self.prefix = special_prefix(tokenizer)
 
     def body(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        # verbose=False: no "sequence length is longer than the specified maximum" warning for a text longer
+        # than the model window; it is cut to fit before any forward pass (Scorer, cblight.truncation)
+        return list(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def context(self, text: str) -> list[int]:
         """Context ids: the special prefix plus the text; an empty text is BOS/EOS alone."""

@@ -150,7 +150,7 @@ def test_nan_in_contrast_is_refused(value, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--model", "/no/such/model", "--context", "a b c", f"--alpha={value}"])
     assert exc.value.code == 2
-    assert "alpha must be finite" in capsys.readouterr().err
+    assert "alpha must be a finite number" in capsys.readouterr().err
 
 
 def test_nan_alpha_refused_in_a_fresh_process_without_loading_the_model(tmp_path):

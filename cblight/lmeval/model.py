@@ -78,9 +78,42 @@ def _number(name: str, value: Any) -> float:
     return out
 
 
+def _unknown_model_args(names: list[str]) -> str:
+    import inspect
+
+    from cblight.suggest import closest
+
+    known = [p for p in inspect.signature(CblightLM.__init__).parameters if p not in ("self", "unused")]
+    close = closest(names[0], known)
+    mean = f"; did you mean {close}?" if close else ""
+    return (
+        f"unknown --model_args for model cblight: {', '.join(names)}{mean} (cblight lmeval --help lists them)"
+    )
+
+
 @register_model("cblight")
 class CblightLM(TemplateLM):
-    """See the module docstring."""
+    """lm-eval's ``--model cblight``: boosted ``loglikelihood`` (paper eq. 2) and ``generate_until`` (the module
+    docstring says what each request returns). ``cblight lmeval --help`` lists these arguments.
+
+    Args:
+        pretrained: Hub id, local directory or offline zoo name (offline:smollm2-135m); from Python, a loaded model.
+        tokenizer: tokenizer name or directory (default: the model's); from Python, a loaded tokenizer.
+        alpha: boosting coefficient; 0 is the base model, -1 with short_context=empty is PMI.
+        k: tokens of the last_k short context.
+        short_context: last_k (the context's last k tokens), empty (BOS/EOS) or premise_free (Table 10).
+        premise_free_rule: force one premise-free rule for every task (answer_cue, question, connector,
+            after_last_period, empty, last_k); default: each task's own (docs/lmeval.md).
+        form: boosting form of generate_until: next_token (log f + alpha log f_k) or generation
+            ((1-alpha) log f + alpha log f_k, Table 2).
+        dtype: weights dtype: float32, bfloat16, float16 or auto.
+        device: cuda or cpu (default: cuda when a GPU is visible).
+        batch_size: requests per forward pass, or auto.
+        max_batch_size: lm-eval passes its --max_batch_size here; cblight's scorer does not use it.
+        max_length: model window (default: the model config's).
+        revision: Hub revision of the model.
+        trust_remote_code: allow the model's own code from the Hub.
+    """
 
     def __init__(
         self,
@@ -102,9 +135,7 @@ class CblightLM(TemplateLM):
     ):
         super().__init__()
         if unused:
-            raise CblightError(
-                f"unknown --model_args for model cblight: {', '.join(sorted(unused))} (see docs/lmeval.md)"
-            )
+            raise CblightError(_unknown_model_args(sorted(unused)))
         self.alpha = _number("alpha", alpha)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise CblightError(f"k must be an integer >= 1, got {k!r}")
