@@ -29,6 +29,22 @@ def accepts_kwarg(model: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def cache_argument(model: Any) -> str:
+    """The keyword a model's ``forward`` takes its KV cache by: ``cache`` in recent transformers (which warn
+    on every call given the older ``past_key_values``), else ``past_key_values``."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The KV cache a forward returned, under either transformers' name (reading the old name warns)."""
+    keys = out.keys() if hasattr(out, "keys") else ()
+    return out["cache"] if "cache" in keys else getattr(out, "past_key_values", None)
+
+
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ``[B, L]`` ids and attention mask."""
     width = max(len(s) for s in seqs)

@@ -22,7 +22,15 @@ from typing import Any, Literal
 
 import torch
 
-from cblight.batching import accepts_kwarg, last_position_log_probs, left_pad, positions_from_mask, right_pad
+from cblight.batching import (
+    accepts_kwarg,
+    cache_argument,
+    last_position_log_probs,
+    left_pad,
+    output_cache,
+    positions_from_mask,
+    right_pad,
+)
 from cblight.boosting import log_softmax32, short_context_ids
 from cblight.errors import CblightError
 
@@ -284,7 +292,7 @@ class Scorer:
         tail_lp: torch.Tensor | None = None
         tail_greedy: torch.Tensor | None = None
         if need_tail:
-            cache = out.past_key_values
+            cache = output_cache(out)
             if cache is None or not hasattr(cache, "reorder_cache"):
                 # this model's cache cannot be fanned out: score whole rows instead
                 return self._score_rows(groups)
@@ -300,8 +308,8 @@ class Scorer:
                 input_ids=tail_ids,
                 attention_mask=full_mask,
                 position_ids=pos,
-                past_key_values=cache,
                 use_cache=False,
+                **{cache_argument(self.model): cache},
             )
             tail_targets, _ = right_pad([c[1:] for c in conts], self.pad_id, device)
             lp = log_softmax32(out2.logits)

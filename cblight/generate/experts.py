@@ -19,7 +19,13 @@ from typing import Any
 
 import torch
 
-from cblight.batching import last_position_log_probs, left_pad, positions_from_mask
+from cblight.batching import (
+    cache_argument,
+    last_position_log_probs,
+    left_pad,
+    output_cache,
+    positions_from_mask,
+)
 from cblight.boosting import log_softmax32, product_of_experts
 from cblight.generate.inputs import RowInfo
 from cblight.options import Experts, LastTokens
@@ -130,8 +136,8 @@ class CachedRows:
             input_ids=ids,
             attention_mask=mask,
             position_ids=pos,
-            past_key_values=cache,
             use_cache=True,
+            **{cache_argument(self.model): cache},
             **_keeps_last_logits_only(self.model),
         )
 
@@ -149,9 +155,9 @@ class CachedRows:
             pos = positions_from_mask(mask)
             outs.append((self._run(ids, mask, pos), mask, pos))
         if len(outs) == 1:
-            cache = outs[0][0].past_key_values
+            cache = output_cache(outs[0][0])
         else:
-            cache = _merge_left_padded([o.past_key_values for o, _, _ in outs], width)
+            cache = _merge_left_padded([output_cache(o) for o, _, _ in outs], width)
         masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m, _ in outs]
         self.mask = torch.cat(masks, dim=0)
         self.next_pos = torch.cat([p[:, -1] + 1 for _, _, p in outs], dim=0)
@@ -160,7 +166,7 @@ class CachedRows:
                 [torch.nn.functional.pad(i, (width - i.shape[1], 0), value=self.pad_id) for i, _ in groups]
             )
             out = self._run(ids, self.mask, positions_from_mask(self.mask))
-            self.cache = out.past_key_values
+            self.cache = output_cache(out)
             return list(log_softmax32(out.logits[:, -1, :]).split(self.rows, dim=0))
         self.cache = cache
         return [log_softmax32(o.logits[:, -1, :]) for o, _, _ in outs]
@@ -171,7 +177,7 @@ class CachedRows:
         ids = tokens.repeat(self.groups).view(-1, 1)
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
         out = self._run(ids, self.mask, self.next_pos.view(-1, 1), self.cache)
-        self.cache = out.past_key_values
+        self.cache = output_cache(out)
         self.next_pos = self.next_pos + 1
         return list(log_softmax32(out.logits[:, -1, :]).split(self.rows, dim=0))
 
