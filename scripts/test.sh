@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv (see setup.sh) and run the tests offline: the tiny-model suite, then the real-model tier
-# (pretrained SmolLM2 from the cblight[models] wheels, converted once). Extra arguments go to pytest instead
+# (pretrained SmolLM2 from the offline zoo's wheels, converted once). Extra arguments go to pytest instead
 # (one run, e.g. `bash scripts/test.sh -k evaluate` or `bash scripts/test.sh -m realmodel`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

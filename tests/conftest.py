@@ -68,3 +68,21 @@ def gpt2_tokenizer():
     from cblight.tiny import gpt2_tokenizer
 
     return gpt2_tokenizer()
+
+
+@pytest.fixture
+def fixture_hub(monkeypatch):
+    """The Hub, offline: a task's Hub records are its fixture files (``tests/fixtures/<task>``), read by the
+    task's own local readers; the ``(task, split)`` pairs asked of it are recorded in the returned list."""
+    import cblight.data.sources as sources
+    from cblight.data.registry import get_task
+
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    asked: list[tuple[str, str]] = []
+
+    def hub_records(task, split, hub):
+        asked.append((task, split))
+        return sources.load_split_records(task, split, get_task(task).source, data_dir=fixtures / task)
+
+    monkeypatch.setattr(sources, "_hub_records", hub_records)
+    return asked

@@ -165,21 +165,61 @@ def test_a_500_storm_through_evaluate_is_one_line_and_writes_nothing(stub, tmp_p
     assert not (out / "results.json").exists()
 
 
-def test_an_unreachable_server_is_one_error(tmp_path, capsys):
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_unreachable_server_is_one_error_at_once(tmp_path, capsys):
+    """Issue 19: a refused connection is not retried (nothing listens there; no wait mends it)."""
     from cblight.cli import evaluate_cli
 
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
-        evaluate_cli(served_args(f"http://127.0.0.1:{port}/v1", out))
+        evaluate_cli(served_args(f"http://127.0.0.1:{port}/v1", out, "--model.server.backoff", "30"))
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert (
-        err.startswith(f"error: http://127.0.0.1:{port}/v1/models: connection failed") and "3 attempts" in err
+    assert err == (
+        f"error: http://127.0.0.1:{port}/v1/models: connection refused: no server listens on 127.0.0.1 port "
+        f"{port}; start it (e.g. vllm serve MODEL --port {port}) or set --model.server.base_url to where it "
+        "listens"
     )
     assert not (out / "results.json").exists()
+
+
+def test_refused_fails_at_once_but_resets_and_timeouts_are_retried(stub):
+    slept: list[float] = []
+    refused = CompletionClient(options(f"http://127.0.0.1:{free_port()}/v1", backoff=1.0), sleep=slept.append)
+    with pytest.raises(ServedModelError, match="connection refused"):
+        refused.request("/models")
+    assert slept == [] and refused.requests_sent == 1
+
+    # a server that accepts and hangs up at once (a restarting worker): retried, then one error
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def hang_up():
+            for _ in range(4):
+                conn, _ = listener.accept()
+                conn.recv(65536)
+                conn.close()
+
+        threading.Thread(target=hang_up, daemon=True).start()
+        reset = CompletionClient(options(f"http://127.0.0.1:{port}/v1", backoff=1.0), sleep=slept.append)
+        with pytest.raises(ServedModelError, match=r"connection failed .*4 attempts"):
+            reset.request("/completions", {"prompt": "x"})
+    assert len(slept) == 3 and reset.retries == 3
+
+    slow = stub(lambda path, body: (200, {"ok": 1}, {}), delay=1.0)  # answers after the client's timeout
+    timed = CompletionClient(options(slow.url, max_retries=1, timeout=0.2), sleep=slept.append)
+    with pytest.raises(ServedModelError, match=r"timed out.*2 attempts"):
+        timed.request("/completions", {"prompt": "x"})
+    assert timed.retries == 1
 
 
 def served_args(url: str, out: Path, *extra: str) -> list[str]:

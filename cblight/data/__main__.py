@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
-from cblight.data.examples import ChoiceExample, GenerationExample, NextTokenExample
+from cblight.data.examples import ChoiceExample, DataError, GenerationExample, NextTokenExample
 from cblight.data.registry import TaskSpec, all_tasks, get_task
 from cblight.errors import CblightError
 
@@ -118,6 +118,7 @@ def peek(
     index: int = 0,
     tokenizer: str | None = None,
     max_k: int = 5,
+    hub_fallback: bool = False,
 ) -> str:
     """One rendered example of a task, exactly as it is scored.
 
@@ -131,8 +132,9 @@ def peek(
         index: which example.
         tokenizer: tokenizer whose special tokens appear in prompts (default: the bundled GPT-2 tokenizer).
         max_k: the largest k of the grid, for LAMA's filter.
+        hub_fallback: with ``data_root``, read a task that has no folder there from the Hub.
     """
-    from cblight.data.datamodule import EvalDataModule
+    from cblight.data.datamodule import EvalDataModule, MissingRootError
     from cblight.tiny import GPT2_TOKENIZER_DIR
 
     spec = get_task(task)
@@ -141,9 +143,14 @@ def peek(
         tasks=[spec.name],
         data_root=data_root,
         data_dirs={spec.name: data_dir} if data_dir else None,
+        hub_fallback=hub_fallback,
         tokenizer=tokenizer or str(GPT2_TOKENIZER_DIR),
         max_k=max_k,
     )
+    try:
+        dm.check_local()
+    except MissingRootError as err:  # the data module names evaluate's options; peek's are these
+        raise DataError(err.options(f"--data_dir {err.folder}", "--hub_fallback true")) from None
     examples = dm.examples(spec.name, split)
     if not 0 <= index < len(examples):
         raise CblightError(f"--index {index} is outside the {len(examples)} examples of {spec.name}/{split}")

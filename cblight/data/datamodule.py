@@ -7,6 +7,7 @@ rendered examples, longest first so that padding stays small.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from cblight.data.registry import RenderContext, TaskSpec, get_task
 from cblight.data.sources import MissingDataError, load_split_records
 
 Role = Literal["report", "selection"]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -106,9 +108,12 @@ class EvalDataModule(LightningDataModule):
         tasks: task names (``cblight.data.registry``; ``python -m cblight.data list``), e.g. ``[copa, lambada]``;
             the reference code's names are accepted too (``agn``).
         data_root: a directory holding one sub-directory per task (``<data_root>/<task>/``, or under one of
-            the task's other names, e.g. the reference's ``data/agn``) with local files.
+            the task's other names, e.g. the reference's ``data/agn``) with local files. A task without
+            its folder there is refused (naming the folders looked for) unless ``hub_fallback``.
         data_dirs: per-task local directories (``{copa: /data/COPA}``); these win over ``data_root``.
         data_files: per-task, per-split files (``{lambada: {test: lambada_test.jsonl}}``); these win over both.
+        hub_fallback: with ``data_root``, load a task that has no folder there from the Hub (one line says
+            so) instead of refusing it. Off: a root you give is used or refused, never quietly replaced.
         tokenizer: tokenizer whose special tokens appear in some prompts (linked to the model by the CLI).
         selection: choose alpha* on the selection split; off reports only the report split's curve.
         selection_seed: seed of the training-split sample where the paper chooses alpha* on one.
@@ -126,6 +131,7 @@ class EvalDataModule(LightningDataModule):
         data_root: str | None = None,
         data_dirs: dict[str, str] | None = None,
         data_files: dict[str, dict[str, str]] | None = None,
+        hub_fallback: bool = False,
         tokenizer: str | None = None,
         selection: bool = True,
         selection_seed: int = 1234,
@@ -153,14 +159,19 @@ class EvalDataModule(LightningDataModule):
         self.selection = selection
         self.selection_seed = selection_seed
         if limit is not None and limit < 1:
-            raise DataError(f"limit must be at least 1, got {limit}")
+            raise DataError(f"data.limit must be at least 1, got {limit}")
         self.limit = limit
         if batch_size < 1:
-            raise DataError(f"batch_size must be at least 1, got {batch_size}")
+            raise DataError(
+                f"data.batch_size must be at least 1, got {batch_size} (examples per step; model.batch_size "
+                "is the sequences per forward pass)"
+            )
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.splits: dict[str, dict[Role, TaskSplit]] = {}
         self._tokenizer: Any = None
+        self.hub_fallback = hub_fallback
+        self.roots: dict[str, Path | None] | None = None  # each task's folder under data_root (check_local)
 
     def _own_task(self, name: str) -> str:
         """The canonical name of a task named in data_dirs/data_files, which must be one of ``tasks``."""
@@ -192,18 +203,61 @@ class EvalDataModule(LightningDataModule):
         bos = tok.bos_token or tok.eos_token
         return RenderContext(split=split, eos_token=eos, bos_token=bos)
 
+    def check_local(self) -> None:
+        """The folders the user named, checked before any data is read (``setup``, ``examples``): every
+        ``data_dirs`` entry exists, and a ``data_root`` is used or refused, never quietly replaced by the
+        Hub (``hub_fallback`` asks for that)."""
+        if self.roots is not None:
+            return
+        for name, folder in self.data_dirs.items():
+            if not Path(folder).expanduser().is_dir():
+                raise DataError(f"data_dirs.{name}: {folder} is not a directory")
+        self.roots = {
+            spec.name: self._task_root(spec) for spec in self.specs if spec.name not in self.data_dirs
+        }
+
     def _local(self, spec: TaskSpec, split: str) -> dict[str, Any]:
         files = self.data_files.get(spec.name, {})
         if split in files:
             return {"data_file": files[split]}
         if spec.name in self.data_dirs:
             return {"data_dir": self.data_dirs[spec.name]}
-        if self.data_root is not None:
-            for name in (spec.name, *spec.aliases):
-                candidate = Path(self.data_root).expanduser() / name
-                if candidate.is_dir():
-                    return {"data_dir": str(candidate)}
-        return {}
+        self.check_local()
+        assert self.roots is not None
+        root = self.roots.get(spec.name)
+        return {"data_dir": str(root)} if root is not None else {}
+
+    def _task_root(self, spec: TaskSpec) -> Path | None:
+        """The task's folder under ``data_root`` (``None``: no root, or the Hub by ``hub_fallback``); a task
+        that needs the root and has no folder there is refused with the names looked for."""
+        if self.data_root is None:
+            return None
+        root = Path(self.data_root).expanduser().absolute()
+        tried = [root / name for name in (spec.name, *spec.aliases)]
+        found = next((path for path in tried if path.is_dir()), None)
+        splits = [spec.report_split] + (
+            [spec.selection_split] if self.selection and spec.selection_split else []
+        )
+        if found is not None or all(s in self.data_files.get(spec.name, {}) for s in splits):
+            return found
+        looked = " or ".join(f"{path.name}/" for path in tried)
+        if not root.is_dir():
+            state = "is a file" if root.exists() else "does not exist"
+            why = f"data_root {root} {state} (looked for {', '.join(f'{path}/' for path in tried)})"
+        else:
+            held = sorted(f"{p.name}/" for p in root.iterdir() if p.is_dir())
+            listing = ", ".join(held[:8]) + (", ..." if len(held) > 8 else "") or "no folders"
+            why = f"data_root {root} has no folder {looked} (it holds {listing})"
+        hub = _hub_label(spec)
+        if hub and self.hub_fallback:
+            log.warning(
+                "%s: %s; loading it from the Hub (%s), as --data.hub_fallback asks", spec.name, why, hub
+            )
+            return None
+        near = [
+            p for p in (root.iterdir() if root.is_dir() else ()) if p.is_dir() and spec.name in p.name.lower()
+        ]
+        raise MissingRootError(spec.name, why, str(near[0]) if len(near) == 1 else "DIR", hub, root.is_dir())
 
     def _given_file(self, spec: TaskSpec, split: str) -> str | None:
         """The name of the ``data_files`` entry for ``split``, shown where results name the split."""
@@ -274,6 +328,7 @@ class EvalDataModule(LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
+        self.check_local()  # every task's folder, before the first task's data is read
         self.splits = {spec.name: self.load_task(spec) for spec in self.specs}
 
     # -- loaders -------------------------------------------------------------------------------------------
@@ -307,4 +362,30 @@ class EvalDataModule(LightningDataModule):
         return self.test_dataloader()
 
 
-__all__ = ["ChoiceExample", "EvalDataModule", "NextTokenExample", "TaskSplit"]
+class MissingRootError(DataError):
+    """A task with no folder under the ``data_root`` given: what was looked for and the fixes, in the options
+    of ``cblight evaluate`` (``options`` formats them for another command, e.g. ``cblight data peek``)."""
+
+    def __init__(self, task: str, why: str, folder: str, hub: str, root_exists: bool):
+        self.task, self.why, self.folder, self.hub, self.root_exists = task, why, folder, hub, root_exists
+        super().__init__(self.options(f"--data.data_dirs '{{{task}: {folder}}}'", "--data.hub_fallback true"))
+
+    def options(self, data_dir: str, hub_fallback: str) -> str:
+        fixes = [
+            f"name the folder {self.task}/" if self.root_exists else "correct data_root",
+            f"pass {data_dir}",
+        ]
+        if self.hub:
+            fixes.append(f"{hub_fallback} to load {self.task} from the Hub ({self.hub})")
+        return f"{self.task}: {self.why}: {', '.join(fixes[:-1])} or {fixes[-1]}"
+
+
+def _hub_label(spec: TaskSpec) -> str:
+    """The Hub copy a task loads (``aps/super_glue copa``), or ``""`` when it has no loadable one."""
+    if spec.source.hub_refusal or not spec.source.hub:
+        return ""
+    ids = dict.fromkeys(f"{h.path} {h.name}" if h.name else h.path for h in spec.source.hub.values())
+    return ", ".join(ids)
+
+
+__all__ = ["ChoiceExample", "EvalDataModule", "MissingRootError", "NextTokenExample", "TaskSplit"]

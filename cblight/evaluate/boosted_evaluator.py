@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.boosting import AlphaGrid
@@ -42,10 +43,10 @@ from cblight.evaluate.predictions import (
 )
 from cblight.evaluate.task_kind import TaskKind
 from cblight.evaluator import Evaluator
-from cblight.models import DTypeName, checkpoint_window
+from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
 from cblight.runs import check_interrupt
 from cblight.scoring import BatchSize, Scorer
-from cblight.served import ServedScorer, ServerOptions, check_served_splits
+from cblight.served import ServedScorer, ServerOptions, check_served_splits, resumed_line
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 
@@ -98,7 +99,9 @@ class BoostedEvaluator(Evaluator):
         device_map: accelerate device map (e.g. ``auto``) to shard a large model; placement is then left to it.
         trust_remote_code: allow custom model code from the Hub (off unless asked).
         batch_size: sequences per forward pass, or ``auto`` (halves on CUDA out-of-memory; 16 on CPU).
-        max_length: override the model window; longer contexts are cut from the left.
+        max_length: override the model window; longer contexts are cut from the left. Past the window of
+            learned absolute positions (GPT-2) it is refused; past a rotary one (Llama, Gemma) a warning says
+            the model extrapolates.
         share_context: encode the context of a question once and share its KV cache across the choices.
         choice_alphas: multiple-choice grid (paper eq. 2), default 2 down to -5 by 0.01.
         next_token_alphas: next-token grid (``log f_max + alpha log f_k``), default 0 down to -1 by 0.1.
@@ -166,7 +169,12 @@ class BoostedEvaluator(Evaluator):
         if len(set(self.ks)) != len(self.ks):
             raise ConfigError(f"ks repeats a value: {self.ks}")
         if batch_size != "auto" and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ConfigError(f"batch_size must be a positive integer or 'auto', got {batch_size!r}")
+            raise ConfigError(
+                f"model.batch_size must be a positive integer or 'auto', got {batch_size!r} (sequences per "
+                "forward pass; data.batch_size is the examples per step)"
+            )
+        if max_length is not None and backend == "local":  # past learned positions a run fails mid-way
+            check_checkpoint_max_length(model, max_length, "model.max_length", revision, trust_remote_code)
         self.length_normalize = length_normalize
         self.methods = check_methods(methods) if methods else ["boost"]
         self.method_options = method_options
@@ -177,6 +185,7 @@ class BoostedEvaluator(Evaluator):
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
         self.selected: dict[str, dict[str, Any]] = {}
+        self._resumed = 0  # examples an earlier run left in the per-example cache
 
     # -- setup ---------------------------------------------------------------------------------------------
     def _signature(self, split: TaskSplit, role: Role) -> dict[str, Any]:
@@ -269,6 +278,16 @@ class BoostedEvaluator(Evaluator):
                             f"window of {window} (answers are never cut; contexts are cut from the left)"
                         )
 
+    def check_checkpoint(self, path: str) -> Any:
+        """A served model's name is the server's to check; a local one loads (config, tokenizer) and takes
+        this run's ``max_length``."""
+        if self.backend != "local":
+            return None
+        config = super().check_checkpoint(path)
+        if self.hparams.max_length is not None:
+            check_max_length(config, self.hparams.max_length, "model.max_length", path)
+        return config
+
     @property
     def scorer(self) -> Scorer | ServedScorer:
         if self._scorer is None and self.backend == "openai":
@@ -299,6 +318,7 @@ class BoostedEvaluator(Evaluator):
                 todo.append(ex)
             else:
                 records[ex.idx] = rec
+        self._resumed += len(batch) - len(todo)
         if todo:
             fresh = kind.score(self.scorer, split, todo, cached)
             self._store((role, split.name), fresh)
@@ -364,8 +384,10 @@ class BoostedEvaluator(Evaluator):
                 settings["methods"] = self.methods
             if self.backend != "local":
                 settings["backend"] = self.backend
-                if isinstance(self._scorer, ServedScorer):  # None when every example came from the cache
-                    settings["served"] = self._scorer.report()
+                scorer = self._scorer if isinstance(self._scorer, ServedScorer) else None  # all cached: None
+                settings.update({"served": scorer.report()} if scorer is not None else {})
+                if line := resumed_line(self.server.base_url if self.server else "", self._resumed, scorer):
+                    rank_zero_info(line)
             comparison = comparison_payload(self.results, self.methods)
             if comparison is not None:
                 settings["comparison"] = comparison

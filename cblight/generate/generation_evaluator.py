@@ -124,6 +124,11 @@ class BoostedGenerationEvaluator(Evaluator):
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if short_window < 1:
             raise ConfigError(f"short_window must be at least 1, got {short_window}")
+        if score_batch_size < 1:
+            raise ConfigError(
+                f"model.score_batch_size must be at least 1, got {score_batch_size} (documents per forward "
+                "pass of the metrics model; data.batch_size is the prompts per generate call)"
+            )
         resolve_meteor_route(meteor)  # refuses an official METEOR that cannot run, before any work
         self._metrics_lm: Any = None
         self.suites = nn.ModuleDict()

@@ -5,7 +5,7 @@
 """
 
 from cblight.served.client import CompletionClient, RequestCache, ServedModelError, ServerOptions
-from cblight.served.scorer import ServedScorer, check_served_splits
+from cblight.served.scorer import ServedScorer, check_served_splits, resumed_line
 
 __all__ = [
     "CompletionClient",
@@ -14,4 +14,5 @@ __all__ = [
     "ServedScorer",
     "ServerOptions",
     "check_served_splits",
+    "resumed_line",
 ]

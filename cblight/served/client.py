@@ -3,9 +3,11 @@ concurrency, and an on-disk request cache so that an interrupted run resumes wit
 
 Only the standard library (``urllib``, ``sqlite3``, ``concurrent.futures``): the requests are small JSON
 posts and the server does the heavy work. What is retried: HTTP 408, 429 and 5xx answers and connection
-failures (refused, reset, timed out), at most ``max_retries`` more times, waiting ``backoff · 2^attempt``
-seconds (capped at ``max_backoff``, halved at random for jitter, a ``Retry-After`` header honoured up to
-the cap). Anything else (401, 404, 400 ...) fails at once. A request that still fails ends the whole run with
+failures of a server that is there but busy (reset, timed out), at most ``max_retries`` more times, waiting
+``backoff · 2^attempt`` seconds (capped at ``max_backoff``, halved at random for jitter, a ``Retry-After``
+header honoured up to the cap). Anything else fails at once: 401, 404, 400 ..., a refused connection
+(nothing listens at that address: the server is not started, or ``base_url`` names the wrong port) and an
+unknown host name, which no wait mends. A request that still fails ends the whole run with
 one line naming the server, the status and the number of attempts: a run never goes on with some answers
 missing. Answers already received are in the cache, so the next run starts where this one stopped.
 """
@@ -17,10 +19,12 @@ import json
 import logging
 import os
 import random
+import socket
 import sqlite3
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -164,6 +168,7 @@ class CompletionClient:
         self.cache = cache
         self._sleep = sleep
         self.requests_sent = 0
+        self.cache_hits = 0  # requests answered from the request cache (a resumed run's)
         self.retries = 0
         self._count = threading.Lock()
 
@@ -197,6 +202,18 @@ class CompletionClient:
             raise ServedModelError(f"{url} answered {status}") from None
         except (urllib.error.URLError, ConnectionError, HTTPException, TimeoutError) as err:
             reason = getattr(err, "reason", err)
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if isinstance(reason, ConnectionRefusedError):
+                raise ServedModelError(
+                    f"{url}: connection refused: no server listens on {parts.hostname} port {port}; start "
+                    f"it (e.g. vllm serve MODEL --port {port}) or set --model.server.base_url to where it listens"
+                ) from None
+            if isinstance(reason, socket.gaierror) and reason.errno == socket.EAI_NONAME:  # EAI_AGAIN retries
+                raise ServedModelError(
+                    f"{url}: the host name {parts.hostname!r} is not known ({reason.strerror}); check "
+                    "--model.server.base_url"
+                ) from None
             raise _Retryable(f"connection failed ({reason})") from None
         try:
             parsed = json.loads(raw)
@@ -236,6 +253,8 @@ class CompletionClient:
         if use_cache and self.cache is not None:
             hit = self.cache.get(body)
             if hit is not None:
+                with self._count:
+                    self.cache_hits += 1
                 return hit
         answer = self.request("/completions", body)
         if use_cache and self.cache is not None:
@@ -260,6 +279,7 @@ class CompletionClient:
                 todo.append(i)
             else:
                 out[i] = hit
+                self.cache_hits += 1
         if todo:
             with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(todo))) as pool:
                 futures = {pool.submit(self.complete, bodies[i]): i for i in todo}

