@@ -58,7 +58,21 @@ LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler
 # load_from_checkpoint rebuilds the option objects from their plain mappings with LightningCLI's instantiator
 CLI_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 
-__all__ = ["CoherenceTuning"]
+__all__ = ["CoherenceTuning", "check_max_steps"]
+
+
+def check_max_steps(max_steps: int | None) -> None:
+    """Refuse a run without a step limit (the prompt stream never ends) or with no step to take: a run that
+    takes no optimizer step would export the base model as if it were tuned (issue 19)."""
+    if max_steps is None or max_steps == -1:
+        raise TuningConfigError(
+            "set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"
+        )
+    if max_steps < 1:
+        raise TuningConfigError(
+            f"trainer.max_steps = {max_steps} takes no optimizer step, so nothing would be tuned or exported; "
+            "set it to 1 or more (the paper runs 32)"
+        )
 
 
 def _constant_rate(step: int) -> float:
@@ -211,10 +225,7 @@ class CoherenceTuning(L.LightningModule):
                 "teacher.kind: ema and lora.rank > 0 need every process to hold the whole model; "
                 "use a replicated strategy (DDP) or teacher.kind: live without LoRA under FSDP/DeepSpeed"
             )
-        if trainer.max_steps is None or trainer.max_steps < 0:
-            raise TuningConfigError(
-                "set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"
-            )
+        check_max_steps(trainer.max_steps)
         datamodule = getattr(trainer, "datamodule", None)
         if datamodule is not None and hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
@@ -283,6 +294,7 @@ class CoherenceTuning(L.LightningModule):
     # -- the training step ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
         self.teacher.to(self.device)  # the copies are not submodules: Lightning does not move them
+        self.exporter.first_step = self.global_step
         self.sampler.start(self.global_rank, self.trainer.world_size, self.global_step, self.device)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
