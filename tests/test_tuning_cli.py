@@ -47,7 +47,14 @@ def test_configs_parse_with_the_paper_defaults():
         32,
         -0.05,
     )
-    assert model["teacher"] == {"kind": "frozen", "ema_decay": 0.9}
+    assert model["teacher"] == {
+        "kind": "frozen",
+        "ema_decay": 0.9,
+        "refresh_every": None,
+        "trust_region": 0.0,
+    }
+    assert model["rollouts"] == {"cache": "auto", "compile": None}
+    assert set(model["guard"].values()) == {None}  # off unless the user sets a band
     assert (model["sampling"]["do_sample"], model["sampling"]["seed"]) == (True, 0)
     assert (model["loss"]["divergence"], model["loss"]["teacher_top_k"], model["lora"]["rank"]) == (
         "forward_kl",

@@ -155,7 +155,12 @@ def test_checkpoint_reloads_with_its_option_objects(tiny_gpt2_dir, tmp_path):
     _trainer(1, tmp_path, [every]).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
     ckpt = tmp_path / "ckpt" / "epoch=0-step=1.ckpt"
     saved = torch.load(ckpt, weights_only=True)
-    assert saved["hyper_parameters"]["teacher"] == {"kind": "ema", "ema_decay": 0.5}
+    assert saved["hyper_parameters"]["teacher"] == {
+        "kind": "ema",
+        "ema_decay": 0.5,
+        "refresh_every": None,
+        "trust_region": 0.0,
+    }
     assert saved["hyper_parameters"]["boosting"]["k"] == 3 and EMA_KEY in saved
 
     reloaded = CoherenceTuning.load_from_checkpoint(ckpt)

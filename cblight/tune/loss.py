@@ -244,6 +244,13 @@ def _logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[
     return out.logits, width - out.logits.shape[1]
 
 
+def _full_log_probs(model: Any, sampled: Sampled, r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """float32 full-context ``log f`` of ``model`` at positions ``(r, c)`` of whole consecutive rows."""
+    r0, r1 = int(r[0]), int(r[-1]) + 1
+    logits, offset = _logits(model, sampled, slice(r0, r1), int(c.min()))
+    return log_softmax32(logits[r - r0, c - 1 - offset])
+
+
 class _InjectedGradient(torch.autograd.Function):
     """A scalar whose value is given and whose gradient with respect to ``logits`` is ``grad`` (times the
     incoming scale): lets the divergence be computed, and differentiated, chunk by chunk in the forward
@@ -268,7 +275,8 @@ class KLTerms:
     value ``kl.sum()`` and the gradient of that sum with respect to the student's parameters.
     ``long`` marks positions whose context exceeds ``k`` (where boosting changes the distribution);
     ``gap`` is ``log f_alpha(w) - log f_θ(w)`` of the sampled token ``w``; ``agree`` whether the student's
-    most likely token is the teacher's.
+    most likely token is the teacher's. ``trust`` is ``KL(f_θ || f_0)`` per position when a trust region
+    is on (``loss_sum`` then carries ``kl + trust_region · trust``), else zeros.
     """
 
     kl: torch.Tensor
@@ -277,6 +285,7 @@ class KLTerms:
     gap: torch.Tensor
     agree: torch.Tensor
     anchor: torch.Tensor  # a zero that depends on every parameter: keeps DDP's gradient hooks firing
+    trust: torch.Tensor | None = None
 
     @property
     def count(self) -> int:
@@ -316,6 +325,8 @@ def tuning_kl_terms(
     prefix: Sequence[int] = (),
     teacher_model: Any | None = None,
     sync_window_calls: Callable[[int], int] | None = None,
+    reference_model: Any | None = None,
+    trust_region: float = 0.0,
 ) -> KLTerms:
     """The divergence from the boosted teacher ``f_alpha`` to the model ``f_θ`` at every position in scope
     of a sampled batch (forward ``KL(f_alpha || f_θ)``, the paper, by default; ``options`` chooses the
@@ -337,6 +348,10 @@ def tuning_kl_terms(
     ``sync_window_calls`` maps this process's number of window forward passes to the largest over all
     processes; the live teacher then runs dummy passes up to it, because a sharded model (FSDP) needs every
     process to make the same forward calls.
+
+    ``trust_region > 0`` with ``reference_model`` (the initial model ``f_0``) adds ``trust_region ·
+    KL(f_θ || f_0)`` per position to the objective (RLHF's KL penalty; docs/tuning.md, "Trust region"),
+    over the whole vocabulary; ``f_0`` is the teacher's own full-context pass when the teacher is that model.
     """
     chunk_size = options.window_chunk_size or default_window_chunk(sampled.sequences.device)
     scope = kl_scope(sampled.sampled, options.last_m)
@@ -354,6 +369,8 @@ def tuning_kl_terms(
     long_grid[long_rows, long_cols] = True
     long = long_grid[rows, cols]
     kl, gap, agree = (torch.empty(int(rows.numel()), device=logits.device) for _ in range(3))
+    penalised = trust_region > 0 and reference_model is not None
+    trust = torch.zeros(int(rows.numel()), device=logits.device)
     window_calls = 0
     for lo, hi in _row_chunks(rows, loss_chunk_size):
         r, c = rows[lo:hi], cols[lo:hi]
@@ -362,13 +379,13 @@ def tuning_kl_terms(
         with torch.enable_grad() if differentiable else torch.no_grad():
             student = log_softmax32(z)
         with torch.no_grad():
-            if teacher_model is None:
-                full = student.detach()
-            else:
-                r0, r1 = int(r[0]), int(r[-1]) + 1
-                t_logits, t_offset = _logits(teacher_model, sampled, slice(r0, r1), int(c.min()))
-                full = log_softmax32(t_logits[r - r0, c - 1 - t_offset])
-                del t_logits
+            full = (
+                student.detach() if teacher_model is None else _full_log_probs(teacher_model, sampled, r, c)
+            )
+            reference = None
+            if penalised:
+                same = reference_model is teacher_model
+                reference = full if same else _full_log_probs(reference_model, sampled, r, c)
             short = windowed_log_probs(
                 teacher_source,
                 sampled.sequences,
@@ -390,20 +407,27 @@ def tuning_kl_terms(
             if options.teacher_top_k is not None:
                 p, q = restrict_to_teacher_top_k(teacher, student, options.teacher_top_k)
             values = divergence_fn(p, q, options.divergence, options.beta)
+            objective = values
+            if reference is not None:
+                penalty = divergence_fn(reference, student, "reverse_kl")  # KL(f_θ || f_0)
+                trust[lo:hi] = penalty.detach()
+                objective = values + trust_region * penalty
         kl[lo:hi] = values.detach()
         if differentiable:
             assert grad is not None
-            (chunk_grad,) = torch.autograd.grad(values.sum(), z)
+            (chunk_grad,) = torch.autograd.grad(objective.sum(), z)
             grad[r, c - 1 - offset] = chunk_grad
     if sync_window_calls is not None and teacher_model is None:
         dummy = sampled.sequences.new_zeros((1, k + len(prefix)))
         with torch.no_grad():
             for _ in range(sync_window_calls(window_calls) - window_calls):
                 last_position_log_probs(model, dummy)
-    total = kl.sum()
+    total = (kl + trust_region * trust).sum() if penalised else kl.sum()
     if differentiable:
         loss_sum = _InjectedGradient.apply(logits, grad, total)
         anchor = logits.sum() * 0.0 if logits.numel() else loss_sum * 0.0
     else:
         loss_sum, anchor = total, total * 0.0
-    return KLTerms(kl=kl, loss_sum=loss_sum, long=long, gap=gap, agree=agree.bool(), anchor=anchor)
+    return KLTerms(
+        kl=kl, loss_sum=loss_sum, long=long, gap=gap, agree=agree.bool(), anchor=anchor, trust=trust
+    )
