@@ -41,12 +41,12 @@ from cblight.tune.lora import LoraOptions, apply_lora
 from cblight.tune.loss import (
     KLTerms,
     LossOptions,
-    Sampled,
     TuningConfigError,
     check_boosting,
     positive_int,
     tuning_kl_terms,
 )
+from cblight.tune.positions import Sampled
 from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, check_sampling
 from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy
 from cblight.tune.validation import ValidationOptions, Validator
@@ -332,7 +332,8 @@ class CoherenceTuning(L.LightningModule):
         )
         # 2-3. the boosted teacher at every position in scope (no gradient) and the divergence to it
         terms = self.kl_terms(sampled)
-        sums = self._global_sums(terms, sampled)
+        reduce = self.trainer.strategy.reduce if self._trainer is not None else None
+        sums = terms.global_sums(sampled.sampled, self.device, reduce)
         count = max(sums["count"], 1.0)
         # Sum over this process's positions / positions of all processes, times the number of processes
         # because DDP averages gradients: the update is the gradient of the global per-position mean.
@@ -373,25 +374,6 @@ class CoherenceTuning(L.LightningModule):
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return int(t.item())
 
-    def _global_sums(self, terms: KLTerms, sampled: Sampled) -> dict[str, float]:
-        """Counts and sums over every process in one all-reduce."""
-        long = terms.long
-        kl = terms.kl.detach()
-        local = torch.stack(
-            [
-                torch.tensor(float(terms.count), device=self.device),
-                long.sum().float(),
-                sampled.sampled.sum().float(),
-                kl.sum(),
-                (kl * long).sum(),
-                (terms.gap * long).sum(),
-                terms.trust.sum() if terms.trust is not None else kl.new_zeros(()),
-            ]
-        ).to(self.device, torch.float64)
-        total = self.trainer.strategy.reduce(local, reduce_op="sum") if self._trainer is not None else local
-        names = ["count", "long", "sampled_tokens", "kl_sum", "kl_long_sum", "gap_long_sum", "trust_sum"]
-        return dict(zip(names, total.tolist()))
-
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         elapsed = time.perf_counter() - self._step_start
         if elapsed > 0:
@@ -405,25 +387,16 @@ class CoherenceTuning(L.LightningModule):
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
         prompts = batch["prompts"]
         seed = self.sampler.held_out_seed(batch_idx, self.global_rank)
-        sampled = self.sampler.sample_fixed(self.model, prompts, seed, self.device, synced=self._synced())
-        with torch.no_grad():
-            terms = self.kl_terms(sampled)
-            initial = None
-            if self.teacher.initial is not None:
-                same = self.teacher.options.kind == "frozen"
-                initial = terms if same else self.kl_terms(sampled, teacher_model=self.teacher.initial)
-        for name, metric in self.validator.update(terms, initial).items():
+        logged = self.validator.validation_batch(
+            self.model,
+            self.teacher.initial,
+            lambda model: self.sampler.sample_fixed(model, prompts, seed, self.device, synced=self._synced()),
+            self.kl_terms,
+            same_initial=self.teacher.options.kind == "frozen",
+            texts=batch.get("texts") or [],
+        )
+        for name, metric in logged.items():
             self.log(name, metric, on_step=False, on_epoch=True, batch_size=len(prompts))
-        texts = batch.get("texts") or []
-        self.validator.update_samples(self.model, sampled)
-        if texts:
-            self.validator.update_texts(self.model, texts)
-        reference = self.teacher.initial
-        if self.validator.reference_due and reference is not None:  # once: the guard's reference values
-            ref = self.sampler.sample_fixed(reference, prompts, seed, self.device, synced=self._synced())
-            self.validator.update_samples(reference, ref, reference=True)
-            if texts:
-                self.validator.update_texts(reference, texts, reference=True)
 
     def on_validation_epoch_end(self) -> None:
         for name, value in self.validator.epoch_values().items():

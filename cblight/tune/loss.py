@@ -14,12 +14,11 @@ Starting from a pretrained model ``f(·|·; θ)``, every training step
    scope and divided by their number over all processes.
 
 Nothing here imports Lightning: ``cblight.tune.coherence_tuning`` wires these functions into a LightningModule.
-``tuning_kl_terms`` and ``LossOptions`` are the loss; ``Sampled`` and ``sampled_token_mask`` describe the
-batch it reads.
+``tuning_kl_terms`` and ``LossOptions`` are the loss; the batch it reads and the positions in scope are
+``cblight.tune.positions`` (``Sampled``, ``sampled_token_mask``, ``kl_scope``, re-exported here).
 
-Conventions: a *position* is the column ``c`` of a target token in a ``[B, L]`` batch; the distributions
-at position ``c`` are the ones that predict ``sequences[:, c]`` from the tokens before it (the model's
-logits at column ``c - 1``). This matches ``cblight.batching.windowed_positions``.
+Positions follow ``cblight.tune.positions``: the column ``c`` of a target token, whose distributions are the
+model's logits at column ``c - 1``.
 """
 
 from __future__ import annotations
@@ -34,10 +33,8 @@ from typing import Any
 import torch
 
 from cblight.batching import (
-    accepts_kwarg,
     default_window_chunk,
     last_position_log_probs,
-    positions_from_mask,
     windowed_log_probs,
     windowed_positions,
 )
@@ -46,6 +43,7 @@ from cblight.errors import CblightError
 from cblight.options import Boosting
 from cblight.tune.divergences import DIVERGENCES, restrict_to_teacher_top_k
 from cblight.tune.divergences import divergence as divergence_fn
+from cblight.tune.positions import Sampled, kl_scope, sampled_logits, sampled_token_mask
 
 __all__ = [
     "KLTerms",
@@ -180,74 +178,13 @@ def boosted_teacher(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Which positions enter the KL
-
-
-def sampled_token_mask(
-    sequences: torch.Tensor, prompt_width: int, eos_token_id: int | Sequence[int] | None
-) -> torch.Tensor:
-    """``[B, L]`` bool: the sampled tokens (columns from ``prompt_width`` on) up to and including each
-    row's first EOS (any of several ids); whatever ``generate`` put after it is padding."""
-    mask = torch.zeros_like(sequences, dtype=torch.bool)
-    mask[:, prompt_width:] = True
-    if eos_token_id is not None and sequences.shape[1] > prompt_width:
-        gen = sequences[:, prompt_width:]
-        ids = torch.as_tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
-        eos = torch.isin(gen, ids.to(gen.device)).long()
-        after_eos = (eos.cumsum(dim=1) - eos) > 0  # an EOS strictly earlier in the row
-        mask[:, prompt_width:] &= ~after_eos
-    return mask
-
-
-def kl_scope(sampled: torch.Tensor, last_m: int | None) -> torch.Tensor:
-    """Positions whose distributions enter the KL: every sampled token, or only those in the last ``m``
-    columns of the batch (the end of the samples, as the paper allows); tokens after EOS stay out."""
-    if last_m is None:
-        return sampled
-    scope = torch.zeros_like(sampled)
-    scope[:, -last_m:] = sampled[:, -last_m:]
-    return scope
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Model calls
-
-
-@dataclass
-class Sampled:
-    """A batch sampled from the model: left-padded prompts followed by sampled tokens.
-
-    ``attention_mask`` covers prompts and samples (1 after the prompt); ``sampled`` marks the sampled
-    tokens up to each row's first EOS (``sampled_token_mask``).
-    """
-
-    sequences: torch.Tensor
-    attention_mask: torch.Tensor
-    prompt_width: int
-    sampled: torch.Tensor
-
-    def slice(self, rows: slice) -> Sampled:
-        return Sampled(self.sequences[rows], self.attention_mask[rows], self.prompt_width, self.sampled[rows])
-
-
-def _logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[torch.Tensor, int]:
-    """The model's logits on ``rows`` of the batch from column ``first_col - 1`` on (where the model
-    supports ``logits_to_keep``), and the column of ``logits[:, 0]``."""
-    seq, mask = sampled.sequences[rows], sampled.attention_mask[rows]
-    width = seq.shape[1]
-    kwargs: dict[str, Any] = {}
-    if accepts_kwarg(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = width - first_col + 1
-    out = model(
-        input_ids=seq, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=False, **kwargs
-    )
-    return out.logits, width - out.logits.shape[1]
 
 
 def _full_log_probs(model: Any, sampled: Sampled, r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """float32 full-context ``log f`` of ``model`` at positions ``(r, c)`` of whole consecutive rows."""
     r0, r1 = int(r[0]), int(r[-1]) + 1
-    logits, offset = _logits(model, sampled, slice(r0, r1), int(c.min()))
+    logits, offset = sampled_logits(model, sampled, slice(r0, r1), int(c.min()))
     return log_softmax32(logits[r - r0, c - 1 - offset])
 
 
@@ -290,6 +227,27 @@ class KLTerms:
     @property
     def count(self) -> int:
         return int(self.kl.numel())
+
+    def global_sums(
+        self, sampled: torch.Tensor, device: torch.device, reduce: Callable[..., torch.Tensor] | None = None
+    ) -> dict[str, float]:
+        """Counts and sums of the batch's terms (``sampled``: its mask of sampled tokens), over every process
+        in one all-reduce (``reduce``, a strategy's ``reduce``; ``None``: this process)."""
+        kl, long = self.kl.detach(), self.long
+        local = torch.stack(
+            [
+                torch.tensor(float(self.count), device=device),
+                long.sum().float(),
+                sampled.sum().float(),
+                kl.sum(),
+                (kl * long).sum(),
+                (self.gap * long).sum(),
+                self.trust.sum() if self.trust is not None else kl.new_zeros(()),
+            ]
+        ).to(device, torch.float64)
+        total = reduce(local, reduce_op="sum") if reduce is not None else local
+        names = ["count", "long", "sampled_tokens", "kl_sum", "kl_long_sum", "gap_long_sum", "trust_sum"]
+        return dict(zip(names, total.tolist(), strict=True))
 
 
 def default_loss_chunk(vocab_size: int) -> int:
@@ -357,7 +315,7 @@ def tuning_kl_terms(
     scope = kl_scope(sampled.sampled, options.last_m)
     rows, cols = torch.nonzero(scope, as_tuple=True)
     first_col = int(cols.min()) if cols.numel() else sampled.sequences.shape[1] - 1
-    logits, offset = _logits(model, sampled, slice(None), first_col)
+    logits, offset = sampled_logits(model, sampled, slice(None), first_col)
     loss_chunk_size = options.chunk_size or default_loss_chunk(logits.shape[-1])
     differentiable = logits.requires_grad
     grad = torch.zeros_like(logits) if differentiable else None

@@ -25,7 +25,8 @@ import torch
 from cblight.batching import left_pad, positions_from_mask
 from cblight.options import Sampling
 from cblight.scoring import Encoder
-from cblight.tune.loss import Sampled, TuningConfigError, longest_useful_position, sampled_token_mask
+from cblight.tune.loss import TuningConfigError, longest_useful_position
+from cblight.tune.positions import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
 

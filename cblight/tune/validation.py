@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 from pathlib import Path
@@ -30,13 +30,13 @@ from typing import Any
 import torch
 from torchmetrics import MeanMetric, Metric, SumMetric
 
-from cblight.batching import accepts_kwarg, positions_from_mask
 from cblight.boosting import log_softmax32
 from cblight.metrics.ngrams import distinct_and_entropy
 from cblight.metrics.ragged import RaggedMetric
 from cblight.metrics.text_stats import ends_in_repetition
 from cblight.scoring import Encoder, Scorer, empty_context_ids
-from cblight.tune.loss import KLTerms, Sampled, TuningConfigError, default_loss_chunk
+from cblight.tune.loss import KLTerms, TuningConfigError, default_loss_chunk
+from cblight.tune.positions import Sampled, sampled_logits
 
 __all__ = ["SampleDiversity", "ValidationOptions", "Validator", "next_token_entropy", "sampled_tokens"]
 
@@ -118,24 +118,12 @@ def next_token_entropy(model: Any, sampled: Sampled) -> torch.Tensor:
     rows, cols = torch.nonzero(sampled.sampled, as_tuple=True)
     if not rows.numel():
         return torch.zeros(0)
-    mask = sampled.attention_mask
-    kwargs: dict[str, Any] = {}
-    width = sampled.sequences.shape[1]
-    if accepts_kwarg(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = width - int(cols.min()) + 1
     was_training = model.training
     model.eval()
     try:
-        logits = model(
-            input_ids=sampled.sequences,
-            attention_mask=mask,
-            position_ids=positions_from_mask(mask),
-            use_cache=False,
-            **kwargs,
-        ).logits
+        logits, offset = sampled_logits(model, sampled, slice(None), int(cols.min()))
     finally:
         model.train(was_training)
-    offset = width - logits.shape[1]
     step = default_loss_chunk(logits.shape[-1])
     pieces = []
     for lo in range(0, int(rows.numel()), step):
@@ -197,6 +185,35 @@ class Validator(torch.nn.Module):
         model with ``reference``)."""
         (self.ref_entropy if reference else self.entropy).update(next_token_entropy(model, sampled))
         (self.ref_diversity if reference else self.diversity).update(sampled_tokens(sampled))
+
+    def validation_batch(
+        self,
+        model: Any,
+        initial: Any | None,
+        sample: Callable[[Any], Sampled],
+        kl_terms: Callable[[Sampled, Any | None], KLTerms],
+        same_initial: bool,
+        texts: Sequence[str] = (),
+    ) -> dict[str, Metric]:
+        """One validation batch: ``sample(model)`` draws the held-out samples (fixed seeds), ``kl_terms``
+        scores them under the run's teacher (``None``) and the boosted ``initial`` model (``same_initial``:
+        the teacher is it); entropy, diversity and, with ``texts``, perplexity follow, and once, the same of
+        the initial model on its own samples. The KL metrics to log, by name."""
+        sampled = sample(model)
+        with torch.no_grad():
+            terms = kl_terms(sampled, None)
+            scored = None
+            if initial is not None:
+                scored = terms if same_initial else kl_terms(sampled, initial)
+        logged = self.update(terms, scored)
+        self.update_samples(model, sampled)
+        if texts:
+            self.update_texts(model, texts)
+        if self.reference_due and initial is not None:  # once: the guard's reference values
+            self.update_samples(initial, sample(initial), reference=True)
+            if texts:
+                self.update_texts(initial, texts, reference=True)
+        return logged
 
     @property
     def reference_due(self) -> bool:
