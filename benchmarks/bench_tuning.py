@@ -57,24 +57,117 @@ def build_model(out: Path) -> Path:
     return out
 
 
-def _interleaved_medians(jobs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median wall time of each job, the jobs timed back to back in every repeat, so that a slow spell of
-    the machine hits all of them alike (timing one job after the other skews their ratios)."""
+PARTS = ("sampling", "teacher", "student")
+
+
+class Split:
+    """Where a tuning step's time goes: ``sampling`` (``generate``), ``teacher`` (every forward pass made with
+    no gradient inside the loss: the frozen teacher's full-context pass and the ``k``-token windows) and
+    ``student`` (the rest: the student's forward, the divergence in chunks, the backward pass). Forward
+    passes are timed through an instance attribute set on the models only while the loss runs, so that the
+    sampling loop (and a compiled decode step) never sees the timer."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.wall = dict.fromkeys(PARTS, 0.0)
+        self.cpu = dict.fromkeys(PARTS, 0.0)
+
+    def add(self, part: str, wall: float, cpu: float) -> None:
+        self.wall[part] += wall
+        self.cpu[part] += cpu
+
+    def reset(self) -> None:
+        self.wall = dict.fromkeys(PARTS, 0.0)
+        self.cpu = dict.fromkeys(PARTS, 0.0)
+
+    def timing_forwards(self, models: list[Any]) -> Any:
+        import contextlib
+        import functools
+
+        import torch
+
+        split = self
+
+        @contextlib.contextmanager
+        def patched():
+            for model in models:
+                inner = model.forward
+
+                @functools.wraps(inner)
+                def forward(*a, _inner=inner, **kw):
+                    if torch.is_grad_enabled():
+                        return _inner(*a, **kw)
+                    _sync(split.device)
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    out = _inner(*a, **kw)
+                    _sync(split.device)
+                    split.add("teacher", time.perf_counter() - wall, time.process_time() - cpu)
+                    return out
+
+                model.forward = forward
+            try:
+                yield
+            finally:
+                for model in models:
+                    del model.forward  # back to the class's method
+
+        return patched()
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _interleaved(
+    jobs: dict[str, Callable[[], object]], repeats: int, device: str, split: Split
+) -> dict[str, dict[str, float]]:
+    """Median wall time and CPU time (this process, all threads) of each job, and each tuning job's median
+    split, the jobs timed back to back in every repeat, so that a slow spell of the machine hits all of them
+    alike (timing one job after the other skews their ratios). On a shared machine the CPU time is the
+    steadier figure: it does not count the time the process waited for a core."""
     for fn in jobs.values():
         fn()  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in jobs}
+    rows: dict[str, dict[str, list[float]]] = {name: {} for name in jobs}
     for _ in range(repeats):
         for name, fn in jobs.items():
-            start = time.perf_counter()
+            split.reset()
+            _sync(device)
+            wall, cpu = time.perf_counter(), time.process_time()
             fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            _sync(device)
+            figures = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+            if name in ("last", "all"):
+                figures["student_wall"] = figures["wall"] - split.wall["sampling"] - split.wall["teacher"]
+                figures["student_cpu"] = figures["cpu"] - split.cpu["sampling"] - split.cpu["teacher"]
+                for part in ("sampling", "teacher"):
+                    figures[f"{part}_wall"], figures[f"{part}_cpu"] = split.wall[part], split.cpu[part]
+            for key, value in figures.items():
+                rows[name].setdefault(key, []).append(value)
+    return {name: {k: statistics.median(v) for k, v in row.items()} for name, row in rows.items()}
 
 
 ZOO = {"smollm2": "offline:smollm2-135m", "gemma": "offline:gemma3-270m"}
 
 
-def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Callable[[], object]]]:
+def _rollout_kwargs(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+    """``sample_sequences``'s decoding arguments from ``--rollout-cache`` / ``--rollout-compile``."""
+    if args.rollout_cache == "dynamic" and not args.rollout_compile:
+        return {}  # the call every version of sample_sequences takes
+    import torch
+
+    from cblight.tune.rollouts import RolloutOptions
+
+    options = RolloutOptions(cache=args.rollout_cache, compile=True if args.rollout_compile else None)
+    static, compiled = options.resolve(model, torch.device(args.device))
+    return {"static_cache_len": args.prompt + args.new, "compile": compiled} if static else {}
+
+
+def _steps(
+    model_dir: str, args: argparse.Namespace, split: Split | None = None
+) -> tuple[Any, dict[str, Callable[[], object]]]:
     """The model and the jobs: a plain step, tuning steps (last m, all positions), sampling alone."""
     import torch
 
@@ -84,6 +177,7 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
     from cblight.tune.rollouts import sample_sequences
 
     torch.set_num_threads(args.threads)
+    split = split or Split(args.device)
     model = load_causal_lm(model_dir).to(args.device)
     disable_dropout(model)
     model.train()
@@ -92,10 +186,11 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
     prompts = prompts.to(args.device)
     mask = torch.ones_like(prompts)
     eos = model.config.eos_token_id
+    rollout = _rollout_kwargs(args, model)
 
     def sample():
         return sample_sequences(
-            model, prompts, mask, max_new_tokens=args.new, eos_token_id=eos, pad_token_id=eos
+            model, prompts, mask, max_new_tokens=args.new, eos_token_id=eos, pad_token_id=eos, **rollout
         )
 
     fixed = sample()
@@ -106,6 +201,7 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
         import copy
 
         teacher = copy.deepcopy(model).eval().requires_grad_(False)
+    timed_models = [model] + ([teacher] if teacher is not None else [])
 
     def plain():
         model.zero_grad(set_to_none=True)
@@ -115,15 +211,20 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
     def tuning(last_m):
         def run():
             model.zero_grad(set_to_none=True)
+            _sync(args.device)
+            wall, cpu = time.perf_counter(), time.process_time()
             sampled = sample()
-            terms = tuning_kl_terms(
-                model,
-                sampled,
-                k=args.k,
-                alpha=args.alpha,
-                options=LossOptions(last_m=last_m),
-                teacher_model=teacher,
-            )
+            _sync(args.device)
+            split.add("sampling", time.perf_counter() - wall, time.process_time() - cpu)
+            with split.timing_forwards(timed_models):
+                terms = tuning_kl_terms(
+                    model,
+                    sampled,
+                    k=args.k,
+                    alpha=args.alpha,
+                    options=LossOptions(last_m=last_m),
+                    teacher_model=teacher,
+                )
             (terms.loss_sum / max(terms.count, 1) + terms.anchor).backward()
 
         return run
@@ -131,18 +232,25 @@ def _steps(model_dir: str, args: argparse.Namespace) -> tuple[Any, dict[str, Cal
     return model, {"plain": plain, "last": tuning(args.last_m), "all": tuning(None), "sample": sample}
 
 
-def step_ratios(model_dir: str, args: argparse.Namespace) -> dict[str, float]:
-    _, jobs = _steps(model_dir, args)
-    t = _interleaved_medians(jobs, args.repeats)
-    t_plain, t_last, t_all, t_sample = t["plain"], t["last"], t["all"], t["sample"]
-    return {
-        "plain_s": t_plain,
-        "tuning_last_m_s": t_last,
-        "tuning_all_s": t_all,
-        "sample_only_s": t_sample,
-        "ratio_last_m": t_last / t_plain,
-        "ratio_all": t_all / t_plain,
-    }
+def step_ratios(model_dir: str, args: argparse.Namespace) -> dict[str, Any]:
+    split = Split(args.device)
+    _, jobs = _steps(model_dir, args, split)
+    t = _interleaved(jobs, args.repeats, args.device, split)
+    out: dict[str, Any] = {"medians": t}
+    for clock in ("wall", "cpu"):
+        plain = t["plain"][clock]
+        out[clock] = {
+            "plain_s": plain,
+            "sample_only_s": t["sample"][clock],
+            "ratio_last_m": t["last"][clock] / plain,
+            "ratio_all": t["all"][clock] / plain,
+            "ratio_sample": t["sample"][clock] / plain,
+        }
+        for job in ("last", "all"):
+            out[clock][f"{job}_s"] = t[job][clock]
+            for part in PARTS:
+                out[clock][f"{job}_{part}_x"] = t[job][f"{part}_{clock}"] / plain
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -303,7 +411,17 @@ def _passthrough(args: argparse.Namespace) -> list[str]:
         f"--device={args.device}",
         f"--threads={args.threads}",
         f"--teacher={args.teacher}",
+        f"--rollout-cache={args.rollout_cache}",
+        *(["--rollout-compile"] if args.rollout_compile else []),
     ]
+
+
+def _model_arg(value: str) -> str:
+    if value in ("gpt2-random", *ZOO) or (Path(value) / "config.json").is_file():
+        return value
+    raise argparse.ArgumentTypeError(
+        f"unknown model {value!r}: gpt2-random, smollm2, gemma or a model directory"
+    )
 
 
 def main() -> None:
@@ -322,12 +440,27 @@ def main() -> None:
     parser.add_argument("--skip-ddp", action="store_true")
     parser.add_argument("--skip-steps", action="store_true")
     parser.add_argument("--skip-ceiling", action="store_true", help="skip the 2-independent-runs ceiling")
-    parser.add_argument("--model", default="gpt2-random", choices=["gpt2-random", *ZOO])
+    parser.add_argument(
+        "--model",
+        default="gpt2-random",
+        type=_model_arg,
+        help="gpt2-random, smollm2, gemma or a model directory",
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument(
         "--teacher", default="live", choices=["live", "frozen"], help="teacher of the tuning step"
     )
+    parser.add_argument(
+        "--rollout-cache",
+        default="dynamic",
+        choices=["dynamic", "static", "auto"],
+        help="KV cache of the sampling (cblight.tune.rollouts.RolloutOptions)",
+    )
+    parser.add_argument(
+        "--rollout-compile", action="store_true", help="torch.compile the decode step (static cache)"
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--memory-worker", nargs=3, metavar=("MODEL_DIR", "JOB", "OUT"), help=argparse.SUPPRESS
@@ -341,29 +474,42 @@ def main() -> None:
         return
 
     print(f"load average before: {os.getloadavg()}")
+    results: dict[str, Any] = {"command": sys.argv, "settings": vars(args), "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         if args.model in ZOO:
             model_dir = ZOO[args.model]  # load_causal_lm resolves offline names
-        else:
+        elif args.model == "gpt2-random":
             model_dir = str(build_model(tmp / "gpt2-small-random"))
-        name = "GPT2Config() random" if args.model == "gpt2-random" else ZOO[args.model]
+        else:
+            model_dir = args.model
+        name = {"gpt2-random": "GPT2Config() random", **ZOO}.get(args.model, args.model)
         shape = (
             f"{name}, batch {args.batch}, prompt {args.prompt} + {args.new} sampled, k {args.k}, "
             f"{args.teacher} teacher, {args.device}"
         )
         if not args.skip_steps:
             r = step_ratios(model_dir, args)
-            print(f"\n[step] {shape}, {args.threads} thread(s), median of {args.repeats}, interleaved")
-            print(f"  plain causal-LM step (fwd+bwd):        {r['plain_s']:.2f} s")
-            print(f"  sampling alone ({args.new} tokens):           {r['sample_only_s']:.2f} s")
+            decoding = f"rollouts: cache {args.rollout_cache}{', compiled' if args.rollout_compile else ''}"
             print(
-                f"  tuning step, KL on last {args.last_m}:         {r['tuning_last_m_s']:.2f} s"
-                f"  -> {r['ratio_last_m']:.2f}x plain (floor: <= 3x)"
+                f"\n[step] {shape}, {args.threads} thread(s), {decoding}, median of {args.repeats}, interleaved"
             )
-            print(
-                f"  tuning step, KL on all positions:    {r['tuning_all_s']:.2f} s  -> {r['ratio_all']:.2f}x plain"
-            )
+            for clock, title in (("wall", "wall time"), ("cpu", "CPU time of this process")):
+                f = r[clock]
+                print(f"  {title}:")
+                print(f"    plain causal-LM step (fwd+bwd):       {f['plain_s']:8.2f} s")
+                print(
+                    f"    sampling alone ({args.new} tokens):          {f['sample_only_s']:8.2f} s"
+                    f"  -> {f['ratio_sample']:.2f}x plain"
+                )
+                for job, label in (("last", f"KL on last {args.last_m}"), ("all", "KL on all positions")):
+                    ratio = f["ratio_last_m" if job == "last" else "ratio_all"]
+                    parts = " + ".join(f"{part} {f[f'{job}_{part}_x']:.2f}x" for part in PARTS)
+                    print(
+                        f"    tuning step, {label:20s} {f[f'{job}_s']:8.2f} s  -> {ratio:.2f}x plain"
+                        f" (goal: <= 3x) = {parts}"
+                    )
+            results["steps"] = r
         if not args.skip_memory:
             m = memory_peaks(model_dir, args, tmp)
             what = "CUDA max allocated" if args.device == "cuda" else "peak RSS"
@@ -375,6 +521,7 @@ def main() -> None:
             ):
                 ratio = m[job] / max(m["plain"], 1)
                 print(f"  {label}  {m[job] / 2**20:8.1f} MiB  -> {ratio:.2f}x plain (goal: <= 1.5x)")
+            results["peak_bytes"] = m
         if not args.skip_ddp:
             one = run_workers(model_dir, 1, args, tmp)
             two = run_workers(model_dir, 2, args, tmp)
@@ -404,6 +551,10 @@ def main() -> None:
                     f" (no communication); DDP reaches {ratio / ceiling:.0%} of it"
                 )
     print(f"\nload average after: {os.getloadavg()}")
+    if args.json:
+        from cblight.results import atomic_write_json
+
+        atomic_write_json(Path(args.json), {**results, "load_after": os.getloadavg()})
 
 
 if __name__ == "__main__":

@@ -12,12 +12,23 @@ prompts of ``webtext.test.jsonl``:
 * LTF, delta and perplexity (under the base LM, ``cblight.metrics.context_sensitivity``) and repetition
   (``repetition_rate``) of nucleus sampling (p = 0.95, as Table 2) from each tuned model, next to boosted
   sampling from the base (``boosted_generate``) and plain sampling from the base;
-* each model's perplexity on the held-out human documents.
+* each model's perplexity on the held-out human documents;
+* with ``--lambada-dir``, LAMBADA accuracy (the last token of a passage, paper §3) on a seeded sample of
+  ``--lambada-passages`` test passages: of every model at alpha = 0, and of the base model boosted as the
+  teacher is (issue 21: does tuning move unboosted accuracy toward boosted accuracy?). The teacher's
+  generation-form boost ``(1-alpha) log f_max + alpha log f_k`` picks the same token as the next-token
+  form ``log f_max + alpha / (1-alpha) · log f_k`` (a positive rescaling), which is what this row scores.
 
-    python benchmarks/tuning_evidence.py --device cuda                 # full: ~5 min on one H100
-    python benchmarks/tuning_evidence.py --device cpu --small          # end-to-end check, ~10 min on 2 cores
+A teacher is ``frozen``, ``live`` or ``ema``, and the live one takes its brakes: ``live+trust=1.0``
+(``teacher.trust_region``), ``live+refresh=8`` (``teacher.refresh_every``).
 
-It prints one table and writes JSON (``--out``, atomically).
+    python benchmarks/tuning_evidence.py --device cuda --webtext-dir DIR                 # ~5 min on one H100
+    python benchmarks/tuning_evidence.py --device cpu --webtext-dir DIR --small          # ~10 min on 2 cores
+    python benchmarks/tuning_evidence.py --device cpu --webtext-dir DIR --lambada-dir DIR2 --batch 16 \
+        --skip-generation --teachers frozen,live,live+trust=1.0,live+refresh=8
+
+It prints one table and writes JSON (``--out``, atomically, after every model, so a long run keeps what it
+finished).
 """
 
 from __future__ import annotations
@@ -53,6 +64,25 @@ def webtext(split: str, n: int | None, data_dir: str, seed: int = 0) -> tuple[li
     return data.val_prompts(), data.val_texts()
 
 
+def teacher_options(spec: str, ema_decay: float) -> Any:
+    """``kind[+trust=beta][+refresh=N]`` as ``TeacherOptions``."""
+    from cblight.tune.teacher import TeacherOptions
+
+    kind, *brakes = spec.split("+")
+    extra: dict[str, Any] = {}
+    for brake in brakes:
+        key, _, value = brake.partition("=")
+        if key == "trust":
+            extra["trust_region"] = float(value)
+        elif key == "refresh":
+            extra["refresh_every"] = int(value)
+        else:
+            raise SystemExit(
+                f"error: --teachers: unknown brake {brake!r} in {spec!r} (trust=BETA, refresh=N)"
+            )
+    return TeacherOptions(kind=kind, ema_decay=ema_decay, **extra)
+
+
 def tune(name: str, teacher: str, prompts: list[str], args: argparse.Namespace) -> Any:
     import lightning as L
     import torch
@@ -62,14 +92,13 @@ def tune(name: str, teacher: str, prompts: list[str], args: argparse.Namespace) 
     from cblight.tune.export import ExportOptions
     from cblight.tune.loss import LossOptions
     from cblight.tune.prompt_data import PromptDataModule
-    from cblight.tune.teacher import TeacherOptions
     from cblight.tune.validation import ValidationOptions
 
     module = CoherenceTuning(
         model=name,
         boosting=Boosting(k=args.k, alpha=args.alpha),
         sampling=Sampling(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, seed=args.seed),
-        teacher=TeacherOptions(kind=teacher, ema_decay=args.ema_decay),
+        teacher=teacher_options(teacher, args.ema_decay),
         loss=LossOptions(last_m=args.last_m),
         max_new_tokens=args.new,
         optimizer=partial(torch.optim.AdamW, lr=args.lr, weight_decay=0.0),
@@ -166,6 +195,43 @@ def _concat(results: list[Any]) -> Any:
     return SimpleNamespace(prompts=SimpleNamespace(input_ids=ids, attention_mask=mask), tokens=tokens)
 
 
+def lambada_passages(data_dir: str, n: int, seed: int) -> list[str]:
+    """``n`` LAMBADA test passages (seeded sample), rendered as ``cblight evaluate`` renders them."""
+    import numpy as np
+
+    from cblight.data.registry import RenderContext, get_task
+    from cblight.data.sources import load_split_records
+
+    spec = get_task("lambada")
+    records = load_split_records("lambada", "test", spec.source, data_dir=data_dir)
+    chosen = sorted(np.random.default_rng(seed).permutation(len(records))[:n].tolist())
+    ctx = RenderContext(split="test")
+    return [spec.render(records[i], i, ctx).text for i in chosen]
+
+
+def lambada_accuracy(
+    model: Any, tok: Any, passages: list[str], k: int, alphas: list[float]
+) -> dict[float, float]:
+    """Accuracy of predicting each passage's last token at every next-token-form alpha with the last-``k``
+    expert: the functions ``cblight evaluate``'s next-token kind uses (``Scorer``, the alpha sweep)."""
+    import torch
+
+    from cblight.boosting import next_token_alpha_sweep
+    from cblight.scoring import Scorer
+
+    scorer = Scorer(model, tok)
+    contexts, targets = [], []
+    for text in passages:
+        ids = scorer.encoder.context(text)
+        contexts.append(ids[:-1])
+        targets.append(ids[-1])
+    full = scorer.next_token_log_probs(contexts)
+    short = scorer.last_k_log_probs(contexts, k, full=full)
+    tgt = torch.tensor(targets, device=full.device)
+    correct = next_token_alpha_sweep(full, short, tgt, torch.tensor(alphas), "next_token")["correct"]
+    return {a: float(c) for a, c in zip(alphas, correct.float().mean(0).tolist(), strict=True)}
+
+
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -186,10 +252,14 @@ def evaluate_model(label: str, model: Any, ctx: dict[str, Any], args: argparse.N
     if model is not None:
         nll, tokens = human_text_nll(model, ctx["tok"], ctx["documents"], max_tokens=args.doc_tokens)
         row["human_ppl"] = math.exp(nll / tokens)
+    if ctx.get("lambada"):  # the row's model as the row uses it: boosted for the boosted base, else alpha 0
+        alpha = 0.0 if model is not None else args.alpha / (1 - args.alpha)  # the teacher's, next-token form
+        scored = ctx["base"] if model is None else model
+        row["lambada_acc"] = lambada_accuracy(scored, ctx["tok"], ctx["lambada"], args.k, [alpha])[alpha]
     return row
 
 
-def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def run(name: str, args: argparse.Namespace, save: Any = lambda result: None) -> dict[str, Any]:
     import torch
 
     from cblight.batching import left_pad
@@ -216,19 +286,25 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "prompts": prompts,
         "documents": documents,
     }
-    rows = [evaluate_model("base, nucleus", base, ctx, args)]
-    if not args.skip_generation:  # the boosted base only has generation metrics
-        rows.append(evaluate_model(f"base + boost (k={args.k}, alpha={args.alpha})", None, ctx, args))
-    seconds = {}
+    if args.lambada_dir:
+        ctx["lambada"] = lambada_passages(args.lambada_dir, args.lambada_passages, args.seed)
+    result: dict[str, Any] = {"model": name, "rows": [], "tuning_seconds": {}}
+    rows, seconds = result["rows"], result["tuning_seconds"]
+    if not args.skip_base:
+        rows.append(evaluate_model("base, nucleus", base, ctx, args))
+        if not args.skip_generation or args.lambada_dir:  # the boosted base: generation, LAMBADA
+            rows.append(evaluate_model(f"base + boost (k={args.k}, alpha={args.alpha})", None, ctx, args))
+        save(result)
     for teacher in args.teachers:
         say(f"tuning with the {teacher} teacher: {args.steps} steps of {args.batch} sequences")
         torch.manual_seed(args.seed)
         tuned, seconds[teacher] = tune(name, teacher, train_prompts, args)
         rows.append(evaluate_model(f"+ self-tune ({teacher} teacher), nucleus", tuned, ctx, args))
+        save(result)
         del tuned
         if args.device == "cuda":
             torch.cuda.empty_cache()
-    return {"model": name, "rows": rows, "tuning_seconds": seconds}
+    return result
 
 
 COLUMNS = [
@@ -240,6 +316,7 @@ COLUMNS = [
     ("ppl", "ppl", "{:.2f}"),
     ("rep %", "repetition", "{:.1%}"),
     ("human ppl", "human_ppl", "{:.2f}"),
+    ("LAMBADA %", "lambada_acc", "{:.2%}"),
 ]
 
 
@@ -279,7 +356,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument(
         "--threads", type=int, default=1, help="CPU threads (more spin-wait on a shared machine)"
     )
-    parser.add_argument("--skip-generation", action="store_true", help="only the KL, top-1 and human ppl")
+    parser.add_argument(
+        "--skip-generation",
+        action="store_true",
+        help="no generation metrics: the KL, top-1, human ppl, LAMBADA",
+    )
+    parser.add_argument("--skip-base", action="store_true", help="no base rows (another run has them)")
+    parser.add_argument(
+        "--lambada-dir", default=None, help="folder with lambada_test.jsonl: LAMBADA accuracy of every model"
+    )
+    parser.add_argument("--lambada-passages", type=int, default=400, help="seeded sample of the test split")
     parser.add_argument(
         "--webtext-dir",
         required=True,
@@ -297,13 +383,24 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
-    results = []
+    from cblight.results import atomic_write_json
+
+    out = Path(
+        args.out
+        or ROOT / "outputs" / "evidence" / f"tuning_{args.device}{'_small' if args.small else ''}.json"
+    )
+    results: list[dict[str, Any]] = []
     names = [args.model or model_name()] + ([model_name(gemma=True)] if args.gemma else [])
+    settings = {k: v for k, v in vars(args).items() if k not in ("out",)}
     for name in names:
         start = time.perf_counter()
-        result = run(name, args)
+
+        def save(partial: dict[str, Any]) -> None:
+            atomic_write_json(out, [*results, {**partial, "settings": settings}])
+
+        result = run(name, args, save)
         result["seconds"] = time.perf_counter() - start
-        result["settings"] = {k: v for k, v in vars(args).items() if k not in ("out",)}
+        result["settings"] = settings
         results.append(result)
         print(
             f"\n{name}: k={args.k} alpha={args.alpha} lr={args.lr} steps={args.steps} batch={args.batch} "
@@ -311,12 +408,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             f"{result['seconds']:.0f} s on {args.device}"
         )
         print(table(result))
-    from cblight.results import atomic_write_json
-
-    out = Path(
-        args.out
-        or ROOT / "outputs" / "evidence" / f"tuning_{args.device}{'_small' if args.small else ''}.json"
-    )
     atomic_write_json(out, results)
     print(f"\nwrote {out}")
     return results

@@ -119,6 +119,16 @@ def normalize_log_scores(scores: torch.Tensor) -> torch.Tensor:
 
 def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
     """Normalised ``log f_alpha = log_softmax(Σ_k alpha_k log f_k)`` (paper eq. 1), any number of experts."""
+    if len(log_probs) == len(weights) and any(float(w) for w in weights):
+        lps = [lp.float() for lp, w in zip(log_probs, weights) if float(w)]
+        if all(bool(torch.isfinite(lp).all()) for lp in lps):
+            # The usual case, no -inf to keep or force: the same sums and log-softmax as below, bit for bit,
+            # in a third of the passes (the coherence-tuning teacher mixes [positions, V] every step).
+            terms = [lp * float(w) for lp, w in zip(lps, (w for w in weights if float(w)), strict=True)]
+            total = terms[0]
+            for term in terms[1:]:
+                total = total + term
+            return torch.log_softmax(total, dim=-1)
     return normalize_log_scores(mix_log_probs(log_probs, weights))
 
 

@@ -318,6 +318,7 @@ class TuneCLI(LightningCLI):
         config = self.config.get(subcommand, self.config) if subcommand else self.config
         check_wandb_available(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
+        check_tune_options(config)
 
     def before_instantiate_classes(self) -> None:
         subcommand = self.config.get("subcommand")
@@ -339,6 +340,17 @@ class TuneCLI(LightningCLI):
         for callback in self.trainer.callbacks:
             if isinstance(callback, StopOnSignal) and callback.stopped_by:
                 raise SystemExit(128 + callback.stopped_by)
+
+
+def check_tune_options(config: Any) -> None:
+    """Tuning options otherwise read only after the model has loaded: the step limit, the prompt split."""
+    from cblight.tune.coherence_tuning import check_max_steps
+    from cblight.tune.prompt_data import check_split
+
+    check_max_steps(config.get("trainer", {}).get("max_steps"))
+    data = config.get("data") or {}
+    if data.get("task") is not None:
+        check_split(data["task"], data.get("split") or "train")
 
 
 def _loggers_under(logger: Any, root: str) -> None:

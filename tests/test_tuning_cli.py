@@ -47,7 +47,14 @@ def test_configs_parse_with_the_paper_defaults():
         32,
         -0.05,
     )
-    assert model["teacher"] == {"kind": "frozen", "ema_decay": 0.9}
+    assert model["teacher"] == {
+        "kind": "frozen",
+        "ema_decay": 0.9,
+        "refresh_every": None,
+        "trust_region": 0.0,
+    }
+    assert model["rollouts"] == {"cache": "auto", "compile": None}
+    assert set(model["guard"].values()) == {None}  # off unless the user sets a band
     assert (model["sampling"]["do_sample"], model["sampling"]["seed"]) == (True, 0)
     assert (model["loss"]["divergence"], model["loss"]["teacher_top_k"], model["lora"]["rank"]) == (
         "forward_kl",
@@ -259,3 +266,35 @@ def test_train_py_refuses_a_bad_option_in_one_line(tmp_path):
     assert lines[-1] == "error: loss.beta (the JSD's weight of the teacher) must be in [0, 1], got 2.0"
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--trainer.max_steps", "0", "--model.export.dir", "tuned"],
+            "error: trainer.max_steps = 0 takes no optimizer step, so nothing would be tuned or exported; "
+            "set it to 1 or more (the paper runs 32)",
+        ),
+        (
+            ["--data.split", "valid"],
+            "error: data.split 'valid' is not a split of task 'webtext': its splits are test, train, "
+            "validation; use --data.split validation",
+        ),
+    ],
+)
+def test_issue19_tuning_messages_name_the_fix(args, line, tmp_path):
+    """Issue 19: max_steps 0 once exported the base model as "tuned" (exit 0); data.split valid once said
+    "looked for nothing ... Use webtext.test.jsonl". Typed as a user would, before any model is loaded (the
+    model path does not exist, so anything that got further would fail differently)."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "cblight", "tune", "-c", CONFIG, "--model.model", "/does/not/exist", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stderr
+    errors = [x for x in proc.stderr.strip().splitlines() if not x.startswith("Seed set")]
+    assert errors == [line]
+    assert not any(tmp_path.iterdir())  # no export, no logs

@@ -190,3 +190,23 @@ def test_chunks_that_split_rows_with_a_separate_teacher(tiny_gpt2_dir):
     ref = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
     for t in terms:
         assert torch.allclose(t.kl, ref.detach(), atol=1e-5, rtol=1e-4)
+
+
+def test_teacher_mixing_fast_path_is_the_general_path_bit_for_bit():
+    """boosting.product_of_experts skips the -inf bookkeeping when every expert is finite (the coherence
+    tuning teacher's usual case, 2.7x faster on [341, 49152]): the numbers must be identical, and inputs
+    with -inf still go through the general path."""
+    from cblight.boosting import mix_log_probs, normalize_log_scores, product_of_experts
+
+    g = torch.Generator().manual_seed(0)
+    full = torch.log_softmax(torch.randn(7, 300, generator=g) * 3, -1)
+    short = torch.log_softmax(torch.randn(7, 300, generator=g) * 3, -1)
+    for weights in ((1.4, -0.4), (1.0, -0.7), (0.0, 1.0), (1.05, -0.05)):
+        general = normalize_log_scores(mix_log_probs([full, short], weights))
+        assert torch.equal(product_of_experts([full, short], weights), general), weights
+    vetoed = short.clone()
+    vetoed[0, :5] = -math.inf
+    weights = (1.4, -0.4)
+    out = product_of_experts([full, vetoed], weights)
+    assert torch.equal(out, normalize_log_scores(mix_log_probs([full, vetoed], weights)))
+    assert torch.isfinite(out[1:]).all() and out[0, :5].exp().sum() > 0.99  # 0 ^ -a: the mass goes there

@@ -155,7 +155,12 @@ def test_checkpoint_reloads_with_its_option_objects(tiny_gpt2_dir, tmp_path):
     _trainer(1, tmp_path, [every]).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
     ckpt = tmp_path / "ckpt" / "epoch=0-step=1.ckpt"
     saved = torch.load(ckpt, weights_only=True)
-    assert saved["hyper_parameters"]["teacher"] == {"kind": "ema", "ema_decay": 0.5}
+    assert saved["hyper_parameters"]["teacher"] == {
+        "kind": "ema",
+        "ema_decay": 0.5,
+        "refresh_every": None,
+        "trust_region": 0.0,
+    }
     assert saved["hyper_parameters"]["boosting"]["k"] == 3 and EMA_KEY in saved
 
     reloaded = CoherenceTuning.load_from_checkpoint(ckpt)
@@ -331,3 +336,29 @@ def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir
         L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False).fit(
             module, PromptDataModule(prompts=PROMPTS)
         )
+
+
+def test_a_run_that_takes_no_step_exports_nothing_and_says_so(tiny_gpt2_dir, tmp_path, caplog):
+    """Issue 19: resuming from a checkpoint already at max_steps takes no optimizer step; its "tuned" export
+    would be the checkpoint's weights written again as a result. A warning says so and nothing is written."""
+    import logging
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    data = partial(PromptDataModule, prompts=PROMPTS, batch_size=2)
+    last = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    first = _tuning(tiny_gpt2_dir, export=ExportOptions(dir=str(tmp_path / "first")))
+    _trainer(2, tmp_path, [last]).fit(first, data())
+    assert (tmp_path / "first" / "config.json").exists()  # a run that took its steps exports
+
+    again = _tuning(tiny_gpt2_dir, export=ExportOptions(dir=str(tmp_path / "again")))
+    with caplog.at_level(logging.WARNING, logger="cblight.tune.export"):
+        _trainer(2, tmp_path).fit(again, data(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    assert not (tmp_path / "again").exists()
+    assert (
+        "no optimizer step was taken in this run (it started at step 2 of max_steps 2): no export"
+        in caplog.text
+    )
+
+    with pytest.raises(TuningConfigError, match=r"trainer\.max_steps = 0 takes no optimizer step"):
+        _trainer(0, tmp_path).fit(_tuning(tiny_gpt2_dir), data())

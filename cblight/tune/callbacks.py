@@ -6,6 +6,12 @@
   weights, optimizer, sampling random states and prompt position. A second signal (2 s or more after the
   first) stops at once, without a checkpoint. Under SLURM, Lightning's own auto-requeue on SIGUSR1 is
   left as it is.
+* ``CollapseGuard`` (``GuardOptions``, issue 21): self-distillation toward a teacher with ``alpha < 0`` tilts
+  the model and can collapse its diversity (the paper's live teacher on SmolLM2: human-text perplexity
+  56 -> 1673 in 32 steps). After every validation it compares the held-out perplexity, the next-token
+  entropy, distinct-2 and repetition of the model's samples with the bands the user set (relative to the
+  initial model's values, ``cblight.tune.validation``); inside them it saves ``last_good.ckpt``, outside it
+  stops the run and names that checkpoint (the run then exports nothing).
 * ``StepProgressBar`` / ``RichStepProgressBar`` (Lightning's default when ``rich`` is installed): the
   prompt stream is one endless epoch, so the bar counts optimizer steps of ``max_steps`` ("Tuning 12/32")
   instead of an epoch's batches ("Epoch 0/-2").
@@ -13,10 +19,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +33,18 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 
-__all__ = ["RichStepProgressBar", "StepProgressBar", "StopOnSignal", "step_progress_bar"]
+from cblight.tune.loss import TuningConfigError, finite_number
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CollapseGuard",
+    "GuardOptions",
+    "RichStepProgressBar",
+    "StepProgressBar",
+    "StopOnSignal",
+    "step_progress_bar",
+]
 
 # A signal delivered twice at once (to the process group, and forwarded by Lightning's launcher) is one.
 REPEAT_AFTER_S = 2.0
@@ -108,6 +127,125 @@ class StopOnSignal(Callback):
         rank_zero_info(
             f"{signal.Signals(signum).name}: stopped after step {trainer.global_step}; resume with --ckpt_path {path}"
         )
+
+
+def _checkpoint_dir(trainer: Trainer) -> str:
+    """The checkpoint callback's directory, else ``<log_dir>/checkpoints``."""
+    dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)
+    return str(dirpath) if dirpath else str(Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints")
+
+
+@dataclass(frozen=True)
+class GuardOptions:
+    """The band a tuning run must stay in (``CollapseGuard``); each bound is relative to the initial model's
+    value on the same held-out prompts, seeds and texts, and ``None`` leaves it out.
+
+    Args:
+        max_ppl_ratio: stop when the held-out human-text perplexity exceeds this times the initial model's
+            (e.g. 1.5); needs held-out human text (a task source with ``data.val_size``, or
+            ``data.val_texts_file``).
+        min_entropy_ratio: stop when the mean next-token entropy at the validation samples' positions falls
+            below this times the initial model's (e.g. 0.7).
+        min_distinct_ratio: stop when distinct-2 of the validation samples falls below this times the
+            initial model's (e.g. 0.8).
+        max_repetition: stop when more than this share of the validation samples ends in a repetition loop
+            (absolute: the initial model's share is often 0).
+    """
+
+    max_ppl_ratio: float | None = None
+    min_entropy_ratio: float | None = None
+    min_distinct_ratio: float | None = None
+    max_repetition: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_ppl_ratio", "min_entropy_ratio", "min_distinct_ratio"):
+            value = getattr(self, name)
+            if value is not None and not (finite_number(value) and value > 0):
+                raise TuningConfigError(
+                    f"guard.{name} must be a positive number or null (off), got {value!r}"
+                )
+        value = self.max_repetition
+        if value is not None and not (finite_number(value) and 0 <= value <= 1):
+            raise TuningConfigError(f"guard.max_repetition must be in [0, 1] or null (off), got {value!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return any(v is not None for v in vars(self).values())
+
+    def violation(self, values: dict[str, float]) -> str | None:
+        """Why ``values`` (validation metrics by short name: ``ppl``, ``ppl_initial``, ...) leave the band,
+        or ``None``."""
+        checks = (
+            ("ppl", self.max_ppl_ratio, 1, "max_ppl_ratio"),
+            ("entropy", self.min_entropy_ratio, -1, "min_entropy_ratio"),
+            ("distinct_2", self.min_distinct_ratio, -1, "min_distinct_ratio"),
+        )
+        for name, ratio, sign, option in checks:
+            if ratio is None:
+                continue
+            if name not in values or f"{name}_initial" not in values:
+                return f"val/tuning/{name} was not measured, so guard.{option} cannot be checked"
+            value, initial = values[name], values[f"{name}_initial"]
+            bound = ratio * initial
+            if sign * (value - bound) > 0 or value != value:  # NaN is out of every band
+                side = "above" if sign > 0 else "below"
+                return (
+                    f"val/tuning/{name} = {value:.4g} is {side} guard.{option} = {ratio:g} x the initial "
+                    f"model's {initial:.4g} (= {bound:.4g})"
+                )
+        if self.max_repetition is not None and values.get("repetition", 0.0) > self.max_repetition:
+            return (
+                f"val/tuning/repetition = {values['repetition']:.4g} is above guard.max_repetition = "
+                f"{self.max_repetition:g}"
+            )
+        return None
+
+
+class CollapseGuard(Callback):
+    """After every validation: inside ``options``' band, save ``last_good.ckpt`` (every process takes part;
+    in the checkpoint callback's directory, else ``<log_dir>/checkpoints``); outside it, stop the run and say
+    which value left the band and which checkpoint was the last good one. ``good_checkpoint``,
+    ``good_step`` and ``reason`` tell what happened; the first two are kept in checkpoints."""
+
+    def __init__(self, options: GuardOptions):
+        self.options = options
+        self.good_checkpoint: str | None = None
+        self.good_step: int | None = None
+        self.reason: str | None = None
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        prefix = "val/tuning/"
+        values = {
+            k[len(prefix) :]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(prefix)
+        }
+        reason = self.options.violation(values)
+        step = trainer.global_step
+        if reason is None:
+            path = os.path.join(_checkpoint_dir(trainer), "last_good.ckpt")
+            trainer.save_checkpoint(path)
+            self.good_checkpoint, self.good_step = path, step
+            return
+        trainer.should_stop = True
+        self.reason = reason
+        if self.good_checkpoint is not None:
+            keep = (
+                f"the last good checkpoint is {self.good_checkpoint} (step {self.good_step}); export it with "
+                f"CoherenceTuning.load_from_checkpoint(...).export_pretrained(DIR)"
+            )
+        else:
+            keep = "no validation passed before it: the initial model is the last good one"
+        message = f"collapse guard: {reason} at step {step}; stopped the run, no export; {keep}"
+        if trainer.is_global_zero:
+            log.warning(message)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"good_checkpoint": self.good_checkpoint, "good_step": self.good_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.good_checkpoint = state_dict.get("good_checkpoint")
+        self.good_step = state_dict.get("good_step")
 
 
 class StepProgressBar(TQDMProgressBar):

@@ -35,18 +35,19 @@ import torch
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
 from cblight.options import Boosting, Sampling
 from cblight.scoring import Encoder
+from cblight.tune.callbacks import GuardOptions
 from cblight.tune.export import Exporter, ExportOptions
 from cblight.tune.lora import LoraOptions, apply_lora
 from cblight.tune.loss import (
     KLTerms,
     LossOptions,
-    Sampled,
     TuningConfigError,
     check_boosting,
     positive_int,
     tuning_kl_terms,
 )
-from cblight.tune.rollouts import RNG_KEY, RolloutSampler, check_sampling
+from cblight.tune.positions import Sampled
+from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, check_sampling
 from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy
 from cblight.tune.validation import ValidationOptions, Validator
 
@@ -58,7 +59,21 @@ LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler
 # load_from_checkpoint rebuilds the option objects from their plain mappings with LightningCLI's instantiator
 CLI_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 
-__all__ = ["CoherenceTuning"]
+__all__ = ["CoherenceTuning", "check_max_steps"]
+
+
+def check_max_steps(max_steps: int | None) -> None:
+    """Refuse a run without a step limit (the prompt stream never ends) or with no step to take: a run that
+    takes no optimizer step would export the base model as if it were tuned (issue 19)."""
+    if max_steps is None or max_steps == -1:
+        raise TuningConfigError(
+            "set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"
+        )
+    if max_steps < 1:
+        raise TuningConfigError(
+            f"trainer.max_steps = {max_steps} takes no optimizer step, so nothing would be tuned or exported; "
+            "set it to 1 or more (the paper runs 32)"
+        )
 
 
 def _constant_rate(step: int) -> float:
@@ -95,6 +110,8 @@ class CoherenceTuning(L.LightningModule):
             from ``seed + r``, and the state is checkpointed.
         max_new_tokens: tokens sampled after each prompt (the paper: 32).
         max_prompt_tokens: prompts are cut from the left to this many tokens (BOS kept).
+        rollouts: how the samples are decoded: ``cache`` (``auto``, ``dynamic``, ``static``) and ``compile``
+            (``cblight.tune.rollouts.RolloutOptions``).
         teacher: which model is boosted into the teacher: ``kind`` ``frozen`` (the default), ``live`` (the
             paper) or ``ema`` with ``ema_decay`` (``cblight.tune.teacher.TeacherOptions``).
         loss: ``divergence`` (``forward_kl``, the paper; ``reverse_kl``; ``jsd`` with ``beta``),
@@ -104,6 +121,9 @@ class CoherenceTuning(L.LightningModule):
             (``cblight.tune.lora.LoraOptions``).
         validation: ``against_initial``, ``text_tokens``, ``log_samples_every_n_steps``,
             ``num_logged_samples`` (``cblight.tune.validation.ValidationOptions``).
+        guard: the band a run must stay in (``max_ppl_ratio``, ``min_entropy_ratio``, ``min_distinct_ratio``,
+            ``max_repetition``; ``cblight.tune.callbacks.GuardOptions``), checked after every validation: a
+            run that leaves it stops, its last good checkpoint named.
         export: ``enabled`` and ``dir`` of the ``save_pretrained`` export at the end of ``fit`` (default
             ``<log_dir>/hf_model``; ``cblight.tune.export.ExportOptions``).
         optimizer: factory called with the trainable parameters (default: AdamW lr 1e-5, weight decay 0).
@@ -123,10 +143,12 @@ class CoherenceTuning(L.LightningModule):
         sampling: Sampling = Sampling(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, seed=0),
         max_new_tokens: int = 32,
         max_prompt_tokens: int = 128,
+        rollouts: RolloutOptions = RolloutOptions(),
         teacher: TeacherOptions = TeacherOptions(),
         loss: LossOptions = LossOptions(),
         lora: LoraOptions = LoraOptions(),
         validation: ValidationOptions = ValidationOptions(),
+        guard: GuardOptions = GuardOptions(),
         export: ExportOptions = ExportOptions(),
         optimizer: OptimizerCallable | None = None,
         lr_scheduler: LRSchedulerCallable | None = None,
@@ -146,6 +168,7 @@ class CoherenceTuning(L.LightningModule):
         self.boosting = boosting
         self.loss_options = loss
         self.lora_options = lora
+        self.guard_options = guard
 
         self.tokenizer = load_tokenizer(
             tokenizer or model, revision=revision, trust_remote_code=trust_remote_code
@@ -168,13 +191,17 @@ class CoherenceTuning(L.LightningModule):
             window=self.window,
             pad_id=int(self.tokenizer.pad_token_id),
             eos_id=self.tokenizer.eos_token_id,
+            rollouts=rollouts,
         )
+        if rollouts.cache == "static" or rollouts.compile:
+            rollouts.resolve(self.model, torch.device("cpu"))  # a model that cannot is refused now
         disable_dropout(self.model)
         self.model.train()
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # The initial model's copy is taken before any LoRA adapters are added; the EMA starts after.
-        initial = frozen_copy(self.model) if teacher.kind == "frozen" or validation.against_initial else None
+        keep = teacher.kind == "frozen" or validation.against_initial or teacher.trust_region or guard.enabled
+        initial = frozen_copy(self.model) if keep else None
         if lora.rank:
             self.model = apply_lora(self.model, lora)
         self.teacher = Teacher(teacher, self.model, initial)
@@ -211,13 +238,18 @@ class CoherenceTuning(L.LightningModule):
                 "teacher.kind: ema and lora.rank > 0 need every process to hold the whole model; "
                 "use a replicated strategy (DDP) or teacher.kind: live without LoRA under FSDP/DeepSpeed"
             )
-        if trainer.max_steps is None or trainer.max_steps < 0:
-            raise TuningConfigError(
-                "set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"
-            )
+        check_max_steps(trainer.max_steps)
         datamodule = getattr(trainer, "datamodule", None)
         if datamodule is not None and hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
+        if self.guard_options.enabled and datamodule is not None and hasattr(datamodule, "val_prompts"):
+            if not datamodule.val_prompts():
+                raise TuningConfigError("the guard checks validation: set data.val_size > 0")
+            if self.guard_options.max_ppl_ratio is not None and not datamodule.val_texts():
+                raise TuningConfigError(
+                    "guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
+                    "data.val_size > 0, or data.val_texts_file"
+                )
 
     def _synced(self) -> bool:
         """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
@@ -249,15 +281,18 @@ class CoherenceTuning(L.LightningModule):
         }
 
     def configure_callbacks(self) -> list[L.Callback]:
-        """Stop cleanly on Ctrl-C / SIGTERM, log the learning rate, count the progress bar in steps."""
+        """Stop cleanly on Ctrl-C / SIGTERM, guard against collapse (with ``guard`` bands), log the learning
+        rate, count the progress bar in steps."""
         from lightning.pytorch.callbacks import LearningRateMonitor
 
-        from cblight.tune.callbacks import StopOnSignal, step_progress_bar
+        from cblight.tune.callbacks import CollapseGuard, StopOnSignal, step_progress_bar
 
         trainer = self.trainer
         callbacks: list[L.Callback] = []
         if not any(isinstance(c, StopOnSignal) for c in trainer.callbacks):
             callbacks.append(StopOnSignal())
+        if self.guard_options.enabled and not any(isinstance(c, CollapseGuard) for c in trainer.callbacks):
+            callbacks.append(CollapseGuard(self.guard_options))
         if trainer.loggers and not any(isinstance(c, LearningRateMonitor) for c in trainer.callbacks):
             callbacks.append(LearningRateMonitor(logging_interval="step"))
         bar = step_progress_bar(trainer.progress_bar_callback)  # Lightning's counts epochs; ours steps
@@ -266,7 +301,7 @@ class CoherenceTuning(L.LightningModule):
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         # The EMA follows every optimizer step right away, before any callback (a checkpoint) sees it.
         super().optimizer_step(*args, **kwargs)
-        self.teacher.update(self.model)
+        self.teacher.update(self.model, self.global_step + 1)  # Lightning counts the step after this hook
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The gradient's 2-norm before clipping (over all processes' shards under FSDP)."""
@@ -283,6 +318,7 @@ class CoherenceTuning(L.LightningModule):
     # -- the training step ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
         self.teacher.to(self.device)  # the copies are not submodules: Lightning does not move them
+        self.exporter.first_step = self.global_step
         self.sampler.start(self.global_rank, self.trainer.world_size, self.global_step, self.device)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -296,14 +332,19 @@ class CoherenceTuning(L.LightningModule):
         )
         # 2-3. the boosted teacher at every position in scope (no gradient) and the divergence to it
         terms = self.kl_terms(sampled)
-        sums = self._global_sums(terms, sampled)
+        reduce = self.trainer.strategy.reduce if self._trainer is not None else None
+        sums = terms.global_sums(sampled.sampled, self.device, reduce)
         count = max(sums["count"], 1.0)
         # Sum over this process's positions / positions of all processes, times the number of processes
         # because DDP averages gradients: the update is the gradient of the global per-position mean.
         loss = terms.loss_sum * (self.trainer.world_size / count) + terms.anchor
         long = max(sums["long"], 1.0)
         prefix, n = "train/tuning", len(prompts)
-        self.log(f"{prefix}/loss", sums["kl_sum"] / count, prog_bar=True, batch_size=n)
+        beta = self.teacher.options.trust_region
+        objective = sums["kl_sum"] + beta * sums["trust_sum"]
+        self.log(f"{prefix}/loss", objective / count, prog_bar=True, batch_size=n)
+        if beta:
+            self.log(f"{prefix}/trust_kl", sums["trust_sum"] / count, batch_size=n)
         self.log(f"{prefix}/kl_long", sums["kl_long_sum"] / long, batch_size=n)
         self.log(f"{prefix}/logprob_gap", sums["gap_long_sum"] / long, batch_size=n)
         self.log(f"{prefix}/long_fraction", sums["long"] / count, batch_size=n)
@@ -324,30 +365,14 @@ class CoherenceTuning(L.LightningModule):
             prefix=self.encoder.prefix,
             teacher_model=teacher_model if teacher_model is not None else self.teacher.model,
             sync_window_calls=sync,
+            reference_model=self.teacher.reference if teacher_model is None else None,
+            trust_region=self.teacher.options.trust_region,
         )
 
     def _window_call_sync(self, local_calls: int) -> int:
         t = torch.tensor([local_calls], device=self.device)
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return int(t.item())
-
-    def _global_sums(self, terms: KLTerms, sampled: Sampled) -> dict[str, float]:
-        """Counts and sums over every process in one all-reduce."""
-        long = terms.long
-        kl = terms.kl.detach()
-        local = torch.stack(
-            [
-                torch.tensor(float(terms.count), device=self.device),
-                long.sum().float(),
-                sampled.sampled.sum().float(),
-                kl.sum(),
-                (kl * long).sum(),
-                (terms.gap * long).sum(),
-            ]
-        ).to(self.device, torch.float64)
-        total = self.trainer.strategy.reduce(local, reduce_op="sum") if self._trainer is not None else local
-        names = ["count", "long", "sampled_tokens", "kl_sum", "kl_long_sum", "gap_long_sum"]
-        return dict(zip(names, total.tolist()))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         elapsed = time.perf_counter() - self._step_start
@@ -362,23 +387,20 @@ class CoherenceTuning(L.LightningModule):
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
         prompts = batch["prompts"]
         seed = self.sampler.held_out_seed(batch_idx, self.global_rank)
-        sampled = self.sampler.sample_fixed(self.model, prompts, seed, self.device, synced=self._synced())
-        with torch.no_grad():
-            terms = self.kl_terms(sampled)
-            initial = None
-            if self.teacher.initial is not None:
-                same = self.teacher.options.kind == "frozen"
-                initial = terms if same else self.kl_terms(sampled, teacher_model=self.teacher.initial)
-        for name, metric in self.validator.update(terms, initial).items():
+        logged = self.validator.validation_batch(
+            self.model,
+            self.teacher.initial,
+            lambda model: self.sampler.sample_fixed(model, prompts, seed, self.device, synced=self._synced()),
+            self.kl_terms,
+            same_initial=self.teacher.options.kind == "frozen",
+            texts=batch.get("texts") or [],
+        )
+        for name, metric in logged.items():
             self.log(name, metric, on_step=False, on_epoch=True, batch_size=len(prompts))
-        texts = batch.get("texts") or []
-        if texts:
-            self.validator.update_texts(self.model, texts)
 
     def on_validation_epoch_end(self) -> None:
-        ppl = self.validator.perplexity()
-        if ppl is not None:
-            self.log("val/tuning/ppl", ppl, batch_size=1)
+        for name, value in self.validator.epoch_values().items():
+            self.log(f"val/tuning/{name}", value, batch_size=1)
 
     # -- checkpoints and export -----------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -42,6 +42,7 @@ class Exporter:
 
     def __init__(self, options: ExportOptions):
         self.options = options
+        self.first_step: int | None = None  # the global step this run's training started from
 
     def path(self, root: Path, log_dir: str | None) -> Path:
         """``dir`` under ``root`` (``trainer.default_root_dir``), or ``<log_dir>/hf_model``."""
@@ -77,7 +78,7 @@ class Exporter:
         return out
 
     def at_fit_end(self, model: Any, tokenizer: Any, trainer: Any, log_dir: str | None) -> Path | None:
-        """The export, on every process, if enabled and the run reached ``max_steps``."""
+        """The export, on every process, if enabled, the run reached ``max_steps`` and took a step."""
         if not self.options.enabled:
             return None
         if trainer.global_step < (trainer.max_steps or 0):
@@ -85,6 +86,17 @@ class Exporter:
             log.warning(
                 "stopped at step %d of %d: no export (resume from the last checkpoint to finish)",
                 trainer.global_step,
+                trainer.max_steps,
+            )
+            return None
+        if self.first_step is None or trainer.global_step <= self.first_step:
+            # e.g. resumed from a checkpoint already at max_steps: the weights are the checkpoint's, and
+            # writing them again as "the tuned model" would hide that nothing ran (issue 19)
+            log.warning(
+                "no optimizer step was taken in this run (it started at step %s of max_steps %d): no export; "
+                "to export a checkpoint's weights: CoherenceTuning.load_from_checkpoint(CKPT)"
+                ".export_pretrained(DIR)",
+                trainer.global_step if self.first_step is None else self.first_step,
                 trainer.max_steps,
             )
             return None

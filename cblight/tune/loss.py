@@ -14,12 +14,11 @@ Starting from a pretrained model ``f(·|·; θ)``, every training step
    scope and divided by their number over all processes.
 
 Nothing here imports Lightning: ``cblight.tune.coherence_tuning`` wires these functions into a LightningModule.
-``tuning_kl_terms`` and ``LossOptions`` are the loss; ``Sampled`` and ``sampled_token_mask`` describe the
-batch it reads.
+``tuning_kl_terms`` and ``LossOptions`` are the loss; the batch it reads and the positions in scope are
+``cblight.tune.positions`` (``Sampled``, ``sampled_token_mask``, ``kl_scope``, re-exported here).
 
-Conventions: a *position* is the column ``c`` of a target token in a ``[B, L]`` batch; the distributions
-at position ``c`` are the ones that predict ``sequences[:, c]`` from the tokens before it (the model's
-logits at column ``c - 1``). This matches ``cblight.batching.windowed_positions``.
+Positions follow ``cblight.tune.positions``: the column ``c`` of a target token, whose distributions are the
+model's logits at column ``c - 1``.
 """
 
 from __future__ import annotations
@@ -34,10 +33,8 @@ from typing import Any
 import torch
 
 from cblight.batching import (
-    accepts_kwarg,
     default_window_chunk,
     last_position_log_probs,
-    positions_from_mask,
     windowed_log_probs,
     windowed_positions,
 )
@@ -46,6 +43,7 @@ from cblight.errors import CblightError
 from cblight.options import Boosting
 from cblight.tune.divergences import DIVERGENCES, restrict_to_teacher_top_k
 from cblight.tune.divergences import divergence as divergence_fn
+from cblight.tune.positions import Sampled, kl_scope, sampled_logits, sampled_token_mask
 
 __all__ = [
     "KLTerms",
@@ -80,7 +78,7 @@ _NULL_MEANS = {
     "teacher_top_k": "the whole vocabulary",
     "last_m": "every sampled position",
     "chunk_size": "about 64 MB per float32 [chunk, V]",
-    "window_chunk_size": "32 windows on CPU, 256 on accelerators",
+    "window_chunk_size": "about 1024 window tokens on CPU, 256 windows on accelerators",
 }
 
 
@@ -97,8 +95,8 @@ class LossOptions:
         last_m: the loss only over the last ``m`` columns of the samples (``None``: every sampled position).
         chunk_size: positions per chunk of the loss (``None``: about 64 MB per float32 ``[chunk, V]``,
             ``default_loss_chunk``).
-        window_chunk_size: short-context windows per forward pass of the teacher's ``f_k`` (``None``: 32 on
-            CPU, 256 on accelerators, ``cblight.batching.default_window_chunk``).
+        window_chunk_size: short-context windows per forward pass of the teacher's ``f_k`` (``None``: about
+            1024 window tokens on CPU, 256 windows on accelerators, ``tuning_window_chunk``).
     """
 
     divergence: str = "forward_kl"
@@ -180,68 +178,14 @@ def boosted_teacher(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Which positions enter the KL
-
-
-def sampled_token_mask(
-    sequences: torch.Tensor, prompt_width: int, eos_token_id: int | Sequence[int] | None
-) -> torch.Tensor:
-    """``[B, L]`` bool: the sampled tokens (columns from ``prompt_width`` on) up to and including each
-    row's first EOS (any of several ids); whatever ``generate`` put after it is padding."""
-    mask = torch.zeros_like(sequences, dtype=torch.bool)
-    mask[:, prompt_width:] = True
-    if eos_token_id is not None and sequences.shape[1] > prompt_width:
-        gen = sequences[:, prompt_width:]
-        ids = torch.as_tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
-        eos = torch.isin(gen, ids.to(gen.device)).long()
-        after_eos = (eos.cumsum(dim=1) - eos) > 0  # an EOS strictly earlier in the row
-        mask[:, prompt_width:] &= ~after_eos
-    return mask
-
-
-def kl_scope(sampled: torch.Tensor, last_m: int | None) -> torch.Tensor:
-    """Positions whose distributions enter the KL: every sampled token, or only those in the last ``m``
-    columns of the batch (the end of the samples, as the paper allows); tokens after EOS stay out."""
-    if last_m is None:
-        return sampled
-    scope = torch.zeros_like(sampled)
-    scope[:, -last_m:] = sampled[:, -last_m:]
-    return scope
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Model calls
 
 
-@dataclass
-class Sampled:
-    """A batch sampled from the model: left-padded prompts followed by sampled tokens.
-
-    ``attention_mask`` covers prompts and samples (1 after the prompt); ``sampled`` marks the sampled
-    tokens up to each row's first EOS (``sampled_token_mask``).
-    """
-
-    sequences: torch.Tensor
-    attention_mask: torch.Tensor
-    prompt_width: int
-    sampled: torch.Tensor
-
-    def slice(self, rows: slice) -> Sampled:
-        return Sampled(self.sequences[rows], self.attention_mask[rows], self.prompt_width, self.sampled[rows])
-
-
-def _logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[torch.Tensor, int]:
-    """The model's logits on ``rows`` of the batch from column ``first_col - 1`` on (where the model
-    supports ``logits_to_keep``), and the column of ``logits[:, 0]``."""
-    seq, mask = sampled.sequences[rows], sampled.attention_mask[rows]
-    width = seq.shape[1]
-    kwargs: dict[str, Any] = {}
-    if accepts_kwarg(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = width - first_col + 1
-    out = model(
-        input_ids=seq, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=False, **kwargs
-    )
-    return out.logits, width - out.logits.shape[1]
+def _full_log_probs(model: Any, sampled: Sampled, r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """float32 full-context ``log f`` of ``model`` at positions ``(r, c)`` of whole consecutive rows."""
+    r0, r1 = int(r[0]), int(r[-1]) + 1
+    logits, offset = sampled_logits(model, sampled, slice(r0, r1), int(c.min()))
+    return log_softmax32(logits[r - r0, c - 1 - offset])
 
 
 class _InjectedGradient(torch.autograd.Function):
@@ -268,7 +212,8 @@ class KLTerms:
     value ``kl.sum()`` and the gradient of that sum with respect to the student's parameters.
     ``long`` marks positions whose context exceeds ``k`` (where boosting changes the distribution);
     ``gap`` is ``log f_alpha(w) - log f_θ(w)`` of the sampled token ``w``; ``agree`` whether the student's
-    most likely token is the teacher's.
+    most likely token is the teacher's. ``trust`` is ``KL(f_θ || f_0)`` per position when a trust region
+    is on (``loss_sum`` then carries ``kl + trust_region · trust``), else zeros.
     """
 
     kl: torch.Tensor
@@ -277,16 +222,49 @@ class KLTerms:
     gap: torch.Tensor
     agree: torch.Tensor
     anchor: torch.Tensor  # a zero that depends on every parameter: keeps DDP's gradient hooks firing
+    trust: torch.Tensor | None = None
 
     @property
     def count(self) -> int:
         return int(self.kl.numel())
+
+    def global_sums(
+        self, sampled: torch.Tensor, device: torch.device, reduce: Callable[..., torch.Tensor] | None = None
+    ) -> dict[str, float]:
+        """Counts and sums of the batch's terms (``sampled``: its mask of sampled tokens), over every process
+        in one all-reduce (``reduce``, a strategy's ``reduce``; ``None``: this process)."""
+        kl, long = self.kl.detach(), self.long
+        local = torch.stack(
+            [
+                torch.tensor(float(self.count), device=device),
+                long.sum().float(),
+                sampled.sum().float(),
+                kl.sum(),
+                (kl * long).sum(),
+                (self.gap * long).sum(),
+                self.trust.sum() if self.trust is not None else kl.new_zeros(()),
+            ]
+        ).to(device, torch.float64)
+        total = reduce(local, reduce_op="sum") if reduce is not None else local
+        names = ["count", "long", "sampled_tokens", "kl_sum", "kl_long_sum", "gap_long_sum", "trust_sum"]
+        return dict(zip(names, total.tolist(), strict=True))
 
 
 def default_loss_chunk(vocab_size: int) -> int:
     """Positions per chunk of the loss: each float32 ``[chunk, V]`` temporary stays near 64 MB (2^24
     entries), e.g. 341 positions for a 49k vocabulary and 64 for Gemma's 262k."""
     return max(1, (1 << 24) // max(int(vocab_size), 1))
+
+
+def tuning_window_chunk(device: torch.device, window_tokens: int) -> int:
+    """Windows per forward pass of the teacher's ``f_k``: 256 on accelerators
+    (``cblight.batching.default_window_chunk``); on CPU about 1024 window tokens (``k`` + the special prefix
+    per window), the size that keeps the projections' matrices large without leaving the caches: 512
+    windows of 8 SmolLM2 tokens took 0.92x the CPU time in passes of 128 windows as of 32 (16: 1.11x, 64:
+    0.94x, 512: 0.98x; one thread, 2026-11-24)."""
+    if torch.device(device).type != "cpu":
+        return default_window_chunk(device)
+    return max(1, 1024 // max(window_tokens, 1))
 
 
 def _row_chunks(rows: torch.Tensor, per_chunk: int) -> list[tuple[int, int]]:
@@ -316,6 +294,8 @@ def tuning_kl_terms(
     prefix: Sequence[int] = (),
     teacher_model: Any | None = None,
     sync_window_calls: Callable[[int], int] | None = None,
+    reference_model: Any | None = None,
+    trust_region: float = 0.0,
 ) -> KLTerms:
     """The divergence from the boosted teacher ``f_alpha`` to the model ``f_θ`` at every position in scope
     of a sampled batch (forward ``KL(f_alpha || f_θ)``, the paper, by default; ``options`` chooses the
@@ -337,12 +317,16 @@ def tuning_kl_terms(
     ``sync_window_calls`` maps this process's number of window forward passes to the largest over all
     processes; the live teacher then runs dummy passes up to it, because a sharded model (FSDP) needs every
     process to make the same forward calls.
+
+    ``trust_region > 0`` with ``reference_model`` (the initial model ``f_0``) adds ``trust_region ·
+    KL(f_θ || f_0)`` per position to the objective (RLHF's KL penalty; docs/tuning.md, "Trust region"),
+    over the whole vocabulary; ``f_0`` is the teacher's own full-context pass when the teacher is that model.
     """
-    chunk_size = options.window_chunk_size or default_window_chunk(sampled.sequences.device)
+    chunk_size = options.window_chunk_size or tuning_window_chunk(sampled.sequences.device, k + len(prefix))
     scope = kl_scope(sampled.sampled, options.last_m)
     rows, cols = torch.nonzero(scope, as_tuple=True)
     first_col = int(cols.min()) if cols.numel() else sampled.sequences.shape[1] - 1
-    logits, offset = _logits(model, sampled, slice(None), first_col)
+    logits, offset = sampled_logits(model, sampled, slice(None), first_col)
     loss_chunk_size = options.chunk_size or default_loss_chunk(logits.shape[-1])
     differentiable = logits.requires_grad
     grad = torch.zeros_like(logits) if differentiable else None
@@ -354,6 +338,8 @@ def tuning_kl_terms(
     long_grid[long_rows, long_cols] = True
     long = long_grid[rows, cols]
     kl, gap, agree = (torch.empty(int(rows.numel()), device=logits.device) for _ in range(3))
+    penalised = trust_region > 0 and reference_model is not None
+    trust = torch.zeros(int(rows.numel()), device=logits.device)
     window_calls = 0
     for lo, hi in _row_chunks(rows, loss_chunk_size):
         r, c = rows[lo:hi], cols[lo:hi]
@@ -362,13 +348,13 @@ def tuning_kl_terms(
         with torch.enable_grad() if differentiable else torch.no_grad():
             student = log_softmax32(z)
         with torch.no_grad():
-            if teacher_model is None:
-                full = student.detach()
-            else:
-                r0, r1 = int(r[0]), int(r[-1]) + 1
-                t_logits, t_offset = _logits(teacher_model, sampled, slice(r0, r1), int(c.min()))
-                full = log_softmax32(t_logits[r - r0, c - 1 - t_offset])
-                del t_logits
+            full = (
+                student.detach() if teacher_model is None else _full_log_probs(teacher_model, sampled, r, c)
+            )
+            reference = None
+            if penalised:
+                same = reference_model is teacher_model
+                reference = full if same else _full_log_probs(reference_model, sampled, r, c)
             short = windowed_log_probs(
                 teacher_source,
                 sampled.sequences,
@@ -390,20 +376,27 @@ def tuning_kl_terms(
             if options.teacher_top_k is not None:
                 p, q = restrict_to_teacher_top_k(teacher, student, options.teacher_top_k)
             values = divergence_fn(p, q, options.divergence, options.beta)
+            objective = values
+            if reference is not None:
+                penalty = divergence_fn(reference, student, "reverse_kl")  # KL(f_θ || f_0)
+                trust[lo:hi] = penalty.detach()
+                objective = values + trust_region * penalty
         kl[lo:hi] = values.detach()
         if differentiable:
             assert grad is not None
-            (chunk_grad,) = torch.autograd.grad(values.sum(), z)
+            (chunk_grad,) = torch.autograd.grad(objective.sum(), z)
             grad[r, c - 1 - offset] = chunk_grad
     if sync_window_calls is not None and teacher_model is None:
         dummy = sampled.sequences.new_zeros((1, k + len(prefix)))
         with torch.no_grad():
             for _ in range(sync_window_calls(window_calls) - window_calls):
                 last_position_log_probs(model, dummy)
-    total = kl.sum()
+    total = (kl + trust_region * trust).sum() if penalised else kl.sum()
     if differentiable:
         loss_sum = _InjectedGradient.apply(logits, grad, total)
         anchor = logits.sum() * 0.0 if logits.numel() else loss_sum * 0.0
     else:
         loss_sum, anchor = total, total * 0.0
-    return KLTerms(kl=kl, loss_sum=loss_sum, long=long, gap=gap, agree=agree.bool(), anchor=anchor)
+    return KLTerms(
+        kl=kl, loss_sum=loss_sum, long=long, gap=gap, agree=agree.bool(), anchor=anchor, trust=trust
+    )

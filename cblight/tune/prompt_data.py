@@ -30,11 +30,32 @@ from torch.utils.data import DataLoader, IterableDataset
 from cblight.data.sources import json_lines
 from cblight.errors import CblightError
 
-__all__ = ["PromptDataError", "PromptDataModule", "PromptStream", "read_prompts"]
+__all__ = ["PromptDataError", "PromptDataModule", "PromptStream", "check_split", "read_prompts"]
 
 
 class PromptDataError(CblightError):
     """A prompt source that is missing, unreadable or empty."""
+
+
+def check_split(task: str, split: str) -> None:
+    """Refuse a split the task does not have, naming its splits and the closest one (issue 19: ``valid``
+    once answered "looked for nothing ... Use webtext.test.jsonl"). ``cblight tune`` calls it right after
+    parsing, before the model loads."""
+    import difflib
+
+    from cblight.data.registry import get_task
+
+    source = get_task(task).source
+    known = list(dict.fromkeys([*(source.local.files if source.local else ()), *source.hub]))
+    if split in known:
+        return
+    close = difflib.get_close_matches(str(split), known, n=1, cutoff=0.3)
+    if not close:  # an abbreviation ("valid") is closest to the split it begins
+        close = [s for s in known if s.startswith(str(split)[:3])][:1]
+    hint = f"; use --data.split {close[0]}" if close else ""
+    raise PromptDataError(
+        f"data.split {split!r} is not a split of task {task!r}: its splits are {', '.join(known)}{hint}"
+    )
 
 
 def read_prompts(path: str | Path, text_field: str = "text") -> list[str]:
@@ -194,6 +215,7 @@ class PromptDataModule(L.LightningDataModule):
                 raise PromptDataError(
                     f"task {task!r} is a {spec.kind} benchmark; prompts come from generation tasks"
                 )
+            check_split(task, split)
         self.task = task
         self.data_dir = data_dir
         self.split = split

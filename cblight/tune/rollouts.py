@@ -6,12 +6,17 @@ and the per-process random state that checkpoints carry.
 from ``sampling.seed + r``; every checkpoint stores every process's state (Lightning does not save random
 states), so that a resumed run samples exactly what an uninterrupted one would have. ``sample_sequences``
 is the sampling itself, usable without Lightning.
+
+How the tokens are decoded is ``RolloutOptions``: transformers' dynamic KV cache, or its static cache with
+a ``torch.compile``d decode step (CUDA graphs on a GPU), the lever where sampling is latency-bound (a small
+model on a GPU: docs/tuning.md, "Speed and memory"). What is sampled is the same either way.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,13 +25,68 @@ import torch
 from cblight.batching import left_pad, positions_from_mask
 from cblight.options import Sampling
 from cblight.scoring import Encoder
-from cblight.tune.loss import Sampled, TuningConfigError, longest_useful_position, sampled_token_mask
+from cblight.tune.loss import TuningConfigError, longest_useful_position
+from cblight.tune.positions import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
 
 RNG_KEY = "cblight_sampling_rng"
+CACHES = ("auto", "dynamic", "static")
 
-__all__ = ["RNG_KEY", "RolloutSampler", "check_sampling", "sample_sequences", "seed_of"]
+__all__ = [
+    "CACHES",
+    "RNG_KEY",
+    "RolloutOptions",
+    "RolloutSampler",
+    "check_sampling",
+    "sample_sequences",
+    "seed_of",
+]
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """How the tuning sequences are decoded (``sampling`` says what is drawn).
+
+    Args:
+        cache: ``dynamic`` (transformers' growing KV cache), ``static`` (a fixed-size cache, allocated once
+            for ``max_prompt_tokens + max_new_tokens``, the shape that a compiled decode step needs) or
+            ``auto``: static on CUDA where the model supports compilation (transformers'
+            ``_can_compile_fullgraph``) and the model is not sharded, dynamic elsewhere.
+        compile: ``torch.compile`` the decode step (with the static cache only; ``reduce-overhead``, i.e. CUDA
+            graphs, on a GPU); ``None``: where the static cache is used on CUDA. On CPU it does not pay for
+            itself within the paper's 32 steps (docs/tuning.md), so ``auto`` leaves it off there.
+    """
+
+    cache: str = "auto"
+    compile: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.cache not in CACHES:
+            raise TuningConfigError(f"rollouts.cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
+        if self.compile is not None and not isinstance(self.compile, bool):
+            raise TuningConfigError(f"rollouts.compile must be true, false or null, got {self.compile!r}")
+        if self.compile and self.cache == "dynamic":
+            raise TuningConfigError(
+                "rollouts.compile: true needs rollouts.cache: static or auto (a compiled decode step needs the "
+                "static cache's fixed shapes)"
+            )
+
+    def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
+        """``(static cache, compiled)`` for ``model`` on ``device``; a model that cannot be compiled is
+        refused when static or compile was asked for by name, and gets the dynamic cache under ``auto``."""
+        supported = bool(getattr(model, "_can_compile_fullgraph", False))
+        if self.cache == "static" or self.compile:
+            if not supported:
+                raise TuningConfigError(
+                    f"rollouts.cache: static / rollouts.compile: {type(model).__name__} does not support "
+                    "transformers' static cache and compiled decoding; use rollouts.cache: dynamic or auto"
+                )
+            return True, bool(self.compile)
+        if self.cache == "dynamic":
+            return False, False
+        static = supported and device.type == "cuda" and not sharded
+        return static, static if self.compile is None else bool(self.compile) and static
 
 
 def seed_of(*parts: int) -> int:
@@ -58,17 +118,31 @@ def sample_sequences(
     top_p: float = 1.0,
     top_k: int = 0,
     synced_gpus: bool = False,
+    static_cache_len: int | None = None,
+    compile: bool = False,
 ) -> Sampled:
     """Sample continuations of left-padded prompts with ``model.generate``: eval mode (no dropout), no
     gradient, explicit position ids. The caller owns the random state (see ``RolloutSampler``).
 
     ``synced_gpus`` keeps every process stepping until all are done, which sharded models (FSDP) need.
     ``eos_token_id=None`` means the model's own (``generate`` stops there either way).
+    ``static_cache_len``: decode with transformers' static cache of that many positions (at least the
+    prompt width + ``max_new_tokens``; one size for every call, so the cache and a compiled step are
+    reused); ``compile``: with it, ``torch.compile`` the decode step (CUDA graphs on a GPU).
     """
     from transformers import GenerationConfig
 
     if eos_token_id is None:
         eos_token_id = getattr(model.generation_config, "eos_token_id", None)
+    cache: dict[str, Any] = {"disable_compile": True}
+    if static_cache_len is not None:
+        cache = {
+            "cache_implementation": "static",
+            "max_cache_len": max(static_cache_len, prompt_ids.shape[1] + max_new_tokens),
+            "disable_compile": not compile,
+        }
+        if compile:
+            cache["compile_config"] = compile_config(prompt_ids.device)
     config = GenerationConfig(
         do_sample=True,
         num_beams=1,
@@ -78,6 +152,7 @@ def sample_sequences(
         top_k=top_k,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
+        **cache,
     )
     # generate() fills every option we leave unset from the model's own generation config (a chat model's
     # temperature 0.6 / top_p 0.9 / repetition penalty...): hide it, so the samples come from f itself.
@@ -101,6 +176,23 @@ def sample_sequences(
     new = sequences.shape[1] - width
     mask = torch.cat([prompt_mask, prompt_mask.new_ones((prompt_mask.shape[0], new))], dim=1)
     return Sampled(sequences, mask, width, sampled_token_mask(sequences, width, eos_token_id))
+
+
+_COMPILE_CONFIGS: dict[str, Any] = {}
+
+
+def compile_config(device: torch.device) -> Any:
+    """transformers' ``CompileConfig`` of the decode step, one object per device type (``generate`` keeps
+    its compiled call while the config compares equal): CUDA graphs (``reduce-overhead``) on a GPU; on
+    other devices inductor's default mode, which ``generate`` only uses when told to compile everywhere."""
+    from transformers import CompileConfig
+
+    kind = torch.device(device).type
+    if kind not in _COMPILE_CONFIGS:
+        config = CompileConfig(fullgraph=False, mode="reduce-overhead" if kind == "cuda" else "default")
+        config._compile_all_devices = kind != "cuda"
+        _COMPILE_CONFIGS[kind] = config
+    return _COMPILE_CONFIGS[kind]
 
 
 def _devices(device: torch.device) -> list[torch.device]:
@@ -130,6 +222,8 @@ class RolloutSampler:
             window leaves after ``max_new_tokens``.
         window: the model window.
         pad_id, eos_id: the tokenizer's padding and end-of-sequence ids.
+        rollouts: the decoding machinery (KV cache, compiled decode step), resolved for the model and device
+            at the first call.
     """
 
     def __init__(
@@ -141,6 +235,7 @@ class RolloutSampler:
         window: int,
         pad_id: int,
         eos_id: int | Sequence[int] | None,
+        rollouts: RolloutOptions = RolloutOptions(),
     ):
         if max_new_tokens + len(encoder.prefix) + 1 > window:
             raise TuningConfigError(
@@ -157,6 +252,8 @@ class RolloutSampler:
         self.eos_id = eos_id
         self._rng: dict[str, torch.Tensor] | None = None
         self._loaded_rng: dict[str, Any] | None = None
+        self.rollouts = rollouts
+        self.decoding: tuple[bool, bool] | None = None  # (static cache, compiled), once resolved
 
     # -- prompts ------------------------------------------------------------------------------------------
     def prompt_ids(self, text: str) -> list[int]:
@@ -194,8 +291,21 @@ class RolloutSampler:
         )
 
     # -- sampling -----------------------------------------------------------------------------------------
+    def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
+        """``(static cache, compiled)`` for this run (``RolloutOptions.resolve``), logged once."""
+        if self.decoding is None:
+            self.decoding = self.rollouts.resolve(model, torch.device(device), sharded)
+            static, compiled = self.decoding
+            log.info(
+                "rollouts: %s KV cache%s",
+                "static" if static else "dynamic",
+                ", compiled decode step" if compiled else "",
+            )
+        return self.decoding
+
     def _generate(self, model: Any, prompts: Sequence[str], device: torch.device, synced: bool) -> Sampled:
         ids, mask = self.encode(prompts, device)
+        static, compiled = self.resolve(model, device, sharded=synced)
         return sample_sequences(
             model,
             ids,
@@ -207,6 +317,8 @@ class RolloutSampler:
             top_p=self.top_p,
             top_k=self.top_k,
             synced_gpus=synced,
+            static_cache_len=self.max_prompt_tokens + self.max_new_tokens if static else None,
+            compile=compiled,
         )
 
     def sample(

@@ -5,6 +5,12 @@ coherence tuning"; docs/tuning.md, "Teachers").
 model (the paper; its full-context expert is the student's own forward, detached), ``ema`` an exponential
 moving average of the student, ``θ_ema ← d θ_ema + (1 - d) θ`` after every optimizer step.
 
+The live teacher compounds its boost and runs away (docs/tuning.md, "Why the live teacher drifts"); two
+brakes make it usable: ``refresh_every`` boosts a snapshot of the student taken every ``N`` steps instead
+of the current weights, and ``trust_region`` adds ``beta · KL(f_θ || f_0)`` to the loss at every position
+in scope, the divergence from the initial model's full-context distribution that RLHF penalises
+(``cblight.tune.loss.tuning_kl_terms``).
+
 ``Teacher`` is the teacher of ``cblight.tune.coherence_tuning.CoherenceTuning``: it holds the copies (and the
 initial model that validation compares with), updates the EMA, moves the copies to the device and carries
 the EMA in checkpoints. The copies are not registered submodules of the LightningModule, so they stay out
@@ -19,12 +25,12 @@ from typing import Any
 
 import torch
 
-from cblight.tune.loss import TuningConfigError, finite_number
+from cblight.tune.loss import TuningConfigError, finite_number, positive_int
 
 EMA_KEY = "cblight_ema_teacher"
 TEACHERS = ("frozen", "live", "ema")
 
-__all__ = ["EMA_KEY", "TEACHERS", "Teacher", "TeacherOptions", "ema_update", "frozen_copy"]
+__all__ = ["EMA_KEY", "TEACHERS", "Teacher", "TeacherOptions", "ema_update", "frozen_copy", "snapshot_update"]
 
 
 @dataclass(frozen=True)
@@ -38,16 +44,42 @@ class TeacherOptions:
             and ``ema`` cost one extra full forward per step and a copy of the weights.
         ema_decay: decay ``d`` of the EMA teacher, ``θ_ema ← d θ_ema + (1 - d) θ`` after every optimizer
             step, in (0, 1).
+        refresh_every: with ``kind: live``, boost a snapshot of the student taken every this many optimizer
+            steps (``None`` or 1: the current weights, the paper); costs a copy of the weights.
+        trust_region: ``beta >= 0``; the loss adds ``beta · KL(f_θ || f_0)`` per position, the divergence of
+            the student from the initial model (RLHF's KL penalty); 0: off. Keeps a frozen copy of the
+            initial model (one more full forward per step, except with the frozen teacher, which is it).
     """
 
     kind: str = "frozen"
     ema_decay: float = 0.9
+    refresh_every: int | None = None
+    trust_region: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in TEACHERS:
             raise TuningConfigError(f"teacher.kind must be one of {', '.join(TEACHERS)}, got {self.kind!r}")
         if not finite_number(self.ema_decay) or not 0.0 < self.ema_decay < 1.0:
             raise TuningConfigError(f"teacher.ema_decay must be in (0, 1), got {self.ema_decay!r}")
+        if self.refresh_every is not None:
+            if not positive_int(self.refresh_every):
+                raise TuningConfigError(
+                    f"teacher.refresh_every must be a positive integer or null, got {self.refresh_every!r}"
+                )
+            if self.kind != "live":
+                raise TuningConfigError(
+                    f"teacher.refresh_every applies to the live teacher, not kind {self.kind!r}; "
+                    "set teacher.kind: live or remove it"
+                )
+        if not finite_number(self.trust_region) or self.trust_region < 0:
+            raise TuningConfigError(
+                f"teacher.trust_region must be a finite number >= 0 (0: off), got {self.trust_region!r}"
+            )
+
+    @property
+    def snapshot(self) -> bool:
+        """The live teacher boosts a periodic snapshot rather than the current weights."""
+        return self.kind == "live" and (self.refresh_every or 1) > 1
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -67,10 +99,21 @@ def ema_update(teacher: torch.nn.Module, student: torch.nn.Module, decay: float)
         torch._foreach_lerp_(targets, [s.detach().to(t.dtype) for t, s in pairs], 1.0 - decay)
 
 
+@torch.no_grad()
+def snapshot_update(teacher: torch.nn.Module, student: torch.nn.Module) -> None:
+    """``θ_teacher ← θ_student`` for every trainable parameter of the student (the refreshed live teacher)."""
+    pairs = [
+        (t, s) for t, s in zip(teacher.parameters(), student.parameters(), strict=True) if s.requires_grad
+    ]
+    if pairs:
+        torch._foreach_copy_([t for t, _ in pairs], [s.detach() for _, s in pairs])
+
+
 class Teacher:
     """The teacher's model copies: ``model`` is the one boosted (``None`` for the live teacher, which is the
-    student itself), ``initial`` a frozen copy of the initial model (the frozen teacher's, or kept for
-    validation's ``kl_initial``; ``None`` otherwise).
+    student itself; a snapshot of it with ``refresh_every``), ``initial`` a frozen copy of the initial model
+    (the frozen teacher's, or kept for the trust region, validation's ``kl_initial`` and the collapse
+    guard's reference; ``None`` otherwise).
 
     Args:
         options: the teacher's kind and EMA decay.
@@ -87,7 +130,7 @@ class Teacher:
             if initial is None:
                 raise ValueError("the frozen teacher needs the initial model's copy")
             self.model = initial
-        elif options.kind == "ema":
+        elif options.kind == "ema" or options.snapshot:
             self.model = frozen_copy(student)
 
     def to(self, device: torch.device) -> None:
@@ -96,16 +139,25 @@ class Teacher:
             if model is not None:
                 model.to(device)
 
-    def update(self, student: torch.nn.Module) -> None:
-        """After every optimizer step: the EMA follows the student (the other teachers do nothing)."""
+    def update(self, student: torch.nn.Module, step: int) -> None:
+        """After optimizer step ``step`` (counted from 1): the EMA follows the student, a snapshot is retaken
+        every ``refresh_every`` steps (the other teachers do nothing)."""
         if self.options.kind == "ema":
             assert self.model is not None
             ema_update(self.model, student, self.options.ema_decay)
+        elif self.options.snapshot and step % int(self.options.refresh_every or 1) == 0:
+            assert self.model is not None
+            snapshot_update(self.model, student)
+
+    @property
+    def reference(self) -> torch.nn.Module | None:
+        """The model of the trust region's ``f_0`` (the initial copy), when the trust region is on."""
+        return self.initial if self.options.trust_region > 0 else None
 
     def state_dict(self, student: torch.nn.Module) -> dict[str, Any] | None:
-        """The EMA's weights of the student's trainable parameters, for ``checkpoint[EMA_KEY]`` (``None``
-        for the frozen and live teachers, which training does not change)."""
-        if self.options.kind != "ema" or self.model is None:
+        """The EMA's (or the live teacher's snapshot's) weights of the student's trainable parameters, for
+        ``checkpoint[EMA_KEY]`` (``None`` for the frozen and live teachers, which training does not change)."""
+        if not (self.options.kind == "ema" or self.options.snapshot) or self.model is None:
             return None
         trainable = {n for n, p in student.named_parameters() if p.requires_grad}
         return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if n in trainable}

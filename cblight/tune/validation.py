@@ -3,8 +3,14 @@ coherence tuning").
 
 Validation samples the same held-out prompts with the same seeds at every check and logs
 ``KL(f_alpha || f_θ)`` under the run's teacher (``val/tuning/kl``, ``kl_long``), against the initial model's
-boosted distribution (``kl_initial``, ``top1_initial``: is the model moving toward its boosted self?) and
-the perplexity of held-out human text (``val/tuning/ppl``: is it still a language model?). The sample log
+boosted distribution (``kl_initial``, ``top1_initial``: is the model moving toward its boosted self?), the
+perplexity of held-out human text (``val/tuning/ppl``: is it still a language model?) and the diversity of
+what it samples (issue 21: self-distillation toward ``alpha < 0`` can collapse it): the mean entropy of its
+next-token distributions at the sampled positions (``entropy``), token-level distinct-1/2 of the samples
+(``distinct_1``, ``distinct_2``) and the share of samples that end in a repetition loop (``repetition``,
+degen's rule, ``cblight.metrics.text_stats``). Where a frozen copy of the initial model is kept, the same
+four are measured once for it on the same prompts and seeds (``*_initial``): the reference of the collapse
+guard's bands (``cblight.tune.callbacks.CollapseGuard``). The sample log
 writes a few training samples to ``samples.jsonl`` beside the logs and to W&B, on rank 0 only, from the log
 directory read on every rank in ``setup`` (reading it here, on rank 0 alone, hung DDP at step 0).
 
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 from pathlib import Path
@@ -24,10 +30,15 @@ from typing import Any
 import torch
 from torchmetrics import MeanMetric, Metric, SumMetric
 
+from cblight.boosting import log_softmax32
+from cblight.metrics.ngrams import distinct_and_entropy
+from cblight.metrics.ragged import RaggedMetric
+from cblight.metrics.text_stats import ends_in_repetition
 from cblight.scoring import Encoder, Scorer, empty_context_ids
-from cblight.tune.loss import KLTerms, Sampled, TuningConfigError
+from cblight.tune.loss import KLTerms, TuningConfigError, default_loss_chunk
+from cblight.tune.positions import Sampled, sampled_logits
 
-__all__ = ["ValidationOptions", "Validator"]
+__all__ = ["SampleDiversity", "ValidationOptions", "Validator", "next_token_entropy", "sampled_tokens"]
 
 
 def _count(value: object, low: int) -> bool:
@@ -67,6 +78,60 @@ class ValidationOptions:
                 )
 
 
+class SampleDiversity(RaggedMetric):
+    """Token-level distinct-1 and distinct-2 of a corpus of samples (distinct n-grams / all n-grams, as
+    DialoGPT's ``calc_diversity``; ``cblight.metrics.ngrams``) and the share of samples ending in a repeated
+    span (degen's rule, ``cblight.metrics.text_stats.ends_in_repetition``; a trailing EOS dropped). The
+    samples themselves are the state, so the value over several processes is the value of their union."""
+
+    def __init__(self, eos_token_id: int | Sequence[int] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+        self.eos_token_id = eos[0] if eos else None
+        self.add_ragged_state("samples")
+
+    def update(self, samples: Sequence[Sequence[int]]) -> None:
+        self.append_ragged("samples", samples)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        samples = self.read_ragged("samples")
+        values = {f"distinct_{n}": distinct_and_entropy(samples, n)[0] for n in (1, 2)}
+        values["repetition"] = sum(
+            ends_in_repetition(x, eos_token_id=self.eos_token_id) for x in samples
+        ) / max(len(samples), 1)
+        return {k: torch.tensor(v, dtype=torch.float64) for k, v in values.items()}
+
+
+def sampled_tokens(sampled: Sampled) -> list[list[int]]:
+    """Each row's sampled tokens, up to and including its first EOS."""
+    width = sampled.prompt_width
+    return [
+        row[width:][mask[width:]].tolist()
+        for row, mask in zip(sampled.sequences, sampled.sampled, strict=True)
+    ]
+
+
+@torch.no_grad()
+def next_token_entropy(model: Any, sampled: Sampled) -> torch.Tensor:
+    """``H(f(·|w_<c)) = -Σ_w f log f`` (nats) at every sampled position ``c`` of ``sampled`` (the positions
+    the loss reads with ``last_m`` unset), row-major; vocabulary-sized rows in float32, a chunk at a time."""
+    rows, cols = torch.nonzero(sampled.sampled, as_tuple=True)
+    if not rows.numel():
+        return torch.zeros(0)
+    was_training = model.training
+    model.eval()
+    try:
+        logits, offset = sampled_logits(model, sampled, slice(None), int(cols.min()))
+    finally:
+        model.train(was_training)
+    step = default_loss_chunk(logits.shape[-1])
+    pieces = []
+    for lo in range(0, int(rows.numel()), step):
+        lp = log_softmax32(logits[rows[lo : lo + step], cols[lo : lo + step] - 1 - offset])
+        pieces.append(-(lp.exp() * lp).sum(-1))
+    return torch.cat(pieces)
+
+
 class Validator(torch.nn.Module):
     """The validation metrics and the sample log.
 
@@ -86,6 +151,15 @@ class Validator(torch.nn.Module):
         self.top1_initial = MeanMetric()
         self.nll = SumMetric()
         self.tokens = SumMetric()
+        eos = tokenizer.eos_token_id
+        # diversity of the current model's samples, and once of the initial model's (the guard's reference)
+        self.entropy = MeanMetric()
+        self.diversity = SampleDiversity(eos)
+        self.ref_entropy = MeanMetric()
+        self.ref_diversity = SampleDiversity(eos)
+        self.ref_nll = SumMetric()
+        self.ref_tokens = SumMetric()
+        self.reference: dict[str, float] | None = None  # the initial model's values, once measured
 
     def update(self, terms: KLTerms, initial: KLTerms | None) -> dict[str, Metric]:
         """Add a batch's KL terms (under the run's teacher, and under the boosted initial model when
@@ -100,21 +174,79 @@ class Validator(torch.nn.Module):
             logged["val/tuning/top1_initial"] = self.top1_initial
         return logged
 
-    def update_texts(self, model: Any, texts: Sequence[str]) -> None:
-        """Add held-out human texts to the perplexity."""
+    def update_texts(self, model: Any, texts: Sequence[str], reference: bool = False) -> None:
+        """Add held-out human texts to the perplexity (of the initial model with ``reference``)."""
         nll, tokens = self.text_nll(model, texts)
-        self.nll.update(nll)
-        self.tokens.update(tokens)
+        (self.ref_nll if reference else self.nll).update(nll)
+        (self.ref_tokens if reference else self.tokens).update(tokens)
+
+    def update_samples(self, model: Any, sampled: Sampled, reference: bool = False) -> None:
+        """Add a batch of validation samples of ``model`` to the entropy and diversity (of the initial
+        model with ``reference``)."""
+        (self.ref_entropy if reference else self.entropy).update(next_token_entropy(model, sampled))
+        (self.ref_diversity if reference else self.diversity).update(sampled_tokens(sampled))
+
+    def validation_batch(
+        self,
+        model: Any,
+        initial: Any | None,
+        sample: Callable[[Any], Sampled],
+        kl_terms: Callable[[Sampled, Any | None], KLTerms],
+        same_initial: bool,
+        texts: Sequence[str] = (),
+    ) -> dict[str, Metric]:
+        """One validation batch: ``sample(model)`` draws the held-out samples (fixed seeds), ``kl_terms``
+        scores them under the run's teacher (``None``) and the boosted ``initial`` model (``same_initial``:
+        the teacher is it); entropy, diversity and, with ``texts``, perplexity follow, and once, the same of
+        the initial model on its own samples. The KL metrics to log, by name."""
+        sampled = sample(model)
+        with torch.no_grad():
+            terms = kl_terms(sampled, None)
+            scored = None
+            if initial is not None:
+                scored = terms if same_initial else kl_terms(sampled, initial)
+        logged = self.update(terms, scored)
+        self.update_samples(model, sampled)
+        if texts:
+            self.update_texts(model, texts)
+        if self.reference_due and initial is not None:  # once: the guard's reference values
+            self.update_samples(initial, sample(initial), reference=True)
+            if texts:
+                self.update_texts(initial, texts, reference=True)
+        return logged
+
+    @property
+    def reference_due(self) -> bool:
+        """The initial model's values are still to be measured (at the first validation)."""
+        return self.reference is None
 
     def perplexity(self) -> torch.Tensor | None:
         """At the end of validation: the perplexity of the held-out texts (``None`` without any), reset."""
-        if not self.tokens.update_called:  # no held-out texts (the same on every process)
-            return None
-        tokens = self.tokens.compute()
-        ppl = torch.exp(self.nll.compute() / tokens) if float(tokens) > 0 else None
-        self.nll.reset()
-        self.tokens.reset()
-        return ppl
+        return _perplexity(self.nll, self.tokens)
+
+    def epoch_values(self) -> dict[str, torch.Tensor]:
+        """At the end of validation, on every process: perplexity, entropy, distinct-1/2 and repetition of
+        the current model, and the initial model's (``*_initial``) once measured; the metrics reset."""
+        values: dict[str, torch.Tensor] = {}
+        ppl = self.perplexity()
+        if ppl is not None:
+            values["ppl"] = ppl
+        if self.entropy.update_called:
+            values["entropy"] = self.entropy.compute()
+            values.update(self.diversity.compute())
+            self.entropy.reset()
+            self.diversity.reset()
+        if self.reference is None and self.ref_entropy.update_called:
+            reference = {"entropy": self.ref_entropy.compute(), **self.ref_diversity.compute()}
+            ref_ppl = _perplexity(self.ref_nll, self.ref_tokens)
+            if ref_ppl is not None:
+                reference["ppl"] = ref_ppl
+            self.reference = {k: float(v) for k, v in reference.items()}
+            for metric in (self.ref_entropy, self.ref_diversity):
+                metric.reset()
+        for name, value in (self.reference or {}).items():
+            values[f"{name}_initial"] = torch.tensor(value, dtype=torch.float64)
+        return values
 
     def text_nll(self, model: Any, texts: Sequence[str]) -> tuple[float, int]:
         """Summed negative log-likelihood and token count of held-out human texts (``human_text_nll``)."""
@@ -145,6 +277,17 @@ class Validator(torch.nn.Module):
             with open(os.path.join(log_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
                 for row_step, prompt, text in rows:
                     f.write(json.dumps({"step": row_step, "prompt": prompt, "sample": text}) + "\n")
+
+
+def _perplexity(nll: SumMetric, tokens: SumMetric) -> torch.Tensor | None:
+    """``exp(nll / tokens)`` of the synced sums (``None`` without any text), the two metrics reset."""
+    if not tokens.update_called:  # no held-out texts (the same on every process)
+        return None
+    count = tokens.compute()
+    ppl = torch.exp(nll.compute() / count) if float(count) > 0 else None
+    nll.reset()
+    tokens.reset()
+    return ppl
 
 
 @torch.no_grad()
