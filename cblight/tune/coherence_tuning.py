@@ -89,7 +89,8 @@ class CoherenceTuning(L.LightningModule):
         gradient_checkpointing: recompute activations in the backward pass (transformers' implementation).
         boosting: the teacher's boosting: ``mode: last_k`` (the short expert ``f_k`` sees the last ``k``
             tokens) in the generation form ``(1-alpha) log f_max + alpha log f_k`` (Table 2; negative
-            ``alpha`` boosts long-range context; ``alpha`` 0 is refused).
+            ``alpha`` boosts long-range context; ``alpha`` 0 is refused), or ``adaptive: jsd`` for a teacher
+            whose alpha is set at every position by a label-free rule (docs/adaptive.md).
         sampling: sampling of the tuning sequences: ``do_sample: true`` (no beams), ``temperature``,
             ``top_p``, ``top_k`` (defaults: plain sampling from ``f``) and ``seed``; process ``r`` starts
             from ``seed + r``, and the state is checkpointed.
@@ -324,6 +325,7 @@ class CoherenceTuning(L.LightningModule):
             prefix=self.encoder.prefix,
             teacher_model=teacher_model if teacher_model is not None else self.teacher.model,
             sync_window_calls=sync,
+            adaptive=self.boosting.adaptive,
         )
 
     def _window_call_sync(self, local_calls: int) -> int:
