@@ -134,7 +134,7 @@ def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict
         (f"alpha* = {star:g} (selection split)", star_correct, None),
         (f"oracle alpha = {oracle:g} (report labels)", fixed(oracle), None),
     ]
-    for rule in ("jsd", "decorrelate", "balance"):
+    for rule in ("jsd", "jsd_mean", "decorrelate", "balance"):
         alpha = choice_alphas(rule, rep["full"], rep["short"], GRID)
         scores = choice_scores_per_example(rep["full"], rep["short"], alpha)
         rows.append((f"{rule} (no labels)", scores.argmax(-1) == rep["labels"], alpha))

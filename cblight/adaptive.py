@@ -16,8 +16,10 @@ Per position (next-token prediction, generation) and per example (multiple choic
   fit of ``log f_max`` on ``log f_short`` under ``f_max``'s own weights, ``alpha = -beta`` in the next-token
   form (cblight's own rule; docs/adaptive.md says where it wins and loses).
 
-Over the unlabelled inputs of a whole split (multiple choice, transductive):
+Over the unlabelled inputs of a whole split (transductive):
 
+* ``jsd_mean``: one alpha for the split, the mean of the per-example ``jsd`` alphas (next-token prediction
+  and multiple choice): AdaCAD's scale without its per-example variation;
 * ``decorrelate``: one alpha for the split, the pooled least-squares slope of the full answer scores on the
   premise-free ones (each question centred on its own answers), ``alpha = -beta``: the boosted score keeps
   no linear trace of the answer's unconditional likelihood. With a fixed answer set (SST-2) it sets the
@@ -47,7 +49,11 @@ import torch
 from cblight.boosting import BoostForm, choice_predictions
 
 __all__ = [
+    "AUTO",
     "CHOICE_RULES",
+    "NEXT_TOKEN_RULES",
+    "NEXT_TOKEN_UNIT",
+    "RULES",
     "TOKEN_RULES",
     "UNITS",
     "alpha_in_form",
@@ -62,16 +68,52 @@ __all__ = [
     "mix_per_row",
     "prior_ranks",
     "residual_alpha",
+    "rule_for",
+    "summary",
     "token_alphas",
     "unit_k",
 ]
 
 TokenRule = Literal["jsd", "residual"]
-ChoiceRule = Literal["jsd", "decorrelate", "balance"]
+RuleName = Literal["auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance"]
 Unit = Literal["sentence", "clause"]
-TOKEN_RULES: tuple[str, ...] = ("jsd", "residual")
-CHOICE_RULES: tuple[str, ...] = ("jsd", "decorrelate", "balance")
+TOKEN_RULES: tuple[str, ...] = ("jsd", "residual")  # per position: decoding, tuning, greedy flags
+NEXT_TOKEN_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "residual")  # next-token tasks (LAMBADA)
+CHOICE_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "decorrelate", "balance")  # multiple choice
+RULES: tuple[str, ...] = ("auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance")
 UNITS: tuple[str, ...] = ("sentence", "clause")
+# the rule ``auto`` stands for, per task kind (the measurements behind the choice: docs/adaptive.md)
+AUTO = {"multiple_choice": "decorrelate", "next_token": "jsd_mean"}
+NEXT_TOKEN_UNIT: Unit = "sentence"  # the short context of next-token rules: the input's last sentence
+
+
+def rule_for(name: str, kind: str) -> str:
+    """The rule ``name`` means for a task kind (``auto``: ``AUTO[kind]``); ``ValueError`` naming the rules
+    that apply when ``name`` does not apply to ``kind``."""
+    valid = {"multiple_choice": CHOICE_RULES, "next_token": NEXT_TOKEN_RULES}.get(kind)
+    if valid is None:
+        raise ValueError(f"no adaptive rule for tasks of kind {kind!r}")
+    rule = AUTO[kind] if name == "auto" else name
+    if rule not in valid:
+        raise ValueError(
+            f"adaptive rule {name!r} does not apply to {kind.replace('_', '-')} tasks; "
+            f"use auto or one of {', '.join(valid)}"
+        )
+    return rule
+
+
+def summary(alphas: torch.Tensor) -> dict[str, float]:
+    """Mean, standard deviation (population), minimum and maximum of per-example or per-token alphas."""
+    a = alphas.double().reshape(-1)
+    if a.numel() == 0:
+        return {"alpha_mean": math.nan, "alpha_sd": math.nan, "alpha_min": math.nan, "alpha_max": math.nan}
+    return {
+        "alpha_mean": float(a.mean()),
+        "alpha_sd": float(a.std(unbiased=False)),
+        "alpha_min": float(a.min()),
+        "alpha_max": float(a.max()),
+    }
+
 
 _LN2 = math.log(2.0)
 
@@ -338,6 +380,10 @@ def choice_alphas(
     n = ll_full.shape[0]
     if rule == "jsd":
         return choice_jsd_alpha(ll_full, ll_short, lengths)
+    if rule == "jsd_mean":
+        return torch.full(
+            (n,), float(choice_jsd_alpha(ll_full, ll_short, lengths).mean()), dtype=torch.float64
+        )
     if rule == "decorrelate":
         return torch.full((n,), decorrelate_alpha(ll_full, ll_short, lengths), dtype=torch.float64)
     if rule == "balance":
