@@ -157,7 +157,24 @@ def test_lambada_rows_match_a_naive_model_loop(runs, per_passage, tiny_gpt2_dir)
         assert report["adaptive"]["unit"] == "sentence"
 
 
-def test_a_rule_that_does_not_apply_is_refused_before_loading(tiny_gpt2_dir, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "rule, message",
+    [
+        (
+            "residual",
+            "--model.adaptive: task copa: adaptive rule 'residual' does not apply to multiple-choice tasks; "
+            "use auto or one of jsd, jsd_mean, decorrelate, balance",
+        ),
+        (
+            "nope",
+            "--model.adaptive must be one of auto, jsd, jsd_mean, residual, decorrelate, balance "
+            "(docs/adaptive.md) or null, got 'nope'",
+        ),
+    ],
+)
+def test_a_rule_that_does_not_apply_is_refused_before_loading(
+    rule, message, tiny_gpt2_dir, tmp_path, capsys, monkeypatch
+):
     import cblight.data.datamodule as datamodule
     import cblight.evaluator as base
 
@@ -179,12 +196,9 @@ def test_a_rule_that_does_not_apply_is_refused_before_loading(tiny_gpt2_dir, tmp
                 "--data.tasks",
                 "[copa]",
                 "--model.adaptive",
-                "residual",
+                rule,
             ]
         )
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].endswith(
-        "--model.adaptive: task copa: adaptive rule 'residual' does not apply to multiple-choice tasks; "
-        "use auto or one of jsd, jsd_mean, decorrelate, balance"
-    )
+    assert err[-1] == f"error: {message}"

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from torch import nn
 
-from cblight.adaptive import RULES, RuleName, rule_for
+from cblight.adaptive import RULES, rule_for
 from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
@@ -144,7 +144,7 @@ class BoostedEvaluator(Evaluator):
         next_token_alphas: AlphaGrid | list[float] | None = None,
         ks: list[int] | None = None,
         length_normalize: bool = False,
-        adaptive: RuleName | None = None,
+        adaptive: str | None = None,
         methods: list[MethodName] | None = None,
         method_options: MethodOptions | None = None,
         backend: Literal["local", "openai"] = "local",
@@ -177,7 +177,9 @@ class BoostedEvaluator(Evaluator):
             raise ConfigError(f"batch_size must be a positive integer or 'auto', got {batch_size!r}")
         self.length_normalize = length_normalize
         if adaptive is not None and adaptive not in RULES:
-            raise ConfigError(f"adaptive must be one of {', '.join(RULES)} or null, got {adaptive!r}")
+            raise ConfigError(
+                f"--model.adaptive must be one of {', '.join(RULES)} (docs/adaptive.md) or null, got {adaptive!r}"
+            )
         self.adaptive = adaptive
         self.methods = check_methods(methods) if methods else ["boost"]
         self.method_options = method_options
