@@ -155,3 +155,42 @@ def test_adaptive_tuning_teacher_is_the_per_position_mix():
         expected = torch.log_softmax((1 + a) * full[row].double() - a * s.double(), -1).float()
         torch.testing.assert_close(teacher[row], expected, rtol=0, atol=1e-5)
     check_boosting(Boosting(k=8, adaptive="jsd"))  # alpha 0 is fine with a rule
+
+
+def test_generation_evaluator_saves_and_summarises_the_alphas(tiny_gpt2_dir, tmp_path):
+    """The generation evaluator's adaptive row: each token's alpha cached and written with its generation
+    (equal to a direct ``boosted_generate`` call on the same prompts), their mean and spread in
+    ``results.json``, and a line under the table."""
+    import json
+
+    from cblight.cli import evaluate_cli
+    from cblight.models import load_causal_lm, load_tokenizer
+
+    decodings = [{"name": "adaptive", "boosting": {"k": 2, "adaptive": "jsd"}}]
+    evaluate_cli(
+        [
+            "--model", "BoostedGenerationEvaluator", "--model.model", str(tiny_gpt2_dir),
+            "--model.max_new_tokens", "5", "--model.self_bleu_samples", "null",
+            "--model.decodings", json.dumps(decodings), "--model.output_dir", str(tmp_path),
+            "--data.tasks", "[webtext]", "--data.data_dirs", json.dumps({"webtext": str(ROOT / "tests/fixtures/webtext")}),
+            "--data.limit", "3", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
+        ]
+    )  # fmt: skip
+    rows = [json.loads(x) for x in (tmp_path / "generations/webtext/adaptive.jsonl").read_text().splitlines()]
+    results = json.loads((tmp_path / "results.json").read_text())["tasks"]["webtext"]
+    model, tok = load_causal_lm(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir))
+    direct = boosted_generate(
+        model, tok, [r["context"] for r in rows], Boosting("last_k", k=2, adaptive="jsd"), max_new_tokens=5
+    )
+    values = []
+    for row, tokens, alphas in zip(rows, direct.tokens, direct.alphas):
+        assert row["tokens"] == tokens and len(row["alphas"]) == len(tokens)
+        assert row["alphas"] == pytest.approx(alphas, abs=1e-6)  # cached rounded to 6 decimals
+        values += row["alphas"]
+    summary = results["adaptive"]["adaptive"]
+    mean = sum(values) / len(values)
+    assert summary["rule"] == "jsd" and summary["tokens"] == len(values) > 0
+    assert summary["alpha_mean"] == pytest.approx(mean)
+    assert summary["alpha_sd"] == pytest.approx(math.sqrt(sum((a - mean) ** 2 for a in values) / len(values)))
+    assert summary["alpha_min"] == min(values) < 0
+    assert results["decodings"]["adaptive"]["adaptive"] == "jsd"
