@@ -285,7 +285,7 @@ class CblightLM(TemplateLM):
             else:
                 out += self._boosted(part, shorts[lo : lo + block]) if self.boosted else self._plain(part)
         if self.adaptive is not None:
-            out = self._adaptive(requests, pairs)
+            out = adaptive_scores(requests, pairs, self._rule("multiple_choice") or "")
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
         return out
@@ -333,13 +333,6 @@ class CblightLM(TemplateLM):
         odd = [i for i, ok in enumerate(same) if not ok]
         alone = dict(zip(odd, self._plain([shorts[i] for i in odd]))) if odd else {}  # type: ignore[misc]
         return [(s.full, alone[i][0] if i in alone else s.short, s.is_greedy) for i, s in enumerate(scores)]
-
-    def _adaptive(
-        self, requests: list[Any], pairs: list[tuple[float, float | None, bool]]
-    ) -> list[tuple[float, bool]]:
-        rule = self._rule("multiple_choice")
-        assert rule is not None
-        return adaptive_scores(requests, pairs, rule)
 
     def _loglikelihood_tokens(self, requests: list[Any], **kwargs: Any) -> list[tuple[float, bool]]:
         """Token-level requests ``((context, continuation), context_ids, continuation_ids)``, unboosted."""
