@@ -22,6 +22,10 @@ where each short context ``s_i`` follows one rule:
 The two forms (docs/design.md, "Mathematics"): ``generation``, ``(1-alpha) log f_max + alpha log f_k``
 (Table 2, the default for ``last_k``), and ``next_token``, ``log f_max + alpha log f_short`` (§3, Tables 1
 and 3, the default for ``response`` and ``marker``).
+
+``adaptive`` (``Boosting.adaptive``, ``Experts.adaptive``) names a label-free rule of ``cblight.adaptive``
+that sets alpha afresh at every decoding step and for every row from ``f_max`` and the short expert
+(docs/adaptive.md); ``alpha`` is then left at 0.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass, fields
 from numbers import Integral, Real
 from typing import Any, ClassVar, Literal
 
+from cblight.adaptive import TOKEN_RULES
 from cblight.boosting import BoostForm, two_expert_weights
 from cblight.errors import BoostingError
 
@@ -60,6 +65,17 @@ def _finite(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
         raise BoostingError(f"{name} must be a finite number, got {value!r}")
     return float(value)
+
+
+def _adaptive_rule(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in TOKEN_RULES:
+        raise BoostingError(
+            f"{name} must be one of {', '.join(TOKEN_RULES)} (a per-token rule, docs/adaptive.md) or null, "
+            f"got {value!r}"
+        )
+    return value
 
 
 def _integer(name: str, value: object, low: int) -> int:
@@ -115,10 +131,16 @@ class Experts:
     ``experts`` holds ``(rule, weight)`` pairs; ``full_weight`` is the weight of ``f_max``. It must be
     positive: tokens the full model (or a constraint such as ``bad_words_ids``) rules out stay ruled out,
     and the decoder stays a boosted version of the full model rather than of a short one.
+
+    ``adaptive`` names a per-token rule (``cblight.adaptive.TOKEN_RULES``) that replaces the two fixed
+    weights by ``two_expert_weights(alpha_t, form)`` with each row's ``alpha_t`` at each step, read from
+    ``f_max`` and the (single) short expert; the weights given are then unused.
     """
 
     experts: tuple[tuple[ShortContext, float], ...] = ()
     full_weight: float = 1.0
+    adaptive: str | None = None
+    form: BoostForm = "generation"
 
     def __post_init__(self) -> None:
         full = _finite("full_weight", self.full_weight)
@@ -139,15 +161,25 @@ class Experts:
             experts.append((rule, _finite(f"experts[{i}] weight", weight)))
         object.__setattr__(self, "experts", tuple(experts))
         object.__setattr__(self, "full_weight", full)
+        _adaptive_rule("adaptive", self.adaptive)
+        if self.form not in ("generation", "next_token"):
+            raise BoostingError(f"form must be 'generation' or 'next_token', got {self.form!r}")
+        if self.adaptive is not None and len(self.experts) != 1:
+            raise BoostingError(
+                f"an adaptive rule weighs f_max against one short expert; this product has {len(self.experts)}"
+            )
 
     @property
     def active(self) -> tuple[tuple[ShortContext, float], ...]:
-        """Experts with a non-zero weight (a zero weight never costs a model call)."""
+        """Experts with a non-zero weight (a zero weight never costs a model call); with an adaptive rule,
+        the short expert whatever its fixed weight."""
+        if self.adaptive is not None:
+            return self.experts
         return tuple((r, w) for r, w in self.experts if w != 0.0)
 
     @property
     def is_plain(self) -> bool:
-        """True when this is the untempered base model (e.g. alpha = 0)."""
+        """True when this is the untempered base model (e.g. alpha = 0 and no adaptive rule)."""
         return not self.active and self.full_weight == 1.0
 
 
@@ -170,6 +202,8 @@ class Boosting:
             ``next_token`` (``log f_max + alpha log f_short``, the default of ``response`` and ``marker``).
         marker: the marker of ``marker`` mode.
         separator: the separator of ``response`` mode (``None``: the tokenizer's EOS, DialoGPT's).
+        adaptive: a label-free rule that sets alpha per token instead (``jsd``: AdaCAD's Jensen-Shannon
+            weight; ``residual``; docs/adaptive.md); ``alpha`` is then left at 0.
     """
 
     mode: Literal["last_k", "response", "marker", "auto"] = "last_k"
@@ -178,6 +212,7 @@ class Boosting:
     form: BoostForm | None = None
     marker: str = " TL;DR:"
     separator: str | None = None
+    adaptive: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in (*MODES, "auto"):
@@ -195,6 +230,10 @@ class Boosting:
             )
         if not isinstance(self.marker, str) or not self.marker:
             raise BoostingError(f"marker must be a non-empty string, got {self.marker!r}")
+        if _adaptive_rule("adaptive", self.adaptive) is not None and self.alpha != 0.0:
+            raise BoostingError(
+                f"adaptive={self.adaptive} sets alpha at every token; leave alpha at 0 (got alpha={self.alpha})"
+            )
 
     @property
     def resolved_form(self) -> BoostForm:
@@ -204,14 +243,15 @@ class Boosting:
 
     @property
     def is_plain(self) -> bool:
-        """True at ``alpha = 0``: the base model, decoded without any short-context call."""
-        return self.alpha == 0.0
+        """True at ``alpha = 0`` without an adaptive rule: the base model, decoded without any short-context
+        call."""
+        return self.alpha == 0.0 and self.adaptive is None
 
     def with_mode(self, mode: Mode) -> Boosting:
         """This boosting with ``auto`` replaced by a concrete mode (other modes are kept)."""
         if self.mode != "auto":
             return self
-        return Boosting(mode, self.k, self.alpha, self.form, self.marker, self.separator)
+        return Boosting(mode, self.k, self.alpha, self.form, self.marker, self.separator, self.adaptive)
 
     def experts(self) -> Experts:
         """The weighted product this boosting is (the ``form``'s two weights on ``f_max`` and the short
@@ -229,7 +269,7 @@ class Boosting:
         else:
             rule = AfterMarker(self.marker)
         w_full, w_short = two_expert_weights(self.alpha, self.resolved_form)
-        return Experts(experts=((rule, w_short),), full_weight=w_full)
+        return Experts(((rule, w_short),), w_full, self.adaptive, self.resolved_form)
 
     @classmethod
     def from_prefixed(cls, kwargs: dict[str, Any], prefix: str = "boost_") -> Boosting | None:

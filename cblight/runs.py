@@ -232,6 +232,9 @@ def run_evaluation(trainer: Any, model: Any, datamodule: Any, print_summary: boo
     splits; returns the evaluator's ``results``."""
     from lightning.pytorch.utilities import rank_zero_info
 
+    check_tasks = getattr(model, "check_tasks", None)
+    if check_tasks is not None:  # options that do not fit the run's tasks, refused before any data loads
+        check_tasks(datamodule)
     with stop_on_signals():
         try:
             datamodule.setup("validate")

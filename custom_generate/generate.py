@@ -11,7 +11,9 @@ Table 2; ``"response"``: the turn separator plus the response so far, dialog, Ta
 ``boost_marker`` plus the text so far, summarisation), ``boost_alpha`` (0, the default, is the base model;
 usually negative), ``boost_k`` (default 32), ``boost_form`` (``"generation"``: ``(1-alpha) log f + alpha
 log f_short``, the default of ``last_k``; ``"next_token"``: ``log f + alpha log f_short``, the default of the
-others), ``boost_marker`` (default ``" TL;DR:"``) and ``boost_separator`` (default: the tokenizer's EOS).
+others), ``boost_marker`` (default ``" TL;DR:"``), ``boost_separator`` (default: the tokenizer's EOS) and
+``boost_adaptive`` (``"jsd"`` or ``"residual"``: alpha set at every token by a label-free rule, cblight's
+docs/adaptive.md).
 ``tokenizer`` is required (BOS handling, separators and markers come from it).
 
 Everything else (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_beams``,

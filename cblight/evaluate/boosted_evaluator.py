@@ -28,6 +28,7 @@ from typing import Any, Literal
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
+from cblight.adaptive import RULES, rule_for
 from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
@@ -107,6 +108,12 @@ class BoostedEvaluator(Evaluator):
         next_token_alphas: next-token grid (``log f_max + alpha log f_k``), default 0 down to -1 by 0.1.
         ks: short-context lengths for next-token tasks (default 1..20, LAMBADA's grid; LAMA uses 1..5).
         length_normalize: divide each answer's score by its length in characters, as the reference can.
+        adaptive: a label-free rule reported beside base, PMI and alpha* as the row ``adaptive``
+            (``docs/adaptive.md``): ``auto`` (each kind's recommended rule), ``jsd`` (AdaCAD's weight, per
+            question or per passage), ``residual`` (next-token), ``decorrelate`` or ``balance`` (multiple
+            choice, one alpha from the unlabelled reported inputs); next-token rules take ``k`` from the
+            passage's last sentence. Its alphas go to the predictions, their mean and spread to
+            ``results.json``.
         methods: scoring methods reported side by side (``docs/methods.md``): ``boost`` (always computed),
             ``pmi_dc`` (Holtzman et al.'s domain-conditional PMI), ``pmi_empty`` (PMI after BOS/EOS alone,
             lm-eval's ``acc_mutual_info``), ``calibrate`` (Zhao et al.'s contextual calibration), ``channel``
@@ -140,6 +147,7 @@ class BoostedEvaluator(Evaluator):
         next_token_alphas: AlphaGrid | list[float] | None = None,
         ks: list[int] | None = None,
         length_normalize: bool = False,
+        adaptive: str | None = None,
         methods: list[MethodName] | None = None,
         method_options: MethodOptions | None = None,
         backend: Literal["local", "openai"] = "local",
@@ -176,6 +184,11 @@ class BoostedEvaluator(Evaluator):
         if max_length is not None and backend == "local":  # past learned positions a run fails mid-way
             check_checkpoint_max_length(model, max_length, "model.max_length", revision, trust_remote_code)
         self.length_normalize = length_normalize
+        if adaptive is not None and adaptive not in RULES:
+            raise ConfigError(
+                f"--model.adaptive must be one of {', '.join(RULES)} (docs/adaptive.md) or null, got {adaptive!r}"
+            )
+        self.adaptive = adaptive
         self.methods = check_methods(methods) if methods else ["boost"]
         self.method_options = method_options
         if method_options is not None:
@@ -205,6 +218,7 @@ class BoostedEvaluator(Evaluator):
             raise ValueError(f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use evaluate.py)")
         role = _STAGE_ROLE[stage]
         dm = self._datamodule()
+        self._check_adaptive(dm.specs)
         self._clear_cache_once()
         splits = dm.loader_splits(role)
         self._splits[role] = splits
@@ -243,17 +257,46 @@ class BoostedEvaluator(Evaluator):
         if key not in self._kinds:
             kind = split.task.kind
             methods = self._methods(split, role)
+            adaptive = self._adaptive_rule(split, role)
             if kind == "multiple_choice":
                 self._kinds[key] = MultipleChoice(
-                    self.choice_alphas, self.length_normalize, methods, split, self.method_options
+                    self.choice_alphas, self.length_normalize, methods, split, self.method_options, adaptive
                 )
             elif kind == "next_token":
                 self._kinds[key] = NextToken(
-                    self.ks, self.next_token_alphas, methods, self.method_options, self._decode_tokens
+                    self.ks,
+                    self.next_token_alphas,
+                    methods,
+                    self.method_options,
+                    self._decode_tokens,
+                    adaptive,
                 )
             else:
                 raise DataError(f"{split.name}: tasks of kind {kind!r} are not evaluated by BoostedEvaluator")
         return self._kinds[key]
+
+    def check_tasks(self, datamodule: Any) -> None:
+        """Refuse, before any data or model is loaded (``runs.run_evaluation``), a label-free rule that does
+        not apply to a task of the run."""
+        self._check_adaptive(getattr(datamodule, "specs", []))
+
+    def _check_adaptive(self, specs: Sequence[Any]) -> None:
+        for spec in specs if self.adaptive is not None else ():
+            if spec.kind in ("multiple_choice", "next_token"):
+                try:
+                    rule_for(self.adaptive, spec.kind)
+                except ValueError as err:
+                    raise ConfigError(f"--model.adaptive: task {spec.name}: {err}") from None
+
+    def _adaptive_rule(self, split: TaskSplit, role: Role) -> str | None:
+        """The label-free rule of this split's kind (reported splits only: it chooses nothing)."""
+        if (
+            self.adaptive is None
+            or role != "report"
+            or split.task.kind not in ("multiple_choice", "next_token")
+        ):
+            return None
+        return rule_for(self.adaptive, split.task.kind)  # checked in setup
 
     def _decode_tokens(self, ids: list[int]) -> str:
         return self.tok.decode(ids)
@@ -380,6 +423,8 @@ class BoostedEvaluator(Evaluator):
             sweep.reset()
         if self.trainer.is_global_zero and self.results:
             settings: dict[str, Any] = {"length_normalize": self.length_normalize}
+            if self.adaptive is not None:
+                settings["adaptive"] = self.adaptive
             if len(self.methods) > 1:
                 settings["methods"] = self.methods
             if self.backend != "local":
@@ -388,10 +433,10 @@ class BoostedEvaluator(Evaluator):
                 settings.update({"served": scorer.report()} if scorer is not None else {})
                 if line := resumed_line(self.server.base_url if self.server else "", self._resumed, scorer):
                     rank_zero_info(line)
-            comparison = comparison_payload(self.results, self.methods)
+            comparison = comparison_payload(self.results, self.methods, self.adaptive is not None)
             if comparison is not None:
                 settings["comparison"] = comparison
-            table = summary_text(self.results, self.methods)
+            table = summary_text(self.results, self.methods, self.adaptive is not None)
             path = self.write_results(settings, table)
             self.summary = (
                 f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"

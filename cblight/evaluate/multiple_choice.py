@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from cblight.adaptive import choice_alphas, choice_scores_per_example, summary
 from cblight.boosting import binomial_stderr, choice_predictions, first_argmax
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
@@ -45,6 +46,9 @@ class MultipleChoice(TaskKind):
 
     Each record keeps, per method, a digest of the strings that method fed the model
     (``method_inputs``): a rerun that adds a method, or changes a premise, computes only what is missing.
+
+    With ``adaptive`` (a rule of ``cblight.adaptive.CHOICE_RULES``, docs/adaptive.md) the report adds a row
+    boosted with each question's label-free alpha, computed from the same two numbers per choice.
     """
 
     kind = "multiple_choice"
@@ -57,8 +61,10 @@ class MultipleChoice(TaskKind):
         methods: Sequence[str] = (),
         split: TaskSplit | None = None,
         options: MethodOptions | None = None,
+        adaptive: str | None = None,
     ):
         self.alphas = list(alphas)
+        self.adaptive = adaptive
         self.length_normalize = length_normalize
         self.methods = [m for m in methods if m != "boost"]
         self.task = split.task.name if split is not None else ""
@@ -259,6 +265,16 @@ class MultipleChoice(TaskKind):
             preds["boosted"] = choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
             acc = float((preds["boosted"] == labels).double().mean())
             report.update(alpha_star=alpha, acc=acc, acc_stderr=binomial_stderr(acc, n))
+        adaptive = None
+        if (
+            self.adaptive is not None
+        ):  # no labels: each question's alpha from its own numbers (or the split's)
+            adaptive = choice_alphas(self.adaptive, out["ll_full"], out["ll_short"], self.alphas, lengths)
+            scores = choice_scores_per_example(out["ll_full"], out["ll_short"], adaptive, lengths)
+            preds["adaptive"] = scores.argmax(dim=-1)
+            acc = float((preds["adaptive"] == labels).double().mean())
+            report.update(acc_adaptive=acc, acc_adaptive_stderr=binomial_stderr(acc, n))
+            report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
         result = {
             "kind": "multiple_choice",
             "title": split.task.title,
@@ -289,5 +305,7 @@ class MultipleChoice(TaskKind):
             for name, pred in preds.items():
                 row[f"pred_{name}"] = int(pred[i])
                 row[f"correct_{name}"] = bool(pred[i] == labels[i])
+            if adaptive is not None:
+                row["alpha_adaptive"] = float(adaptive[i])
             rows.append(row)
         return result, rows

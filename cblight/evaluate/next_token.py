@@ -16,13 +16,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from cblight.boosting import binomial_stderr, first_argmax, next_token_alpha_sweep
+from cblight.adaptive import NEXT_TOKEN_UNIT, mix_per_row, summary, token_alphas, unit_k
+from cblight.boosting import binomial_stderr, first_argmax, next_token_alpha_sweep, short_context_ids
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
 from cblight.evaluate.methods import MethodOptions, calibrated_next_token
 from cblight.evaluate.task_kind import Rows, TaskKind
 from cblight.metrics.sweeps import NextTokenSweep
+
+ADAPTIVE_GRID = [round(-0.01 * i, 2) + 0.0 for i in range(101)]  # jsd_mean's alpha, rounded to 0.01
 
 
 class NextToken(TaskKind):
@@ -32,6 +35,14 @@ class NextToken(TaskKind):
     With ``calibrate`` (LAMA, Table 5's "Zhao et al." row) the full distribution is also calibrated as
     Zhao et al.'s ``run_lama.py`` does (``cblight.evaluate.methods.calibrated_next_token``), with one pass per
     relation template and content-free input; the record keeps the calibrated prediction.
+
+    With ``adaptive`` (a rule of ``cblight.adaptive.NEXT_TOKEN_RULES``, docs/adaptive.md) each passage also
+    gets one pass on its last sentence (``k`` from the input's structure) and the rule's alpha from ``f_max``
+    and that ``f_k``: no labels. Its record holds ``adaptive_*`` numbers under ``adaptive_rule``: the
+    per-passage alpha and the target's correctness, log-prob and rank under it, and the target's correctness
+    and log-prob at every alpha of ``ADAPTIVE_GRID`` (0 to -1 by 0.01), from which the transductive
+    ``jsd_mean`` (one alpha for the split, rounded to that grid) is read at the end. A record scored under
+    another rule (or none) is recomputed.
     """
 
     kind = "next_token"
@@ -44,7 +55,9 @@ class NextToken(TaskKind):
         methods: Sequence[str] = (),
         options: MethodOptions | None = None,
         decode: Callable[[list[int]], str] | None = None,
+        adaptive: str | None = None,
     ):
+        self.adaptive = adaptive
         self.ks = list(ks)
         self.alphas = list(alphas)
         self.methods = [m for m in methods if m != "boost"]
@@ -69,7 +82,15 @@ class NextToken(TaskKind):
         )
 
     def new_sweep(self, split: TaskSplit) -> nn.Module:
-        return NextTokenSweep(self.ks, self.alphas, methods=self.methods)
+        return NextTokenSweep(self.ks, self.alphas, methods=self.methods, adaptive=self.adaptive is not None)
+
+    @property
+    def adaptive_key(self) -> str | None:
+        """What an adaptive record was scored under: the rule and the short context's unit."""
+        if self.adaptive is None:
+            return None
+        per_passage = "jsd" if self.adaptive == "jsd_mean" else self.adaptive  # the same numbers
+        return f"{per_passage}@{NEXT_TOKEN_UNIT}"
 
     def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, NextTokenExample)
@@ -85,7 +106,13 @@ class NextToken(TaskKind):
 
     def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
         stale = super().missing(record, ex)
-        return ["boost", *self.methods] if stale else []  # calibration needs the full pass again
+        if not stale and self.adaptive is not None:
+            stale = (
+                []
+                if record is not None and record.get("adaptive_rule") == self.adaptive_key
+                else ["adaptive"]
+            )
+        return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
     def _calibrated(
         self, backend: Any, passages: Sequence[NextTokenExample], full: torch.Tensor
@@ -133,6 +160,7 @@ class NextToken(TaskKind):
             log_prob.append(sweep["log_prob"])
             rank.append(sweep["rank"])
         calibrated = self._calibrated(backend, passages, full) if "calibrate" in self.methods else None
+        adaptive = self._adaptive(backend, contexts, full, tgt) if self.adaptive is not None else None
         stack = {
             "short_log_prob": torch.stack(short_lp, 1).tolist(),
             "short_rank": torch.stack(short_rank, 1).tolist(),
@@ -158,9 +186,44 @@ class NextToken(TaskKind):
                     if calibrated is not None
                     else {}
                 ),
+                **(
+                    {"adaptive_rule": self.adaptive_key, **{k: v[i] for k, v in adaptive.items()}}
+                    if adaptive
+                    else {}
+                ),
             }
             for i, ex in enumerate(passages)
         ]
+
+    def _adaptive(
+        self, backend: Any, contexts: list[list[int]], full: torch.Tensor, tgt: torch.Tensor
+    ) -> dict[str, list[Any]]:
+        """The rule's numbers per passage: ``k`` (the last sentence's tokens), alpha (``jsd_mean``: the
+        passage's own ``jsd`` alpha, averaged at the end), the target's correctness, log-prob and rank under
+        ``log f_max + alpha log f_k`` (normalised), and its correctness and log-prob on ``ADAPTIVE_GRID``."""
+        prefix = backend.encoder.prefix
+        ks = [unit_k([self._decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
+        shorts = [short_context_ids(c, k, prefix) for c, k in zip(contexts, ks)]
+        short = full.clone()  # a context no longer than its k: f_k == f_max
+        todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
+        if todo:
+            short[torch.tensor(todo, device=full.device)] = backend.next_token_log_probs(
+                [shorts[i] for i in todo]
+            )
+        rule = "jsd" if self.adaptive == "jsd_mean" else self.adaptive or ""
+        alpha = token_alphas(rule, full, short, "next_token")
+        mixed = mix_per_row(full, short, alpha, "next_token")
+        lp = mixed.gather(1, tgt[:, None])
+        grid = next_token_alpha_sweep(full, short, tgt, torch.tensor(ADAPTIVE_GRID))
+        return {
+            "adaptive_k": ks,
+            "adaptive_alpha": alpha.tolist(),
+            "adaptive_correct": (mixed.argmax(-1) == tgt).int().tolist(),
+            "adaptive_log_prob": lp.squeeze(1).tolist(),
+            "adaptive_rank": ((mixed > lp).sum(-1) + 1).tolist(),
+            "adaptive_grid_correct": grid["correct"].int().tolist(),
+            "adaptive_grid_log_prob": grid["log_prob"].tolist(),
+        }
 
     def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
         sweep.update(
@@ -200,6 +263,23 @@ class NextToken(TaskKind):
         report.update(
             oracle_k=self.ks[ko], oracle_alpha=self.alphas[ao], oracle_acc=float(out["acc"][ko, ao])
         )
+        adaptive = self._adaptive_rows(out) if self.adaptive is not None else None
+        if adaptive is not None:  # no labels: k from the input, alpha from the rule
+            alpha, correct, log_prob, _ = adaptive
+            acc = float(correct.double().mean())
+            report.update(
+                acc_adaptive=acc,
+                acc_adaptive_stderr=binomial_stderr(acc, n),
+                ppl_adaptive=float(torch.exp(-log_prob.double().mean())),
+            )
+            k = out["adaptive_k"].double()
+            report["adaptive"] = {
+                "rule": self.adaptive,
+                "unit": NEXT_TOKEN_UNIT,
+                **summary(alpha),
+                "k_mean": float(k.mean()),
+                "k_sd": float(k.std(unbiased=False)),
+            }
         ki = ai = None
         if selection is not None:
             ki, ai = self.ks.index(selection["k_star"]), self.alphas.index(selection["alpha_star"])
@@ -242,6 +322,15 @@ class NextToken(TaskKind):
                 row.update(
                     pred_calibrate=self._decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
                 )
+            if adaptive is not None:
+                alpha, correct, log_prob, rank = adaptive
+                row.update(
+                    k_adaptive=int(out["adaptive_k"][i]),
+                    alpha_adaptive=float(alpha[i]),
+                    adaptive_log_prob=float(log_prob[i]),
+                    correct_adaptive=bool(correct[i]),
+                    **({"adaptive_rank": int(rank[i])} if rank is not None else {}),
+                )
             if ki is not None and ai is not None:
                 row.update(
                     k_star=self.ks[ki],
@@ -253,6 +342,23 @@ class NextToken(TaskKind):
                 )
             rows.append(row)
         return result, rows
+
+    def _adaptive_rows(
+        self, out: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per passage: the rule's alpha, the target's correctness and log-prob under it, and its rank
+        (``None`` for ``jsd_mean``, whose one alpha of the split is read on ``ADAPTIVE_GRID``)."""
+        if self.adaptive != "jsd_mean":
+            return (
+                out["adaptive_alpha"],
+                out["adaptive_correct"],
+                out["adaptive_log_prob"],
+                out["adaptive_rank"],
+            )
+        value = round(float(out["adaptive_alpha"].double().mean()), 2)
+        col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
+        alpha = torch.full_like(out["adaptive_alpha"], ADAPTIVE_GRID[col])
+        return alpha, out["adaptive_grid_correct"][:, col], out["adaptive_grid_log_prob"][:, col], None
 
     def _decode(self, ids: list[int]) -> str:
         if self.decode is None:

@@ -93,24 +93,35 @@ def next_token_curves(
     return curves, highlight
 
 
-def summary_text(results: dict[str, Any], methods: Sequence[str] = ()) -> str:
-    """The printed summary of a run (and ``results.json``'s ``summary``): one row per task; with
-    comparison methods, the layout of Tables 5, 11 and 12 below it (``comparison_table``)."""
-    table = format_table(SUMMARY_HEADERS, [summary_row(task, result) for task, result in results.items()])
+def summary_text(results: dict[str, Any], methods: Sequence[str] = (), adaptive: bool = False) -> str:
+    """The printed summary of a run (and ``results.json``'s ``summary``): one row per task (with a label-free
+    rule, its accuracy and mean alpha after alpha*'s); with comparison methods, the layout of Tables 5, 11
+    and 12 below it (``comparison_table``)."""
+    headers = SUMMARY_HEADERS
+    rows = [summary_row(task, result) for task, result in results.items()]
+    if adaptive:
+        at = SUMMARY_HEADERS.index("k*") + 1
+        headers = [*SUMMARY_HEADERS[:at], "acc@adaptive", "adaptive alpha (mean)", *SUMMARY_HEADERS[at:]]
+        for row, result in zip(rows, results.values()):
+            report = result["report"]
+            row[at:at] = [_pct(report.get("acc_adaptive")), (report.get("adaptive") or {}).get("alpha_mean")]
+    table = format_table(headers, rows)
     extra = [m for m in methods if m != "boost"]
     if extra:
-        headers, rows = comparison_table(results, extra)
+        headers, rows = comparison_table(results, extra, adaptive)
         table += "\n\nComparison with other inference methods (paper Tables 5, 11, 12; '-': not applicable)\n"
         table += format_table(headers, rows)
     return table
 
 
-def comparison_payload(results: dict[str, Any], methods: Sequence[str]) -> dict[str, Any] | None:
+def comparison_payload(
+    results: dict[str, Any], methods: Sequence[str], adaptive: bool = False
+) -> dict[str, Any] | None:
     """``results.json``'s ``comparison``: the Tables 5/11/12 layout as headers, rows and text."""
     extra = [m for m in methods if m != "boost"]
     if not extra:
         return None
-    headers, rows = comparison_table(results, extra)
+    headers, rows = comparison_table(results, extra, adaptive)
     return {
         "headers": headers,
         "rows": [dict(zip(headers, row)) for row in rows],
@@ -122,25 +133,30 @@ def comparison_payload(results: dict[str, Any], methods: Sequence[str]) -> dict[
 METHOD_COLUMNS = {"pmi_dc": "PMI", "pmi_empty": "PMI (empty)", "calibrate": "CC", "channel": "Channel"}
 
 
-def comparison_table(results: dict[str, Any], methods: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
+def comparison_table(
+    results: dict[str, Any], methods: Sequence[str], adaptive: bool = False
+) -> tuple[list[str], list[list[Any]]]:
     """One row per task in the layout of Tables 11/12 (``f_max``, PMI, CC, Channel, Ours = boosting at
     alpha*) and Table 5 for LAMA (``f_max``, CC, Ours with k*); accuracies in %, ``None`` ("-") where a
-    method does not apply to the task."""
+    method does not apply to the task; with a label-free rule, its column ``Adaptive`` last."""
     headers = ["task", "n", "f_max", *(METHOD_COLUMNS[m] for m in methods), "Ours", "alpha*", "k*"]
+    if adaptive:
+        headers.append("Adaptive")
     rows = []
     for task, result in results.items():
         report = result["report"]
-        rows.append(
-            [
-                task,
-                report["n"],
-                _pct(report.get("acc_base")),
-                *(_pct(report.get(f"acc_{m}")) for m in methods),
-                _pct(report.get("acc")),
-                report.get("alpha_star"),
-                report.get("k_star"),
-            ]
-        )
+        row = [
+            task,
+            report["n"],
+            _pct(report.get("acc_base")),
+            *(_pct(report.get(f"acc_{m}")) for m in methods),
+            _pct(report.get("acc")),
+            report.get("alpha_star"),
+            report.get("k_star"),
+        ]
+        if adaptive:
+            row.append(_pct(report.get("acc_adaptive")))
+        rows.append(row)
     return headers, rows
 
 

@@ -35,6 +35,8 @@ class BoostedGeneration:
     prompts x ``num_return_sequences``, each prompt's rows together). ``tokens`` / ``texts`` are each row's
     new tokens up to (not including) the first EOS, and their decoded text. ``scores`` are generate's
     per-step processed scores when ``output_scores=True`` (boosted log-probabilities after any warpers).
+    ``alphas`` are, with an adaptive rule and no beam search, each row's alpha at each of its ``tokens``
+    (docs/adaptive.md); ``None`` otherwise.
     """
 
     sequences: torch.Tensor
@@ -43,6 +45,7 @@ class BoostedGeneration:
     texts: list[str]
     scores: tuple[torch.Tensor, ...] | None
     prompts: PreparedPrompts
+    alphas: list[list[float]] | None = None
 
     @property
     def new_tokens(self) -> torch.Tensor:
@@ -173,17 +176,17 @@ def boosted_generate(
         streamer=streamer,
     )
     beams = _num_beams(model, kwargs)
+    boosted: BoostingLogitsProcessor | FusedBoostedDecoding | None = None
     if experts.is_plain:
         pass
     elif beams > 1 or decoder == "processor":
         from transformers import LogitsProcessorList
 
         user = list(kwargs.pop("logits_processor", None) or [])
-        kwargs["logits_processor"] = LogitsProcessorList(
-            [BoostingLogitsProcessor(model, experts, prepared), *user]
-        )
+        boosted = BoostingLogitsProcessor(model, experts, prepared)
+        kwargs["logits_processor"] = LogitsProcessorList([boosted, *user])
     else:
-        kwargs["custom_generate"] = FusedBoostedDecoding(experts, prepared, streamer=streamer)
+        boosted = kwargs["custom_generate"] = FusedBoostedDecoding(experts, prepared, streamer=streamer)
 
     was_training = model.training
     model.eval()
@@ -201,4 +204,8 @@ def boosted_generate(
         cut = next((i for i, t in enumerate(row) if t in eos), len(row))
         tokens.append(row[:cut])
     texts = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
-    return BoostedGeneration(out.sequences, width, tokens, texts, out.scores, prepared)
+    alphas = None
+    if boosted is not None and experts.adaptive is not None and beams == 1 and boosted.alphas:
+        steps = torch.stack(boosted.alphas, 1).tolist()  # [N, steps]: row r's alpha at each step
+        alphas = [row[: len(t)] for row, t in zip(steps, tokens)]
+    return BoostedGeneration(out.sequences, width, tokens, texts, out.scores, prepared, alphas)

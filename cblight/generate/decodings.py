@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from torch import nn
@@ -80,8 +80,17 @@ class Decoding:
             "mode": b.mode if self.boosting is not None else "plain",
             "k": b.k,
             "alpha": b.alpha,
+            **({"adaptive": b.adaptive} if b.adaptive is not None else {}),
             **{k: v for k, v in asdict(self.sampling).items() if k != "seed"},
         }
+
+    def signature(self) -> dict[str, Any]:
+        """What the cache of this row's generations is keyed by: its settings under its file-safe name
+        (``adaptive`` only when set, so caches written before the option existed stay valid)."""
+        sig = asdict(replace(self, name=self.slug))
+        if sig["boosting"] is not None and sig["boosting"].get("adaptive") is None:
+            sig["boosting"].pop("adaptive", None)
+        return sig
 
 
 @dataclass(frozen=True)
@@ -145,9 +154,15 @@ RECORD_FIELDS = ("id", "input", "prompt", "context", "tokens", "text")
 
 
 def generation_record(
-    task: GenerationTask, ex: GenerationExample, prompt: list[int], tokens: list[int], text: str
+    task: GenerationTask,
+    ex: GenerationExample,
+    prompt: list[int],
+    tokens: list[int],
+    text: str,
+    alphas: list[float] | None = None,
 ) -> dict[str, Any]:
-    """The cache record of one generation: what the metrics and ``generations/*.jsonl`` need."""
+    """The cache record of one generation: what the metrics and ``generations/*.jsonl`` need; with an
+    adaptive rule, the alpha of each generated token (docs/adaptive.md)."""
     record: dict[str, Any] = {
         "id": ex.idx,
         "input": digest(ex.input_key()),
@@ -156,6 +171,8 @@ def generation_record(
         "tokens": list(tokens),
         "text": text,
     }
+    if alphas is not None:
+        record["alphas"] = [round(a, 6) for a in alphas]
     if task.table == "summary":
         record["summary"] = first_sentences(text, task.split.task.output_sentences)
     return record

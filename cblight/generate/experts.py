@@ -8,7 +8,8 @@
   plus the text so far) that each gain one token per step. All their rows share one KV cache and one
   batched forward per step; ``reorder`` follows beam search's row shuffles.
 * ``boosted_scores``: the normalised product of experts for the current step, shared by the fused loop and
-  the logits processor.
+  the logits processor; with an adaptive rule (``Experts.adaptive``, docs/adaptive.md) each row's alpha is
+  read from ``f_max`` and the short expert at this step (``cblight.adaptive``) and can be traced.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from cblight.adaptive import mix_per_row, token_alphas
 from cblight.batching import (
     cache_argument,
     last_position_log_probs,
@@ -227,10 +229,13 @@ def boosted_scores(
     prefix: tuple[int, ...],
     full: torch.Tensor,
     anchored: list[torch.Tensor],
+    trace: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``log_softmax(w_full log f_max + Σ w_i log f_i)`` (paper eq. 1) for the current rows, float32.
 
     ``anchored`` holds ``log f`` of the anchored experts in expert order; last-``k`` experts are run here.
+    With ``boosting.adaptive`` the two weights are ``two_expert_weights(alpha_r, form)`` with each row's own
+    ``alpha_r`` from the rule; ``trace`` (a list) then receives this step's alphas ``[N]``.
     """
     lps = [full]
     weights = [boosting.full_weight]
@@ -243,6 +248,11 @@ def boosted_scores(
         else:
             lps.append(next(it))
         weights.append(weight)
+    if boosting.adaptive is not None:
+        alpha = token_alphas(boosting.adaptive, full, lps[1], boosting.form)
+        if trace is not None:
+            trace.append(alpha)
+        return mix_per_row(full, lps[1], alpha, boosting.form)
     return mix_experts(lps, weights)
 
 

@@ -30,12 +30,14 @@ class FusedBoostedDecoding:
     """A ``custom_generate`` callable for one prompt batch (see the module docstring).
 
     ``streamer`` is given here as well as to ``generate``: generate does not pass it on to a callable.
+    With an adaptive rule, ``alphas`` holds each step's per-row alphas (``[N]`` tensors, docs/adaptive.md).
     """
 
     def __init__(self, boosting: Boosting | Experts, prompts: PreparedPrompts, streamer: Any = None):
         self.boosting = as_experts(boosting)
         self.prompts = prompts
         self.streamer = streamer
+        self.alphas: list[torch.Tensor] = []
 
     @torch.no_grad()
     def __call__(
@@ -86,7 +88,9 @@ class FusedBoostedDecoding:
         unfinished = torch.ones(n_rows, dtype=torch.bool, device=device)
         while True:
             full, anchored = lps[0], lps[1:]
-            boosted = boosted_scores(model, self.boosting, input_ids, info, prefix, full, anchored)
+            boosted = boosted_scores(
+                model, self.boosting, input_ids, info, prefix, full, anchored, self.alphas
+            )
             scores = logits_processor(input_ids, boosted)
             if want and generation_config.output_scores:
                 scores_out.append(scores)

@@ -20,7 +20,6 @@ and prints the table.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
 from typing import Any
 
 import torch
@@ -45,6 +44,7 @@ from cblight.generate.decodings import (
     table_of,
 )
 from cblight.generate.generations import (
+    alpha_summary,
     compare_generation_table,
     log_samples,
     save_figure3,
@@ -144,7 +144,7 @@ class BoostedGenerationEvaluator(Evaluator):
             short_window=self.hparams.short_window,
         )
         if decoding is not None:
-            sig["decoding"] = asdict(replace(decoding, name=decoding.slug))
+            sig["decoding"] = decoding.signature()
         else:
             sig.pop("seed")
             sig["decoding"] = "human"
@@ -242,9 +242,12 @@ class BoostedGenerationEvaluator(Evaluator):
             decoding.generate_sampling(seed),
             max_new_tokens=task.max_new_tokens,
         )
+        alphas = out.alphas or [None] * len(examples)
         return [
-            generation_record(task, ex, prompt, tokens, text)
-            for ex, prompt, tokens, text in zip(examples, out.prompts.rows, out.tokens, out.texts)
+            generation_record(task, ex, prompt, tokens, text, row_alphas)
+            for ex, prompt, tokens, text, row_alphas in zip(
+                examples, out.prompts.rows, out.tokens, out.texts, alphas
+            )
         ]
 
     def _human(self, task: GenerationTask, examples: list[GenerationExample]) -> list[dict[str, Any]]:
@@ -332,9 +335,9 @@ class BoostedGenerationEvaluator(Evaluator):
                 logged.update({f"test/{self._key(name)}/human/{col}": float(human[col]) for col in columns})
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
             result = self.results[name] = task_result(task, columns, rows, human)
-            blocks.append(task_block(task, result))
             if self.trainer.is_global_zero:
                 self._write_task_files(task, result)
+            blocks.append(task_block(task, result))
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
             settings = {
@@ -371,6 +374,8 @@ class BoostedGenerationEvaluator(Evaluator):
             )
             path, rows = write_generations(self.output_dir, task, decoding, records.load())
             files[decoding.name] = str(path.relative_to(self.output_dir))
+            if decoding.boosting is not None and decoding.boosting.adaptive is not None:
+                result.setdefault("adaptive", {})[decoding.name] = alpha_summary(decoding, rows)
             log_samples(
                 self.loggers,
                 f"test/{self._key(name)}/{decoding.slug}/samples",

@@ -18,7 +18,7 @@ from cblight.generate.decodings import Decoding, DecodingGrid, GenerationTask
 from cblight.metrics.tables import DIALOG_TITLES
 from cblight.results import atomic_write_jsonl, format_table, save_figure
 
-GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary")
+GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary", "alphas")
 
 
 def task_result(
@@ -45,7 +45,32 @@ def task_block(task: GenerationTask, result: dict[str, Any]) -> str:
         table_rows.append(["Human", *(human[c] for c in columns)])
     title = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n"
     titles = DIALOG_TITLES if result["table"] == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
-    return title + format_table(["decoding", *(titles.get(c, c) for c in columns)], table_rows)
+    block = title + format_table(["decoding", *(titles.get(c, c) for c in columns)], table_rows)
+    for name, s in result.get("adaptive", {}).items():
+        block += (
+            f"\n{name}: adaptive rule {s['rule']}, alpha per token mean {s['alpha_mean']:.4f}, "
+            f"sd {s['alpha_sd']:.4f}, min {s['alpha_min']:.4f}, max {s['alpha_max']:.4f} ({s['tokens']} tokens)"
+        )
+    return block
+
+
+def alpha_summary(decoding: Decoding, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean, spread and range of an adaptive decoding's per-token alphas (``results.json``'s
+    ``adaptive``; docs/adaptive.md), over every generated token of the task."""
+    values = [a for r in rows for a in r.get("alphas", [])]
+    assert decoding.boosting is not None
+    out: dict[str, Any] = {"rule": decoding.boosting.adaptive, "tokens": len(values)}
+    if not values:
+        return {
+            **out,
+            "alpha_mean": math.nan,
+            "alpha_sd": math.nan,
+            "alpha_min": math.nan,
+            "alpha_max": math.nan,
+        }
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values))
+    return {**out, "alpha_mean": mean, "alpha_sd": sd, "alpha_min": min(values), "alpha_max": max(values)}
 
 
 def write_generations(

@@ -39,7 +39,8 @@ class BoostingLogitsProcessor(LogitsProcessor):
         model.generate(prompts.input_ids, attention_mask=prompts.attention_mask,
                        logits_processor=[proc], max_new_tokens=..., do_sample=True, top_p=0.95)
 
-    ``reorders`` counts the steps at which beam search shuffled rows (and the short caches followed).
+    ``reorders`` counts the steps at which beam search shuffled rows (and the short caches followed); with an
+    adaptive rule ``alphas`` holds each step's per-row alphas (``[N]`` tensors, docs/adaptive.md).
     """
 
     def __init__(self, model: Any, boosting: Boosting | Experts, prompts: PreparedPrompts):
@@ -51,10 +52,12 @@ class BoostingLogitsProcessor(LogitsProcessor):
         self._rows: CachedRows | None = None
         self._info: RowInfo | None = None
         self._last: torch.Tensor | None = None
+        self.alphas: list[torch.Tensor] = []
 
     def _start(self, input_ids: torch.Tensor) -> list[torch.Tensor]:
         info = self.prompts.rows_for(input_ids.shape[0], input_ids.device)
         self._info = info
+        self.alphas = []
         self._last = input_ids
         anchors = active_anchors(self.boosting, info)
         if not anchors:
@@ -106,5 +109,5 @@ class BoostingLogitsProcessor(LogitsProcessor):
             self._last = input_ids
         assert self._info is not None
         return boosted_scores(
-            self.model, self.boosting, input_ids, self._info, self.prompts.prefix, full, anchored
+            self.model, self.boosting, input_ids, self._info, self.prompts.prefix, full, anchored, self.alphas
         ).to(scores.dtype)

@@ -5,7 +5,8 @@ does that, then runs lm-eval's own CLI). ``--model_args``:
 
 * ``pretrained``: a Hub id, a local directory, or a name ``cblight.models.load_causal_lm`` accepts; or a
   loaded model object (with ``tokenizer=``) from Python;
-* ``alpha`` (default 0: the base model) and ``k`` (default 32);
+* ``alpha`` (default 0: the base model) and ``k`` (default 32); ``alpha=adaptive`` sets alpha with no
+  labels (docs/adaptive.md): ``adaptive_rule`` (default ``auto``) names the rule;
 * ``short_context``: ``last_k`` (default), ``empty`` or ``premise_free`` (``cblight.lmeval.contexts``);
 * ``premise_free_rule``: force one premise-free rule for every task (local tasks lm-eval's names miss);
 * ``form``: the boosting form of ``generate_until`` (``next_token``, the default, is the same boosted model
@@ -21,6 +22,12 @@ empty-context convention), so with ``alpha=0`` the numbers are those of ``--mode
 * ``loglikelihood_rolling``: never boosted (perplexity of the base model);
 * ``generate_until``: ``boosted_generate`` with the last-``k`` window, ``until`` stop strings and
   ``max_gen_toks`` as lm-eval's HF backend handles them.
+
+With ``alpha=adaptive`` a ``loglikelihood`` request returns ``log f(cont | context) + alpha_q · log f(cont |
+short)`` with its question's alpha from a multiple-choice rule over the question's requests (a task's
+requests together for the transductive rules; a question is lm-eval's ``doc_id`` within its task), its
+``is_greedy`` flag and ``generate_until`` use a per-token rule. ``adaptive_rule`` names a rule of either kind
+(``cblight.adaptive.RULES``); the other kind takes its ``auto`` rule.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
+from cblight.adaptive import AUTO, CHOICE_RULES, RULES, TOKEN_RULES
 from cblight.boosting import short_context_ids
 from cblight.errors import CblightError
 from cblight.lmeval.contexts import (
@@ -48,7 +56,7 @@ from cblight.lmeval.contexts import (
     premise_free_text,
     rule_for,
 )
-from cblight.lmeval.pairs import score_pairs
+from cblight.lmeval.pairs import adaptive_scores, score_pairs
 from cblight.scoring import Encoder, Scorer
 
 log = logging.getLogger(__name__)
@@ -119,8 +127,9 @@ class CblightLM(TemplateLM):
         self,
         pretrained: Any = "gpt2",
         tokenizer: Any = None,
-        alpha: float = 0.0,
+        alpha: float | str = 0.0,
         k: int = 32,
+        adaptive_rule: str = "auto",
         short_context: str = "last_k",
         premise_free_rule: str | None = None,
         form: str = "next_token",
@@ -136,6 +145,13 @@ class CblightLM(TemplateLM):
         super().__init__()
         if unused:
             raise CblightError(_unknown_model_args(sorted(unused)))
+        self.adaptive: str | None = None
+        if alpha == "adaptive":
+            if adaptive_rule not in RULES:
+                raise CblightError(f"adaptive_rule must be one of {', '.join(RULES)}, got {adaptive_rule!r}")
+            self.adaptive, alpha = adaptive_rule, 0.0
+        elif adaptive_rule != "auto":
+            raise CblightError(f"adaptive_rule={adaptive_rule} needs alpha=adaptive (got alpha={alpha})")
         self.alpha = _number("alpha", alpha)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise CblightError(f"k must be an integer >= 1, got {k!r}")
@@ -183,12 +199,21 @@ class CblightLM(TemplateLM):
             "form": self.form,
             "dtype": dtype,
             "max_length": self.scorer.window,
+            **({"adaptive": self.adaptive} if self.adaptive is not None else {}),
         }
 
     # -- what lm-eval asks of a TemplateLM -------------------------------------------------------------
     @property
     def boosted(self) -> bool:
-        return self.alpha != 0.0
+        return self.alpha != 0.0 or self.adaptive is not None
+
+    def _rule(self, kind: str) -> str | None:
+        """The adaptive rule of a kind (``multiple_choice`` scores, ``next_token`` flags and decoding)."""
+        if self.adaptive is None:
+            return None
+        if kind == "multiple_choice":
+            return self.adaptive if self.adaptive in CHOICE_RULES else AUTO[kind]
+        return self.adaptive if self.adaptive in TOKEN_RULES else "jsd"  # per position: no split mean
 
     @property
     def eot_token_id(self) -> int:
@@ -283,9 +308,15 @@ class CblightLM(TemplateLM):
         # blocks of requests in lm-eval's order (a question's choices stay together), with a progress bar
         block = 32 * self.scorer.rows_per_batch
         out: list[tuple[float, bool]] = []
+        pairs: list[tuple[float, float | None, bool]] = []
         for lo in tqdm(range(0, len(encoded), block), desc="cblight loglikelihood", disable=disable_tqdm):
             part = encoded[lo : lo + block]
-            out += self._boosted(part, shorts[lo : lo + block]) if self.boosted else self._plain(part)
+            if self.adaptive is not None:
+                pairs += self._pairs(part, shorts[lo : lo + block], 0.0)
+            else:
+                out += self._boosted(part, shorts[lo : lo + block]) if self.boosted else self._plain(part)
+        if self.adaptive is not None:
+            out = adaptive_scores(requests, pairs, self._rule("multiple_choice") or "")
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
         return out
@@ -308,25 +339,31 @@ class CblightLM(TemplateLM):
     def _boosted(
         self, encoded: list[tuple[list[int], list[int]]], shorts: list[tuple[list[int], list[int]] | None]
     ) -> list[tuple[float, bool]]:
-        """``ll_full + alpha · ll_short`` per request. Where the short request continues with the same tokens
-        (nearly always) both are scored as a pair, with the greedy flag under the boosted distribution; a
-        short context that splits the continuation into other tokens is scored on its own, and the flag is
-        the full context's."""
+        """``ll_full + alpha · ll_short`` per request (see ``_pairs``)."""
+        return [
+            (full if short is None else full + self.alpha * short, greedy)
+            for full, short, greedy in self._pairs(encoded, shorts, self.alpha)
+        ]
+
+    def _pairs(
+        self,
+        encoded: list[tuple[list[int], list[int]]],
+        shorts: list[tuple[list[int], list[int]] | None],
+        alpha: float,
+    ) -> list[tuple[float, float | None, bool]]:
+        """``(ll_full, ll_short, is_greedy)`` per request (``ll_short`` ``None``: not boosted). Where the short
+        request continues with the same tokens (nearly always) both are scored as a pair, with the greedy
+        flag under the boosted distribution; a short context that splits the continuation into other tokens
+        is scored on its own, and the flag is the full context's."""
         same = [s is None or s[1] == cont for s, (_, cont) in zip(shorts, encoded)]
         paired = [
             (ctx, s[0] if (s is not None and ok) else None, cont)
             for (ctx, cont), s, ok in zip(encoded, shorts, same)
         ]
-        scores = score_pairs(self.scorer, paired, self.alpha)
+        scores = score_pairs(self.scorer, paired, alpha, self._rule("next_token"))
         odd = [i for i, ok in enumerate(same) if not ok]
         alone = dict(zip(odd, self._plain([shorts[i] for i in odd]))) if odd else {}  # type: ignore[misc]
-        out = []
-        for i, s in enumerate(scores):
-            if i in alone:
-                out.append((s.full + self.alpha * alone[i][0], s.is_greedy))
-            else:
-                out.append((s.boosted(self.alpha), s.is_greedy))
-        return out
+        return [(s.full, alone[i][0] if i in alone else s.short, s.is_greedy) for i, s in enumerate(scores)]
 
     def _loglikelihood_tokens(self, requests: list[Any], **kwargs: Any) -> list[tuple[float, bool]]:
         """Token-level requests ``((context, continuation), context_ids, continuation_ids)``, unboosted."""
@@ -373,7 +410,13 @@ class CblightLM(TemplateLM):
             groups[json.dumps(req.args[1], sort_keys=True, default=str)].append(i)
         out: list[str | None] = [None] * len(requests)
         rows_per_batch = self.scorer.rows_per_batch
-        boosting = Boosting("last_k", k=self.k, alpha=self.alpha, form=self.form)  # type: ignore[arg-type]
+        boosting = Boosting(
+            "last_k",
+            k=self.k,
+            alpha=self.alpha,
+            form=self.form,  # type: ignore[arg-type]
+            adaptive=self._rule("next_token"),
+        )
         for indices in groups.values():
             kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], DEFAULT_MAX_GEN_TOKS)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)

@@ -12,13 +12,16 @@ runs its rows, with logits kept only at continuation positions (``[rows, len(con
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from cblight.adaptive import choice_alphas, mix_per_row, token_alphas
 from cblight.batching import right_pad
-from cblight.boosting import log_softmax32, mix_log_probs
+from cblight.boosting import AlphaGrid, log_softmax32, mix_log_probs
 from cblight.scoring import Scorer
 
 Item = tuple[Sequence[int], Sequence[int] | None, Sequence[int]]
@@ -38,10 +41,14 @@ class PairScore:
 
 
 @torch.no_grad()
-def score_pairs(scorer: Scorer, items: Sequence[Item], alpha: float) -> list[PairScore]:
+def score_pairs(
+    scorer: Scorer, items: Sequence[Item], alpha: float, token_rule: str | None = None
+) -> list[PairScore]:
     """Scores of every item (see the module docstring), in order. An item's rows always share a chunk (so
     no distribution outlives its chunk); chunks hold at most ``scorer.rows_per_batch`` rows (one item at
-    least), longest first. Contexts are cut to the window as ``Scorer.truncate`` does."""
+    least), longest first. Contexts are cut to the window as ``Scorer.truncate`` does. With ``token_rule``
+    (``cblight.adaptive.TOKEN_RULES``; docs/adaptive.md) the greedy flag mixes each continuation position
+    with that position's own alpha instead of ``alpha``."""
     prepared: list[tuple[list[list[int]], list[int], list[int]]] = []  # (rows, first positions, cont)
     for i, (ctx, short, cont) in enumerate(items):
         cont = list(cont)
@@ -78,12 +85,14 @@ def score_pairs(scorer: Scorer, items: Sequence[Item], alpha: float) -> list[Pai
         for i in chunk:
             cont = prepared[i][2]
             n = len(prepared[i][0])
-            results[i] = _finish([picked[r + j, : len(cont)] for j in range(n)], cont, alpha)
+            results[i] = _finish([picked[r + j, : len(cont)] for j in range(n)], cont, alpha, token_rule)
             r += n
     return results  # type: ignore[return-value]
 
 
-def _finish(log_probs: list[torch.Tensor], cont: list[int], alpha: float) -> PairScore:
+def _finish(
+    log_probs: list[torch.Tensor], cont: list[int], alpha: float, token_rule: str | None = None
+) -> PairScore:
     """Sums and the greedy flag of one item from its rows' ``[len(cont), V]`` log-probs."""
     target = torch.tensor(cont, device=log_probs[0].device)
     full = log_probs[0]
@@ -92,5 +101,39 @@ def _finish(log_probs: list[torch.Tensor], cont: list[int], alpha: float) -> Pai
         return PairScore(full_sum, None, bool((full.argmax(-1) == target).all()))
     short = log_probs[1]
     short_sum = float(short.gather(1, target[:, None]).double().sum())
-    boosted = mix_log_probs([full, short], [1.0, alpha])
+    if token_rule is not None:
+        boosted = mix_per_row(full, short, token_alphas(token_rule, full, short, "next_token"))
+    else:
+        boosted = mix_log_probs([full, short], [1.0, alpha])
     return PairScore(full_sum, short_sum, bool((boosted.argmax(-1) == target).all()))
+
+
+def adaptive_scores(
+    requests: Sequence[Any], pairs: Sequence[tuple[float, float | None, bool]], rule: str
+) -> list[tuple[float, bool]]:
+    """``(ll_full + alpha_q · ll_short, is_greedy)`` per lm-eval request, ``alpha_q`` its question's alpha under
+    a multiple-choice rule of ``cblight.adaptive`` (docs/adaptive.md) computed from the question's own
+    requests (lm-eval's ``doc_id`` within its task, choices in ``idx`` order); the transductive rules see a
+    task's questions together. ``pairs`` are ``(ll_full, ll_short, is_greedy)``; requests without a short
+    score (``ll_short`` ``None``) keep ``ll_full``."""
+    alpha = [0.0] * len(requests)
+    tasks: dict[Any, dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for i, (req, (_, short, _)) in enumerate(zip(requests, pairs)):
+        if short is not None:
+            tasks[req.task_name][req.doc_id].append(i)
+    grid = AlphaGrid().values()
+    for questions in tasks.values():
+        rows = [sorted(q, key=lambda i: requests[i].idx) for q in questions.values()]
+        width = max(len(r) for r in rows)
+        full = torch.full((len(rows), width), float("-inf"), dtype=torch.float64)
+        short = torch.zeros((len(rows), width), dtype=torch.float64)
+        for n, row in enumerate(rows):
+            full[n, : len(row)] = torch.tensor([pairs[i][0] for i in row], dtype=torch.float64)
+            short[n, : len(row)] = torch.tensor([pairs[i][1] for i in row], dtype=torch.float64)
+        for n, a in enumerate(choice_alphas(rule, full, short, grid).tolist()):
+            for i in rows[n]:
+                alpha[i] = a
+    return [
+        (full if short is None else full + a * short, greedy)
+        for (full, short, greedy), a in zip(pairs, alpha)
+    ]

@@ -153,7 +153,8 @@ class NextTokenSweep(_ExampleTable):
 
     Rows: example id; the target's log-prob/rank/correctness under ``f_max``; its log-prob and rank under
     each ``f_k``; and, for every (k, alpha), correctness, log-prob and rank under the normalised boosted
-    model; with ``methods=["calibrate"]`` (LAMA, Table 5) also ``calibrated_pred`` and ``calibrated_correct``. ``compute`` returns
+    model; with ``methods=["calibrate"]`` (LAMA, Table 5) also ``calibrated_pred`` and ``calibrated_correct``;
+    with ``adaptive`` a label-free rule's ``k``, alpha, correctness, log-prob and rank. ``compute`` returns
     ``{"acc": [K, A], "ppl": [K, A]}`` plus the deduplicated, synced table.
     """
 
@@ -169,12 +170,30 @@ class NextTokenSweep(_ExampleTable):
         "boosted_rank",
     )
 
-    def __init__(self, ks: Sequence[int], alphas: Sequence[float], methods: Sequence[str] = (), **kwargs):
+    adaptive_columns = (
+        "adaptive_k",
+        "adaptive_alpha",
+        "adaptive_correct",
+        "adaptive_log_prob",
+        "adaptive_rank",
+        "adaptive_grid_correct",
+        "adaptive_grid_log_prob",
+    )
+
+    def __init__(
+        self,
+        ks: Sequence[int],
+        alphas: Sequence[float],
+        methods: Sequence[str] = (),
+        adaptive: bool = False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.methods = list(methods)
         self.columns = (
             *self.base_columns,
             *(("calibrated_pred", "calibrated_correct") if "calibrate" in self.methods else ()),
+            *(self.adaptive_columns if adaptive else ()),
         )
         if not ks or not alphas:
             raise ValueError("the (k, alpha) grid is empty")

@@ -104,7 +104,8 @@ class CoherenceTuning(L.LightningModule):
         gradient_checkpointing: recompute activations in the backward pass (transformers' implementation).
         boosting: the teacher's boosting: ``mode: last_k`` (the short expert ``f_k`` sees the last ``k``
             tokens) in the generation form ``(1-alpha) log f_max + alpha log f_k`` (Table 2; negative
-            ``alpha`` boosts long-range context; ``alpha`` 0 is refused).
+            ``alpha`` boosts long-range context; ``alpha`` 0 is refused), or ``adaptive: jsd`` for a teacher
+            whose alpha is set at every position by a label-free rule (docs/adaptive.md).
         sampling: sampling of the tuning sequences: ``do_sample: true`` (no beams), ``temperature``,
             ``top_p``, ``top_k`` (defaults: plain sampling from ``f``) and ``seed``; process ``r`` starts
             from ``seed + r``, and the state is checkpointed.
@@ -367,6 +368,7 @@ class CoherenceTuning(L.LightningModule):
             sync_window_calls=sync,
             reference_model=self.teacher.reference if teacher_model is None else None,
             trust_region=self.teacher.options.trust_region,
+            adaptive=self.boosting.adaptive,
         )
 
     def _window_call_sync(self, local_calls: int) -> int:

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from cblight.adaptive import mix_per_row, token_alphas
 from cblight.batching import (
     default_window_chunk,
     last_position_log_probs,
@@ -135,7 +136,7 @@ def check_boosting(boosting: Boosting) -> None:
             "boosting.form must be generation or null (Table 2's (1-alpha) log f_max + alpha log f_k), "
             f"got {boosting.form!r}"
         )
-    if boosting.alpha == 0:
+    if boosting.alpha == 0 and boosting.adaptive is None:
         raise TuningConfigError(
             "boosting.alpha = 0 makes the boosted teacher the model itself and the KL identically zero; "
             "use a negative alpha (Table 2: -0.05 or -0.1)"
@@ -158,13 +159,18 @@ def longest_useful_position(prompt_lengths: Sequence[int], n_prefix: int, max_ne
 
 
 def boosted_teacher(
-    full_log_probs: torch.Tensor, short_log_probs: torch.Tensor, long: torch.Tensor, alpha: float
+    full_log_probs: torch.Tensor,
+    short_log_probs: torch.Tensor,
+    long: torch.Tensor,
+    alpha: float,
+    adaptive: str | None = None,
 ) -> torch.Tensor:
     """``log f_alpha`` at every position in scope (generation parametrisation, Table 2), no gradient.
 
     ``full_log_probs`` is ``[N, V]`` (``f_max`` at the N positions), ``long`` a ``[N]`` mask of the positions
     whose context exceeds ``k`` and ``short_log_probs`` ``[long.sum(), V]`` (``f_k`` there, in order).
-    Elsewhere ``f_k == f_max`` and the generation form gives ``f_alpha == f_max`` exactly.
+    Elsewhere ``f_k == f_max`` and the generation form gives ``f_alpha == f_max`` exactly. With ``adaptive``
+    (a per-token rule of ``cblight.adaptive``, docs/adaptive.md) each position's alpha comes from the rule.
     """
     full = full_log_probs.detach().float()
     teacher = full.clone()
@@ -172,7 +178,11 @@ def boosted_teacher(
         raise ValueError(
             f"{short_log_probs.shape[0]} short-context rows for {int(long.sum())} long positions"
         )
-    if short_log_probs.shape[0]:
+    if short_log_probs.shape[0] and adaptive is not None:
+        short = short_log_probs.detach().float()
+        rows = token_alphas(adaptive, full[long], short, "generation")
+        teacher[long] = mix_per_row(full[long], short, rows, "generation")
+    elif short_log_probs.shape[0]:
         teacher[long] = boosted_log_probs(full[long], short_log_probs.detach().float(), alpha, "generation")
     return teacher
 
@@ -296,6 +306,7 @@ def tuning_kl_terms(
     sync_window_calls: Callable[[int], int] | None = None,
     reference_model: Any | None = None,
     trust_region: float = 0.0,
+    adaptive: str | None = None,
 ) -> KLTerms:
     """The divergence from the boosted teacher ``f_alpha`` to the model ``f_θ`` at every position in scope
     of a sampled batch (forward ``KL(f_alpha || f_θ)``, the paper, by default; ``options`` chooses the
@@ -366,7 +377,7 @@ def tuning_kl_terms(
                 chunk_size=chunk_size,
             )
             window_calls += -(-int(chunk_long.sum()) // chunk_size)
-            teacher = boosted_teacher(full, short, chunk_long, alpha)
+            teacher = boosted_teacher(full, short, chunk_long, alpha, adaptive)
             del full, short
             targets = sampled.sequences[r, c].view(-1, 1)
             gap[lo:hi] = (teacher.gather(1, targets) - student.detach().gather(1, targets)).squeeze(1)

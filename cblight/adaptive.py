@@ -1,0 +1,429 @@
+"""Label-free rules for the boosting coefficient alpha (and the short context k) as pure tensor maths
+(docs/adaptive.md; the paper's open question of §5: "future work may explore automatic and adaptive
+methods for setting this parameter").
+
+The paper chooses alpha (and k for next-token tasks) by grid search on labelled selection data
+(docs/design.md, "Selection protocol"). The rules here need no label: each reads only the model's own
+predictions on the input.
+
+Per position (next-token prediction, generation) and per example (multiple choice, over the answer set):
+
+* ``jsd``: the weight of AdaCAD (Wang et al. 2024, "AdaCAD: Adaptively Decoding to Balance Conflicts between
+  Contextual and Parametric Knowledge"): ``a = JSD(f_max || f_short)`` in bits (in [0, 1]) and the
+  context-aware-decoding mix ``(1 + a) log f_max - a log f_short``, i.e. the generation form with
+  ``alpha = -a`` and, for an argmax, the next-token form with ``alpha = -a / (1 + a)``;
+* ``residual``: the short expert's share of the full prediction removed: the slope ``beta`` of a least-squares
+  fit of ``log f_max`` on ``log f_short`` under ``f_max``'s own weights, ``alpha = -beta`` in the next-token
+  form (cblight's own rule; docs/adaptive.md says where it wins and loses).
+
+Over the unlabelled inputs of a whole split (transductive):
+
+* ``jsd_mean``: one alpha for the split, the mean of the per-example ``jsd`` alphas (next-token prediction
+  and multiple choice): AdaCAD's scale without its per-example variation;
+* ``decorrelate``: one alpha for the split, the pooled least-squares slope of the full answer scores on the
+  premise-free ones (each question centred on its own answers), ``alpha = -beta``: the boosted score keeps
+  no linear trace of the answer's unconditional likelihood. With a fixed answer set (SST-2) it sets the
+  mean boosted margin between the labels to zero, the batch-level version of contextual calibration (Zhao
+  et al. 2021; Zhou et al. 2024, "Batch Calibration");
+* ``balance``: the grid value whose predicted answers are spread most evenly over the answer's rank under
+  the premise-free context (a fixed answer set: over the labels), the transductive reading of contextual
+  calibration's "a content-free input should get a uniform prediction".
+
+And for next-token prediction, a ``k`` read off the input's structure: the tokens of its last sentence
+(``unit_k(..., "sentence")``) or clause (``"clause"``).
+
+Every function takes log-probabilities (next-token rows ``[N, V]``) or log-likelihood sums (answers
+``[N, C]``, a missing answer ``-inf`` in ``ll_full``) computed by a model, and returns tensors, so each
+rule is tested against a hand computation (tests/test_adaptive.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+from cblight.boosting import BoostForm, choice_predictions
+
+__all__ = [
+    "AUTO",
+    "CHOICE_RULES",
+    "NEXT_TOKEN_RULES",
+    "NEXT_TOKEN_UNIT",
+    "RULES",
+    "TOKEN_RULES",
+    "UNITS",
+    "alpha_in_form",
+    "balance_alpha",
+    "choice_alphas",
+    "choice_jsd_alpha",
+    "choice_scores_per_example",
+    "decorrelate_alpha",
+    "entropy",
+    "js_divergence",
+    "jsd_alpha",
+    "mix_per_row",
+    "prior_ranks",
+    "residual_alpha",
+    "rule_for",
+    "summary",
+    "token_alphas",
+    "unit_k",
+]
+
+TokenRule = Literal["jsd", "residual"]
+RuleName = Literal["auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance"]
+Unit = Literal["sentence", "clause"]
+TOKEN_RULES: tuple[str, ...] = ("jsd", "residual")  # per position: decoding, tuning, greedy flags
+NEXT_TOKEN_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "residual")  # next-token tasks (LAMBADA)
+CHOICE_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "decorrelate", "balance")  # multiple choice
+RULES: tuple[str, ...] = ("auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance")
+UNITS: tuple[str, ...] = ("sentence", "clause")
+# the rule ``auto`` stands for, per task kind (the measurements behind the choice: docs/adaptive.md)
+AUTO = {"multiple_choice": "decorrelate", "next_token": "jsd_mean"}
+NEXT_TOKEN_UNIT: Unit = "sentence"  # the short context of next-token rules: the input's last sentence
+
+
+def rule_for(name: str, kind: str) -> str:
+    """The rule ``name`` means for a task kind (``auto``: ``AUTO[kind]``); ``ValueError`` naming the rules
+    that apply when ``name`` does not apply to ``kind``."""
+    valid = {"multiple_choice": CHOICE_RULES, "next_token": NEXT_TOKEN_RULES}.get(kind)
+    if valid is None:
+        raise ValueError(f"no adaptive rule for tasks of kind {kind!r}")
+    rule = AUTO[kind] if name == "auto" else name
+    if rule not in valid:
+        raise ValueError(
+            f"adaptive rule {name!r} does not apply to {kind.replace('_', '-')} tasks; "
+            f"use auto or one of {', '.join(valid)}"
+        )
+    return rule
+
+
+def summary(alphas: torch.Tensor) -> dict[str, float]:
+    """Mean, standard deviation (population), minimum and maximum of per-example or per-token alphas."""
+    a = alphas.double().reshape(-1)
+    if a.numel() == 0:
+        return {"alpha_mean": math.nan, "alpha_sd": math.nan, "alpha_min": math.nan, "alpha_max": math.nan}
+    return {
+        "alpha_mean": float(a.mean()),
+        "alpha_sd": float(a.std(unbiased=False)),
+        "alpha_min": float(a.min()),
+        "alpha_max": float(a.max()),
+    }
+
+
+_LN2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Divergences of two predictions
+
+
+def _plogq(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """``p · (log p - log q)`` entrywise, 0 where ``p = 0`` (``0 log 0 = 0``)."""
+    p = logp.exp()
+    return torch.where(p > 0, p * (logp - logq), torch.zeros_like(p))
+
+
+def js_divergence(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence in bits (in [0, 1]) between two normalised log-distributions over the last
+    axis: ``½ KL(P || M) + ½ KL(Q || M)``, ``M = (P + Q) / 2``; float32 (float64 stays float64)."""
+    dtype = torch.promote_types(logp.dtype, torch.float32)
+    logp, logq = logp.to(dtype), logq.to(dtype)
+    logm = torch.logaddexp(logp, logq) - _LN2
+    js = 0.5 * (_plogq(logp, logm).sum(-1) + _plogq(logq, logm).sum(-1)) / _LN2
+    return js.clamp(0.0, 1.0)  # rounding can leave it a hair outside
+
+
+def entropy(logp: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in nats of normalised log-distributions over the last axis."""
+    logp = logp.float() if logp.dtype != torch.float64 else logp
+    return -torch.where(logp.exp() > 0, logp.exp() * logp, torch.zeros_like(logp)).sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# From one rule's weight to alpha in either form
+
+
+def alpha_in_form(alpha_next_token: torch.Tensor, form: BoostForm) -> torch.Tensor:
+    """The generation-form alpha with the same argmax (and, up to a temperature, the same distribution) as
+    the next-token-form ``alpha_next_token`` (> -1): ``log f_max + a log f_k ∝ (1-g) log f_max + g log f_k``
+    with ``g = a / (1 + a)``."""
+    if form == "next_token":
+        return alpha_next_token
+    if form == "generation":
+        return alpha_next_token / (1.0 + alpha_next_token)
+    raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+
+
+def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
+    """AdaCAD's alpha per row ``[N]``: ``a = JSD(f_max || f_short)`` in bits; ``-a`` in the generation form
+    (exactly AdaCAD's ``(1 + a) log f_max - a log f_short``), ``-a / (1 + a)`` in the next-token form (the
+    same argmax). Identical experts give 0, the base model."""
+    a = js_divergence(full, short)
+    if form == "generation":
+        return -a
+    if form == "next_token":
+        return -a / (1.0 + a)
+    raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+
+
+def residual_alpha(
+    full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token", floor: float = -0.9
+) -> torch.Tensor:
+    """Per row ``[N]``: ``-beta`` with ``beta = Cov_p(log f_max, log f_short) / Var_p(log f_short)`` under
+    ``p = f_max`` (the weighted least-squares slope of the full prediction on the short one), clipped to
+    ``[floor, 0]`` in the next-token form (a negative slope means the short expert does not echo the full one:
+    no boosting), then turned into ``form``. Where ``f_short`` is flat under ``p`` (``Var = 0``, e.g.
+    identical one-hot experts) the slope is taken as 1 only if the experts are identical, else 0."""
+    full64, short64 = full.double(), short.double()
+    p = full64.exp()
+    finite = torch.isfinite(full64) & torch.isfinite(short64) & (p > 0)
+    p = torch.where(finite, p, torch.zeros_like(p))
+    mass = p.sum(-1, keepdim=True).clamp_min(1e-300)
+    w = p / mass
+    f = torch.where(finite, full64, torch.zeros_like(full64))
+    s = torch.where(finite, short64, torch.zeros_like(short64))
+    f_mean = (w * f).sum(-1, keepdim=True)
+    s_mean = (w * s).sum(-1, keepdim=True)
+    cov = (w * (f - f_mean) * (s - s_mean)).sum(-1)
+    var = (w * (s - s_mean) ** 2).sum(-1)
+    beta = torch.where(var > 1e-12, cov / var.clamp_min(1e-12), torch.zeros_like(var))
+    alpha = (-beta).clamp(min=floor, max=0.0).to(torch.float32)
+    return alpha_in_form(alpha, form)
+
+
+def token_alphas(
+    rule: str, full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token"
+) -> torch.Tensor:
+    """Per-row alpha ``[N]`` of a per-position rule (``TOKEN_RULES``) from ``log f_max`` and ``log f_short``."""
+    if rule == "jsd":
+        return jsd_alpha(full, short, form)
+    if rule == "residual":
+        return residual_alpha(full, short, form)
+    raise ValueError(f"unknown per-token rule {rule!r}: expected one of {', '.join(TOKEN_RULES)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Mixing with one alpha per row
+
+
+def mix_per_row(
+    full: torch.Tensor, short: torch.Tensor, alpha: torch.Tensor, form: BoostForm = "next_token"
+) -> torch.Tensor:
+    """Normalised ``log_softmax(w_full · log f_max + w_short · log f_short)`` with the weights of ``form``
+    (``boosting.two_expert_weights``) taken from each row's own ``alpha`` ``[N]``; float32.
+
+    The ``-inf`` conventions of ``boosting.mix_log_probs`` hold row by row: an entry ``f_max`` rules out stays
+    out (its weight is positive), one only a negatively weighted ``f_short`` rules out takes all the mass;
+    a zero weight ignores its expert. A row with ``alpha = 0`` is ``f_max`` exactly.
+    """
+    full = full.float()
+    short = short.float()
+    a = alpha.to(full.device, torch.float32).view(-1, *([1] * (full.dim() - 1)))
+    if form == "next_token":
+        w_full, w_short = torch.ones_like(a), a
+    elif form == "generation":
+        w_full, w_short = 1.0 - a, a
+    else:
+        raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+    if bool((w_full <= 0).any()):
+        raise ValueError("every row's full-context weight must be positive (generation form: alpha < 1)")
+    full_out = torch.isneginf(full)
+    short_out = torch.isneginf(short)
+    f = torch.where(full_out, torch.zeros_like(full), full)
+    s = torch.where(short_out, torch.zeros_like(short), short)
+    total = w_full * f + w_short * s
+    forced = short_out & (w_short < 0)
+    vetoed = full_out | (short_out & (w_short > 0))
+    total = torch.where(forced, torch.full_like(total, math.inf), total)
+    total = torch.where(vetoed, torch.full_like(total, -math.inf), total)
+    any_forced = torch.isposinf(total).any(-1, keepdim=True)
+    # rows holding +inf put their mass uniformly on those entries (the limit of the product of experts)
+    finite_view = torch.where(
+        any_forced,
+        torch.where(torch.isposinf(total), torch.zeros_like(total), torch.full_like(total, -math.inf)),
+        total,
+    )
+    return torch.log_softmax(finite_view, dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Multiple choice: rules over an answer set
+
+
+def _answer_mask(ll_full: torch.Tensor) -> torch.Tensor:
+    return ~torch.isneginf(ll_full)
+
+
+def _normalised(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Log-softmax over each question's own answers (missing answers ``-inf``)."""
+    masked = torch.where(mask, scores, torch.full_like(scores, -math.inf))
+    return torch.log_softmax(masked, dim=-1)
+
+
+def _per_length(ll: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    return ll if lengths is None else ll / lengths.to(ll.dtype).clamp_min(1)
+
+
+def choice_jsd_alpha(
+    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """AdaCAD's weight over each question's answer set ``[N]``: the full and premise-free scores normalised
+    over the answers (eq. 2's two experts as distributions over the choices), ``a`` their JSD in bits,
+    ``alpha = -a / (1 + a)`` (eq. 2's argmax of ``(1 + a) l_full - a l_short``)."""
+    mask = _answer_mask(ll_full)
+    full = _normalised(_per_length(ll_full.double(), lengths), mask)
+    short = _normalised(_per_length(torch.where(mask, ll_short.double(), 0.0), lengths), mask)
+    a = js_divergence(full, short)
+    return (-a / (1.0 + a)).double()
+
+
+def choice_scores_per_example(
+    ll_full: torch.Tensor,
+    ll_short: torch.Tensor,
+    alpha: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``log f(a | full) + alpha_i · log f(a | premise-free)`` with each question's own ``alpha_i`` ``[N]``
+    (paper eq. 2, ``boosting.choice_scores`` row by row): ``[N, C]`` float64, missing answers ``-inf``."""
+    mask = _answer_mask(ll_full)
+    short = torch.where(mask & torch.isfinite(ll_short), ll_short.double(), 0.0)
+    scores = ll_full.double() + alpha.double().view(-1, 1) * short
+    scores = _per_length(scores, lengths)
+    return torch.where(mask, scores, torch.full_like(scores, -math.inf))
+
+
+def decorrelate_alpha(
+    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
+) -> float:
+    """One alpha for a split: ``-beta``, ``beta`` the pooled least-squares slope of the full answer scores on
+    the premise-free ones, each question centred on the mean of its own answers:
+
+        beta = Σ_i Σ_c (f_ic - f̄_i)(s_ic - s̄_i) / Σ_i Σ_c (s_ic - s̄_i)²
+
+    (scores per character with ``lengths``, as the length-normalised eq. 2). 0 when the premise-free scores
+    never vary within a question (nothing to remove)."""
+    mask = _answer_mask(ll_full)
+    f = _per_length(ll_full.double(), lengths)
+    s = _per_length(torch.where(mask, ll_short.double(), 0.0), lengths)
+    f = torch.where(mask, f, 0.0)
+    s = torch.where(mask, s, 0.0)
+    count = mask.sum(-1, keepdim=True).clamp_min(1).double()
+    fc = torch.where(mask, f - f.sum(-1, keepdim=True) / count, 0.0)
+    sc = torch.where(mask, s - s.sum(-1, keepdim=True) / count, 0.0)
+    var = float((sc * sc).sum())
+    if var <= 1e-12:
+        return 0.0
+    return -float((fc * sc).sum()) / var
+
+
+def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:
+    """Each answer's rank (0 = most likely) under the premise-free context within its question ``[N, C]``;
+    ties by answer order (the first listed ranks first); missing answers rank last."""
+    mask = _answer_mask(ll_full)
+    key = torch.where(mask, ll_short.double(), torch.full_like(ll_short.double(), -math.inf))
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices
+    ranks = torch.empty_like(order)
+    ranks.scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
+    return ranks
+
+
+def balance_alpha(
+    ll_full: torch.Tensor,
+    ll_short: torch.Tensor,
+    alphas: Sequence[float] | torch.Tensor,
+    lengths: torch.Tensor | None = None,
+) -> tuple[float, torch.Tensor]:
+    """The grid value whose predictions are spread most evenly over the premise-free rank of the predicted
+    answer, and the distance at every grid value ``[A]``.
+
+    The distance is the total variation ``½ Σ_r |h(r) - u(r)|`` between the share ``h(r)`` of questions
+    whose predicted answer has premise-free rank ``r`` and its expectation ``u(r) = mean_i 1[r < C_i] / C_i``
+    had the prediction been independent of that rank. Among equal distances (hard counts tie often) the
+    value closest to 0 wins (the least change to the base model), then the first in grid order.
+    """
+    grid = torch.as_tensor(alphas, dtype=torch.float64).reshape(-1)
+    if grid.numel() == 0:
+        raise ValueError("the alpha grid is empty")
+    mask = _answer_mask(ll_full)
+    n, c = ll_full.shape
+    if n == 0:
+        raise ValueError("no questions to balance")
+    ranks = prior_ranks(ll_short, ll_full)  # [N, C]
+    counts = mask.sum(-1)
+    expected = torch.zeros(c, dtype=torch.float64)
+    for r in range(c):
+        expected[r] = ((counts > r).double() / counts.clamp_min(1).double()).mean()
+    preds = choice_predictions(ll_full, ll_short, grid, lengths)  # [A, N]
+    pred_rank = ranks.unsqueeze(0).expand(grid.numel(), -1, -1).gather(-1, preds.unsqueeze(-1)).squeeze(-1)
+    hist = torch.nn.functional.one_hot(pred_rank, c).double().mean(1)  # [A, C]
+    distance = 0.5 * (hist - expected.view(1, -1)).abs().sum(-1)
+    best = distance.min()
+    tied = torch.nonzero(distance <= best + 1e-12).view(-1)
+    pick = tied[torch.argmin(grid[tied].abs())]  # argmin returns the first of equal |alpha|
+    return float(grid[pick]), distance
+
+
+def choice_alphas(
+    rule: str,
+    ll_full: torch.Tensor,
+    ll_short: torch.Tensor,
+    alphas: Sequence[float] | torch.Tensor,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Each question's alpha ``[N]`` (float64) under a multiple-choice rule (``CHOICE_RULES``); the
+    transductive rules give every question of the split the same value."""
+    n = ll_full.shape[0]
+    if rule == "jsd":
+        return choice_jsd_alpha(ll_full, ll_short, lengths)
+    if rule == "jsd_mean":
+        return torch.full(
+            (n,), float(choice_jsd_alpha(ll_full, ll_short, lengths).mean()), dtype=torch.float64
+        )
+    if rule == "decorrelate":
+        return torch.full((n,), decorrelate_alpha(ll_full, ll_short, lengths), dtype=torch.float64)
+    if rule == "balance":
+        value, _ = balance_alpha(ll_full, ll_short, alphas, lengths)
+        return torch.full((n,), value, dtype=torch.float64)
+    raise ValueError(f"unknown multiple-choice rule {rule!r}: expected one of {', '.join(CHOICE_RULES)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# k from the input's structure (next-token prediction)
+
+_SENTENCE_END = re.compile(r"""[.!?]+["'”’)\]]*(?=\s)|\n""")
+_CLAUSE_END = re.compile(r"""[.!?,;:]+["'”’)\]]*(?=\s)|\n|\s[-–—]+(?=\s)""")
+
+
+def unit_k(pieces: Sequence[str], unit: Unit = "sentence") -> int:
+    """The number of trailing tokens that make up the input's last sentence (or clause), at least 1.
+
+    ``pieces`` are the decoded strings of the context's tokens (special prefix excluded), in order. A
+    sentence ends at ``.``, ``!`` or ``?`` (closing quotes and brackets kept with it) before whitespace, or at
+    a newline; a clause also at ``,``, ``;``, ``:`` and a free-standing dash. The short context is every token
+    that starts at or after the last end: with no end in the text it is the whole context (``f_k == f_max``).
+    """
+    if unit not in UNITS:
+        raise ValueError(f"unknown unit {unit!r}: expected one of {', '.join(UNITS)}")
+    if not pieces:
+        return 1
+    pattern = _SENTENCE_END if unit == "sentence" else _CLAUSE_END
+    text = "".join(pieces)
+    # ends followed by nothing but whitespace do not open a new unit: look for the last end before the
+    # final non-space character
+    body = text.rstrip()
+    ends = [m.end() for m in pattern.finditer(body)]
+    if not ends:
+        return len(pieces)
+    cut = ends[-1]
+    starts = []
+    at = 0
+    for piece in pieces:
+        starts.append(at)
+        at += len(piece)
+    k = sum(1 for s in starts if s >= cut)
+    return max(k, 1)

@@ -1,0 +1,228 @@
+"""Label-free alpha and k rules (cblight.adaptive; docs/adaptive.md) against hand computations.
+
+Tolerances: the per-row mixing runs in float32 on hand-computed float64 references of magnitude ~1, so
+float32 rounding (~1e-7) gives 1e-6; divergences and slopes are computed in float64 (choice rules) or
+float32 sums over a handful of entries (token rules), so 1e-6 as well.
+"""
+
+import math
+
+import pytest
+import torch
+
+from cblight.adaptive import (
+    alpha_in_form,
+    balance_alpha,
+    choice_alphas,
+    choice_jsd_alpha,
+    choice_scores_per_example,
+    decorrelate_alpha,
+    entropy,
+    js_divergence,
+    jsd_alpha,
+    mix_per_row,
+    prior_ranks,
+    residual_alpha,
+    token_alphas,
+    unit_k,
+)
+from cblight.boosting import boosted_log_probs, choice_scores
+
+LOG = math.log
+
+
+def logs(*ps):
+    return torch.tensor([[LOG(p) if p > 0 else -math.inf for p in ps]], dtype=torch.float64)
+
+
+def jsd_bits_by_hand(p, q):
+    m = [(a + b) / 2 for a, b in zip(p, q)]
+    kl = lambda x: sum(a * LOG(a / c) for a, c in zip(x, m) if a > 0)  # noqa: E731
+    return 0.5 * (kl(p) + kl(q)) / LOG(2)
+
+
+def test_js_divergence_by_hand():
+    # P = (.5, .5), Q = (1, 0): M = (.75, .25); KL(P||M) = .5 ln(2/3) + .5 ln 2, KL(Q||M) = ln(4/3)
+    expected = 0.5 * ((0.5 * LOG(2 / 3) + 0.5 * LOG(2)) + LOG(4 / 3)) / LOG(2)
+    assert expected == pytest.approx(0.311278, abs=1e-6)
+    got = js_divergence(logs(0.5, 0.5), logs(1.0, 0.0))
+    assert float(got) == pytest.approx(expected, abs=1e-9)
+    assert float(js_divergence(logs(0.2, 0.8), logs(0.2, 0.8))) == pytest.approx(0.0, abs=1e-12)
+    assert float(js_divergence(logs(1.0, 0.0), logs(0.0, 1.0))) == pytest.approx(1.0, abs=1e-12)
+    p, q = (0.5, 0.3, 0.2), (0.7, 0.2, 0.1)
+    assert float(js_divergence(logs(*p), logs(*q))) == pytest.approx(jsd_bits_by_hand(p, q), abs=1e-9)
+    assert float(entropy(logs(0.5, 0.5))) == pytest.approx(LOG(2), abs=1e-9)
+
+
+def test_jsd_alpha_is_adacad_in_both_forms():
+    p, q = (0.5, 0.3, 0.2), (0.7, 0.2, 0.1)
+    a = jsd_bits_by_hand(p, q)
+    full, short = logs(*p).float(), logs(*q).float()
+    assert float(jsd_alpha(full, short, "generation")) == pytest.approx(-a, abs=1e-6)
+    assert float(jsd_alpha(full, short, "next_token")) == pytest.approx(-a / (1 + a), abs=1e-6)
+    assert float(token_alphas("jsd", full, short, "generation")) == pytest.approx(-a, abs=1e-6)
+    # the generation form with alpha = -a is AdaCAD's (1 + a) log f_max - a log f_short, normalised
+    unnorm = [x ** (1 + a) * y**-a for x, y in zip(p, q)]
+    expected = torch.tensor([[LOG(u / sum(unnorm)) for u in unnorm]])
+    got = mix_per_row(full, short, jsd_alpha(full, short, "generation"), "generation")
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    # the next-token alpha -a/(1+a) has the same argmax, and alpha_in_form maps one onto the other
+    nt = jsd_alpha(full, short, "next_token")
+    assert float(alpha_in_form(nt, "generation")) == pytest.approx(-a, abs=1e-6)
+    assert mix_per_row(full, short, nt).argmax() == got.argmax()
+    # identical experts: no divergence, no boosting
+    assert float(jsd_alpha(full, full)) == 0.0
+
+
+def test_residual_alpha_by_hand():
+    p, q = (0.5, 0.3, 0.2), (0.6, 0.2, 0.2)
+    f, s = [LOG(x) for x in p], [LOG(x) for x in q]
+    fm = sum(w * x for w, x in zip(p, f))
+    sm = sum(w * x for w, x in zip(p, s))
+    cov = sum(w * (x - fm) * (y - sm) for w, x, y in zip(p, f, s))
+    var = sum(w * (y - sm) ** 2 for w, y in zip(p, s))
+    beta = cov / var
+    assert 0 < beta < 0.9
+    got = residual_alpha(logs(*p).float(), logs(*q).float())
+    assert float(got) == pytest.approx(-beta, abs=1e-6)
+    assert float(residual_alpha(logs(*p).float(), logs(*q).float(), "generation")) == pytest.approx(
+        -beta / (1 - beta), abs=1e-6
+    )
+    # a short expert that ranks tokens against the full one (negative slope) is not boosted against
+    assert float(residual_alpha(logs(0.6, 0.3, 0.1), logs(0.1, 0.3, 0.6))) == 0.0
+    # identical experts: slope 1, clipped to the floor
+    assert float(residual_alpha(logs(*p).float(), logs(*p).float())) == pytest.approx(-0.9)
+
+
+def test_mix_per_row_matches_scalar_boosting_row_by_row():
+    torch.manual_seed(0)
+    full = torch.log_softmax(torch.randn(4, 7), -1)
+    short = torch.log_softmax(torch.randn(4, 7), -1)
+    alpha = torch.tensor([0.0, -0.3, -1.0, 0.4])
+    for form in ("next_token", "generation"):
+        got = mix_per_row(full, short, alpha, form)
+        for i in range(4):
+            expected = boosted_log_probs(full[i : i + 1], short[i : i + 1], float(alpha[i]), form)
+            torch.testing.assert_close(got[i : i + 1], expected, rtol=0, atol=1e-6)
+    # alpha = 0 is f_max exactly
+    torch.testing.assert_close(mix_per_row(full, short, torch.zeros(4))[0], full[0], rtol=0, atol=1e-6)
+
+
+def test_mix_per_row_infinities_follow_the_product_of_experts():
+    full = logs(0.5, 0.5, 0.0).float()
+    short = logs(0.0, 0.6, 0.4).float()
+    # f_max rules out token 2: it stays out; f_short (weight -0.5) rules out token 0: all mass goes there
+    got = mix_per_row(full, short, torch.tensor([-0.5]))
+    torch.testing.assert_close(got.exp(), torch.tensor([[1.0, 0.0, 0.0]]), rtol=0, atol=1e-7)
+    torch.testing.assert_close(got, boosted_log_probs(full, short, -0.5), rtol=0, atol=0)
+    # a positive short weight vetoes what f_short rules out
+    got = mix_per_row(full, short, torch.tensor([0.5]))
+    torch.testing.assert_close(got, boosted_log_probs(full, short, 0.5), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="positive"):
+        mix_per_row(full, short, torch.tensor([1.0]), "generation")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# multiple choice
+
+
+LL_FULL = torch.tensor([[-2.0, -1.0, -3.0], [-1.5, -2.5, -math.inf], [-4.0, -2.0, -1.0]], dtype=torch.float64)
+LL_SHORT = torch.tensor([[-1.0, -0.5, -4.0], [-2.0, -1.0, 0.0], [-3.0, -3.0, -0.5]], dtype=torch.float64)
+
+
+def test_choice_scores_per_example_is_eq2_row_by_row():
+    alpha = torch.tensor([-1.0, 0.5, -0.25], dtype=torch.float64)
+    got = choice_scores_per_example(LL_FULL, LL_SHORT, alpha)
+    for i in range(3):
+        expected = choice_scores(LL_FULL[i : i + 1], LL_SHORT[i : i + 1], float(alpha[i]))
+        torch.testing.assert_close(got[i : i + 1], expected, rtol=0, atol=0)
+    assert math.isinf(float(got[1, 2]))  # a missing answer stays missing
+
+
+def test_choice_jsd_alpha_by_hand():
+    def softmax(xs):
+        z = sum(math.exp(x) for x in xs)
+        return [math.exp(x) / z for x in xs]
+
+    got = choice_jsd_alpha(LL_FULL, LL_SHORT)
+    for i, n in enumerate((3, 2, 3)):
+        a = jsd_bits_by_hand(softmax(LL_FULL[i, :n].tolist()), softmax(LL_SHORT[i, :n].tolist()))
+        assert float(got[i]) == pytest.approx(-a / (1 + a), abs=1e-9)
+
+
+def test_decorrelate_alpha_by_hand():
+    # centre each question on its own answers, then the pooled slope of full on premise-free scores
+    num = den = 0.0
+    for i, n in enumerate((3, 2, 3)):
+        f, s = LL_FULL[i, :n].tolist(), LL_SHORT[i, :n].tolist()
+        fm, sm = sum(f) / n, sum(s) / n
+        num += sum((x - fm) * (y - sm) for x, y in zip(f, s))
+        den += sum((y - sm) ** 2 for y in s)
+    assert decorrelate_alpha(LL_FULL, LL_SHORT) == pytest.approx(-num / den, abs=1e-12)
+    # after boosting with it the pooled within-question covariance is zero
+    alpha = decorrelate_alpha(LL_FULL, LL_SHORT)
+    boosted = choice_scores(LL_FULL, LL_SHORT, alpha)
+    cov = 0.0
+    for i, n in enumerate((3, 2, 3)):
+        b, s = boosted[i, :n].tolist(), LL_SHORT[i, :n].tolist()
+        bm, sm = sum(b) / n, sum(s) / n
+        cov += sum((x - bm) * (y - sm) for x, y in zip(b, s))
+    assert cov == pytest.approx(0.0, abs=1e-9)
+    # a fixed answer set with a constant premise-free context (SST-2): the mean boosted margin is zero
+    full = torch.tensor([[-1.0, -2.0], [-0.5, -3.0], [-2.0, -1.5]], dtype=torch.float64)
+    short = torch.tensor([[-0.7, -1.9]] * 3, dtype=torch.float64)
+    alpha = decorrelate_alpha(full, short)
+    margin = choice_scores(full, short, alpha)
+    assert float((margin[:, 0] - margin[:, 1]).mean()) == pytest.approx(0.0, abs=1e-12)
+    assert decorrelate_alpha(full, torch.zeros_like(full)) == 0.0
+
+
+def test_prior_ranks_and_balance_alpha_by_hand():
+    torch.testing.assert_close(
+        prior_ranks(LL_SHORT, LL_FULL), torch.tensor([[1, 0, 2], [1, 0, 2], [1, 2, 0]])
+    )
+    # two questions of two answers whose premise-free favourite is answer 0
+    full = torch.tensor([[-1.0, -1.5], [-1.0, -3.0]], dtype=torch.float64)
+    short = torch.tensor([[-1.0, -2.0], [-1.0, -2.0]], dtype=torch.float64)
+    # margins answer0 - answer1: q1 = 0.5 + alpha, q2 = 2 + alpha; ties go to answer 0
+    # alpha = 0: both pick the favourite (distance 0.5); alpha = -1: q1 picks answer 1 (balanced, 0);
+    # alpha = -3: both pick answer 1 (distance 0.5)
+    value, distance = balance_alpha(full, short, [0.0, -1.0, -3.0])
+    assert value == -1.0
+    torch.testing.assert_close(distance, torch.tensor([0.5, 0.0, 0.5], dtype=torch.float64))
+    # -1, -1.2 and -0.6 all balance (q1's margin < 0 < q2's): the value closest to 0 wins
+    value, _ = balance_alpha(full, short, [-3.0, -1.0, -1.2, -0.6])
+    assert value == -0.6
+    per_question = choice_alphas("balance", full, short, [0.0, -1.0, -3.0])
+    torch.testing.assert_close(per_question, torch.tensor([-1.0, -1.0], dtype=torch.float64))
+
+
+def test_choice_alphas_dispatch():
+    grid = [0.0, -1.0]
+    torch.testing.assert_close(
+        choice_alphas("jsd", LL_FULL, LL_SHORT, grid), choice_jsd_alpha(LL_FULL, LL_SHORT)
+    )
+    assert (
+        choice_alphas("decorrelate", LL_FULL, LL_SHORT, grid).tolist()
+        == [decorrelate_alpha(LL_FULL, LL_SHORT)] * 3
+    )
+    with pytest.raises(ValueError, match="unknown multiple-choice rule"):
+        choice_alphas("nope", LL_FULL, LL_SHORT, grid)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# k from the input's structure
+
+
+def test_unit_k_counts_the_last_sentence_and_clause():
+    pieces = ["He", " left", ".", " She", " said", ",", ' "', "I", " will", " call"]
+    assert unit_k(pieces, "sentence") == 7  # ' She said, "I will call'
+    assert unit_k(pieces, "clause") == 4  # ' "I will call'
+    assert unit_k([" no", " end", " here"], "sentence") == 3  # the whole context
+    assert unit_k(["Done", '."'], "sentence") == 2  # a final end opens no new unit
+    assert unit_k(["a", ".", "\n", "b"], "sentence") == 1
+    # LAMBADA's development text is tokenised: " . " and " `` " stand alone
+    dev = [" he", " nodded", " .", " ``", " i", " 'm", " sure"]
+    assert unit_k(dev, "sentence") == 4
+    with pytest.raises(ValueError, match="unit"):
+        unit_k(pieces, "paragraph")
