@@ -308,7 +308,7 @@ def test_simple_evaluate_boosted_equals_evaluate_py(copa_runs, tiny_gpt2_dir, tm
 
 def readme_command() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    line = next(x for x in text.splitlines() if x.startswith("cblight lmeval ") and "cblight_copa" in x)
+    line = next(x for x in text.splitlines() if x.startswith("cblight lmeval ") and "--use_cache" in x)
     return line.split()[2:]
 
 

@@ -23,6 +23,7 @@ from cblight.tune.prompt_data import PromptDataModule
 from cblight.tune.teacher import EMA_KEY, TeacherOptions
 from cblight.tune.validation import SampleDiversity, ValidationOptions, next_token_entropy, sampled_tokens
 from tests.test_tuning import PROMPTS, _reference_terms, _sample, _with_early_eos
+from tests.test_tuning_module import _trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -121,22 +122,6 @@ def _tuning(path, **kwargs):
         validation=ValidationOptions(log_samples_every_n_steps=0),
     )
     return CoherenceTuning(**{**defaults, **kwargs})
-
-
-def _trainer(max_steps, tmp_path, callbacks=(), **kwargs):
-    return L.Trainer(
-        max_steps=max_steps,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=bool(callbacks),
-        callbacks=list(callbacks),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        num_sanity_val_steps=0,
-        **kwargs,
-    )
 
 
 def _weights(model):

@@ -107,8 +107,11 @@ class CblightLM(TemplateLM):
     Args:
         pretrained: Hub id, local directory or offline zoo name (offline:smollm2-135m); from Python, a loaded model.
         tokenizer: tokenizer name or directory (default: the model's); from Python, a loaded tokenizer.
-        alpha: boosting coefficient; 0 is the base model, -1 with short_context=empty is PMI.
+        alpha: boosting coefficient; 0 is the base model, -1 with short_context=empty is PMI; adaptive: set
+            with no labels by adaptive_rule (docs/adaptive.md).
         k: tokens of the last_k short context.
+        adaptive_rule: the label-free rule of alpha=adaptive: auto (decorrelate for scores, jsd for greedy
+            flags and generate_until), jsd, jsd_mean, residual, decorrelate or balance.
         short_context: last_k (the context's last k tokens), empty (BOS/EOS) or premise_free (Table 10).
         premise_free_rule: force one premise-free rule for every task (answer_cue, question, connector,
             after_last_period, empty, last_k); default: each task's own (docs/lmeval.md).
