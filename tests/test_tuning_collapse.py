@@ -16,14 +16,14 @@ from cblight.models import load_causal_lm, load_tokenizer
 from cblight.options import Boosting
 from cblight.scoring import Encoder
 from cblight.tune.callbacks import CollapseGuard, GuardOptions
-from cblight.tune.coherence_tuning import CoherenceTuning
 from cblight.tune.export import ExportOptions
 from cblight.tune.loss import LossOptions, TuningConfigError, tuning_kl_terms
 from cblight.tune.prompt_data import PromptDataModule
 from cblight.tune.teacher import EMA_KEY, TeacherOptions
-from cblight.tune.validation import SampleDiversity, ValidationOptions, next_token_entropy, sampled_tokens
+from cblight.tune.validation import SampleDiversity, next_token_entropy, sampled_tokens
 from tests.test_tuning import PROMPTS, _reference_terms, _sample, _with_early_eos
 from tests.test_tuning_module import _trainer
+from tests.test_tuning_module import _tuning as _module_tuning
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -112,16 +112,8 @@ def test_teacher_option_checks():
     assert TeacherOptions(kind="live", refresh_every=3).snapshot
 
 
-def _tuning(path, **kwargs):
-    defaults = dict(
-        model=str(path),
-        boosting=Boosting(k=3, alpha=-0.5),
-        max_new_tokens=6,
-        optimizer=partial(torch.optim.Adam, lr=1e-2),
-        export=ExportOptions(enabled=False),
-        validation=ValidationOptions(log_samples_every_n_steps=0),
-    )
-    return CoherenceTuning(**{**defaults, **kwargs})
+# the tuning module's defaults with a learning rate at which a few steps move a tiny model visibly
+_tuning = partial(_module_tuning, optimizer=partial(torch.optim.Adam, lr=1e-2))
 
 
 def _weights(model):
