@@ -35,6 +35,24 @@ def tiny_llama_dir(tmp_path_factory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
+@pytest.fixture(scope="module")
+def peaky_gpt2_dir(tmp_path_factory):
+    """A tiny GPT-2 whose scaled embeddings make its predictions peaked and context-dependent, so that
+    f_k and f_max differ measurably (a fresh random model is nearly uniform)."""
+    import torch
+
+    from cblight.models import load_causal_lm
+    from cblight.tiny import build_tiny_gpt2
+
+    path = build_tiny_gpt2(tmp_path_factory.mktemp("models") / "peaky-gpt2", seed=3)
+    model = load_causal_lm(str(path))
+    with torch.no_grad():
+        model.transformer.wte.weight.mul_(5)
+        model.transformer.wpe.weight.mul_(5)
+    model.save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="session", params=["gpt2", "llama"])
 def tiny_model_dir(request, tiny_gpt2_dir, tiny_llama_dir) -> Path:
     """Both architectures: absolute positions (GPT-2) and rotary positions with BOS (Llama)."""

@@ -247,21 +247,6 @@ def test_guard_bands():
     assert not GuardOptions().enabled and guard.enabled
 
 
-@pytest.fixture(scope="module")
-def peaky_gpt2_dir(tmp_path_factory):
-    """A tiny GPT-2 with peaked, context-dependent predictions (scaled embeddings), as in
-    tests/test_tuning_module.py: boosting it moves its distributions measurably."""
-    from cblight.tiny import build_tiny_gpt2
-
-    path = build_tiny_gpt2(tmp_path_factory.mktemp("models") / "peaky-gpt2", seed=3)
-    model = load_causal_lm(str(path))
-    with torch.no_grad():
-        model.transformer.wte.weight.mul_(5)
-        model.transformer.wpe.weight.mul_(5)
-    model.save_pretrained(path)
-    return path
-
-
 def test_guard_stops_a_collapsing_run_and_keeps_its_last_good_checkpoint(peaky_gpt2_dir, tmp_path, caplog):
     """The learning rate is 0 for 2 steps (the validation at step 2 passes: the model is the initial one)
     and then huge, with the paper's live teacher at a strong boost: the model collapses, the validation at

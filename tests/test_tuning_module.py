@@ -50,21 +50,6 @@ def _trainer(max_steps, tmp_path=None, callbacks=(), **kwargs):
     )
 
 
-@pytest.fixture(scope="module")
-def peaky_gpt2_dir(tmp_path_factory):
-    """A tiny GPT-2 whose scaled embeddings make its predictions peaked and context-dependent, so that
-    f_k and f_max differ measurably (a fresh random model is nearly uniform)."""
-    from cblight.tiny import build_tiny_gpt2
-
-    path = build_tiny_gpt2(tmp_path_factory.mktemp("models") / "peaky-gpt2", seed=3)
-    model = load_causal_lm(str(path))
-    with torch.no_grad():
-        model.transformer.wte.weight.mul_(5)
-        model.transformer.wpe.weight.mul_(5)
-    model.save_pretrained(path)
-    return path
-
-
 @pytest.mark.parametrize("teacher", ["frozen", "live"])
 def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, teacher):
     """Held-out samples of the initial model: KL(boosted initial model || tuned model) falls.
