@@ -58,8 +58,8 @@ def passages(path: Path, split: str, limit: int, seed: int) -> list[tuple[int, s
 def score_chunk(model: Any, tok: Any, items: list[tuple[int, str]], args: argparse.Namespace) -> dict:
     import torch
 
-    from cblight.adaptive import mix_per_row, token_alphas, unit_k
-    from cblight.boosting import next_token_alpha_sweep, short_context_ids
+    from cblight.adaptive import token_alphas, unit_k
+    from cblight.boosting import boosted_log_probs, next_token_alpha_sweep, short_context_ids
     from cblight.scoring import Encoder, Scorer
 
     scorer = Scorer(model, tok, batch_size=args.batch_size)
@@ -99,7 +99,7 @@ def score_chunk(model: Any, tok: Any, items: list[tuple[int, str]], args: argpar
         for rule, (alpha_list, correct_list) in rules.items():
             a = token_alphas(rule, full, short, "next_token")
             alpha_list.append(a)
-            correct_list.append(mix_per_row(full, short, a).argmax(-1) == tgt)
+            correct_list.append(boosted_log_probs(full, short, a).argmax(-1) == tgt)
         ids = torch.cat(
             [full.topk(CANDIDATES, -1).indices, (full - short).topk(CANDIDATES, -1).indices, tgt[:, None]], -1
         )  # the target last: a candidate set's argmax is right when the target's score is the largest

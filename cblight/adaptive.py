@@ -65,7 +65,6 @@ __all__ = [
     "entropy",
     "js_divergence",
     "jsd_alpha",
-    "mix_per_row",
     "prior_ranks",
     "residual_alpha",
     "rule_for",
@@ -205,50 +204,6 @@ def token_alphas(
     if rule == "residual":
         return residual_alpha(full, short, form)
     raise ValueError(f"unknown per-token rule {rule!r}: expected one of {', '.join(TOKEN_RULES)}")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Mixing with one alpha per row
-
-
-def mix_per_row(
-    full: torch.Tensor, short: torch.Tensor, alpha: torch.Tensor, form: BoostForm = "next_token"
-) -> torch.Tensor:
-    """Normalised ``log_softmax(w_full · log f_max + w_short · log f_short)`` with the weights of ``form``
-    (``boosting.two_expert_weights``) taken from each row's own ``alpha`` ``[N]``; float32.
-
-    The ``-inf`` conventions of ``boosting.mix_log_probs`` hold row by row: an entry ``f_max`` rules out stays
-    out (its weight is positive), one only a negatively weighted ``f_short`` rules out takes all the mass;
-    a zero weight ignores its expert. A row with ``alpha = 0`` is ``f_max`` exactly.
-    """
-    full = full.float()
-    short = short.float()
-    a = alpha.to(full.device, torch.float32).view(-1, *([1] * (full.dim() - 1)))
-    if form == "next_token":
-        w_full, w_short = torch.ones_like(a), a
-    elif form == "generation":
-        w_full, w_short = 1.0 - a, a
-    else:
-        raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
-    if bool((w_full <= 0).any()):
-        raise ValueError("every row's full-context weight must be positive (generation form: alpha < 1)")
-    full_out = torch.isneginf(full)
-    short_out = torch.isneginf(short)
-    f = torch.where(full_out, torch.zeros_like(full), full)
-    s = torch.where(short_out, torch.zeros_like(short), short)
-    total = w_full * f + w_short * s
-    forced = short_out & (w_short < 0)
-    vetoed = full_out | (short_out & (w_short > 0))
-    total = torch.where(forced, torch.full_like(total, math.inf), total)
-    total = torch.where(vetoed, torch.full_like(total, -math.inf), total)
-    any_forced = torch.isposinf(total).any(-1, keepdim=True)
-    # rows holding +inf put their mass uniformly on those entries (the limit of the product of experts)
-    finite_view = torch.where(
-        any_forced,
-        torch.where(torch.isposinf(total), torch.zeros_like(total), torch.full_like(total, -math.inf)),
-        total,
-    )
-    return torch.log_softmax(finite_view, dim=-1)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -63,13 +63,15 @@ def two_expert_weights(alpha: float, form: BoostForm) -> tuple[float, float]:
     raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
 
 
-def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | torch.Tensor]) -> torch.Tensor:
     """Unnormalised ``Σ_k w_k · log f_k`` (the exponent of eq. 1), free of NaN.
 
-    Experts with weight 0 are dropped (``0 · -inf`` would be NaN). An entry that an expert with a positive
-    weight rules out (``-inf``) stays ``-inf``: the product of experts keeps the support of its positive
-    factors. An entry ruled out only by negatively weighted experts becomes ``+inf`` (``0 ^ -a = ∞``); see
-    ``normalize_log_scores`` for what that means after normalisation.
+    A weight is a number, or a tensor that broadcasts against its expert (one weight per row, ``[N, 1]``:
+    the adaptive rules of docs/adaptive.md). Experts with weight 0 are ignored (``0 · -inf`` would be NaN).
+    An entry that an expert with a positive weight rules out (``-inf``) stays ``-inf``: the product of
+    experts keeps the support of its positive factors. An entry ruled out only by negatively weighted experts
+    becomes ``+inf`` (``0 ^ -a = ∞``); see ``normalize_log_scores`` for what that means after normalisation.
+    The rules hold row by row for per-row weights.
     """
     if len(log_probs) != len(weights):
         raise ValueError(f"{len(log_probs)} experts but {len(weights)} weights")
@@ -79,17 +81,25 @@ def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float]) -
     vetoed: torch.Tensor | None = None  # -inf under a positively weighted expert
     forced: torch.Tensor | None = None  # -inf under a negatively weighted expert
     for lp, w in zip(log_probs, weights):
-        w = float(w)
-        if w == 0.0:
-            continue
+        per_row = isinstance(w, torch.Tensor)
+        if per_row:
+            w = w.to(lp.device, torch.float32)
+        else:
+            w = float(w)
+            if w == 0.0:
+                continue
         lp = lp.float()
         minus_inf = torch.isneginf(lp)
         term = torch.where(minus_inf, torch.zeros_like(lp), lp) * w
         total = term if total is None else total + term
-        if w > 0:
-            vetoed = minus_inf if vetoed is None else vetoed | minus_inf
+        if per_row:
+            veto, force = minus_inf & (w > 0), minus_inf & (w < 0)
         else:
-            forced = minus_inf if forced is None else forced | minus_inf
+            veto, force = (minus_inf, None) if w > 0 else (None, minus_inf)
+        if veto is not None:
+            vetoed = veto if vetoed is None else vetoed | veto
+        if force is not None:
+            forced = force if forced is None else forced | force
     if total is None:  # every weight is zero: the uniform distribution (all exponents 0)
         return torch.zeros_like(log_probs[0], dtype=torch.float32)
     if forced is not None:
@@ -121,7 +131,9 @@ def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[floa
     """Normalised ``log f_alpha = log_softmax(Σ_k alpha_k log f_k)`` (paper eq. 1), any number of experts."""
     if len(log_probs) == len(weights) and any(float(w) for w in weights):
         lps = [lp.float() for lp, w in zip(log_probs, weights) if float(w)]
-        if all(bool(torch.isfinite(lp).all()) for lp in lps):
+        if bool(
+            torch.stack([torch.isfinite(lp).all() for lp in lps]).all()
+        ):  # one host sync, not one per expert
             # The usual case, no -inf to keep or force: the same sums and log-softmax as below, bit for bit,
             # in a third of the passes (the coherence-tuning teacher mixes [positions, V] every step).
             terms = [lp * float(w) for lp, w in zip(lps, (w for w in weights if float(w)), strict=True)]
@@ -133,10 +145,26 @@ def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[floa
 
 
 def boosted_log_probs(
-    full: torch.Tensor, short: torch.Tensor, alpha: float, form: BoostForm = "next_token"
+    full: torch.Tensor, short: torch.Tensor, alpha: float | torch.Tensor, form: BoostForm = "next_token"
 ) -> torch.Tensor:
-    """Normalised two-expert boosted log-probabilities (the table of docs/design.md, "Mathematics")."""
-    return product_of_experts([full, short], two_expert_weights(alpha, form))
+    """Normalised two-expert boosted log-probabilities (the table of docs/design.md, "Mathematics"), float32.
+
+    ``alpha`` is one number, or one per row of ``full`` (``[N]``, the per-position rules of docs/adaptive.md):
+    each row then mixes with its own weights, under the ``-inf`` rules of ``mix_log_probs``, and a row with
+    ``alpha = 0`` is ``f_max`` exactly.
+    """
+    if not isinstance(alpha, torch.Tensor):
+        return product_of_experts([full, short], two_expert_weights(alpha, form))
+    a = alpha.to(full.device, torch.float32).view(-1, *([1] * (full.dim() - 1)))
+    if form == "next_token":
+        w_full = torch.ones_like(a)
+    elif form == "generation":
+        w_full = 1.0 - a
+    else:
+        raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+    if bool((w_full <= 0).any()):
+        raise ValueError("every row's full-context weight must be positive (generation form: alpha < 1)")
+    return normalize_log_scores(mix_log_probs([full, short], [w_full, a]))
 
 
 def short_context_ids(ids: Sequence[int], k: int, special_prefix: Sequence[int] = ()) -> list[int]:

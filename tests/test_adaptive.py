@@ -20,7 +20,6 @@ from cblight.adaptive import (
     entropy,
     js_divergence,
     jsd_alpha,
-    mix_per_row,
     prior_ranks,
     residual_alpha,
     token_alphas,
@@ -64,12 +63,12 @@ def test_jsd_alpha_is_adacad_in_both_forms():
     # the generation form with alpha = -a is AdaCAD's (1 + a) log f_max - a log f_short, normalised
     unnorm = [x ** (1 + a) * y**-a for x, y in zip(p, q)]
     expected = torch.tensor([[LOG(u / sum(unnorm)) for u in unnorm]])
-    got = mix_per_row(full, short, jsd_alpha(full, short, "generation"), "generation")
+    got = boosted_log_probs(full, short, jsd_alpha(full, short, "generation"), "generation")
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
     # the next-token alpha -a/(1+a) has the same argmax, and alpha_in_form maps one onto the other
     nt = jsd_alpha(full, short, "next_token")
     assert float(alpha_in_form(nt, "generation")) == pytest.approx(-a, abs=1e-6)
-    assert mix_per_row(full, short, nt).argmax() == got.argmax()
+    assert boosted_log_probs(full, short, nt).argmax() == got.argmax()
     # identical experts: no divergence, no boosting
     assert float(jsd_alpha(full, full)) == 0.0
 
@@ -94,32 +93,32 @@ def test_residual_alpha_by_hand():
     assert float(residual_alpha(logs(*p).float(), logs(*p).float())) == pytest.approx(-0.9)
 
 
-def test_mix_per_row_matches_scalar_boosting_row_by_row():
+def test_per_row_alpha_matches_scalar_boosting_row_by_row():
     torch.manual_seed(0)
     full = torch.log_softmax(torch.randn(4, 7), -1)
     short = torch.log_softmax(torch.randn(4, 7), -1)
     alpha = torch.tensor([0.0, -0.3, -1.0, 0.4])
     for form in ("next_token", "generation"):
-        got = mix_per_row(full, short, alpha, form)
+        got = boosted_log_probs(full, short, alpha, form)
         for i in range(4):
             expected = boosted_log_probs(full[i : i + 1], short[i : i + 1], float(alpha[i]), form)
             torch.testing.assert_close(got[i : i + 1], expected, rtol=0, atol=1e-6)
     # alpha = 0 is f_max exactly
-    torch.testing.assert_close(mix_per_row(full, short, torch.zeros(4))[0], full[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(boosted_log_probs(full, short, torch.zeros(4))[0], full[0], rtol=0, atol=1e-6)
 
 
-def test_mix_per_row_infinities_follow_the_product_of_experts():
+def test_per_row_alpha_infinities_follow_the_product_of_experts():
     full = logs(0.5, 0.5, 0.0).float()
     short = logs(0.0, 0.6, 0.4).float()
     # f_max rules out token 2: it stays out; f_short (weight -0.5) rules out token 0: all mass goes there
-    got = mix_per_row(full, short, torch.tensor([-0.5]))
+    got = boosted_log_probs(full, short, torch.tensor([-0.5]))
     torch.testing.assert_close(got.exp(), torch.tensor([[1.0, 0.0, 0.0]]), rtol=0, atol=1e-7)
     torch.testing.assert_close(got, boosted_log_probs(full, short, -0.5), rtol=0, atol=0)
     # a positive short weight vetoes what f_short rules out
-    got = mix_per_row(full, short, torch.tensor([0.5]))
+    got = boosted_log_probs(full, short, torch.tensor([0.5]))
     torch.testing.assert_close(got, boosted_log_probs(full, short, 0.5), rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="positive"):
-        mix_per_row(full, short, torch.tensor([1.0]), "generation")
+        boosted_log_probs(full, short, torch.tensor([1.0]), "generation")
 
 
 # ---------------------------------------------------------------------------------------------------------

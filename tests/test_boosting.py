@@ -98,6 +98,25 @@ def test_minus_inf_handling_is_nan_free():
     torch.testing.assert_close(out, torch.log_softmax(full, -1))
 
 
+def test_per_row_weights_are_each_rows_scalar_mix():
+    # one weight per row mixes every row exactly as that row's number would (the -inf rules included)
+    full = torch.tensor([[0.0, -1.0, -math.inf], [-0.5, -math.inf, -2.0], [-1.0, -2.0, -3.0]])
+    short = torch.tensor([[-math.inf, -0.5, -1.0], [-1.0, -0.1, -math.inf], [-math.inf, -1.0, -2.0]])
+    w_short = [-0.5, 0.7, 0.0]
+    mixed = mix_log_probs([full, short], [torch.ones(3, 1), torch.tensor(w_short).view(3, 1)])
+    for i, w in enumerate(w_short):
+        expected = mix_log_probs([full[i : i + 1], short[i : i + 1]], [1.0, w])
+        torch.testing.assert_close(mixed[i : i + 1], expected, rtol=0, atol=0)
+    # by hand, to float32 rounding (values near 1: 1e-6 is a few float32 ulps)
+    assert mixed[0].tolist() == pytest.approx(
+        [math.inf, -1.0 - 0.5 * -0.5, -math.inf], abs=1e-6
+    )  # forced, vetoed
+    assert mixed[1].tolist() == pytest.approx(
+        [-0.5 + 0.7 * -1.0, -math.inf, -math.inf], abs=1e-6
+    )  # short vetoes
+    assert mixed[2].tolist() == full[2].tolist()  # weight 0 ignores f_short's -inf
+
+
 def test_short_context_ids():
     assert short_context_ids([5, 6, 7, 8], 2) == [7, 8]
     assert short_context_ids([5, 6, 7, 8], 10) == [5, 6, 7, 8]

@@ -16,8 +16,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from cblight.adaptive import NEXT_TOKEN_UNIT, mix_per_row, summary, token_alphas, unit_k
-from cblight.boosting import binomial_stderr, first_argmax, next_token_alpha_sweep, short_context_ids
+from cblight.adaptive import NEXT_TOKEN_UNIT, summary, token_alphas, unit_k
+from cblight.boosting import (
+    binomial_stderr,
+    boosted_log_probs,
+    first_argmax,
+    next_token_alpha_sweep,
+    short_context_ids,
+)
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
@@ -212,7 +218,7 @@ class NextToken(TaskKind):
             )
         rule = "jsd" if self.adaptive == "jsd_mean" else self.adaptive or ""
         alpha = token_alphas(rule, full, short, "next_token")
-        mixed = mix_per_row(full, short, alpha, "next_token")
+        mixed = boosted_log_probs(full, short, alpha, "next_token")
         lp = mixed.gather(1, tgt[:, None])
         grid = next_token_alpha_sweep(full, short, tgt, torch.tensor(ADAPTIVE_GRID))
         return {

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from cblight.adaptive import mix_per_row, token_alphas
+from cblight.adaptive import token_alphas
 from cblight.batching import (
     cache_argument,
     last_position_log_probs,
@@ -28,7 +28,7 @@ from cblight.batching import (
     output_cache,
     positions_from_mask,
 )
-from cblight.boosting import log_softmax32, product_of_experts
+from cblight.boosting import boosted_log_probs, log_softmax32, product_of_experts
 from cblight.generate.inputs import RowInfo
 from cblight.options import Experts, LastTokens
 
@@ -252,7 +252,7 @@ def boosted_scores(
         alpha = token_alphas(boosting.adaptive, full, lps[1], boosting.form)
         if trace is not None:
             trace.append(alpha)
-        return mix_per_row(full, lps[1], alpha, boosting.form)
+        return boosted_log_probs(full, lps[1], alpha, boosting.form)
     return mix_experts(lps, weights)
 
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from cblight.adaptive import choice_alphas, mix_per_row, token_alphas
+from cblight.adaptive import choice_alphas, token_alphas
 from cblight.batching import right_pad
-from cblight.boosting import AlphaGrid, log_softmax32, mix_log_probs
+from cblight.boosting import AlphaGrid, boosted_log_probs, log_softmax32, mix_log_probs
 from cblight.scoring import Scorer
 
 Item = tuple[Sequence[int], Sequence[int] | None, Sequence[int]]
@@ -102,7 +102,7 @@ def _finish(
     short = log_probs[1]
     short_sum = float(short.gather(1, target[:, None]).double().sum())
     if token_rule is not None:
-        boosted = mix_per_row(full, short, token_alphas(token_rule, full, short, "next_token"))
+        boosted = boosted_log_probs(full, short, token_alphas(token_rule, full, short, "next_token"))
     else:
         boosted = mix_log_probs([full, short], [1.0, alpha])
     return PairScore(full_sum, short_sum, bool((boosted.argmax(-1) == target).all()))

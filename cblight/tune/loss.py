@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from cblight.adaptive import mix_per_row, token_alphas
+from cblight.adaptive import token_alphas
 from cblight.batching import (
     default_window_chunk,
     last_position_log_probs,
@@ -181,7 +181,7 @@ def boosted_teacher(
     if short_log_probs.shape[0] and adaptive is not None:
         short = short_log_probs.detach().float()
         rows = token_alphas(adaptive, full[long], short, "generation")
-        teacher[long] = mix_per_row(full[long], short, rows, "generation")
+        teacher[long] = boosted_log_probs(full[long], short, rows, "generation")
     elif short_log_probs.shape[0]:
         teacher[long] = boosted_log_probs(full[long], short_log_probs.detach().float(), alpha, "generation")
     return teacher
