@@ -15,6 +15,7 @@ DDP launcher re-runs it in every worker process. Modules are imported only for t
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,7 +81,25 @@ def command_help() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``cblight COMMAND ...``: run one subcommand of ``COMMANDS`` with the rest of the arguments."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        _drop_stdout()
+        return 1
+    finally:  # also after --help's SystemExit, whose text argparse wrote into the closed pipe
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _drop_stdout()
+
+
+def _drop_stdout() -> None:
+    """Whoever read the output stopped early (``cblight --help | head``): no traceback, now or when the
+    interpreter flushes stdout on exit (the recipe of Python's ``signal`` documentation)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _run(args: list[str]) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(command_help())
         return 0

@@ -99,3 +99,14 @@ def test_evaluate_py_is_an_alias_of_cblight_evaluate():
         [sys.executable, "evaluate.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and done.stdout.startswith("usage: evaluate.py -c CONFIG"), done.stderr[-500:]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["evaluate", "--help"]])
+def test_help_into_a_closed_pipe_leaves_no_traceback(argv):
+    # ``cblight --help | head -1``: the reader is gone before cblight writes (closed right after the start)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cblight", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert err.decode() == "", err.decode()[-2000:]
