@@ -14,21 +14,16 @@ from cblight.__main__ import COMMANDS, main
 from cblight.evaluate.boosted_evaluator import BoostedEvaluator
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator
 from cblight.tune.coherence_tuning import CoherenceTuning
+from tests.test_messages import cblight
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def help_of(argv: list[str], capsys) -> str:
     """What ``cblight <argv>`` prints, checking that it exits with status 0."""
-    saved = list(sys.argv)
-    try:
-        status = main(argv)
-    except SystemExit as exc:
-        status = exc.code
-    finally:
-        sys.argv[:] = saved
+    status, _, out = cblight(argv, capsys)
     assert status in (0, None), argv
-    return capsys.readouterr().out
+    return out
 
 
 def test_cblight_lists_every_subcommand(capsys):

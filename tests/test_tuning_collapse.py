@@ -22,20 +22,11 @@ from cblight.tune.prompt_data import PromptDataModule
 from cblight.tune.teacher import EMA_KEY, TeacherOptions
 from cblight.tune.validation import SampleDiversity, next_token_entropy, sampled_tokens
 from tests.test_tuning import PROMPTS, _reference_terms, _sample, _with_early_eos
+from tests.test_tuning_module import PROMPTS as RUN_PROMPTS  # for Lightning runs: training and held-out
 from tests.test_tuning_module import _trainer
 from tests.test_tuning_module import _tuning as _module_tuning
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-RUN_PROMPTS = [  # for Lightning runs: training prompts and held-out ones
-    "The quick brown fox jumps over the lazy dog",
-    "A journey of a thousand miles begins",
-    "Question: what is the capital of France? Answer:",
-    "She opened the door because the bell rang",
-    "Title: Markets rally. Summary:",
-    "This quote has a tone that is",
-]
-
 
 # ---------------------------------------------------------------------------------------------------------
 # The trust region: beta * KL(f_θ || f_0) per position, value and gradient
