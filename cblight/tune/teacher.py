@@ -5,11 +5,12 @@ coherence tuning"; docs/tuning.md, "Teachers").
 model (the paper; its full-context expert is the student's own forward, detached), ``ema`` an exponential
 moving average of the student, ``θ_ema ← d θ_ema + (1 - d) θ`` after every optimizer step.
 
-The live teacher compounds its boost and runs away (docs/tuning.md, "Why the live teacher drifts"); two
-brakes make it usable: ``refresh_every`` boosts a snapshot of the student taken every ``N`` steps instead
-of the current weights, and ``trust_region`` adds ``beta · KL(f_θ || f_0)`` to the loss at every position
-in scope, the divergence from the initial model's full-context distribution that RLHF penalises
-(``cblight.tune.loss.tuning_kl_terms``).
+The live teacher compounds its boost and runs away (docs/tuning.md, "Why the live teacher drifts"). It has
+two brakes: ``refresh_every`` boosts a snapshot of the student taken every ``N`` steps instead of the
+current weights, and ``trust_region`` adds ``beta · KL(f_θ || f_0)`` to the loss at every position in scope,
+the divergence from the initial model's full-context distribution that RLHF penalises
+(``cblight.tune.loss.tuning_kl_terms``). Measured on a real model (docs/tuning.md, "Real-model evidence"),
+the trust region keeps the model whole and the refresh only slows the runaway.
 
 ``Teacher`` is the teacher of ``cblight.tune.coherence_tuning.CoherenceTuning``: it holds the copies (and the
 initial model that validation compares with), updates the EMA, moves the copies to the device and carries
