@@ -54,12 +54,16 @@ def log_softmax32(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1)
 
 
-def two_expert_weights(alpha: float, form: BoostForm) -> tuple[float, float]:
-    """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md, "Mathematics")."""
+def two_expert_weights(
+    alpha: float | torch.Tensor, form: BoostForm
+) -> tuple[float | torch.Tensor, float | torch.Tensor]:
+    """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md,
+    "Mathematics"); a tensor of alphas (one per row) gives tensors of weights."""
+    a = alpha if isinstance(alpha, torch.Tensor) else float(alpha)
     if form == "next_token":
-        return 1.0, float(alpha)
+        return 1.0, a
     if form == "generation":
-        return 1.0 - float(alpha), float(alpha)
+        return 1.0 - a, a
     raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
 
 
@@ -131,9 +135,9 @@ def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[floa
     """Normalised ``log f_alpha = log_softmax(Σ_k alpha_k log f_k)`` (paper eq. 1), any number of experts."""
     if len(log_probs) == len(weights) and any(float(w) for w in weights):
         lps = [lp.float() for lp, w in zip(log_probs, weights) if float(w)]
-        if bool(
-            torch.stack([torch.isfinite(lp).all() for lp in lps]).all()
-        ):  # one host sync, not one per expert
+        # one host sync for all experts, not one per expert
+        finite = torch.stack([torch.isfinite(lp).all() for lp in lps]).all()
+        if bool(finite):
             # The usual case, no -inf to keep or force: the same sums and log-softmax as below, bit for bit,
             # in a third of the passes (the coherence-tuning teacher mixes [positions, V] every step).
             terms = [lp * float(w) for lp, w in zip(lps, (w for w in weights if float(w)), strict=True)]
@@ -155,16 +159,11 @@ def boosted_log_probs(
     """
     if not isinstance(alpha, torch.Tensor):
         return product_of_experts([full, short], two_expert_weights(alpha, form))
-    a = alpha.to(full.device, torch.float32).view(-1, *([1] * (full.dim() - 1)))
-    if form == "next_token":
-        w_full = torch.ones_like(a)
-    elif form == "generation":
-        w_full = 1.0 - a
-    else:
-        raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
-    if bool((w_full <= 0).any()):
+    rows = alpha.to(full.device, torch.float32).view(-1, *([1] * (full.dim() - 1)))
+    w_full, w_short = two_expert_weights(rows, form)
+    if isinstance(w_full, torch.Tensor) and bool((w_full <= 0).any()):
         raise ValueError("every row's full-context weight must be positive (generation form: alpha < 1)")
-    return normalize_log_scores(mix_log_probs([full, short], [w_full, a]))
+    return normalize_log_scores(mix_log_probs([full, short], [w_full, w_short]))
 
 
 def short_context_ids(ids: Sequence[int], k: int, special_prefix: Sequence[int] = ()) -> list[int]:

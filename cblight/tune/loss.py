@@ -178,12 +178,11 @@ def boosted_teacher(
         raise ValueError(
             f"{short_log_probs.shape[0]} short-context rows for {int(long.sum())} long positions"
         )
-    if short_log_probs.shape[0] and adaptive is not None:
+    if short_log_probs.shape[0]:
         short = short_log_probs.detach().float()
-        rows = token_alphas(adaptive, full[long], short, "generation")
-        teacher[long] = boosted_log_probs(full[long], short, rows, "generation")
-    elif short_log_probs.shape[0]:
-        teacher[long] = boosted_log_probs(full[long], short_log_probs.detach().float(), alpha, "generation")
+        at_long = full[long]
+        weight = alpha if adaptive is None else token_alphas(adaptive, at_long, short, "generation")
+        teacher[long] = boosted_log_probs(at_long, short, weight, "generation")
     return teacher
 
 
