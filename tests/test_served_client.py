@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import pytest
 
 from cblight.served import CompletionClient, RequestCache, ServedModelError, ServedScorer, ServerOptions
 from cblight.served.scorer import echoed_continuation
+from tests.server_process import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -165,13 +167,6 @@ def test_a_500_storm_through_evaluate_is_one_line_and_writes_nothing(stub, tmp_p
     assert not (out / "results.json").exists()
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_an_unreachable_server_is_one_error_at_once(tmp_path, capsys):
     """Issue 19: a refused connection is not retried (nothing listens there; no wait mends it)."""
     from cblight.cli import evaluate_cli
@@ -220,6 +215,50 @@ def test_refused_fails_at_once_but_resets_and_timeouts_are_retried(stub):
     with pytest.raises(ServedModelError, match=r"timed out.*2 attempts"):
         timed.request("/completions", {"prompt": "x"})
     assert timed.retries == 1
+
+
+# A server that answers the model list and dies of a segmentation fault on its first completion request,
+# as llama.cpp's natively built CPU kernels did on Intel Xeons with AMX (no core file).
+CRASHING_SERVER = """
+import json, os, resource, signal, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        data = json.dumps({"data": [{"id": "served-model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_POST(self):
+        print("POST", self.path, flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def test_a_server_that_dies_mid_request_is_reported_as_stopped_not_absent(tmp_path):
+    """The client says the server stopped (not "start it"); the test fixture says how it died."""
+    port = free_port()
+    log = tmp_path / "server.log"
+    server = ServerProcess("stub server", [sys.executable, "-c", CRASHING_SERVER, str(port)], port, log)
+    with server.running(wait=60):
+        client = CompletionClient(options(server.url, max_retries=2, backoff=0.0))
+        assert client.model_ids() == ["served-model"]
+        with pytest.raises(pytest.fail.Exception) as dead, server.watch():
+            client.complete({"prompt": "x"})
+        first, *log_tail = str(dead.value).splitlines()
+        assert first == f"the stub server exited with signal 11 (SIGSEGV) (log: {log})"
+        assert log_tail[-1] == "POST /v1/completions"  # the log's last lines follow
+        cause = dead.value.__context__
+        assert isinstance(cause, ServedModelError)
+        assert str(cause) == (
+            f"{server.url}/completions: connection refused: the server on 127.0.0.1 port {port} answered "
+            "earlier in this run and has stopped (crashed or killed: see its log); restart it and rerun the same "
+            "command, which resumes from the request cache"
+        )
+        with pytest.raises(pytest.fail.Exception, match=r"^the stub server exited with signal 11"):
+            server.alive()
 
 
 def served_args(url: str, out: Path, *extra: str) -> list[str]:

@@ -5,9 +5,10 @@ Only the standard library (``urllib``, ``sqlite3``, ``concurrent.futures``): the
 posts and the server does the heavy work. What is retried: HTTP 408, 429 and 5xx answers and connection
 failures of a server that is there but busy (reset, timed out), at most ``max_retries`` more times, waiting
 ``backoff · 2^attempt`` seconds (capped at ``max_backoff``, halved at random for jitter, a ``Retry-After``
-header honoured up to the cap). Anything else fails at once: 401, 404, 400 ..., a refused connection
-(nothing listens at that address: the server is not started, or ``base_url`` names the wrong port) and an
-unknown host name, which no wait mends. A request that still fails ends the whole run with
+header honoured up to the cap). Anything else fails at once: 401, 404, 400 ..., a refused connection and
+an unknown host name, which no wait mends. A refused connection is told apart by what came before it: from
+a server that has not answered this client, nothing listens there (not started, or the wrong port); from a
+server that answered or held a connection earlier in the run, the server stopped (crashed or was killed). A request that still fails ends the whole run with
 one line naming the server, the status and the number of attempts: a run never goes on with some answers
 missing. Answers already received are in the cache, so the next run starts where this one stopped.
 """
@@ -170,6 +171,7 @@ class CompletionClient:
         self.requests_sent = 0
         self.cache_hits = 0  # requests answered from the request cache (a resumed run's)
         self.retries = 0
+        self.reached = False  # a server listened at base_url earlier in this client's life
         self._count = threading.Lock()
 
     def _headers(self) -> dict[str, str]:
@@ -190,7 +192,9 @@ class CompletionClient:
         try:
             with urllib.request.urlopen(request, timeout=self.options.timeout) as answer:
                 raw = answer.read()
+            self.reached = True
         except urllib.error.HTTPError as err:
+            self.reached = True
             message = _server_message(err)
             status = f"HTTP {err.code} {err.reason}" + (f": {message}" if message else "")
             if err.code in (408, 429) or err.code >= 500:
@@ -204,6 +208,12 @@ class CompletionClient:
             reason = getattr(err, "reason", err)
             parts = urllib.parse.urlsplit(url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
+            if isinstance(reason, ConnectionRefusedError) and self.reached:
+                raise ServedModelError(
+                    f"{url}: connection refused: the server on {parts.hostname} port {port} answered earlier "
+                    "in this run and has stopped (crashed or killed: see its log); restart it and rerun the "
+                    "same command, which resumes from the request cache"
+                ) from None
             if isinstance(reason, ConnectionRefusedError):
                 raise ServedModelError(
                     f"{url}: connection refused: no server listens on {parts.hostname} port {port}; start "
@@ -214,6 +224,8 @@ class CompletionClient:
                     f"{url}: the host name {parts.hostname!r} is not known ({reason.strerror}); check "
                     "--model.server.base_url"
                 ) from None
+            if isinstance(reason, (ConnectionResetError, HTTPException)):
+                self.reached = True  # a server accepted the connection, then closed it mid-request
             raise _Retryable(f"connection failed ({reason})") from None
         try:
             parsed = json.loads(raw)

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import platform
+import re
 import shlex
-import socket
+import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +39,7 @@ import torch  # noqa: E402
 from cblight.cli import evaluate_cli  # noqa: E402
 from cblight.scoring import Encoder  # noqa: E402
 from cblight.served import CompletionClient, RequestCache, ServedModelError, ServedScorer, ServerOptions  # noqa: E402
+from tests.server_process import ServerProcess, free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 REALDATA = ROOT / "cblight" / "assets" / "realdata"
@@ -54,51 +55,48 @@ MEAN_TOL = 0.25
 LIMIT = 2  # CommonsenseQA questions (5 answers each, full and premise-free contexts: 20 requests)
 
 
-def _die_with_parent() -> None:
-    """In the server's process: ask Linux to end it when the test process dies (no orphan server if the
-    test run is killed before its ``finally``)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
+def host_specific_kernels() -> list[str]:
+    """What the installed llama.cpp CPU backend holds beyond the portable x86-64 AVX2 build that
+    ``scripts/setup.sh`` makes (docs/served.md): the AVX-512 and AMX features its banner reports, and
+    AVX-512 (``zmm``) or AMX (``tileloadd``, ``tdpb*``) instructions in ``libggml-cpu`` when ``objdump``
+    is there to read it. Empty for a portable build."""
+    import llama_cpp
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    banner = llama_cpp.llama_print_system_info().decode()
+    found = [f for f in re.findall(r"(\w+) = 1", banner) if f.startswith(("AVX512", "AMX"))]
+    if platform.machine() == "x86_64" and "AVX2" not in re.findall(r"(\w+) = 1", banner):
+        found.append("no AVX2 (not the build scripts/setup.sh makes)")
+    objdump = shutil.which("objdump")
+    for lib in (Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu*.so*"):
+        if objdump and platform.machine() == "x86_64":
+            code = subprocess.run(
+                [objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True
+            )
+            if "%zmm" in code.stdout:
+                found.append(f"AVX-512 instructions in {lib.name}")
+            if re.search(r"\s(tileloadd|tdpb\w+)\s", code.stdout):
+                found.append(f"AMX instructions in {lib.name}")
+    return found
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def test_the_llama_cpp_build_runs_on_every_ci_machine():
+    """Natively built llama.cpp died on Intel Xeons with AMX (general protection fault in libggml-cpu.so);
+    the test server must be the portable build, whatever CPU built it."""
+    assert host_specific_kernels() == []
 
 
 @contextlib.contextmanager
-def llama_server(gguf: Path, alias: str, log: Path, *extra: str) -> Iterator[str]:
-    """``python -m llama_cpp.server`` on a free local port; yields its base URL, stops it afterwards."""
+def llama_server(gguf: Path, alias: str, log: Path, *extra: str) -> Iterator[ServerProcess]:
+    """``python -m llama_cpp.server`` on a free local port (its URL: ``.url``), stopped afterwards."""
+    if found := host_specific_kernels():
+        pytest.fail(
+            f"llama-cpp-python is a host-specific build ({', '.join(found)}): run bash scripts/setup.sh"
+        )
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--n_threads", "2", *extra]
-    url = f"http://127.0.0.1:{port}/v1"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"llama_cpp.server exited ({proc.returncode}): {log.read_text()[-2000:]}")
-                try:
-                    with urllib.request.urlopen(f"{url}/models", timeout=5):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        pytest.fail(f"llama_cpp.server did not answer in 300 s: {log.read_text()[-2000:]}")
-                    time.sleep(1)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with ServerProcess("llama.cpp server", cmd, port, log).running() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +108,19 @@ def ggufs(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def gemma_server(ggufs, tmp_path_factory) -> Iterator[str]:
+def gemma_process(ggufs, tmp_path_factory) -> Iterator[ServerProcess]:
     with llama_server(
         ggufs["gemma3-270m"], "gemma3-270m", tmp_path_factory.mktemp("logs") / "gemma.log"
-    ) as url:
-        yield url
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+def gemma_server(gemma_process) -> Iterator[str]:
+    """The server's URL for one test; a server that died before or during the test is reported as such."""
+    gemma_process.alive()
+    with gemma_process.watch():
+        yield gemma_process.url
 
 
 def readme_served_command() -> list[str]:
@@ -153,9 +159,11 @@ def served_args(url: str, out: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def served_run(gemma_server, tmp_path_factory) -> Path:
+def served_run(gemma_process, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("served")
-    evaluate_cli(served_args(gemma_server, out))
+    gemma_process.alive()
+    with gemma_process.watch():
+        evaluate_cli(served_args(gemma_process.url, out))
     return out
 
 
@@ -279,16 +287,16 @@ def test_an_empty_context_gets_no_log_prob_and_is_refused(gemma_server):
 
 def test_a_server_without_prompt_log_probs_is_refused(ggufs, tmp_path):
     log = tmp_path / "no-logits.log"
-    with llama_server(ggufs["gemma3-270m"], "gemma3-270m", log, "--logits_all", "false") as url:
-        options = ServerOptions(base_url=url, max_retries=1, backoff=0.0)
+    with llama_server(ggufs["gemma3-270m"], "gemma3-270m", log, "--logits_all", "false") as server:
+        options = ServerOptions(base_url=server.url, max_retries=1, backoff=0.0)
         with pytest.raises(ServedModelError, match=r"HTTP 500 .*logprobs is not supported.*2 attempts"):
             ServedScorer.connect(options, "gemma3-270m", tmp_path / "requests.sqlite")
 
 
 def test_llama_cpp_misaligned_echo_is_caught_by_the_canary(ggufs, tmp_path, capsys):
     """SmolLM2 adds no BOS: llama-cpp-python's echoed log-probs are one row late, and the canary says so."""
-    with llama_server(ggufs["smollm2-135m"], "smollm2-135m", tmp_path / "smollm2.log") as url:
-        options = ServerOptions(base_url=url, max_retries=1, backoff=0.0)
+    with llama_server(ggufs["smollm2-135m"], "smollm2-135m", tmp_path / "smollm2.log") as server:
+        options = ServerOptions(base_url=server.url, max_retries=1, backoff=0.0)
         with pytest.raises(ServedModelError, match="serves misaligned prompt log-probs") as err:
             ServedScorer.connect(options, "smollm2-135m", tmp_path / "requests.sqlite")
     with capsys.disabled():
