@@ -8,7 +8,7 @@ states), so that a resumed run samples exactly what an uninterrupted one would h
 is the sampling itself, usable without Lightning.
 
 How the tokens are decoded is ``RolloutOptions``: transformers' dynamic KV cache, or its static cache with
-a ``torch.compile``d decode step (CUDA graphs on a GPU), the lever where sampling is latency-bound (a small
+a decode step compiled with ``torch.compile`` (CUDA graphs on a GPU), the lever where sampling is latency-bound (a small
 model on a GPU: docs/tuning.md, "Speed and memory"). What is sampled is the same either way.
 """
 
