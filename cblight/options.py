@@ -52,7 +52,9 @@ __all__ = [
     "as_experts",
 ]
 
+#: The paper's three short contexts: the last ``k`` tokens, separator + response so far (dialog), marker + text so far (summaries).
 Mode = Literal["last_k", "response", "marker"]
+#: The values of ``Mode``.
 MODES: tuple[str, ...] = ("last_k", "response", "marker")
 DEFAULT_FORMS: dict[str, BoostForm] = {
     "last_k": "generation",
@@ -121,6 +123,7 @@ class AfterMarker:
             raise BoostingError(f"marker must be a non-empty string, got {self.marker!r}")
 
 
+#: One short-context rule of ``Experts``.
 ShortContext = LastTokens | AfterSeparator | AfterMarker
 
 

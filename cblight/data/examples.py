@@ -109,4 +109,5 @@ class GenerationExample:
         return self.prompt
 
 
+#: Any example a task produces.
 Example = ChoiceExample | NextTokenExample | GenerationExample

@@ -30,7 +30,9 @@ from cblight.tune.positions import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
 
+#: The checkpoint key under which every process's sampling random state is saved.
 RNG_KEY = "cblight_sampling_rng"
+#: ``RolloutOptions.cache`` values: ``auto`` (static and compiled on a GPU, dynamic on CPU), ``dynamic``, ``static``.
 CACHES = ("auto", "dynamic", "static")
 
 __all__ = [
@@ -90,6 +92,7 @@ class RolloutOptions:
 
 
 def seed_of(*parts: int) -> int:
+    """A 32-bit seed mixed from integers (base seed, process rank, step) by numpy's ``SeedSequence``."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
