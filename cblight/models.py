@@ -27,7 +27,7 @@ __all__ = [
     "resolve_model_path",
 ]
 
-#: The dtypes a model may be loaded in (``auto``: the checkpoint's own); log-softmax and mixing stay float32.
+#: The dtypes a model may be loaded in (``auto`` is the checkpoint's own); log-softmax and mixing stay float32.
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 
 log = logging.getLogger(__name__)

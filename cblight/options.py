@@ -52,7 +52,7 @@ __all__ = [
     "as_experts",
 ]
 
-#: The paper's three short contexts: the last ``k`` tokens, separator + response so far (dialog), marker + text so far (summaries).
+#: The paper's three short contexts, the last ``k`` tokens, separator + response so far (dialog), marker + text so far (summaries).
 Mode = Literal["last_k", "response", "marker"]
 #: The values of ``Mode``.
 MODES: tuple[str, ...] = ("last_k", "response", "marker")

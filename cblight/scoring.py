@@ -47,7 +47,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Sequences per forward pass: a positive integer, or ``"auto"`` (halves on CUDA out-of-memory).
+#: Sequences per forward pass, a positive integer or ``"auto"`` (halves on CUDA out-of-memory).
 BatchSize = int | Literal["auto"]
 
 

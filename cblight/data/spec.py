@@ -14,7 +14,7 @@ from typing import Any, Literal
 from cblight.data.examples import Example
 from cblight.data.sources import DataSource, SourceRecord
 
-#: What a task scores: answer choices (eq. 2), the next token (Tables 1, 5), or generated text (Tables 2, 3).
+#: What a task scores, answer choices (eq. 2), the next token (Tables 1, 5) or generated text (Tables 2, 3).
 TaskKind = Literal["multiple_choice", "next_token", "generation"]
 
 

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 #: The checkpoint key under which every process's sampling random state is saved.
 RNG_KEY = "cblight_sampling_rng"
-#: ``RolloutOptions.cache`` values: ``auto`` (static and compiled on a GPU, dynamic on CPU), ``dynamic``, ``static``.
+#: The values of ``RolloutOptions.cache``, ``auto`` (static and compiled on a GPU, dynamic on CPU), ``dynamic``, ``static``.
 CACHES = ("auto", "dynamic", "static")
 
 __all__ = [
