@@ -16,7 +16,7 @@ where each short context ``s_i`` follows one rule:
 * ``LastTokens(k)``: the last ``k`` tokens (generic text, WebText Table 2, Figure 1);
 * ``AfterSeparator(sep)``: the turn separator plus the response so far (dialog, Table 3: the paper's
   ``f_{k+1}`` on ``S <sep> w_1..w_k``); the separator defaults to the tokenizer's EOS (DialoGPT);
-* ``AfterMarker(marker)``: a marker such as `` TL;DR:`` plus the summary so far (appendix "GPT-2
+* ``AfterMarker(marker)``: a marker such as ``" TL;DR:"`` plus the summary so far (appendix "GPT-2
   summarization experiments"; the marker is our choice so that the first step has a context).
 
 The two forms (docs/design.md, "Mathematics"): ``generation``, ``(1-alpha) log f_max + alpha log f_k``
