@@ -38,7 +38,7 @@ autodoc_inherit_docstrings = False
 autodoc_mock_imports = ["lm_eval", "peft", "wandb", "pycocoevalcap"]  # optional extras
 
 html_theme = "pydata_sphinx_theme"
-html_title = "cblight"
+html_title = "cblight documentation"
 html_theme_options = {
     "navigation_depth": 2,
     "show_toc_level": 2,
