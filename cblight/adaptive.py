@@ -76,14 +76,16 @@ __all__ = [
 TokenRule = Literal["jsd", "residual"]
 RuleName = Literal["auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance"]
 Unit = Literal["sentence", "clause"]
-TOKEN_RULES: tuple[str, ...] = ("jsd", "residual")  # per position: decoding, tuning, greedy flags
-NEXT_TOKEN_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "residual")  # next-token tasks (LAMBADA)
-CHOICE_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "decorrelate", "balance")  # multiple choice
+TOKEN_RULES: tuple[str, ...] = ("jsd", "residual")  #: the per-position rules (decoding, tuning, greedy flags)
+NEXT_TOKEN_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "residual")  #: next-token tasks (LAMBADA)
+CHOICE_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "decorrelate", "balance")  #: multiple choice
+#: Every rule name ``adaptive`` accepts.
 RULES: tuple[str, ...] = ("auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance")
+#: How ``k`` is read off a next-token input, as its last sentence or its last clause.
 UNITS: tuple[str, ...] = ("sentence", "clause")
-# the rule ``auto`` stands for, per task kind (the measurements behind the choice: docs/adaptive.md)
+#: the rule ``auto`` stands for, per task kind (the measurements behind the choice are in docs/adaptive.md)
 AUTO = {"multiple_choice": "decorrelate", "next_token": "jsd_mean"}
-NEXT_TOKEN_UNIT: Unit = "sentence"  # the short context of next-token rules: the input's last sentence
+NEXT_TOKEN_UNIT: Unit = "sentence"  #: the short context of next-token rules, the input's last sentence
 
 
 def rule_for(name: str, kind: str) -> str:

@@ -27,6 +27,7 @@ from typing import Literal
 
 import torch
 
+#: The paper's two two-expert forms, ``log f_max + alpha log f_k`` (next token) and ``(1-alpha) log f_max + alpha log f_k`` (generation).
 BoostForm = Literal["next_token", "generation"]
 
 __all__ = [

@@ -17,6 +17,17 @@ import torch
 from cblight.errors import CblightError, ConfigError
 from cblight.zoo import PREFIX as OFFLINE  # ``offline:<name>``: the zoo is consulted for those names only
 
+__all__ = [
+    "DTypeName",
+    "ModelLoadError",
+    "load_causal_lm",
+    "load_tokenizer",
+    "model_label",
+    "model_window",
+    "resolve_model_path",
+]
+
+#: The dtypes a model may be loaded in (``auto`` is the checkpoint's own); log-softmax and mixing stay float32.
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ where each short context ``s_i`` follows one rule:
 * ``LastTokens(k)``: the last ``k`` tokens (generic text, WebText Table 2, Figure 1);
 * ``AfterSeparator(sep)``: the turn separator plus the response so far (dialog, Table 3: the paper's
   ``f_{k+1}`` on ``S <sep> w_1..w_k``); the separator defaults to the tokenizer's EOS (DialoGPT);
-* ``AfterMarker(marker)``: a marker such as `` TL;DR:`` plus the summary so far (appendix "GPT-2
+* ``AfterMarker(marker)``: a marker such as ``" TL;DR:"`` plus the summary so far (appendix "GPT-2
   summarization experiments"; the marker is our choice so that the first step has a context).
 
 The two forms (docs/design.md, "Mathematics"): ``generation``, ``(1-alpha) log f_max + alpha log f_k``
@@ -52,7 +52,9 @@ __all__ = [
     "as_experts",
 ]
 
+#: The paper's three short contexts, the last ``k`` tokens, separator + response so far (dialog), marker + text so far (summaries).
 Mode = Literal["last_k", "response", "marker"]
+#: The values of ``Mode``.
 MODES: tuple[str, ...] = ("last_k", "response", "marker")
 DEFAULT_FORMS: dict[str, BoostForm] = {
     "last_k": "generation",
@@ -121,6 +123,7 @@ class AfterMarker:
             raise BoostingError(f"marker must be a non-empty string, got {self.marker!r}")
 
 
+#: One short-context rule of ``Experts``.
 ShortContext = LastTokens | AfterSeparator | AfterMarker
 
 

@@ -5,6 +5,7 @@
   and its KV cache fanned out to the choices, where the model's cache allows it.
 * ``Scorer.next_token_log_probs`` / ``Scorer.last_k_log_probs``: the next-token distribution after a
   whole context (``f_max``) and after its last ``k`` tokens (``f_k``), batched.
+
 (Padding, position ids and the windowed per-position passes are in ``cblight.batching``.)
 
 Token boundaries follow lm-evaluation-harness: the continuation is what ``encode(context + continuation)``
@@ -34,8 +35,19 @@ from cblight.batching import (
 from cblight.boosting import log_softmax32, short_context_ids
 from cblight.errors import CblightError
 
+__all__ = [
+    "BatchSize",
+    "ContinuationScore",
+    "Encoder",
+    "Scorer",
+    "ScoringError",
+    "empty_context_ids",
+    "special_prefix",
+]
+
 log = logging.getLogger(__name__)
 
+#: Sequences per forward pass, a positive integer or ``"auto"`` (halves on CUDA out-of-memory).
 BatchSize = int | Literal["auto"]
 
 

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 profile=${1:-test}
 case "$profile" in
-    test) extras="dev,models,serve" ;;
+    test) extras="dev,models,serve,docs" ;;
     demo) extras="models" ;;
     *) echo "usage: bash scripts/setup.sh [test|demo]" >&2; exit 2 ;;
 esac

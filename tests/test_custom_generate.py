@@ -141,11 +141,11 @@ def test_bad_input_is_one_clear_error(tiny_lm):
 
 
 def test_readme_snippet_and_hub_card(tiny_gpt2_dir, monkeypatch, capsys):
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("## cblight in lm-evaluation-harness and model.generate", 1)[1]
+    tutorial = (ROOT / "docs" / "tutorials" / "lmeval.md").read_text()  # the README's former section
+    block = tutorial.split("## cblight in lm-evaluation-harness and model.generate", 1)[1]
     code = block.split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(ROOT)  # custom_generate="." is the checkout
-    exec(compile(code.replace('"gpt2"', repr(str(tiny_gpt2_dir))), "README", "exec"), {})
+    exec(compile(code.replace('"gpt2"', repr(str(tiny_gpt2_dir))), "docs/tutorials/lmeval.md", "exec"), {})
     assert capsys.readouterr().out.strip()
     card = (ROOT / "custom_generate" / "README.md").read_text()
     front = card.split("---\n")[1]

@@ -5,7 +5,7 @@
 * boosted: ``HFLM`` scores of the full and the short request combined by hand, greedy flags from a naive
   per-position loop, and ``evaluate.py`` on the same COPA examples;
 * the short-context rules against cblight's own premise-free contexts, and lm-eval's task names;
-* ``cblight lmeval`` (the README command): output files, ``--use_cache``, one-line errors.
+* ``cblight lmeval`` (the command of docs/tutorials/lmeval.md): output files, ``--use_cache``, one-line errors.
 """
 
 from __future__ import annotations
@@ -303,11 +303,11 @@ def test_simple_evaluate_boosted_equals_evaluate_py(copa_runs, tiny_gpt2_dir, tm
 
 
 # ---------------------------------------------------------------------------------------------------------
-# cblight lmeval: the README command
+# cblight lmeval: the command of docs/tutorials/lmeval.md (once the README's)
 
 
 def readme_command() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "tutorials" / "lmeval.md").read_text()  # the README's former section
     line = next(x for x in text.splitlines() if x.startswith("cblight lmeval ") and "--use_cache" in x)
     return line.split()[2:]
 

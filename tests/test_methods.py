@@ -215,12 +215,12 @@ def test_comparison_table_layout(evaluated):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The README's commands (its "Comparison methods" section), with the tiny model substituted
+# The commands of docs/evaluate.md's "Comparison methods" section (once the README's), with the tiny model substituted
 
 
 def readme_command(*needles: str) -> list[str]:
-    """The arguments of the README line ``cblight evaluate ...`` that holds every one of ``needles``."""
-    text = (ROOT / "README.md").read_text()
+    """The arguments of the docs/evaluate.md line ``cblight evaluate ...`` that holds every one of ``needles``."""
+    text = (ROOT / "docs" / "evaluate.md").read_text()  # holds the README's former section
     section = text[text.index("## Comparison methods and served models") :]
     section = section[: section.index("\n## ", 1)]
     lines = [

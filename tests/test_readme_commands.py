@@ -1,8 +1,10 @@
-"""Every command the README shows runs (issue 14: "Test every command the README shows").
+"""Every command the README shows runs, and so does every command of the documentation pages that hold the
+README's former sections (``SOURCES``: Getting started, Boosted evaluation, the tutorials, Results,
+Development); the README's Python quick start runs too.
 
-The commands are read from README.md's ```bash blocks at test time, so a section added later is picked up
+The commands are read from those files' ```bash blocks at test time, so a section added later is picked up
 without touching this file: every line starting with ``cblight``, ``python evaluate.py``, ``python train.py``,
-``python -m cblight...`` or ``bash scripts/...`` becomes one test, in README order. Each runs as written,
+``python -m cblight...`` or ``bash scripts/...`` becomes one test, in README order, then the pages' order.
 adapted by generic rules (``Adapter``) and nothing command-specific:
 
 * models: a Hub id (``gpt2``, ``gpt2-xl``, ``openai-community/...``, or any model path that does not exist
@@ -42,6 +44,24 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# The README, then the pages its former sections moved to (in the order a later command may read what an
+# earlier one wrote: the tuning tutorial's resume command reads the checkpoint its first command saved).
+SOURCES = [
+    README,
+    *(
+        ROOT / "docs" / page
+        for page in (
+            "getting-started.md",
+            "evaluate.md",
+            "tutorials/reproduce-tables.md",
+            "tutorials/generate.md",
+            "tutorials/tune.md",
+            "tutorials/lmeval.md",
+            "results.md",
+            "development.md",
+        )
+    ),
+]
 FIXTURES = ROOT / "tests" / "fixtures"
 DEMO_DATA = ROOT / "cblight" / "assets" / "demo_data"
 
@@ -75,15 +95,15 @@ LIMITS = {
 CONFIG_LIMITS = {"every_n_train_steps": 1}  # inside lists (callbacks), where an option cannot reach
 
 
-def readme_commands() -> list[list[str]]:
-    """The README's runnable commands as argument lists, comments dropped, in order, each once."""
-    text = README.read_text(encoding="utf-8")
+def readme_commands(sources: list[Path] = SOURCES) -> list[list[str]]:
+    """The runnable commands of ``sources`` as argument lists, comments dropped, in order, each once."""
     found: list[list[str]] = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            tokens = shlex.split(line, comments=True)
-            if _runnable(tokens) and tokens not in found:
-                found.append(tokens)
+    for source in sources:
+        for block in re.findall(r"```bash\n(.*?)```", source.read_text(encoding="utf-8"), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                tokens = shlex.split(line, comments=True)
+                if _runnable(tokens) and tokens not in found:
+                    found.append(tokens)
     return found
 
 
@@ -364,7 +384,12 @@ def test_the_readme_has_the_commands_this_file_was_written_for():
         "cblight lmeval",
         "bash scripts/demo.sh",
     } <= programs
-    assert len(COMMANDS) >= 20
+    assert len(COMMANDS) >= 40
+    readme = readme_commands([README])
+    assert {"cblight contrast", "cblight evaluate", "cblight generate", "cblight tune", "cblight lmeval"} <= {
+        " ".join(c[:2]) for c in readme
+    }
+    assert readme == COMMANDS[: len(readme)]  # the README's own commands are all among them, first
 
 
 @pytest.fixture(scope="module")
@@ -408,3 +433,24 @@ def test_readme_command_runs(tokens, workdir, monkeypatch):
         return
     if isinstance(result, int) and not isinstance(result, bool):  # a main() that returns its exit status
         assert result == 0, f"{ran}: exit {result}"
+
+
+def readme_python() -> str:
+    """The README's ```python blocks, in order, as one program (later blocks use earlier blocks' names)."""
+    return "\n".join(re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S))
+
+
+@pytest.mark.slow
+def test_readme_python_quick_start_runs(tiny_gpt2_dir, tmp_path, monkeypatch, capsys):
+    """Score a question boosted, generate boosted, tune and export: the README's Python, its model replaced
+    by the tiny GPT-2, run in a scratch directory (the export lands there)."""
+    code = readme_python()
+    assert "choice_scores" in code and "boosted_generate" in code and "CoherenceTuning" in code
+    code = code.replace('"offline:smollm2-135m"', repr(str(tiny_gpt2_dir)))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] in (" the ocean", " a desert", " a library")  # the boosted answer
+    export = tmp_path / "outputs" / "tuned-smollm2"
+    assert (export / "config.json").is_file()
+    assert any(line.endswith("outputs/tuned-smollm2") for line in printed)  # the printed export directory

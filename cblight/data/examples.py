@@ -89,10 +89,10 @@ class GenerationExample:
     ``turns`` are the dialog context turns (empty elsewhere).
 
     Fitting the prompt to the model window (``cblight.truncation.fit_prompt``): ``keep_suffix`` is the
-    tail of ``prompt`` that must survive (`` TL;DR:``), ``cut_from`` the end of the rest that is cut
+    tail of ``prompt`` that must survive (``" TL;DR:"``), ``cut_from`` the end of the rest that is cut
     (summaries keep the article's beginning and cut its end; dialog keeps the latest turns).
     ``short_prefix`` starts the growing short context of the paper's dialog/summary boosting (the turn
-    separator; `` TL;DR:``); empty where the short context is the last ``k`` tokens (WebText).
+    separator; ``" TL;DR:"``); empty where the short context is the last ``k`` tokens (WebText).
     """
 
     idx: int
@@ -109,4 +109,5 @@ class GenerationExample:
         return self.prompt
 
 
+#: Any example a task produces.
 Example = ChoiceExample | NextTokenExample | GenerationExample

@@ -19,6 +19,7 @@ def _load_all() -> None:
 
 
 def get_task(name: str) -> TaskSpec:
+    """The task spec named ``name`` or one of its aliases; ``DataError`` listing the known tasks otherwise."""
     _load_all()
     try:
         return _REGISTRY[_ALIASES.get(name, name)]
@@ -28,5 +29,6 @@ def get_task(name: str) -> TaskSpec:
 
 
 def all_tasks() -> dict[str, TaskSpec]:
+    """Every registered task spec by name, sorted."""
     _load_all()
     return dict(sorted(_REGISTRY.items()))

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from cblight.data.examples import Example
 from cblight.data.sources import DataSource, SourceRecord
 
+#: What a task scores, answer choices (eq. 2), the next token (Tables 1, 5) or generated text (Tables 2, 3).
 TaskKind = Literal["multiple_choice", "next_token", "generation"]
 
 
@@ -67,6 +68,8 @@ _ALIASES: dict[str, str] = {}
 
 
 def register(spec: TaskSpec) -> TaskSpec:
+    """Add a task spec under its name and aliases (a task module calls it on import); a name taken twice
+    is a ``ValueError``."""
     for name in (spec.name, *spec.aliases):
         if name in _REGISTRY or name in _ALIASES:
             raise ValueError(f"task name {name!r} registered twice")

@@ -54,7 +54,7 @@ __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 Role = Literal["report", "selection"]
 _STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report"}
 _PREFIX = {"selection": "val", "report": "test"}
-DEFAULT_KS = tuple(range(1, 21))  # LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
+DEFAULT_KS = tuple(range(1, 21))  #: the default ``ks``, LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
 
 
 def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option: str) -> list[float]:

@@ -295,6 +295,8 @@ def nltk_corpus_bleu(
     orders: Sequence[int] = (2, 4),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
+    """``NltkCorpusBLEU`` on one corpus: nltk's ``corpus_bleu`` at each order (kept to compare with the
+    official NIST-script BLEU of ``corpus_bleu``)."""
     return as_floats(score_once(NltkCorpusBLEU(orders, normalize), hypotheses, references))
 
 
@@ -304,6 +306,8 @@ def nltk_corpus_nist(
     orders: Sequence[int] = (2, 4),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
+    """``NltkCorpusNIST`` on one corpus: nltk's ``corpus_nist`` at each order (kept to compare with the
+    official ``mteval-v14c.pl`` figures of ``corpus_nist_score``)."""
     return as_floats(score_once(NltkCorpusNIST(orders, normalize), hypotheses, references))
 
 
@@ -313,8 +317,10 @@ def ngram_diversity(
     entropy_orders: Sequence[int] = (4,),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
+    """``NGramDiversity`` on one corpus: Dist-n and Ent-n of the responses (Table 3, DialoGPT's DSTC scripts)."""
     return as_floats(score_once(NGramDiversity(distinct_orders, entropy_orders, normalize), hypotheses))
 
 
 def response_length(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> float:
+    """``ResponseLength`` on one corpus: the mean response length in words (Table 3's avg len)."""
     return float(score_once(ResponseLength(normalize), hypotheses))

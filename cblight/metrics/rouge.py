@@ -78,6 +78,7 @@ def rouge(
     rouge_types: Sequence[str] = ROUGE_TYPES,
     use_stemmer: bool = True,
 ) -> dict[str, float]:
+    """``ROUGE`` F-measures of predictions against their references (the summarisation appendix's ROUGE-1/2/L)."""
     metric = ROUGE(rouge_types, use_stemmer)
     metric.update(predictions, references)
     return {k: float(v) for k, v in metric.compute().items()}

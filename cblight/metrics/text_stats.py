@@ -119,6 +119,7 @@ def zipf_from_counts(counts: Sequence[int], top: int = 5000) -> float:
 
 
 def zipf_coefficient(documents: TokenDocs, top: int = 5000) -> float:
+    """``ZipfCoefficient`` of one set of token documents (Table 2's Zipf column)."""
     metric = ZipfCoefficient(top)
     metric.update(documents)
     return float(metric.compute())
@@ -167,6 +168,7 @@ def ends_in_repetition(tokens: Sequence[int], max_n: int = 90, eos_token_id: int
 
 
 def repetition_rate(documents: TokenDocs, max_n: int = 90, eos_token_id: int | None = None) -> float:
+    """``RepetitionRate`` of one set of token documents (Table 2's rep %)."""
     metric = RepetitionRate(max_n, eos_token_id)
     metric.update(documents)
     return float(metric.compute())

@@ -30,7 +30,9 @@ import torch
 
 from cblight.errors import CblightError
 
+#: The divergence of ``LossOptions``, ``KL(teacher || student)`` (the paper), ``KL(student || teacher)`` or generalised JSD.
 Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
+#: The values of ``Divergence``.
 DIVERGENCES: tuple[str, ...] = ("forward_kl", "reverse_kl", "jsd")
 
 __all__ = [

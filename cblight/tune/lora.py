@@ -71,6 +71,7 @@ def apply_lora(model: Any, options: LoraOptions) -> Any:
 
 
 def is_peft_model(model: Any) -> bool:
+    """Whether ``model`` is a peft ``PeftModel`` (LoRA adapters); ``False`` when peft is not installed."""
     if importlib.util.find_spec("peft") is None:
         return False
     from peft import PeftModel

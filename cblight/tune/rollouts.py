@@ -8,7 +8,7 @@ states), so that a resumed run samples exactly what an uninterrupted one would h
 is the sampling itself, usable without Lightning.
 
 How the tokens are decoded is ``RolloutOptions``: transformers' dynamic KV cache, or its static cache with
-a ``torch.compile``d decode step (CUDA graphs on a GPU), the lever where sampling is latency-bound (a small
+a decode step compiled with ``torch.compile`` (CUDA graphs on a GPU), the lever where sampling is latency-bound (a small
 model on a GPU: docs/tuning.md, "Speed and memory"). What is sampled is the same either way.
 """
 
@@ -30,7 +30,9 @@ from cblight.tune.positions import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
 
+#: The checkpoint key under which every process's sampling random state is saved.
 RNG_KEY = "cblight_sampling_rng"
+#: The values of ``RolloutOptions.cache``, ``auto`` (static and compiled on a GPU, dynamic on CPU), ``dynamic``, ``static``.
 CACHES = ("auto", "dynamic", "static")
 
 __all__ = [
@@ -90,6 +92,7 @@ class RolloutOptions:
 
 
 def seed_of(*parts: int) -> int:
+    """A 32-bit seed mixed from integers (base seed, process rank, step) by numpy's ``SeedSequence``."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 

@@ -28,7 +28,9 @@ import torch
 
 from cblight.tune.loss import TuningConfigError, finite_number, positive_int
 
+#: The checkpoint key of the EMA teacher's weights.
 EMA_KEY = "cblight_ema_teacher"
+#: The values of ``TeacherOptions.kind``, the boosted frozen initial model, the live model (the paper), an EMA of the student.
 TEACHERS = ("frozen", "live", "ema")
 
 __all__ = ["EMA_KEY", "TEACHERS", "Teacher", "TeacherOptions", "ema_update", "frozen_copy", "snapshot_update"]

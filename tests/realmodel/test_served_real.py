@@ -124,8 +124,8 @@ def gemma_server(gemma_process) -> Iterator[str]:
 
 
 def readme_served_command() -> list[str]:
-    """The README's ``cblight evaluate`` command for a served model (its vLLM example)."""
-    text = (ROOT / "README.md").read_text()
+    """docs/evaluate.md's ``cblight evaluate`` command for a served model (its vLLM example)."""
+    text = (ROOT / "docs" / "evaluate.md").read_text()  # holds the README's former served-model section
     lines = [
         x for x in text.splitlines() if x.startswith("cblight evaluate") and "--model.server.base_url" in x
     ]
@@ -134,7 +134,7 @@ def readme_served_command() -> list[str]:
 
 
 def served_args(url: str, out: Path, *extra: str) -> list[str]:
-    """The README's served command with the local server, its model name and no Hub tokenizer, on
+    """docs/evaluate.md's served command with the local server, its model name and no Hub tokenizer, on
     ``LIMIT`` shipped CommonsenseQA questions."""
     args = readme_served_command()
     for option, value in (

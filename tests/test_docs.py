@@ -1,0 +1,250 @@
+"""The documentation site: the strict Sphinx build of docs/ (every warning an error, offline), the README's
+links into it, and a docstring for every public name (a module's ``__all__``) of the API reference.
+
+The strict build is what ``bash scripts/docs.sh build`` runs. Three small sites built with the same
+``docs/conf.py`` show that it fails on a link to a missing page, on a page no toctree reaches, and on an
+anchor that no heading makes.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+# The modules the API reference documents (docs/api/index.md); a package whose __all__ names modules
+# documents those modules.
+PUBLIC_MODULES = [
+    "cblight.boosting",
+    "cblight.options",
+    "cblight.generate",
+    "cblight.scoring",
+    "cblight.models",
+    "cblight.metrics",
+    "cblight.data",
+    "cblight.tune",
+    "cblight.adaptive",
+    "cblight.evaluator",
+    "cblight.evaluate.boosted_evaluator",
+    "cblight.generate.generation_evaluator",
+]
+
+
+def sphinx_build(source: Path, out: Path) -> subprocess.CompletedProcess:
+    """``sphinx-build -W`` of ``source`` into ``out``, offline, as scripts/docs.sh builds."""
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(out / ".doctrees"),
+         str(source), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )  # fmt: skip
+
+
+def needs_sphinx() -> None:
+    pytest.importorskip("sphinx", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    pytest.importorskip("myst_parser", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    pytest.importorskip(
+        "pydata_sphinx_theme", reason="the docs extra is not installed: pip install -e '.[docs]'"
+    )
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory) -> Path:
+    needs_sphinx()
+    out = tmp_path_factory.mktemp("site")
+    done = sphinx_build(DOCS, out)
+    assert done.returncode == 0, f"sphinx-build -W docs failed:\n{done.stderr[-6000:]}"
+    return out
+
+
+def test_the_site_builds_strictly_with_every_page_and_the_api(built_site):
+    for page in ("index", "getting-started", "tutorials/reproduce-tables", "results", "speed", "design",
+                 "api/index", "api/boosting", "api/modules"):  # fmt: skip
+        assert (built_site / f"{page}.html").is_file(), page
+    api = "".join(p.read_text(encoding="utf-8") for p in (built_site / "api").glob("*.html"))
+    absent = []
+    for module in public_modules():
+        for name in module.__all__:
+            obj = getattr(module, name, None)
+            if isinstance(obj, types.ModuleType) or obj is None:
+                ids = {f"module-{module.__name__}.{name}"}
+            else:  # documented where it is public, or (a re-export) where it is defined
+                callable_ = inspect.isclass(obj) or inspect.isroutine(obj)
+                origin = f"{obj.__module__}.{obj.__qualname__}" if callable_ else imported_from(module, name)
+                ids = {f"{module.__name__}.{name}", origin}
+            if not any(f'id="{i}"' in api for i in ids if i):
+                absent.append(f"{module.__name__}.{name}")
+    assert not absent, f"public names the API reference does not show: {absent}"
+    assert 'id="cblight.tune.coherence_tuning.CoherenceTuning"' in api
+
+
+def test_the_readme_links_into_pages_and_anchors_that_exist(built_site):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([^)\s]+))?\)", readme)
+    assert len(links) >= 20, links
+    for path, anchor in links:
+        assert (ROOT / path).is_file(), f"README links to {path}, which does not exist"
+        if anchor:
+            html = (built_site / Path(path).relative_to("docs").with_suffix(".html")).read_text(
+                encoding="utf-8"
+            )
+            assert f'id="{anchor}"' in html, (
+                f"README links to {path}#{anchor}: no such anchor in the built page"
+            )
+
+
+BROKEN = {
+    "a link to a missing page": ("See [there](missing.md).\n", "missing.md"),
+    "a page no toctree reaches": (None, "document isn't included in any toctree"),
+    "an anchor no heading makes": ("See [the part](page.md#no-such-heading).\n", "no-such-heading"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
+def test_the_strict_build_fails_on(case, tmp_path):
+    """A two-page site with ``docs/conf.py``: the build passes as written and fails with the one broken thing."""
+    needs_sphinx()
+    text, expected = BROKEN[case]
+    source = tmp_path / "src"
+    source.mkdir()
+    shutil.copy(DOCS / "conf.py", source / "conf.py")
+    (source / "index.md").write_text("# Home\n\n```{toctree}\npage\n```\n", encoding="utf-8")
+    (source / "page.md").write_text(
+        "# Page\n\n## A heading\n\nSee [the part](#a-heading).\n", encoding="utf-8"
+    )
+    assert sphinx_build(source, tmp_path / "ok").returncode == 0
+    if text is None:
+        (source / "orphan.md").write_text("# Nobody links here\n", encoding="utf-8")
+    else:
+        (source / "page.md").write_text(f"# Page\n\n{text}", encoding="utf-8")
+    done = sphinx_build(source, tmp_path / "out")
+    assert done.returncode != 0
+    assert expected in done.stderr, done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Docstrings of public names
+
+
+def _own_docstring(obj: object) -> str | None:
+    if inspect.isclass(obj):
+        doc = obj.__dict__.get("__doc__")
+        if dataclasses.is_dataclass(obj) and doc and doc.startswith(f"{obj.__name__}("):
+            return None  # the signature dataclasses write when a class has no docstring
+        return doc
+    return getattr(obj, "__doc__", None)
+
+
+def _attribute_documented(module: types.ModuleType, name: str) -> bool:
+    """A constant or type alias is documented as autodoc reads it: a ``#:`` comment on the line just above
+    its assignment or at its end, or a string right after it; looked up where it is assigned (following
+    ``from x import name``)."""
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        return False
+    lines = source.splitlines()
+    body = ast.parse(source).body
+    for i, node in enumerate(body):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            above = lines[node.lineno - 2].strip() if node.lineno >= 2 else ""
+            after = body[i + 1] if i + 1 < len(body) else None
+            string_after = (
+                isinstance(after, ast.Expr)
+                and isinstance(getattr(after, "value", None), ast.Constant)
+                and isinstance(after.value.value, str)
+            )
+            trailing = "#: " in lines[node.lineno - 1]
+            return above.startswith("#:") or trailing or string_after
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            origin = importlib.util.resolve_name(
+                "." * node.level + (node.module or ""), module.__package__ or module.__name__
+            )
+            return _attribute_documented(
+                importlib.import_module(origin),
+                next(a.name for a in node.names if (a.asname or a.name) == name),
+            )
+    return False  # fmt: skip
+
+
+def imported_from(module: types.ModuleType, name: str) -> str | None:
+    """``package.module.name`` where ``module`` took ``name`` from (``from x import name``), else None."""
+    for node in ast.parse(inspect.getsource(module)).body:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    base = "." * node.level + (node.module or "")
+                    return f"{importlib.util.resolve_name(base, module.__package__ or module.__name__)}.{alias.name}"
+    return None
+
+
+def undocumented(module: types.ModuleType) -> list[str]:
+    """The names of ``module.__all__`` without a docstring (modules, classes, functions) or a doc comment."""
+    missing = []
+    for name in module.__all__:
+        obj = getattr(module, name, None)
+        if obj is None and module.__spec__ and module.__spec__.submodule_search_locations:
+            obj = importlib.import_module(f"{module.__name__}.{name}")
+        if isinstance(obj, types.ModuleType) or inspect.isclass(obj) or inspect.isroutine(obj):
+            if not (_own_docstring(obj) or "").strip():
+                missing.append(f"{module.__name__}.{name}")
+        elif not _attribute_documented(module, name):
+            missing.append(f"{module.__name__}.{name}")
+    return missing
+
+
+def public_modules() -> list[types.ModuleType]:
+    modules = []
+    for name in PUBLIC_MODULES:
+        module = importlib.import_module(name)
+        modules.append(module)
+        for sub in module.__all__:  # a package that lists its public modules
+            value = getattr(module, sub, None)
+            if isinstance(value, types.ModuleType) or (value is None and hasattr(module, "__path__")):
+                modules.append(importlib.import_module(f"{name}.{sub}"))
+    return modules
+
+
+def test_every_public_name_has_a_docstring():
+    modules = public_modules()
+    assert all(hasattr(m, "__all__") for m in modules), [
+        m.__name__ for m in modules if not hasattr(m, "__all__")
+    ]
+    missing = [name for module in modules for name in undocumented(module)]
+    assert not missing, f"public names (in __all__) without a docstring or a '#:' comment: {missing}"
+
+
+def test_the_docstring_check_can_fail(tmp_path, monkeypatch):
+    (tmp_path / "fake_public.py").write_text(
+        '"""A module."""\n__all__ = ["f", "g", "C", "D", "K", "L"]\n\ndef f():\n    pass\n\ndef g():\n    """Documented."""\n\n'
+        "import dataclasses\n\n@dataclasses.dataclass\nclass C:\n    x: int = 0\n\nclass D:\n    \"\"\"Documented.\"\"\"\n\n"
+        "K = 1\n\n#: Documented.\nL = 2\n",
+        encoding="utf-8",
+    )  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("fake_public")
+    assert undocumented(module) == ["fake_public.f", "fake_public.C", "fake_public.K"]
