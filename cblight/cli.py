@@ -181,7 +181,7 @@ def check_config_command(args: Sequence[str], command: str) -> None:
             )
             if owner and owner != command and {owner, command} != {"evaluate", "generate"}:
                 raise CLIConfigError(
-                    f"{path} is a `cblight {owner}` config (its model.class_path is {named}): use cblight {owner} "
+                    f"{path} is a cblight {owner} config (its model.class_path is {named}): use cblight {owner} "
                     f"-c {path}"
                 )
             continue
@@ -191,7 +191,7 @@ def check_config_command(args: Sequence[str], command: str) -> None:
         for owner, module in COMMAND_MODULES.items():
             if foreign and owner != command and keys <= _init_keys(module):
                 raise CLIConfigError(
-                    f"{path} is a `cblight {owner}` config (model.{foreign[0]} is an option of "
+                    f"{path} is a cblight {owner} config (model.{foreign[0]} is an option of "
                     f"{module.rpartition('.')[2]}, not of {COMMAND_MODULES[command].rpartition('.')[2]}): use "
                     f"cblight {owner} -c {path}"
                 )

@@ -336,19 +336,19 @@ def test_a_config_that_is_not_a_mapping_names_the_file(command, text, got, tmp_p
         (
             "generate",
             "configs/multiple_choice.yaml",
-            "is a `cblight evaluate` config (model.batch_size is an option of BoostedEvaluator, not of "
+            "is a cblight evaluate config (model.batch_size is an option of BoostedEvaluator, not of "
             "BoostedGenerationEvaluator): use cblight evaluate -c configs/multiple_choice.yaml",
         ),
         (
             "evaluate",
             "configs/coherence_tuning.yaml",
-            "is a `cblight tune` config (model.boosting is an option of CoherenceTuning, not of "
+            "is a cblight tune config (model.boosting is an option of CoherenceTuning, not of "
             "BoostedEvaluator): use cblight tune -c configs/coherence_tuning.yaml",
         ),
         (
             "tune",
             "configs/lambada.yaml",
-            "is a `cblight evaluate` config (model.batch_size is an option of BoostedEvaluator, not of "
+            "is a cblight evaluate config (model.batch_size is an option of BoostedEvaluator, not of "
             "CoherenceTuning): use cblight evaluate -c configs/lambada.yaml",
         ),
     ],
@@ -414,6 +414,6 @@ def test_a_config_naming_another_commands_class(tmp_path, capsys):
     path = tmp_path / "tuning.yaml"
     path.write_text("model:\n  class_path: cblight.tune.coherence_tuning.CoherenceTuning\n")
     assert one_line(["evaluate", "-c", str(path)], capsys) == (
-        f"error: {path} is a `cblight tune` config (its model.class_path is "
+        f"error: {path} is a cblight tune config (its model.class_path is "
         f"cblight.tune.coherence_tuning.CoherenceTuning): use cblight tune -c {path}"
     )
