@@ -61,10 +61,6 @@ NOT_ASSERTED_WHOLE = {
     "error: the cache in <dir> was written under other settings (dtype: cached 'float32', now 'bfloat16'). "
     "Choose another --model.output_dir, or add --model.overwrite true (overwrite=True from Python) to discard "
     "the cache and recompute.",
-    "error: adaptive must be one of jsd, residual (a per-token rule, docs/adaptive.md) or null, got 'kl'",
-    "error: adaptive=jsd sets alpha at every token; leave alpha at 0 (got alpha=-0.2)",
-    "error: adaptive_rule=jsd needs alpha=adaptive (got alpha=0.0)",
-    "error: adaptive_rule must be one of auto, jsd, jsd_mean, residual, decorrelate, balance, got 'median'",
 }
 
 

@@ -417,3 +417,11 @@ def test_a_config_naming_another_commands_class(tmp_path, capsys):
         f"error: {path} is a cblight tune config (its model.class_path is "
         f"cblight.tune.coherence_tuning.CoherenceTuning): use cblight tune -c {path}"
     )
+
+
+@pytest.mark.usefixtures("no_loading")
+def test_the_help_hint_names_the_command_as_typed(capsys):
+    """``cblight tune`` runs LightningCLI's ``fit`` without the word: the hint said ``cblight tune fit --help``."""
+    assert one_line(["tune", "--model.fooo", "3"], capsys) == (
+        "error: unknown option --model.fooo (cblight tune --help lists the options)"
+    )
