@@ -27,14 +27,6 @@ HOLE = "\x00"
 _DOC_HOLE = re.compile(r"<[^<>]*>|\.\.\.")
 
 NOT_ASSERTED_WHOLE = {
-    "error: choice_alphas: alpha grid bounds must be finite, got nan .. -1.0",
-    "error: choice_alphas: alpha grid step must be positive, got inf",
-    "error: decoding 'b': alpha must be finite, got nan",
-    "error: decoding 't': temperature must be positive, got nan",
-    "error: decoding 'p': top_p must be in (0, 1], got nan",
-    "error: tasks is empty: name at least one task, e.g. --data.tasks '[copa]'",
-    "error: data_files.copa: unknown split 'bogus'; copa reads ['validation', 'train', 'test'] (report: "
-    "'validation', alpha* chosen on: 'train')",
     "error: copa: <dir>/val.jsonl is not UTF-8 text (byte b'\\xe9' at offset 16); convert it, e.g. iconv -f "
     "latin1 -t utf-8 val.jsonl > utf8-val.jsonl",
     "error: model.output_dir '<path>' is not writable (<deepest existing dir>: Permission denied)",
