@@ -351,10 +351,13 @@ class _Finding:
 def _group_given_a_value(parser: Any, key: str, value: str) -> str:
     """``--model.teacher live``: the group's option that takes such a value (a Literal's value, a flag's
     true/false, else its one string option), else the group's options."""
+    dashes = "--" if f"--{key}" in _ARGV.get() else ""
+    if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
+        why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
+        return f"{dashes}{key}: cannot read {value!r} as a config of its options ({why})"
     leaves = sorted(k for k in parser_keys(parser) if k.startswith(key + "."))
     hints = {k: getattr(_find_action(parser, k)[1], "_typehint", None) for k in leaves}
     taking = [k for k in leaves if _takes(hints[k], value)] or [k for k in leaves if hints[k] is str]
-    dashes = "--" if f"--{key}" in _ARGV.get() else ""
     what = f"{dashes}{key} is a group of options ({', '.join(k.rpartition('.')[2] for k in leaves)}), not a value"
     if len(taking) == 1:
         return f"{what}; did you mean {dashes}{taking[0]} {value}?"

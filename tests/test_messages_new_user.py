@@ -269,6 +269,10 @@ OLD_FLAT = [
         "you mean --model.teacher.kind live?",
     ),
     (
+        ["--model.teacher", "teacher.yaml"],
+        "--model.teacher: cannot read 'teacher.yaml' as a config of its options (no such file)",
+    ),
+    (
         ["--model.export", "false"],
         "--model.export is a group of options (dir, enabled), not a value; did you mean --model.export.enabled "
         "false?",
