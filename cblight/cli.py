@@ -142,6 +142,59 @@ def _largest_k(model: Any) -> int:
 
 EVALUATOR = "cblight.evaluate.boosted_evaluator.BoostedEvaluator"
 GENERATOR = "cblight.generate.generation_evaluator.BoostedGenerationEvaluator"
+TUNER = "cblight.tune.coherence_tuning.CoherenceTuning"
+# the module each command runs; evaluate and generate take either evaluator as model.class_path
+COMMAND_MODULES = {"evaluate": EVALUATOR, "generate": GENERATOR, "tune": TUNER}
+
+
+def _config_paths(args: Sequence[str]) -> list[str]:
+    """The files of ``-c``/``--config`` options on a command line."""
+    paths = []
+    for i, arg in enumerate(args):
+        if arg in ("-c", "--config") and i + 1 < len(args):
+            paths.append(args[i + 1])
+        elif arg.startswith(("--config=", "-c=")):
+            paths.append(arg.split("=", 1)[1])
+    return paths
+
+
+def _init_keys(class_path: str) -> set[str]:
+    return set(inspect.signature(_model_class(class_path)).parameters) - {"self", "args", "kwargs"}
+
+
+def check_config_command(args: Sequence[str], command: str) -> None:
+    """A config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
+    refused naming that command, read from its ``model.class_path`` or, without one, from the module whose
+    options its ``model`` keys are (jsonargparse would say only that one key is unknown)."""
+    for path in _config_paths(args):
+        try:
+            model = yaml.safe_load(Path(path).read_text(encoding="utf-8"))["model"]
+        except Exception:  # no such file, not YAML, no model mapping: the parser says which
+            continue
+        if not isinstance(model, dict):
+            continue
+        named = model.get("class_path")
+        if isinstance(named, str):
+            owner = next(
+                (c for c, m in COMMAND_MODULES.items() if m.rpartition(".")[2] == named.rpartition(".")[2]),
+                None,
+            )
+            if owner and owner != command and {owner, command} != {"evaluate", "generate"}:
+                raise CLIConfigError(
+                    f"{path} is a cblight {owner} config (its model.class_path is {named}): use cblight {owner} "
+                    f"-c {path}"
+                )
+            continue
+        init_args = model.get("init_args")
+        keys = (set(model) - {"init_args"}) | (set(init_args) if isinstance(init_args, dict) else set())
+        foreign = sorted(keys - _init_keys(COMMAND_MODULES[command]))
+        for owner, module in COMMAND_MODULES.items():
+            if foreign and owner != command and keys <= _init_keys(module):
+                raise CLIConfigError(
+                    f"{path} is a cblight {owner} config (model.{foreign[0]} is an option of "
+                    f"{module.rpartition('.')[2]}, not of {COMMAND_MODULES[command].rpartition('.')[2]}): use "
+                    f"cblight {owner} -c {path}"
+                )
 
 
 class EvaluateCLI(LightningCLI):
@@ -252,13 +305,31 @@ def evaluate_help(default_class: str) -> str:
     return "\n".join(lines)
 
 
+def nested_help(args: Sequence[str], default_class: str, prog: str) -> None:
+    """``--model.choice_alphas.help`` and the like, which ``--help`` lists for the evaluator's options: the
+    help of that option's class, printed by jsonargparse (LightningCLI's parser holds the evaluator in
+    subclass mode, where only ``--model.help`` exists), then exit 0."""
+    for i, arg in enumerate(args):
+        if arg.startswith("--model.") and arg.endswith(".help"):
+            from cblight.parse_errors import Parser
+
+            parser = Parser(prog=prog, formatter_class=_HelpFormatter)
+            parser.add_class_arguments(_model_class(default_class), "model")
+            value = args[i + 1 : i + 2]
+            parser.parse_args([arg, *(v for v in value if not v.startswith("-"))])
+
+
 def build_evaluate_cli(
     args: Sequence[str] | None = None, default_class: str = EVALUATOR, prog: str | None = None
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
+    nested_help(sys.argv[1:] if args is None else args, default_class, prog or _prog())
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     quiet_library_notices()
     check_flow_mappings(sys.argv[1:] if args is None else args)
+    check_config_command(
+        sys.argv[1:] if args is None else args, "generate" if default_class == GENERATOR else "evaluate"
+    )
     return EvaluateCLI(
         LightningModule,
         EvalDataModule,
@@ -379,6 +450,7 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.prompt_data import PromptDataModule
 
     check_flow_mappings(sys.argv[1:] if args is None else list(args))
+    check_config_command(sys.argv[1:] if args is None else list(args), "tune")
     quiet_library_notices()
     return TuneCLI(
         CoherenceTuning,

@@ -22,7 +22,7 @@ import torch
 from cblight.boosting import boosted_log_probs, short_context_ids
 from cblight.errors import ConfigError
 from cblight.models import DTypeName
-from cblight.scoring import Scorer
+from cblight.scoring import Encoder, Scorer
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class Contrast:
     tables: dict[str, list[Ranked]]  # "full", "short", "boosted"
     target_rank: dict[str, int]
     target_tokens: int = 1  # tokens of the --target given; only the first is ranked
+    context_tokens: int = 0  # tokens of the context given (special prefix included)
+    used_tokens: int = 0  # of them, the tokens the model sees: a context past its window is cut from the left
+    window: int = 0  # the model's window
 
 
 def _ranked(log_probs: torch.Tensor, tokenizer: Any, target: int, top: int) -> tuple[list[Ranked], int]:
@@ -55,7 +58,17 @@ def _ranked(log_probs: torch.Tensor, tokenizer: Any, target: int, top: int) -> t
     return rows, target_rank
 
 
-def check_contrast_options(k: int, alpha: float, top: int) -> None:
+def check_contrast_options(
+    k: int, alpha: float, top: int, context: str | None = None, target: str | None = None
+) -> None:
+    """The options that need no tokenizer or model."""
+    if context == "":
+        raise ConfigError("--context is empty: give the text whose next token is ranked")
+    if target == "":
+        raise ConfigError(
+            "--target is empty: give the continuation whose first token is ranked (e.g. ' metre'), or leave it "
+            "out to rank the context's last token"
+        )
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}")
     if not math.isfinite(alpha):
@@ -75,17 +88,12 @@ def contrast(
     top: int = 5,
 ) -> Contrast:
     """Top tokens and the target's rank under ``f_max``, ``f_k`` and the boosted mix (Figure 1)."""
-    check_contrast_options(k, alpha, top)
+    check_contrast_options(k, alpha, top, context, target)
     scorer = Scorer(model, tokenizer, batch_size=2)
     enc = scorer.encoder
-    if target is None:
-        ids = enc.context(context)
-        if len(ids) - len(enc.prefix) < 2:
-            raise ConfigError("the context needs at least two tokens when no --target is given")
-        ctx, target_id = ids[:-1], ids[-1]
-    else:
-        ctx, cont = enc.pair(context, target)
-        target_id = cont[0]  # Figure 1 ranks one next token
+    ctx, target_id, n_target = contrast_ids(enc, context, target)
+    given = len(ctx)
+    ctx = scorer.cut_context(ctx)  # what the model sees, printed as the full context
     full = scorer.next_token_log_probs([ctx])[0]
     short = scorer.last_k_log_probs([ctx], k, full=full[None])[0]
     boosted = boosted_log_probs(full, short, alpha, "generation")
@@ -99,8 +107,25 @@ def contrast(
         target=tokenizer.decode([target_id]),
         tables=tables,
         target_rank=ranks,
-        target_tokens=1 if target is None else len(cont),
+        target_tokens=n_target,
+        context_tokens=given,
+        used_tokens=len(ctx),
+        window=scorer.window,
     )
+
+
+def contrast_ids(enc: Encoder, context: str, target: str | None) -> tuple[list[int], int, int]:
+    """``(context ids, the target token, tokens of the target given)``: without a target the context's last
+    token is the target (``ConfigError`` when the context has fewer than two tokens)."""
+    if target is None:
+        ids = enc.context(context)
+        if len(ids) - len(enc.prefix) < 2:
+            raise ConfigError("the context needs at least two tokens when no --target is given")
+        return ids[:-1], ids[-1], 1
+    ctx, cont = enc.pair(context, target)
+    if not cont:
+        raise ConfigError(f"--target {target!r} encodes to no tokens")
+    return ctx, cont[0], len(cont)  # Figure 1 ranks one next token
 
 
 def format_contrast(result: Contrast, k: int, alpha: float) -> str:
@@ -153,10 +178,17 @@ def contrast_command(
     """
     from cblight.models import load_causal_lm, load_tokenizer
 
-    check_contrast_options(k, alpha, top)  # before the model is loaded
-    lm = load_causal_lm(model, dtype=dtype, device=device)  # type: ignore[arg-type]
+    check_contrast_options(k, alpha, top, context, target)  # before the model is loaded
     tok = load_tokenizer(model)
+    contrast_ids(Encoder(tok), context, target)  # the token counts, before the model too
+    lm = load_causal_lm(model, dtype=dtype, device=device)  # type: ignore[arg-type]
     result = contrast(lm, tok, context, target=target, k=k, alpha=alpha, top=top)
+    if result.used_tokens < result.context_tokens:
+        print(
+            f"note: the context is {result.context_tokens} tokens, longer than the window of {model} "
+            f"({result.window} tokens): only its last {result.used_tokens} are used (printed as the full context)",
+            file=sys.stderr,
+        )
     if result.target_tokens > 1:
         print(
             f"note: --target {target!r} is {result.target_tokens} tokens; only its first, {result.target!r}, "

@@ -85,6 +85,26 @@ def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
     )
 
 
+def _damaged_weights(name: str, err: Exception) -> ModelLoadError:
+    """A safetensors file that does not read whole (empty, or cut short by an interrupted download or copy),
+    named: safetensors' own error says only ``header too small`` or ``incomplete metadata``."""
+    from safetensors import SafetensorError, safe_open
+
+    damaged = None
+    for file in sorted(Path(name).expanduser().glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except SafetensorError:
+            damaged = file
+            break
+    what = f"{damaged} ({damaged.stat().st_size} bytes)" if damaged else "a weights file of it"
+    return ModelLoadError(
+        f"cannot load model {name!r}: {what} is not a whole safetensors file ({_first_line(err)}): it is empty or "
+        "was cut short (an interrupted download or copy); download or convert the model again"
+    )
+
+
 def resolve_model_path(name: str, revision: str | None = None) -> str:
     """``name`` as ``from_pretrained`` takes it: an ``offline:<name>`` becomes its converted directory."""
     if not name.startswith(OFFLINE):
@@ -114,6 +134,10 @@ def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code:
         tok = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise _explain("tokenizer", name, err) from err
+    # cblight cuts every text to the model window itself (truncation.py, Scorer): transformers' "Token indices
+    # sequence length is longer than the specified maximum" would only alarm; it is said once per tokenizer,
+    # so marking it said silences it for every call on this tokenizer (lm-eval's, the data tasks', rollouts')
+    getattr(tok, "deprecation_warnings", {})["sequence-length-is-longer-than-the-specified-maximum"] = True
     if tok.pad_token is None:
         if tok.eos_token is None:
             raise ModelLoadError(f"tokenizer {name!r} has neither a pad token nor an EOS token to pad with")
@@ -162,10 +186,14 @@ def load_causal_lm(
         kwargs["device_map"] = device_map
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except (OSError, ValueError, KeyError) as err:
         raise _explain("model", name, err) from err
+    except SafetensorError as err:
+        raise _damaged_weights(name, err) from err
     if device is not None and device_map is None:
         model.to(device)
     model.eval()

@@ -23,16 +23,19 @@ import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
+import yaml
 from jsonargparse import ArgumentParser
 
-from cblight.suggest import class_keys, closest, closest_key, parser_keys, subclass_names
+from cblight.suggest import class_keys, closest, closest_keys, parser_keys, subclass_names
 
 __all__ = ["OneLineErrors", "Parser", "check_flow_mappings", "one_line"]
 
 # the config file being read, for a YAML error's file name (jsonargparse parses its text as "<unicode string>")
 _CONFIG_FILE: ContextVar[str | None] = ContextVar("cblight_config_file", default=None)
+# the command line being parsed: whether a key was typed as --a.b or written in a config
+_ARGV: ContextVar[tuple[str, ...]] = ContextVar("cblight_argv", default=())
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 # lines of a report that describe the value or the type tried, not a fault
 _CONTEXT_LINES = ("Subtypes:", "Errors:", "Given value", "Subclass types expect")
@@ -56,21 +59,64 @@ class OneLineErrors:
         if debug or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
         parser = getattr(ex, "subcommand_parser", None) or self
-        print(f"error: {one_line(message, parser, ex)}", file=sys.stderr)
+        said = _cause(ex, "one_line")
+        print(
+            f"error: {said.one_line if said is not None else one_line(message, parser, ex)}", file=sys.stderr
+        )
         raise SystemExit(2)
+
+    def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        token = _ARGV.set(tuple(map(str, sys.argv[1:] if args is None else args)))
+        try:
+            return super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
+        finally:
+            _ARGV.reset(token)
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
         token = _CONFIG_FILE.set(str(path))
         try:
+            check_config_shape(path)
             return super().parse_path(path, *args, **kwargs)  # type: ignore[misc]
         finally:
             _CONFIG_FILE.reset(token)
+
+
+class ConfigShapeError(TypeError):
+    """A config file that is not a mapping of options; ``one_line`` is what the command prints."""
+
+    def __init__(self, one_line: str):
+        super().__init__(one_line)
+        self.one_line = one_line
+
+
+_SHAPES = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false"}
+
+
+def check_config_shape(path: Any) -> None:
+    """A config file holds a mapping of options (``model: {...}``); a list or a lone value is refused naming
+    the file (jsonargparse says ``Unexpected config: <the text>``). A file YAML cannot read is left to the
+    parser, which names the line."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = yaml.safe_load(handle)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return
+    if content is None:
+        raise ConfigShapeError(
+            f"{path}: the config file is empty; it must be a mapping of options (key: value)"
+        )
+    if not isinstance(content, dict):
+        got = _SHAPES.get(type(content), type(content).__name__)
+        raise ConfigShapeError(
+            f"{path}: the config file must be a mapping of options (key: value), got {got}"
+        )
 
 
 class Parser(OneLineErrors, ArgumentParser):
     """jsonargparse's ``ArgumentParser`` with one-line errors (``auto_cli(..., parser_class=Parser)``)."""
 
 
+_UNLOADABLE = re.compile(r"Unable to load config ['\"](.*)['\"]$")
 _FLOW_KEY_WITHOUT_SPACE = re.compile(r"[{,]\s*[A-Za-z_][\w.-]*:(?=[^\s,}])")
 
 
@@ -115,7 +161,14 @@ def _explain(message: str, parser: Any, ex: BaseException | None) -> str | None:
         return _unrecognized(m.group(1).split(), parser, hint)
     m = re.match(r"the following arguments are required: (.*)", text)
     if m:
-        names = [f"--{name.strip()}" for name in m.group(1).split(",")]
+        dests = [name.strip() for name in m.group(1).split(",")]
+        found = [_find_action(parser, dest) for dest in dests]
+        missing = [(sub, action) for sub, action in found if action is not None and not action.option_strings]
+        if missing:  # positional arguments, written without a --name
+            sub = missing[0][0]
+            names = " ".join(_metavar(action) for _, action in missing)
+            return f"{_prog(sub)} needs its argument {names}: usage: {_usage(sub)} ({_prog(sub)} --help)"
+        names = [f"--{dest}" for dest in dests]
         verb = "is" if len(names) == 1 else "are"
         return f"{', '.join(names)} {verb} required ({hint} lists the options)"
     m = re.match(r"argument (\w+): invalid choice: '([^']*)' \(choose from (.*)\)", text)
@@ -133,9 +186,38 @@ def _explain(message: str, parser: Any, ex: BaseException | None) -> str | None:
     return finding.render(parser, hint, _given_option(text))
 
 
-def _help_hint(parser: Any) -> str:
+def _prog(parser: Any) -> str:
+    """The command as typed: ``cblight data peek`` (argparse's subcommand prog says ``cblight data [options]
+    peek``; ``cblight tune`` runs LightningCLI's ``fit`` without the word)."""
     prog = str(getattr(parser, "prog", "") or "").replace(" [options]", "")
+    return prog[: -len(" fit")] if prog.startswith("cblight tune") and prog.endswith(" fit") else prog
+
+
+def _help_hint(parser: Any) -> str:
+    prog = _prog(parser)
     return f"{prog} --help" if prog else "--help"
+
+
+def _find_action(parser: Any, dest: str) -> tuple[Any, Any]:
+    """``(the parser or subcommand parser holding it, the action)`` of a dotted ``dest`` (``convert.name``:
+    the ``name`` of subcommand ``convert``); ``(parser, None)`` when none holds it."""
+    for action in getattr(parser, "_actions", []):
+        if action.dest == dest:
+            return parser, action
+        for name, sub in (getattr(action, "_name_parser_map", None) or {}).items():
+            if dest.startswith(name + "."):
+                return _find_action(sub, dest[len(name) + 1 :])
+    return parser, None
+
+
+def _metavar(action: Any) -> str:
+    return str(action.metavar or action.dest.rpartition(".")[2].upper())
+
+
+def _usage(parser: Any) -> str:
+    """One line: the command, its positional arguments, ``[options]``."""
+    positional = [_metavar(a) for a in parser._actions if not a.option_strings and a.dest != "subcommand"]
+    return " ".join([_prog(parser), *positional, "[options]"])
 
 
 def _unrecognized(tokens: list[str], parser: Any, hint: str) -> str:
@@ -143,9 +225,21 @@ def _unrecognized(tokens: list[str], parser: Any, hint: str) -> str:
     if option is None:
         return f"unexpected argument {tokens[0]!r}: options are written --name value ({hint} lists them)"
     key = option.split("=", 1)[0].lstrip("-")
-    suggestion = closest_key(key, parser_keys(parser))
-    mean = f"; did you mean --{suggestion}?" if suggestion else f" ({hint} lists the options)"
-    return f"unknown option --{key}{mean}"
+    suggestions = closest_keys(key, parser_keys(parser))
+    if suggestions:
+        holder, action = _find_action(parser, suggestions[0])
+        if action is not None and not action.option_strings:
+            return (
+                f"unknown option --{key}: {_metavar(action)} is a positional argument, given without an "
+                f"option name: usage: {_usage(holder)}"
+            )
+    return f"unknown option --{key}{_did_you_mean(suggestions, '--', hint)}"
+
+
+def _did_you_mean(suggestions: list[str], dashes: str, hint: str) -> str:
+    if not suggestions:
+        return f" ({hint} lists the options)"
+    return f"; did you mean {' or '.join(dashes + s for s in suggestions)}?"
 
 
 def _yaml_error(text: str, ex: BaseException | None) -> str:
@@ -227,14 +321,16 @@ class _Finding:
         key = self.key
         if self.kind == "unknown":
             keys = class_keys(self.class_path, self.path[:-1]) if self.class_path else parser_keys(parser)
-            suggestion = closest_key(key, keys)
+            suggestions = closest_keys(key, keys)
             dashes = "--" if typed == key else ""
-            if suggestion:
-                return f"unknown option {dashes}{key}; did you mean {dashes}{suggestion}?"
+            if suggestions:
+                return f"unknown option {dashes}{key}{_did_you_mean(suggestions, dashes, hint)}"
             names = sorted(k.rpartition(".")[2] for k in keys)
             if self.class_path and names and len(names) <= 12:  # e.g. the base class of an optimizer
                 return f"unknown option {dashes}{key}: {self.class_path} takes {', '.join(names)}"
             return f"unknown option {dashes}{key} ({hint} lists the options)"
+        if self.kind == "group":
+            return _group_given_a_value(parser, key, str(self.value))
         if self.kind == "choice":
             allowed = ", ".join(repr(a) for a in self.allowed)
             return f"{key}: {self.value!r} is not one of {allowed}"
@@ -250,6 +346,31 @@ class _Finding:
             return f"{key}: no class {self.value!r} can be imported{mean} (a class name or a dotted path)"
         where = {"config": "-c/--config"}.get(key, key)
         return f"{where}: {self.text}" if where else self.text
+
+
+def _group_given_a_value(parser: Any, key: str, value: str) -> str:
+    """``--model.teacher live``: the group's option that takes such a value (a Literal's value, a flag's
+    true/false, else its one string option), else the group's options."""
+    dashes = "--" if f"--{key}" in _ARGV.get() else ""
+    if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
+        why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
+        return f"{dashes}{key}: cannot read {value!r} as a config of its options ({why})"
+    leaves = sorted(k for k in parser_keys(parser) if k.startswith(key + "."))
+    hints = {k: getattr(_find_action(parser, k)[1], "_typehint", None) for k in leaves}
+    taking = [k for k in leaves if _takes(hints[k], value)] or [k for k in leaves if hints[k] is str]
+    what = f"{dashes}{key} is a group of options ({', '.join(k.rpartition('.')[2] for k in leaves)}), not a value"
+    if len(taking) == 1:
+        return f"{what}; did you mean {dashes}{taking[0]} {value}?"
+    return f"{what}; set one of them, e.g. {dashes}{leaves[0]} VALUE" if leaves else what
+
+
+def _takes(typehint: Any, value: str) -> bool:
+    """Whether a Literal among ``typehint``'s members holds ``value``, or it is a bool and ``value`` one."""
+    if typehint is bool:
+        return value.lower() in ("true", "false")
+    if get_origin(typehint) is Literal:
+        return value in [str(v) for v in get_args(typehint)]
+    return any(_takes(member, value) for member in get_args(typehint) if get_origin(typehint) is not Literal)
 
 
 def _best(findings: list[_Finding]) -> _Finding | None:
@@ -270,7 +391,10 @@ def _findings(
         m = re.match(r'Parser key "([^"]+)":\s*(.*)', text)
         if m:
             inner = [*path, *m.group(1).split(".")]
-            if m.group(2):
+            unloadable = _UNLOADABLE.match(m.group(2))
+            if unloadable:
+                found.append(_Finding("group", inner, 3, value=unloadable.group(1)))
+            elif m.group(2):
                 found.append(_Finding("text", inner, 1, text=m.group(2)))
             found.extend(_findings(node.children, inner, None, None))
             continue
@@ -325,6 +449,10 @@ def _leaf(node: _Node, path: list[str], class_path: str | None, bases: list[str]
     if m:
         rank = -1 if m.group(1) == "<class 'NoneType'>" else 0
         return [_Finding("type", path, rank, expected=[m.group(1)])]
+    m = _UNLOADABLE.match(text)
+    if m:  # a scalar given to a group of options (a dataclass), read as a config file's path
+        inner = _findings(node.children, path, class_path, bases)
+        return inner + ([_Finding("group", path, 3, value=m.group(1))] if path else [])
     m = re.match(r"Expected a dot import path string: (.*)", text)
     if m:
         return [_Finding("import", path, 3, value=m.group(1), bases=bases)]

@@ -16,7 +16,9 @@ __all__ = [
     "class_keys",
     "closest",
     "closest_key",
+    "closest_keys",
     "import_object",
+    "leaf_keys",
     "parser_keys",
     "subclass_names",
     "typing_edits",
@@ -44,22 +46,44 @@ def typing_edits(a: str, b: str) -> int:
 
 
 def closest_key(key: str, keys: Iterable[str]) -> str | None:
-    """The valid dotted key nearest ``key``: its longest known prefix kept, the first unknown part matched
-    among that prefix's children (``modle.model`` gives ``model.model``)."""
+    """The valid dotted key nearest ``key`` (the first of ``closest_keys``), or None."""
+    return next(iter(closest_keys(key, keys)), None)
+
+
+def closest_keys(key: str, keys: Iterable[str]) -> list[str]:
+    """The valid dotted keys nearest ``key``, leaf options rather than the group that holds them: its longest
+    known prefix kept, the rest matched among the keys under that prefix (``model.export_dir`` gives
+    ``model.export.dir``, not the group ``model.export``; ``model.lora_rnk`` gives ``model.lora.rank``), or,
+    when the unknown part has parts after it, that part among the prefix's children (``modle.model`` gives
+    ``model.model``). A rest that is the name of leaves deeper down gives those leaves (``model.k``:
+    ``model.boosting.k``; ``model.alpha``: ``model.boosting.alpha`` and ``model.lora.alpha``)."""
     keys = set(keys)
     parts = key.split(".")
     for depth in range(len(parts) - 1, -1, -1):
         prefix = ".".join(parts[:depth])
-        children = {
-            k[len(prefix) + 1 :].split(".")[0] if prefix else k.split(".")[0]
-            for k in keys
-            if not prefix or k.startswith(prefix + ".")
+        under = {
+            k[len(prefix) + 1 :] if prefix else k for k in keys if not prefix or k.startswith(prefix + ".")
         }
-        if not children:
+        if not under:
             continue
-        close = closest(parts[depth], children)
-        return ".".join([*parts[:depth], close, *parts[depth + 1 :]]) if close else None
-    return None
+        rest = ".".join(parts[depth:])
+        leaves = leaf_keys(under)
+        same_words = sorted(k for k in leaves if k.replace(".", "_") == rest.replace(".", "_"))
+        deeper = sorted(k for k in leaves if "." not in rest and k.rpartition(".")[2] == rest)
+        if "." in rest:  # its first part is the unknown one (``modle.model``): matched among the children
+            child = closest(parts[depth], {k.split(".")[0] for k in under})
+            close = ".".join([child, *parts[depth + 1 :]]) if child else None
+        else:  # matched among the keys under the prefix, whole (``lora_rnk``: ``lora.rank``)
+            close = closest(rest, under)
+        found = same_words or deeper or ([close] if close else [])
+        return [f"{prefix}.{k}" if prefix else k for k in found]
+    return []
+
+
+def leaf_keys(keys: Iterable[str]) -> set[str]:
+    """The keys that hold a value, not a group of other keys."""
+    keys = set(keys)
+    return {k for k in keys if not any(o.startswith(k + ".") for o in keys)}
 
 
 def parser_keys(parser: Any) -> set[str]:

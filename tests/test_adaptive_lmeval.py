@@ -138,7 +138,11 @@ def test_per_question_rule_and_settings(backends):
             assert ll == pytest.approx(f + a * s, abs=LL_TOL)
         at += len(answers)
     assert lm.get_model_info()["cblight"]["adaptive"] == "jsd"
-    with pytest.raises(CblightError, match="needs alpha=adaptive"):
-        CblightLM(pretrained=str(model_dir), alpha=-0.5, adaptive_rule="jsd")
-    with pytest.raises(CblightError, match="adaptive_rule must be one of"):
+    with pytest.raises(CblightError) as err:
+        CblightLM(pretrained=str(model_dir), adaptive_rule="jsd")
+    assert str(err.value) == "adaptive_rule=jsd needs alpha=adaptive (got alpha=0.0)"
+    with pytest.raises(CblightError) as err:
         CblightLM(pretrained=str(model_dir), alpha="adaptive", adaptive_rule="median")
+    assert str(err.value) == (
+        "adaptive_rule must be one of auto, jsd, jsd_mean, residual, decorrelate, balance, got 'median'"
+    )

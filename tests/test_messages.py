@@ -151,7 +151,11 @@ COMMAND_LINE = [
     (["contrast", "--context", "x", "--k", "two"], "error: k: expected an integer, got 'two'"),
     (["contrast", "--context", "x", "--dtype", "float64"], f"error: dtype: 'float64' is not one of {DTYPES}"),
     (["contrast"], "error: --context is required (cblight contrast --help lists the options)"),
-    (["data", "peek", "--taks", "copa"], "error: unknown option --taks; did you mean --task?"),
+    (
+        ["data", "peek", "--taks", "copa"],
+        "error: unknown option --taks: TASK is a positional argument, given without an option name: usage: "
+        "cblight data peek TASK [options]",
+    ),
     (["data", "lst"], "error: unknown subcommand 'lst'; did you mean 'list'? (choose from list, peek)"),
     (["data"], "error: a subcommand is needed: list or peek (cblight data --help lists them)"),
     (

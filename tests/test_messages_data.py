@@ -334,7 +334,10 @@ def test_batch_size_errors_name_their_option(option, message, tmp_path, capsys, 
 def test_score_batch_size_names_its_option(tmp_path, capsys, no_model_loading):
     args = ["--model", "BoostedGenerationEvaluator", "--model.model", "/no/such/model"]
     line = refused(capsys, *evaluate(tmp_path / "out", *args, "--model.score_batch_size", "0"))
-    assert line.startswith("error: model.score_batch_size must be at least 1, got 0 (documents per forward")
+    assert line == (
+        "error: model.score_batch_size must be at least 1, got 0 (documents per forward pass of the metrics "
+        "model; data.batch_size is the prompts per generate call)"
+    )
 
 
 def test_a_directory_that_is_not_a_model_gets_no_tokenizer_conversion_hint(tmp_path, capsys):

@@ -11,6 +11,9 @@ exit with status 2.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from cblight.errors import CblightError
 
@@ -63,6 +66,113 @@ def model_args_help(prog: str = "cblight lmeval") -> str:
     return "\n".join(lines)
 
 
+def _output_types(name: Any, manager: Any, seen: set[str] | None = None) -> dict[str, str]:
+    """``{task: output_type}`` of a task, group or tag as lm-eval's task index holds them (no dataset is
+    read); a task given as a config mapping carries its own."""
+    if isinstance(name, dict):
+        kind = name.get("output_type")
+        return {str(name.get("task", "?")): kind} if isinstance(kind, str) else {}
+    seen = set() if seen is None else seen
+    entry = manager.task_index.get(name) if isinstance(name, str) else None
+    if entry is None or name in seen:
+        return {}
+    seen.add(name)
+    cfg = entry.cfg or {}
+    if isinstance(cfg.get("output_type"), str):
+        return {name: cfg["output_type"]}
+    members = cfg.get("task") if isinstance(cfg.get("task"), list) else []
+    members = members or [n for n, e in manager.task_index.items() if name in (e.tags or ())]
+    found: dict[str, str] = {}
+    for member in members:
+        found.update(_output_types(member, manager, seen))
+    return found
+
+
+def check_adaptive_rule(model_args: Any, tasks: list[Any], manager: Any) -> None:
+    """``alpha=adaptive,adaptive_rule=RULE`` with a rule that does not fit a task of the run, refused
+    before the model loads (as ``cblight evaluate --model.adaptive`` is): a multiple-choice task's scores
+    take a multiple-choice rule, a ``generate_until`` task a per-token rule, a ``loglikelihood`` task both
+    (its scores and its greedy flags)."""
+    from cblight.adaptive import CHOICE_RULES, TOKEN_RULES
+
+    args = model_args if isinstance(model_args, dict) else {}
+    rule = str(args.get("adaptive_rule", "auto"))
+    if str(args.get("alpha")) != "adaptive" or rule == "auto":
+        return
+    fits = {
+        "multiple_choice": ("multiple-choice", CHOICE_RULES),
+        "generate_until": ("generate_until", TOKEN_RULES),
+        "loglikelihood": (
+            "loglikelihood (scores and greedy flags)",
+            tuple(r for r in TOKEN_RULES if r in CHOICE_RULES),
+        ),
+    }
+    for task in tasks:
+        for name, output_type in _output_types(task, manager).items():
+            kind, valid = fits.get(output_type, (output_type, None))
+            if valid is not None and rule not in valid:
+                raise CblightError(
+                    f"--model_args adaptive_rule: task {name}: adaptive rule {rule!r} does not apply to {kind} "
+                    f"tasks; use auto or one of {', '.join(valid)}"
+                )
+
+
+def _unknown_tasks(config: Any) -> str | None:
+    """The line for ``--tasks`` naming a task lm-eval does not know, with the closest known names."""
+    import difflib
+
+    from lm_eval.tasks import TaskManager
+
+    names = (
+        config.tasks.split(",")
+        if isinstance(config.tasks, str)
+        else [t for task in config.tasks for t in (task.split(",") if isinstance(task, str) else [])]
+    )
+    manager = TaskManager(include_path=config.include_path)
+    known = manager.all_tasks
+    unknown = [n for n in names if not n.endswith(".yaml") and not manager.match_tasks([n])]
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], known, n=3)
+    mean = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"--tasks: unknown task {unknown[0]!r}{mean} (cblight lmeval ls tasks lists them)"
+
+
+@contextmanager
+def one_line_task_errors() -> Iterator[None]:
+    """lm-eval's own checks of ``--tasks`` (none given, an unknown name: a ``ValueError`` traceback) and the
+    adaptive rule of ``--model cblight`` against the tasks' kinds, as one-line errors, all before the
+    model loads."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    validate, process = EvaluatorConfig._validate_arguments, EvaluatorConfig.process_tasks
+
+    def checked_validate(self: Any) -> Any:
+        if not self.tasks:
+            raise CblightError(
+                "--tasks is required: name the tasks to run, e.g. --tasks cblight_copa (cblight lmeval ls tasks lists them)"
+            )
+        return validate(self)
+
+    def checked_process(self: Any, metadata: Any = None) -> Any:
+        try:
+            manager = process(self, metadata)
+        except ValueError:
+            line = _unknown_tasks(self)
+            if line is None:
+                raise
+            raise CblightError(line) from None
+        if self.model == "cblight":
+            check_adaptive_rule(self.model_args, self.tasks, manager)
+        return manager
+
+    EvaluatorConfig._validate_arguments, EvaluatorConfig.process_tasks = checked_validate, checked_process
+    try:
+        yield
+    finally:
+        EvaluatorConfig._validate_arguments, EvaluatorConfig.process_tasks = validate, process
+
+
 def _wants_help(args: list[str]) -> bool:
     return any(a in ("-h", "--help") for a in args)
 
@@ -91,7 +201,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     saved = sys.argv
     sys.argv = ["lm-eval", *args]
     try:
-        cli_evaluate()
+        with one_line_task_errors():
+            cli_evaluate()
     except CblightError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -26,8 +26,11 @@ empty-context convention), so with ``alpha=0`` the numbers are those of ``--mode
 With ``alpha=adaptive`` a ``loglikelihood`` request returns ``log f(cont | context) + alpha_q · log f(cont |
 short)`` with its question's alpha from a multiple-choice rule over the question's requests (a task's
 requests together for the transductive rules; a question is lm-eval's ``doc_id`` within its task), its
-``is_greedy`` flag and ``generate_until`` use a per-token rule. ``adaptive_rule`` names a rule of either kind
-(``cblight.adaptive.RULES``); the other kind takes its ``auto`` rule.
+``is_greedy`` flag and ``generate_until`` use a per-token rule. ``adaptive_rule`` names a rule
+(``cblight.adaptive.RULES``; ``auto``: each kind's own). A named rule is used where it applies and refused
+where a metric would need the other kind (``residual`` for scores, ``decorrelate`` for ``generate_until``;
+``cblight lmeval`` checks the tasks' kinds before the model loads); the greedy flags of a multiple-choice task,
+which no metric reads, stay at ``jsd`` under a multiple-choice rule.
 """
 
 from __future__ import annotations
@@ -211,11 +214,19 @@ class CblightLM(TemplateLM):
         return self.alpha != 0.0 or self.adaptive is not None
 
     def _rule(self, kind: str) -> str | None:
-        """The adaptive rule of a kind (``multiple_choice`` scores, ``next_token`` flags and decoding)."""
+        """The adaptive rule of a kind: ``multiple_choice`` for scores, ``next_token`` for greedy flags and
+        ``generate_until``. ``auto`` is each kind's own; a rule named for scores keeps the flags of a
+        multiple-choice task at ``jsd`` (they are no metric there); a named rule is never swapped for
+        another where it would make a metric: ``CblightError``."""
         if self.adaptive is None:
             return None
         if kind == "multiple_choice":
-            return self.adaptive if self.adaptive in CHOICE_RULES else AUTO[kind]
+            if self.adaptive != "auto" and self.adaptive not in CHOICE_RULES:
+                raise CblightError(
+                    f"adaptive_rule={self.adaptive} is a per-token rule: it does not apply to loglikelihood "
+                    f"scores; use auto or one of {', '.join(CHOICE_RULES)}"
+                )
+            return AUTO[kind] if self.adaptive == "auto" else self.adaptive
         return self.adaptive if self.adaptive in TOKEN_RULES else "jsd"  # per position: no split mean
 
     @property
@@ -298,6 +309,7 @@ class CblightLM(TemplateLM):
         return self._encode(premise_free_text(rule, context), continuation)
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        choice_rule = self._rule("multiple_choice")  # refused before any model call
         encoded = [self._encode(*req.args) for req in requests]
         for req, (_, cont) in zip(requests, encoded):
             if not cont:
@@ -319,7 +331,7 @@ class CblightLM(TemplateLM):
             else:
                 out += self._boosted(part, shorts[lo : lo + block]) if self.boosted else self._plain(part)
         if self.adaptive is not None:
-            out = adaptive_scores(requests, pairs, self._rule("multiple_choice") or "")
+            out = adaptive_scores(requests, pairs, choice_rule or "")
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
         return out
@@ -402,6 +414,11 @@ class CblightLM(TemplateLM):
         from cblight.generate import boosted_generate
         from cblight.options import Boosting, Sampling
 
+        if self.adaptive not in (None, "auto", *TOKEN_RULES):
+            raise CblightError(
+                f"adaptive_rule={self.adaptive} is a multiple-choice rule: it does not apply to generate_until; "
+                f"use auto or one of {', '.join(TOKEN_RULES)}"
+            )
         if self.boosted and self.short_context != "last_k":
             raise CblightError(
                 "generate_until boosts with short_context=last_k only (the paper's generation mode, §4.1); "
