@@ -321,11 +321,25 @@ class TuneCLI(LightningCLI):
         check_tune_options(config)
 
     def before_instantiate_classes(self) -> None:
+        # Everything the run will write, read or refuse is checked here, before the model loads.
+        from cblight.tune.coherence_tuning import check_before_loading
+
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
         root = config.get("trainer", {}).get("default_root_dir")
         if root:
             _loggers_under(config.trainer.get("logger"), root)
+        self._early_data = check_before_loading(
+            config,
+            self._datamodule_class,
+            lock=_is_launching_process(),
+            saved_config=lambda: yaml.safe_load(self._parser(subcommand).dump(config, skip_none=False)),
+        )
+
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        if self._early_data is not None:  # its prompts are read and checked already: read them once
+            self.datamodule = self._early_data
 
     def before_fit(self) -> None:
         check = getattr(self.model, "check_prompts", None)

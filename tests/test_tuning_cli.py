@@ -61,7 +61,7 @@ def test_configs_parse_with_the_paper_defaults():
         None,
         0,
     )
-    assert model["export"] == {"enabled": True, "dir": "outputs/tuning/gpt2-large/hf"}
+    assert model["export"] == {"enabled": True, "dir": "outputs/tuning/gpt2-large/hf", "overwrite": False}
     assert model["optimizer"]["class_path"] == "torch.optim.AdamW"
     assert model["optimizer"]["init_args"]["lr"] == 1e-5
     assert config["trainer"]["logger"]["class_path"].endswith("CSVLogger")

@@ -43,6 +43,7 @@ __all__ = [
     "RichStepProgressBar",
     "StepProgressBar",
     "StopOnSignal",
+    "resume_interrupted_run",
     "step_progress_bar",
 ]
 
@@ -67,6 +68,21 @@ class StopOnSignal(Callback):
         self._previous: dict[int, Any] = {}
         self._trainer: Trainer | None = None
         self._dirpath: str | None = None
+        self._lock: Any = None
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """The run's log directory is this run's alone while it runs: a plain rerun of the same command
+        resumes from it (``resume_interrupted_run``) only once this run has ended."""
+        from cblight.runs import OutputLock
+
+        log_dir = trainer.log_dir  # a collective (rank 0 broadcasts it): every process asks
+        if stage == "fit" and log_dir and trainer.is_global_zero:
+            self._lock = OutputLock(log_dir, option="trainer.default_root_dir").acquire()
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     # Installed when training starts: after Lightning's own SIGTERM handler, which it replaces.
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -121,12 +137,89 @@ class StopOnSignal(Callback):
             return
         assert self._dirpath is not None
         path = os.path.join(self._dirpath, "last.ckpt")
-        trainer.save_checkpoint(path)  # every process: sharded states are gathered
+        trainer.save_checkpoint(
+            path, weights_only=False
+        )  # resumable; every process: sharded states are gathered
         trainer.should_stop = True
         self.stopped_by, self.checkpoint = signum, path
         rank_zero_info(
-            f"{signal.Signals(signum).name}: stopped after step {trainer.global_step}; resume with --ckpt_path {path}"
+            f"{signal.Signals(signum).name}: stopped after step {trainer.global_step}, checkpoint {path}; "
+            "rerun the same command to resume from it (or pass --ckpt_path)"
         )
+
+
+# The run-directory layout (``<save_dir>/<name>/version_<N>``) of the loggers a plain rerun can find again.
+_VERSIONED_LOGGERS = ("CSVLogger", "TensorBoardLogger")
+# What may differ between a run and its resumption: the resume itself and where it was read from.
+_RUN_INDEPENDENT = ("ckpt_path", "config", "__path__")
+
+
+def _run_identity(config: dict[str, Any]) -> dict[str, Any]:
+    """A dumped config without what a resumption changes (``ckpt_path``, the logger's version)."""
+    same = {k: v for k, v in config.items() if k not in _RUN_INDEPENDENT}
+    trainer = dict(same.get("trainer") or {})
+    trainer.pop("logger", None)
+    return {**same, "trainer": trainer}
+
+
+def resume_interrupted_run(config: Any, saved_config: Any, announce: bool = True) -> tuple[Path, int] | None:
+    """A plain rerun of an interrupted ``cblight tune`` resumes it, as ``cblight evaluate`` resumes from its
+    cache: the newest ``version_<N>`` of the first logger (CSV or TensorBoard) whose ``config.yaml`` is this
+    config and whose ``checkpoints/last.ckpt`` stopped before ``trainer.max_steps`` is resumed: ``ckpt_path``
+    is set to that checkpoint (the logs go on in a new version, the next rerun finds it there). With
+    ``announce`` (the launching process) it says so in one line and locks that version against a second
+    rerun; returns the checkpoint and its step, or ``None``."""
+    import sys
+
+    import yaml
+
+    trainer = config.get("trainer") or {}
+    loggers = trainer.get("logger")
+    first = loggers[0] if isinstance(loggers, list) and loggers else loggers
+    if (
+        not hasattr(first, "get")
+        or str(first.get("class_path", "")).rpartition(".")[2] not in _VERSIONED_LOGGERS
+    ):
+        return None
+    args = first.get("init_args") or {}
+    if args.get("version") is not None or not args.get("save_dir"):
+        return None
+    runs = Path(args["save_dir"]).expanduser() / (args.get("name") or "lightning_logs")
+    versions = sorted(
+        (int(d.name[8:]), d) for d in runs.glob("version_*") if d.name[8:].isdigit() and d.is_dir()
+    )
+    current = None
+    for _, directory in reversed(versions):
+        checkpoint = directory / "checkpoints" / "last.ckpt"
+        saved = directory / "config.yaml"
+        if not (checkpoint.is_file() and saved.is_file()):
+            continue
+        if current is None:
+            current = _run_identity(saved_config())
+        try:
+            same = _run_identity(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}) == current
+            step = int(
+                torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["global_step"]
+            )
+        except Exception:  # an unreadable run is not this one
+            continue
+        if not same:
+            continue
+        if step >= (trainer.get("max_steps") or 0):
+            return None  # this config's newest run finished: a rerun is a new run
+        if announce:  # refused, naming it, while that run still runs
+            from cblight.runs import OutputLock
+
+            OutputLock(directory, option="trainer.default_root_dir").acquire()
+        config["ckpt_path"] = str(checkpoint)  # the logs go on in a new version: the old ones stay whole
+        if announce:
+            print(
+                f"resuming this command's interrupted run from step {step} ({checkpoint}); to start afresh "
+                "instead, delete that checkpoint",
+                file=sys.stderr,
+            )
+        return checkpoint, step
+    return None
 
 
 def _checkpoint_dir(trainer: Trainer) -> str:
@@ -224,7 +317,7 @@ class CollapseGuard(Callback):
         step = trainer.global_step
         if reason is None:
             path = os.path.join(_checkpoint_dir(trainer), "last_good.ckpt")
-            trainer.save_checkpoint(path)
+            trainer.save_checkpoint(path, weights_only=False)  # a full, resumable checkpoint
             self.good_checkpoint, self.good_step = path, step
             return
         trainer.should_stop = True
