@@ -348,12 +348,15 @@ class TuneCLI(LightningCLI):
             check(prompts())
 
     def after_fit(self) -> None:
-        """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would."""
-        from cblight.tune.callbacks import StopOnSignal
+        """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would; one
+        stopped by the collapse guard (said when it stopped) with 1: it exported nothing."""
+        from cblight.tune.callbacks import CollapseGuard, StopOnSignal
 
         for callback in self.trainer.callbacks:
             if isinstance(callback, StopOnSignal) and callback.stopped_by:
                 raise SystemExit(128 + callback.stopped_by)
+            if isinstance(callback, CollapseGuard) and callback.reason:
+                raise SystemExit(1)
 
 
 def check_tune_options(config: Any) -> None:

@@ -113,10 +113,10 @@ def test_prompt_and_guard_refusals_come_before_the_model_loads(prompts, tmp_path
         ),
         (
             tune_args(missing, prompts, "--model.guard.min_distinct_ratio", "0.8"),
-            "error: the guard checks validation: set data.val_size > 0",
+            "error: the guard checks validation (guard.min_distinct_ratio): set data.val_size > 0",
         ),
         (
-            tune_args(missing, prompts, "--model.guard.max_ppl_ratio", "1.5", "--data.val_size", "2"),
+            tune_args(missing, prompts, "--model.guard.max_ppl_ratio", "2", "--data.val_size", "2"),
             "error: guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
             "data.val_size > 0, or data.val_texts_file",
         ),
@@ -238,3 +238,24 @@ def test_a_plain_rerun_of_an_interrupted_tune_resumes_it(tiny_gpt2_dir, prompts,
 
     other = _interrupt_after([*args, "--model.boosting.k", "2"], tmp_path, runs / "version_2", 1)
     assert "resuming" not in other and min(_steps_logged(runs / "version_2")) == 0  # another config: new run
+
+
+def test_a_collapsing_tune_is_stopped_by_the_default_guard(peaky_gpt2_dir, prompts, tmp_path):
+    """The paper's live teacher at a strong boost and a huge rate, no guard option given: stopped at the
+    first validation, exit status 1, the guard's line names the band, nothing exported."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(PROMPTS * 3) + "\n")
+    args = tune_args(
+        peaky_gpt2_dir, prompts, "--model.boosting.k", "2", "--model.boosting.alpha", "-2",
+        "--model.teacher.kind", "live", "--model.optimizer.lr", "0.3", "--model.export.dir", "export",
+        "--data.val_size", "2", "--data.val_texts_file", str(texts), "--data.batch_size", "4",
+        "--trainer.val_check_interval", "2", "--trainer.max_steps", "6",
+    )  # fmt: skip
+    done = _run(args, tmp_path)
+    assert done.returncode == 1, done.stderr[-3000:]
+    (line,) = [x for x in done.stderr.splitlines() if "collapse guard:" in x]
+    assert " is above guard.max_ppl_ratio = 1.5 x the initial model's " in line or (
+        " is below guard.min_entropy_ratio = 0.6 x the initial model's " in line
+    ), line
+    assert "at step 2; stopped the run, no export; no validation passed before it" in line
+    assert "Traceback" not in done.stderr and not (tmp_path / "export").exists()

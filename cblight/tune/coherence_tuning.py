@@ -77,16 +77,30 @@ def check_max_steps(max_steps: int | None) -> None:
         )
 
 
-def check_validation_data(guard: GuardOptions, datamodule: Any) -> None:
-    """The guard's bands need validation prompts, and ``max_ppl_ratio`` held-out human text."""
+def check_validation_data(guard: GuardOptions, datamodule: Any, note: bool = True) -> None:
+    """A guard band set by hand must be checkable: any needs validation prompts, ``max_ppl_ratio`` held-out
+    human text too. The default bands are checked where the run measures them; with ``note``, one line says
+    which are not."""
     if not guard.enabled or not hasattr(datamodule, "val_prompts"):
         return
-    if not datamodule.val_prompts():
-        raise TuningConfigError("the guard checks validation: set data.val_size > 0")
-    if guard.max_ppl_ratio is not None and not datamodule.val_texts():
+    defaults = GuardOptions()
+    chosen = [k for k, v in vars(guard).items() if v is not None and v != getattr(defaults, k)]
+    texts = bool(datamodule.val_prompts()) and bool(datamodule.val_texts())
+    if chosen and not datamodule.val_prompts():
+        raise TuningConfigError(f"the guard checks validation (guard.{chosen[0]}): set data.val_size > 0")
+    if "max_ppl_ratio" in chosen and not texts:
         raise TuningConfigError(
             "guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
             "data.val_size > 0, or data.val_texts_file"
+        )
+    if not note:
+        return
+    if not datamodule.val_prompts():
+        log.warning("collapse guard: this run has no validation (data.val_size 0), so nothing is guarded")
+    elif guard.max_ppl_ratio is not None and not texts:
+        log.warning(
+            "collapse guard: guard.max_ppl_ratio is not checked: no held-out human text (a task source, or "
+            "data.val_texts_file)"
         )
 
 
@@ -154,7 +168,7 @@ def check_before_loading(
     datamodule = datamodule_class(**_plain(data)) if data is not None else None
     if datamodule is not None and hasattr(datamodule, "train_prompts"):
         datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
-        check_validation_data(groups["guard"], datamodule)
+        check_validation_data(groups["guard"], datamodule, note=False)  # said once, when the run starts
 
     rollouts = groups["rollouts"]
     if rollouts.cache == "static" or rollouts.compile:

@@ -98,6 +98,10 @@ class Exporter(Callback):
         self.first_step = trainer.global_step
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        from cblight.tune.callbacks import CollapseGuard
+
+        if any(isinstance(c, CollapseGuard) and c.reason for c in trainer.callbacks):
+            return  # the run left the guard's band (said when it did): a collapsed model is no result
         self.at_fit_end(pl_module.model, pl_module.tokenizer, trainer, pl_module._log_dir)
 
     def export(
