@@ -304,6 +304,10 @@ class TuneCLI(LightningCLI):
     the module docstring); ``--help`` lists the module's and the prompt data's options before the
     trainer's."""
 
+    def __init__(self, *args: Any, locks: list[Any] | None = None, **kwargs: Any):
+        self.locks: list[Any] = [] if locks is None else locks  # the run's directories, released by train_cli
+        super().__init__(*args, **kwargs)
+
     def add_core_arguments_to_parser(self, parser: Any) -> None:
         # LightningCLI adds the trainer first; ours come first so that --help opens with them
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
@@ -332,7 +336,7 @@ class TuneCLI(LightningCLI):
         self._early_data = check_before_loading(
             config,
             self._datamodule_class,
-            lock=_is_launching_process(),
+            self.locks if _is_launching_process() else None,
             saved_config=lambda: yaml.safe_load(self._parser(subcommand).dump(config, skip_none=False)),
         )
 
@@ -397,9 +401,19 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
 
     check_flow_mappings(sys.argv[1:] if args is None else list(args))
     quiet_library_notices()
+    locks: list[Any] = []
+    try:
+        return _tune_cli(CoherenceTuning, PromptDataModule, locks, args, run, prog)
+    finally:  # a run called in process (the demo, tests) frees its directories when it ends
+        for lock in reversed(locks):
+            lock.release()
+
+
+def _tune_cli(module: type, data: type, locks: list[Any], args: Any, run: bool, prog: str | None) -> TuneCLI:
     return TuneCLI(
-        CoherenceTuning,
-        PromptDataModule,
+        module,
+        data,
+        locks=locks,
         save_config_callback=LoggerSaveConfigCallback,
         save_config_kwargs={"overwrite": True},
         trainer_defaults=_defaults(),

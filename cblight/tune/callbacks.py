@@ -162,13 +162,15 @@ def _run_identity(config: dict[str, Any]) -> dict[str, Any]:
     return {**same, "trainer": trainer}
 
 
-def resume_interrupted_run(config: Any, saved_config: Any, announce: bool = True) -> tuple[Path, int] | None:
+def resume_interrupted_run(
+    config: Any, saved_config: Any, locks: list[Any] | None = None
+) -> tuple[Path, int] | None:
     """A plain rerun of an interrupted ``cblight tune`` resumes it, as ``cblight evaluate`` resumes from its
     cache: the newest ``version_<N>`` of the first logger (CSV or TensorBoard) whose ``config.yaml`` is this
     config and whose ``checkpoints/last.ckpt`` stopped before ``trainer.max_steps`` is resumed: ``ckpt_path``
     is set to that checkpoint (the logs go on in a new version, the next rerun finds it there). With
-    ``announce`` (the launching process) it says so in one line and locks that version against a second
-    rerun; returns the checkpoint and its step, or ``None``."""
+    ``locks`` (the launching process) it says so in one line and locks that version against a second rerun
+    (the lock appended to ``locks``); returns the checkpoint and its step, or ``None``."""
     import sys
 
     import yaml
@@ -207,12 +209,12 @@ def resume_interrupted_run(config: Any, saved_config: Any, announce: bool = True
             continue
         if step >= (trainer.get("max_steps") or 0):
             return None  # this config's newest run finished: a rerun is a new run
-        if announce:  # refused, naming it, while that run still runs
+        if locks is not None:  # refused, naming it, while that run still runs
             from cblight.runs import OutputLock
 
-            OutputLock(directory, option="trainer.default_root_dir").acquire()
+            locks.append(OutputLock(directory, option="trainer.default_root_dir").acquire())
         config["ckpt_path"] = str(checkpoint)  # the logs go on in a new version: the old ones stay whole
-        if announce:
+        if locks is not None:
             print(
                 f"resuming this command's interrupted run from step {step} ({checkpoint}); to start afresh "
                 "instead, delete that checkpoint",

@@ -124,13 +124,17 @@ def _plain(group: Any) -> dict[str, Any]:
 
 
 def check_before_loading(
-    config: Any, datamodule_class: type, lock: bool, saved_config: Callable[[], dict[str, Any]]
+    config: Any,
+    datamodule_class: type,
+    locks: list[Any] | None,
+    saved_config: Callable[[], dict[str, Any]],
 ) -> Any:
     """What ``cblight tune`` checks of a parsed config before the model loads: every directory the run
     writes (``trainer.default_root_dir``, the loggers' ``save_dir``, ``model.export.dir``: creatable and
     writable), an export already in ``model.export.dir`` (refused unless ``export.overwrite``), the prompts
     (a source with none, ``data.val_size`` too large), what the guard needs, and a static cache the model's
-    class cannot use (from its config). With ``lock``, the export directory is locked for this run. A run of
+    class cannot use (from its config). With ``locks`` (the launching process), the export directory is
+    locked for this run and the lock appended there, for the caller to release when the run ends. A run of
     the same config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
     Returns the data module, its prompts read."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
@@ -161,8 +165,8 @@ def check_before_loading(
         out = root / Path(export_dir).expanduser()
         check_output_dir(out, "model.export.dir")
         check_export_dir(out, bool(_get(export, "overwrite", False)))
-        if lock:
-            OutputLock(out, option="model.export.dir").acquire()
+        if locks is not None:
+            locks.append(OutputLock(out, option="model.export.dir").acquire())
 
     data = config.get("data")
     datamodule = datamodule_class(**_plain(data)) if data is not None else None
@@ -178,7 +182,7 @@ def check_before_loading(
             rollouts.check_supported(MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)])
 
     if config.get("ckpt_path") is None:
-        resume_interrupted_run(config, saved_config, announce=lock)
+        resume_interrupted_run(config, saved_config, locks)
     return datamodule
 
 
