@@ -311,8 +311,9 @@ class CoherenceTuning(L.LightningModule):
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # The initial model's copy is taken before any LoRA adapters are added; the EMA starts after.
-        keep = teacher.kind == "frozen" or validation.against_initial or teacher.trust_region or guard.enabled
-        initial = frozen_copy(self.model) if keep else None
+        needed = teacher.kind == "frozen" or validation.against_initial or bool(teacher.trust_region)
+        self._initial_for_guard_only = guard.enabled and not needed
+        initial = frozen_copy(self.model) if needed or guard.enabled else None
         if lora.rank:
             self.model = apply_lora(self.model, lora)
         self.teacher = Teacher(teacher, self.model, initial)
@@ -355,6 +356,12 @@ class CoherenceTuning(L.LightningModule):
             self.check_prompts(datamodule.train_prompts())
         if datamodule is not None:
             check_validation_data(self.guard_options, datamodule)
+            if (
+                self._initial_for_guard_only
+                and hasattr(datamodule, "val_prompts")
+                and not datamodule.val_prompts()
+            ):
+                self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
 
     def _synced(self) -> bool:
         """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
