@@ -2,16 +2,17 @@
 
 * ``StopOnSignal``: Ctrl-C (SIGINT) or SIGTERM, as a cluster scheduler sends on preemption, finishes the
   current optimizer step, saves ``last.ckpt`` and stops; the process then exits with ``128 + signal``
-  (``train.py``). Resuming with ``--ckpt_path .../last.ckpt`` continues from the saved step with the same
-  weights, optimizer, sampling random states and prompt position. A second signal (2 s or more after the
-  first) stops at once, without a checkpoint. Under SLURM, Lightning's own auto-requeue on SIGUSR1 is
-  left as it is.
-* ``CollapseGuard`` (``GuardOptions``, issue 21): self-distillation toward a teacher with ``alpha < 0`` tilts
-  the model and can collapse its diversity (the paper's live teacher on SmolLM2: human-text perplexity
-  56 -> 1673 in 32 steps). After every validation it compares the held-out perplexity, the next-token
-  entropy, distinct-2 and repetition of the model's samples with the bands the user set (relative to the
-  initial model's values, ``cblight.tune.validation``); inside them it saves ``last_good.ckpt``, outside it
-  stops the run and names that checkpoint (the run then exports nothing).
+  (``train.py``). A plain rerun of the same command resumes from it (``resume_interrupted_run``), as
+  ``--ckpt_path .../last.ckpt`` does: from the saved step with the same weights, optimizer, sampling
+  random states and prompt position. A second signal (2 s or more after the first) stops at once, without
+  a checkpoint. Under SLURM, Lightning's own auto-requeue on SIGUSR1 is left as it is.
+* ``CollapseGuard`` (``GuardOptions``, on by default): self-distillation toward a teacher with
+  ``alpha < 0`` tilts the model and can collapse its diversity (the paper's live teacher on SmolLM2:
+  human-text perplexity 56 -> 1673 in 32 steps; 58 -> 205 at the paper's own boost). After every
+  validation it compares the held-out perplexity, the next-token entropy, distinct-2 and repetition of the
+  model's samples with the band (relative to the initial model's values, ``cblight.tune.validation``);
+  inside it it saves ``last_good.ckpt``, outside it stops the run and names that checkpoint (the run then
+  exports nothing).
 * ``StepProgressBar`` / ``RichStepProgressBar`` (Lightning's default when ``rich`` is installed): the
   prompt stream is one endless epoch, so the bar counts optimizer steps of ``max_steps`` ("Tuning 12/32")
   instead of an epoch's batches ("Epoch 0/-2").

@@ -233,10 +233,10 @@ class CoherenceTuning(L.LightningModule):
         validation: ``against_initial``, ``text_tokens``, ``log_samples_every_n_steps``,
             ``num_logged_samples`` (``cblight.tune.validation.ValidationOptions``).
         guard: the band a run must stay in (``max_ppl_ratio``, ``min_entropy_ratio``, ``min_distinct_ratio``,
-            ``max_repetition``; ``cblight.tune.callbacks.GuardOptions``), checked after every validation: a
-            run that leaves it stops, its last good checkpoint named.
-        export: ``enabled`` and ``dir`` of the ``save_pretrained`` export at the end of ``fit`` (default
-            ``<log_dir>/hf_model``; ``cblight.tune.export.ExportOptions``).
+            ``max_repetition``; ``cblight.tune.callbacks.GuardOptions``, on by default), checked after every
+            validation: a run that leaves it stops, its last good checkpoint named, and exports nothing.
+        export: ``enabled``, ``dir`` and ``overwrite`` of the ``save_pretrained`` export at the end of ``fit``
+            (default ``<log_dir>/hf_model``; ``cblight.tune.export.ExportOptions``).
         optimizer: factory called with the trainable parameters (default: AdamW lr 1e-5, weight decay 0).
         lr_scheduler: factory called with the optimizer (default: a constant rate); it steps every
             optimizer step.
