@@ -375,6 +375,10 @@ class TuneCLI(LightningCLI):
     the module docstring); ``--help`` lists the module's and the prompt data's options before the
     trainer's."""
 
+    def __init__(self, *args: Any, locks: list[Any] | None = None, **kwargs: Any):
+        self.locks: list[Any] = [] if locks is None else locks  # the run's directories, released by train_cli
+        super().__init__(*args, **kwargs)
+
     def add_core_arguments_to_parser(self, parser: Any) -> None:
         # LightningCLI adds the trainer first; ours come first so that --help opens with them
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
@@ -392,11 +396,25 @@ class TuneCLI(LightningCLI):
         check_tune_options(config)
 
     def before_instantiate_classes(self) -> None:
+        # Everything the run will write, read or refuse is checked here, before the model loads.
+        from cblight.tune.coherence_tuning import check_before_loading
+
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
         root = config.get("trainer", {}).get("default_root_dir")
         if root:
             _loggers_under(config.trainer.get("logger"), root)
+        self._early_data = check_before_loading(
+            config,
+            self._datamodule_class,
+            self.locks if _is_launching_process() else None,
+            saved_config=lambda: yaml.safe_load(self._parser(subcommand).dump(config, skip_none=False)),
+        )
+
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        if self._early_data is not None:  # its prompts are read and checked already: read them once
+            self.datamodule = self._early_data
 
     def before_fit(self) -> None:
         check = getattr(self.model, "check_prompts", None)
@@ -405,12 +423,15 @@ class TuneCLI(LightningCLI):
             check(prompts())
 
     def after_fit(self) -> None:
-        """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would."""
-        from cblight.tune.callbacks import StopOnSignal
+        """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would; one
+        stopped by the collapse guard (said when it stopped) with 1: it exported nothing."""
+        from cblight.tune.callbacks import CollapseGuard, StopOnSignal
 
         for callback in self.trainer.callbacks:
             if isinstance(callback, StopOnSignal) and callback.stopped_by:
                 raise SystemExit(128 + callback.stopped_by)
+            if isinstance(callback, CollapseGuard) and callback.reason:
+                raise SystemExit(1)
 
 
 def check_tune_options(config: Any) -> None:
@@ -452,9 +473,19 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     check_flow_mappings(sys.argv[1:] if args is None else list(args))
     check_config_command(sys.argv[1:] if args is None else list(args), "tune")
     quiet_library_notices()
+    locks: list[Any] = []
+    try:
+        return _tune_cli(CoherenceTuning, PromptDataModule, locks, args, run, prog)
+    finally:  # a run called in process (the demo, tests) frees its directories when it ends
+        for lock in reversed(locks):
+            lock.release()
+
+
+def _tune_cli(module: type, data: type, locks: list[Any], args: Any, run: bool, prog: str | None) -> TuneCLI:
     return TuneCLI(
-        CoherenceTuning,
-        PromptDataModule,
+        module,
+        data,
+        locks=locks,
         save_config_callback=LoggerSaveConfigCallback,
         save_config_kwargs={"overwrite": True},
         trainer_defaults=_defaults(),

@@ -165,6 +165,7 @@ def tune(model: str, out: Path, sizes: Sizes, devices: int) -> Path:
             "--model.optimizer", "torch.optim.AdamW",
             "--model.optimizer.lr", str(TUNE_LR),
             "--model.export.dir", str(export),
+            "--model.export.overwrite", "true",  # a rerun of the demo redoes its tuning
             "--data.task", "webtext",
             "--data.data_dir", str(REALDATA / "webtext"),
             "--data.split", "validation",
@@ -328,7 +329,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
 def run(choice: str, quick: bool, output_dir: str | None, devices: int) -> None:
     """The six steps and the summary (``demo`` quiets the libraries first)."""
+    from cblight.runs import check_output_dir
+
     out = Path(output_dir or f"outputs/demo/{choice}")
+    check_output_dir(out, "output_dir")  # before the model: every step writes there
     sizes = QUICK if quick else FULL
     step = Step(6)
     with step("the model"):

@@ -148,6 +148,8 @@ class OutputLock:
                     if owner is None:
                         continue  # released meanwhile
                     same_host = owner.get("host") == info["host"]
+                    if owner and same_host and owner.get("pid") == info["pid"]:
+                        return self  # this process holds it already (the CLI, then the run itself)
                     if owner and same_host and _alive(owner):
                         raise OutputDirError(self._busy(owner)) from None
                     if owner and not same_host:
@@ -163,8 +165,12 @@ class OutputLock:
         return (
             f"{self.option} {str(self.dir)!r} is in use by another run (pid {owner.get('pid')} on host "
             f"{owner.get('host')}, started {owner.get('started')}: {owner.get('command', '')[:200]}); "
-            "wait for it to finish or choose another output_dir"
+            f"wait for it to finish or choose another {self._choice}"
         )
+
+    @property
+    def _choice(self) -> str:
+        return "output_dir" if self.option == "model.output_dir" else f"--{self.option}"
 
     def release(self) -> None:
         if not self.held:

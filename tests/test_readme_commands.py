@@ -90,6 +90,8 @@ LIMITS = {
         "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", "--trainer.enable_progress_bar", "false",
         "--data.batch_size", "2", "--data.val_size", "0",
         "--model.boosting.k", "4", "--model.max_new_tokens", "8", "--model.max_prompt_tokens", "24",
+        # the commands run one after another in one directory: each replaces the export of the one before
+        "--model.export.overwrite", "true",
     ],
 }  # fmt: skip
 CONFIG_LIMITS = {"every_n_train_steps": 1}  # inside lists (callbacks), where an option cannot reach

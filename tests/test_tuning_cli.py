@@ -54,14 +54,19 @@ def test_configs_parse_with_the_paper_defaults():
         "trust_region": 0.0,
     }
     assert model["rollouts"] == {"cache": "auto", "compile": None}
-    assert set(model["guard"].values()) == {None}  # off unless the user sets a band
+    assert model["guard"] == {  # on by default, with the band docs/tuning.md justifies
+        "max_ppl_ratio": 1.5,
+        "min_entropy_ratio": 0.6,
+        "min_distinct_ratio": None,
+        "max_repetition": None,
+    }
     assert (model["sampling"]["do_sample"], model["sampling"]["seed"]) == (True, 0)
     assert (model["loss"]["divergence"], model["loss"]["teacher_top_k"], model["lora"]["rank"]) == (
         "forward_kl",
         None,
         0,
     )
-    assert model["export"] == {"enabled": True, "dir": "outputs/tuning/gpt2-large/hf"}
+    assert model["export"] == {"enabled": True, "dir": "outputs/tuning/gpt2-large/hf", "overwrite": False}
     assert model["optimizer"]["class_path"] == "torch.optim.AdamW"
     assert model["optimizer"]["init_args"]["lr"] == 1e-5
     assert config["trainer"]["logger"]["class_path"].endswith("CSVLogger")

@@ -234,8 +234,9 @@ def test_guard_bands():
     assert "val/tuning/repetition = 0.5 is above guard.max_repetition = 0.25" in guard.violation(
         {**base, "repetition": 0.5}
     )
-    assert "was not measured" in GuardOptions(min_entropy_ratio=0.5).violation(base)
-    assert not GuardOptions().enabled and guard.enabled
+    assert GuardOptions(min_entropy_ratio=0.5).violation(base) is None  # entropy not measured: not checked
+    off = GuardOptions(max_ppl_ratio=None, min_entropy_ratio=None)
+    assert not off.enabled and guard.enabled and GuardOptions().enabled  # on by default
 
 
 def test_guard_stops_a_collapsing_run_and_keeps_its_last_good_checkpoint(peaky_gpt2_dir, tmp_path, caplog):
@@ -283,8 +284,45 @@ def test_guard_stops_a_collapsing_run_and_keeps_its_last_good_checkpoint(peaky_g
 
 
 def test_guard_needs_what_it_checks(tiny_gpt2_dir, tmp_path):
-    module = _tuning(tiny_gpt2_dir, guard=GuardOptions(max_ppl_ratio=1.5))
+    """A band set by hand must be checkable (the default band is checked where the run measures it)."""
+    module = _tuning(tiny_gpt2_dir, guard=GuardOptions(max_ppl_ratio=1.4))
     with pytest.raises(TuningConfigError, match=r"guard\.max_ppl_ratio needs held-out human text"):
         _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2, val_size=2))
-    with pytest.raises(TuningConfigError, match=r"set data\.val_size > 0"):
+    with pytest.raises(TuningConfigError, match=r"\(guard\.max_ppl_ratio\): set data\.val_size > 0"):
         _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
+
+
+@pytest.mark.parametrize(
+    ("teacher", "alpha", "lr", "collapses"),
+    [("live", -2.0, 0.3, True), ("frozen", -0.5, 1e-3, False)],
+)
+def test_default_guard_stops_a_collapsing_run_and_exports_a_healthy_one(
+    teacher, alpha, lr, collapses, peaky_gpt2_dir, tmp_path, caplog
+):
+    """With no guard option given: the live teacher at a strong boost and a huge learning rate collapses the
+    peaked tiny model and is stopped at its first validation, nothing exported; the frozen teacher at the
+    tests' usual rate stays inside the default band and exports."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(RUN_PROMPTS * 3) + "\n")
+    module = _tuning(
+        peaky_gpt2_dir,
+        boosting=Boosting(k=2, alpha=alpha),
+        teacher=TeacherOptions(kind=teacher),
+        optimizer=partial(torch.optim.Adam, lr=lr),
+        export=ExportOptions(dir=str(tmp_path / "export")),
+    )
+    assert module.guard_options == GuardOptions(max_ppl_ratio=1.5, min_entropy_ratio=0.6)
+    data = PromptDataModule(prompts=RUN_PROMPTS, batch_size=4, val_size=2, val_texts_file=str(texts))
+    trainer = _trainer(4, tmp_path, val_check_interval=2, check_val_every_n_epoch=None)
+    with caplog.at_level(logging.WARNING):
+        trainer.fit(module, data)
+    guard = next(c for c in trainer.callbacks if isinstance(c, CollapseGuard))
+    values = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if collapses:
+        assert trainer.global_step == 2 and guard.reason is not None
+        assert f"collapse guard: {guard.reason} at step 2; stopped the run, no export" in caplog.text
+        assert not (tmp_path / "export").exists()
+    else:
+        assert trainer.global_step == 4 and guard.reason is None, guard.reason
+        assert values["val/tuning/ppl"] < 1.5 * values["val/tuning/ppl_initial"]
+        assert (tmp_path / "export" / "model.safetensors").exists()

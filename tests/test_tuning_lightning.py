@@ -64,7 +64,7 @@ def test_signal_stops_within_seconds_and_leaves_a_resumable_checkpoint(signum, t
     assert stopped_in < 30, stopped_in  # one tiny step and a checkpoint: about a second here
     (ckpt,) = root.glob("outputs/coherence_tuning/version_0/checkpoints/last.ckpt")
     saved = torch.load(ckpt, weights_only=True)["global_step"]
-    assert saved >= 2 and f"resume with --ckpt_path {ckpt}" in out.decode()
+    assert saved >= 2 and f"checkpoint {ckpt}; rerun the same command to resume from it" in out.decode()
 
     if signum == signal.SIGINT:  # the resume is the same either way: check it once
         return

@@ -2,16 +2,17 @@
 
 * ``StopOnSignal``: Ctrl-C (SIGINT) or SIGTERM, as a cluster scheduler sends on preemption, finishes the
   current optimizer step, saves ``last.ckpt`` and stops; the process then exits with ``128 + signal``
-  (``train.py``). Resuming with ``--ckpt_path .../last.ckpt`` continues from the saved step with the same
-  weights, optimizer, sampling random states and prompt position. A second signal (2 s or more after the
-  first) stops at once, without a checkpoint. Under SLURM, Lightning's own auto-requeue on SIGUSR1 is
-  left as it is.
-* ``CollapseGuard`` (``GuardOptions``, issue 21): self-distillation toward a teacher with ``alpha < 0`` tilts
-  the model and can collapse its diversity (the paper's live teacher on SmolLM2: human-text perplexity
-  56 -> 1673 in 32 steps). After every validation it compares the held-out perplexity, the next-token
-  entropy, distinct-2 and repetition of the model's samples with the bands the user set (relative to the
-  initial model's values, ``cblight.tune.validation``); inside them it saves ``last_good.ckpt``, outside it
-  stops the run and names that checkpoint (the run then exports nothing).
+  (``train.py``). A plain rerun of the same command resumes from it (``resume_interrupted_run``), as
+  ``--ckpt_path .../last.ckpt`` does: from the saved step with the same weights, optimizer, sampling
+  random states and prompt position. A second signal (2 s or more after the first) stops at once, without
+  a checkpoint. Under SLURM, Lightning's own auto-requeue on SIGUSR1 is left as it is.
+* ``CollapseGuard`` (``GuardOptions``, on by default): self-distillation toward a teacher with
+  ``alpha < 0`` tilts the model and can collapse its diversity (the paper's live teacher on SmolLM2:
+  human-text perplexity 56 -> 1673 in 32 steps; 58 -> 205 at the paper's own boost). After every
+  validation it compares the held-out perplexity, the next-token entropy, distinct-2 and repetition of the
+  model's samples with the band (relative to the initial model's values, ``cblight.tune.validation``);
+  inside it it saves ``last_good.ckpt``, outside it stops the run and names that checkpoint (the run then
+  exports nothing).
 * ``StepProgressBar`` / ``RichStepProgressBar`` (Lightning's default when ``rich`` is installed): the
   prompt stream is one endless epoch, so the bar counts optimizer steps of ``max_steps`` ("Tuning 12/32")
   instead of an epoch's batches ("Epoch 0/-2").
@@ -43,6 +44,7 @@ __all__ = [
     "RichStepProgressBar",
     "StepProgressBar",
     "StopOnSignal",
+    "resume_interrupted_run",
     "step_progress_bar",
 ]
 
@@ -67,6 +69,21 @@ class StopOnSignal(Callback):
         self._previous: dict[int, Any] = {}
         self._trainer: Trainer | None = None
         self._dirpath: str | None = None
+        self._lock: Any = None
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """The run's log directory is this run's alone while it runs: a plain rerun of the same command
+        resumes from it (``resume_interrupted_run``) only once this run has ended."""
+        from cblight.runs import OutputLock
+
+        log_dir = trainer.log_dir  # a collective (rank 0 broadcasts it): every process asks
+        if stage == "fit" and log_dir and trainer.is_global_zero:
+            self._lock = OutputLock(log_dir, option="trainer.default_root_dir").acquire()
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     # Installed when training starts: after Lightning's own SIGTERM handler, which it replaces.
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -121,12 +138,91 @@ class StopOnSignal(Callback):
             return
         assert self._dirpath is not None
         path = os.path.join(self._dirpath, "last.ckpt")
-        trainer.save_checkpoint(path)  # every process: sharded states are gathered
+        trainer.save_checkpoint(
+            path, weights_only=False
+        )  # resumable; every process: sharded states are gathered
         trainer.should_stop = True
         self.stopped_by, self.checkpoint = signum, path
         rank_zero_info(
-            f"{signal.Signals(signum).name}: stopped after step {trainer.global_step}; resume with --ckpt_path {path}"
+            f"{signal.Signals(signum).name}: stopped after step {trainer.global_step}, checkpoint {path}; "
+            "rerun the same command to resume from it (or pass --ckpt_path)"
         )
+
+
+# The run-directory layout (``<save_dir>/<name>/version_<N>``) of the loggers a plain rerun can find again.
+_VERSIONED_LOGGERS = ("CSVLogger", "TensorBoardLogger")
+# What may differ between a run and its resumption: the resume itself and where it was read from.
+_RUN_INDEPENDENT = ("ckpt_path", "config", "__path__")
+
+
+def _run_identity(config: dict[str, Any]) -> dict[str, Any]:
+    """A dumped config without what a resumption changes (``ckpt_path``, the logger's version)."""
+    same = {k: v for k, v in config.items() if k not in _RUN_INDEPENDENT}
+    trainer = dict(same.get("trainer") or {})
+    trainer.pop("logger", None)
+    return {**same, "trainer": trainer}
+
+
+def resume_interrupted_run(
+    config: Any, saved_config: Any, locks: list[Any] | None = None
+) -> tuple[Path, int] | None:
+    """A plain rerun of an interrupted ``cblight tune`` resumes it, as ``cblight evaluate`` resumes from its
+    cache: the newest ``version_<N>`` of the first logger (CSV or TensorBoard) whose ``config.yaml`` is this
+    config and whose ``checkpoints/last.ckpt`` stopped before ``trainer.max_steps`` is resumed: ``ckpt_path``
+    is set to that checkpoint (the logs go on in a new version, the next rerun finds it there). With
+    ``locks`` (the launching process) it says so in one line and locks that version against a second rerun
+    (the lock appended to ``locks``); returns the checkpoint and its step, or ``None``."""
+    import sys
+
+    import yaml
+
+    trainer = config.get("trainer") or {}
+    loggers = trainer.get("logger")
+    first = loggers[0] if isinstance(loggers, list) and loggers else loggers
+    if (
+        not hasattr(first, "get")
+        or str(first.get("class_path", "")).rpartition(".")[2] not in _VERSIONED_LOGGERS
+    ):
+        return None
+    args = first.get("init_args") or {}
+    if args.get("version") is not None or not args.get("save_dir"):
+        return None
+    runs = Path(args["save_dir"]).expanduser() / (args.get("name") or "lightning_logs")
+    versions = sorted(
+        (int(d.name[8:]), d) for d in runs.glob("version_*") if d.name[8:].isdigit() and d.is_dir()
+    )
+    current = None
+    for _, directory in reversed(versions):
+        checkpoint = directory / "checkpoints" / "last.ckpt"
+        saved = directory / "config.yaml"
+        if not (checkpoint.is_file() and saved.is_file()):
+            continue
+        if current is None:
+            current = _run_identity(saved_config())
+        try:
+            same = _run_identity(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}) == current
+            step = int(
+                torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["global_step"]
+            )
+        except Exception:  # an unreadable run is not this one
+            continue
+        if not same:
+            continue
+        if step >= (trainer.get("max_steps") or 0):
+            return None  # this config's newest run finished: a rerun is a new run
+        if locks is not None:  # refused, naming it, while that run still runs
+            from cblight.runs import OutputLock
+
+            locks.append(OutputLock(directory, option="trainer.default_root_dir").acquire())
+        config["ckpt_path"] = str(checkpoint)  # the logs go on in a new version: the old ones stay whole
+        if locks is not None:
+            print(
+                f"resuming this command's interrupted run from step {step} ({checkpoint}); to start afresh "
+                "instead, delete that checkpoint",
+                file=sys.stderr,
+            )
+        return checkpoint, step
+    return None
 
 
 def _checkpoint_dir(trainer: Trainer) -> str:
@@ -135,25 +231,38 @@ def _checkpoint_dir(trainer: Trainer) -> str:
     return str(dirpath) if dirpath else str(Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints")
 
 
+# The default band, from the measurements of docs/tuning.md ("Collapse"). Human-text perplexity, tuned / base:
+# frozen teacher 1.03-1.06 in three runs (SmolLM2: 56.5 -> 59.8 GPU 32x32; 48.7 -> 50.2 and 53.4 -> 56.5
+# CPU), live teacher with the trust region 1.08; collapsing runs 2.1 (live, refresh 8), 3.5 (live at the
+# paper's k 32, alpha -0.05: 58 -> 205), 21-56 (live at alpha -0.4). Next-token entropy, tuned / base: the
+# live run at the paper's setting 0.55 (3.44 -> 1.88); the frozen teacher's nucleus samples lost less than
+# boosting itself gives (log generated-text ppl 3.12 -> 2.59, ratio 0.83; the boosted base 0.75).
+DEFAULT_MAX_PPL_RATIO = 1.5
+DEFAULT_MIN_ENTROPY_RATIO = 0.6
+
+
 @dataclass(frozen=True)
 class GuardOptions:
     """The band a tuning run must stay in (``CollapseGuard``); each bound is relative to the initial model's
-    value on the same held-out prompts, seeds and texts, and ``None`` leaves it out.
+    value on the same held-out prompts, seeds and texts, and ``None`` leaves it out. A band is checked at
+    every validation that measures its value (validation needs ``data.val_size > 0``; the perplexity
+    held-out human text); the defaults pass every frozen-teacher run measured and stop every collapsed one
+    (``DEFAULT_MAX_PPL_RATIO``).
 
     Args:
         max_ppl_ratio: stop when the held-out human-text perplexity exceeds this times the initial model's
-            (e.g. 1.5); needs held-out human text (a task source with ``data.val_size``, or
+            (measured where there is held-out human text: a task source with ``data.val_size``, or
             ``data.val_texts_file``).
         min_entropy_ratio: stop when the mean next-token entropy at the validation samples' positions falls
-            below this times the initial model's (e.g. 0.7).
+            below this times the initial model's.
         min_distinct_ratio: stop when distinct-2 of the validation samples falls below this times the
-            initial model's (e.g. 0.8).
+            initial model's (e.g. 0.8; off by default: no frozen-teacher run has measured it yet).
         max_repetition: stop when more than this share of the validation samples ends in a repetition loop
             (absolute: the initial model's share is often 0).
     """
 
-    max_ppl_ratio: float | None = None
-    min_entropy_ratio: float | None = None
+    max_ppl_ratio: float | None = DEFAULT_MAX_PPL_RATIO
+    min_entropy_ratio: float | None = DEFAULT_MIN_ENTROPY_RATIO
     min_distinct_ratio: float | None = None
     max_repetition: float | None = None
 
@@ -174,17 +283,15 @@ class GuardOptions:
 
     def violation(self, values: dict[str, float]) -> str | None:
         """Why ``values`` (validation metrics by short name: ``ppl``, ``ppl_initial``, ...) leave the band,
-        or ``None``."""
+        or ``None``; a band whose value this validation did not measure is not checked."""
         checks = (
             ("ppl", self.max_ppl_ratio, 1, "max_ppl_ratio"),
             ("entropy", self.min_entropy_ratio, -1, "min_entropy_ratio"),
             ("distinct_2", self.min_distinct_ratio, -1, "min_distinct_ratio"),
         )
         for name, ratio, sign, option in checks:
-            if ratio is None:
+            if ratio is None or name not in values or f"{name}_initial" not in values:
                 continue
-            if name not in values or f"{name}_initial" not in values:
-                return f"val/tuning/{name} was not measured, so guard.{option} cannot be checked"
             value, initial = values[name], values[f"{name}_initial"]
             bound = ratio * initial
             if sign * (value - bound) > 0 or value != value:  # NaN is out of every band
@@ -223,8 +330,10 @@ class CollapseGuard(Callback):
         reason = self.options.violation(values)
         step = trainer.global_step
         if reason is None:
+            if trainer.checkpoint_callback is None:  # a run without checkpoints gets none from the guard
+                return
             path = os.path.join(_checkpoint_dir(trainer), "last_good.ckpt")
-            trainer.save_checkpoint(path)
+            trainer.save_checkpoint(path, weights_only=False)  # a full, resumable checkpoint
             self.good_checkpoint, self.good_step = path, step
             return
         trainer.should_stop = True
@@ -234,9 +343,14 @@ class CollapseGuard(Callback):
                 f"the last good checkpoint is {self.good_checkpoint} (step {self.good_step}); export it with "
                 f"CoherenceTuning.load_from_checkpoint(...).export_pretrained(DIR)"
             )
+        elif trainer.checkpoint_callback is None:
+            keep = "checkpointing is off, so no good checkpoint was kept"
         else:
             keep = "no validation passed before it: the initial model is the last good one"
-        message = f"collapse guard: {reason} at step {step}; stopped the run, no export; {keep}"
+        message = (
+            f"collapse guard: {reason} at step {step}; stopped the run, no export; {keep}; to tune past it "
+            "anyway, widen or switch off that band (--model.guard.*: null)"
+        )
         if trainer.is_global_zero:
             log.warning(message)
 

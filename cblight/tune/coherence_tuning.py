@@ -8,8 +8,8 @@ lives in ``cblight.tune.loss``. Distribution is Lightning's (DDP; FSDP for model
 ``CoherenceTuning`` holds four helpers and its Lightning hooks delegate to them: the sampler
 (``cblight.tune.rollouts``: prompts, samples, the per-process random state), the teacher
 (``cblight.tune.teacher``: the frozen / live / EMA copies), the validator (``cblight.tune.validation``:
-held-out metrics and the sample log) and the exporter (``cblight.tune.export``: ``save_pretrained`` at the
-end of ``fit``). Options come grouped, each group validated when it is made: ``boosting`` and ``sampling``
+held-out metrics and the sample log) and the exporter (``cblight.tune.export``, a callback of the run:
+``save_pretrained`` at the end of ``fit``). Options come grouped, each group validated when it is made: ``boosting`` and ``sampling``
 (``cblight.options``), ``teacher``, ``loss``, ``lora``, ``validation`` and ``export``.
 
 Defaults follow the paper where it speaks (32 steps of 32 sequences of 32 sampled tokens, set in the
@@ -22,6 +22,7 @@ teachers and LoRA.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -59,7 +60,7 @@ LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler
 # load_from_checkpoint rebuilds the option objects from their plain mappings with LightningCLI's instantiator
 CLI_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 
-__all__ = ["CoherenceTuning", "check_max_steps"]
+__all__ = ["CoherenceTuning", "check_before_loading", "check_max_steps", "check_validation_data"]
 
 
 def check_max_steps(max_steps: int | None) -> None:
@@ -74,6 +75,115 @@ def check_max_steps(max_steps: int | None) -> None:
             f"trainer.max_steps = {max_steps} takes no optimizer step, so nothing would be tuned or exported; "
             "set it to 1 or more (the paper runs 32)"
         )
+
+
+def check_validation_data(guard: GuardOptions, datamodule: Any, note: bool = True) -> None:
+    """A guard band set by hand must be checkable: any needs validation prompts, ``max_ppl_ratio`` held-out
+    human text too. The default bands are checked where the run measures them; with ``note``, one line says
+    which are not."""
+    if not guard.enabled or not hasattr(datamodule, "val_prompts"):
+        return
+    defaults = GuardOptions()
+    chosen = [k for k, v in vars(guard).items() if v is not None and v != getattr(defaults, k)]
+    texts = bool(datamodule.val_prompts()) and bool(datamodule.val_texts())
+    if chosen and not datamodule.val_prompts():
+        raise TuningConfigError(f"the guard checks validation (guard.{chosen[0]}): set data.val_size > 0")
+    if "max_ppl_ratio" in chosen and not texts:
+        raise TuningConfigError(
+            "guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
+            "data.val_size > 0, or data.val_texts_file"
+        )
+    if not note:
+        return
+    if not datamodule.val_prompts():
+        log.warning("collapse guard: this run has no validation (data.val_size 0), so nothing is guarded")
+    elif guard.max_ppl_ratio is not None and not texts:
+        log.warning(
+            "collapse guard: guard.max_ppl_ratio is not checked: no held-out human text (a task source, or "
+            "data.val_texts_file)"
+        )
+
+
+def _get(group: Any, key: str, default: Any = None) -> Any:
+    """A field of a parsed option group (a jsonargparse Namespace, a mapping or a dataclass)."""
+    if group is None:
+        return default
+    if hasattr(group, "get"):
+        value = group.get(key, default)
+    else:
+        value = getattr(group, key, default)
+    return default if value is None else value
+
+
+def _plain(group: Any) -> dict[str, Any]:
+    if hasattr(group, "as_dict"):
+        group = group.as_dict()
+    if is_dataclass(group):
+        group = asdict(group)
+    return {k: v for k, v in dict(group or {}).items() if not k.startswith("__")}
+
+
+def check_before_loading(
+    config: Any,
+    datamodule_class: type,
+    locks: list[Any] | None,
+    saved_config: Callable[[], dict[str, Any]],
+) -> Any:
+    """What ``cblight tune`` checks of a parsed config before the model loads: every directory the run
+    writes (``trainer.default_root_dir``, the loggers' ``save_dir``, ``model.export.dir``: creatable and
+    writable), an export already in ``model.export.dir`` (refused unless ``export.overwrite``), the prompts
+    (a source with none, ``data.val_size`` too large), what the guard needs, and a static cache the model's
+    class cannot use (from its config). With ``locks`` (the launching process), the export directory is
+    locked for this run and the lock appended there, for the caller to release when the run ends. A run of
+    the same config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
+    Returns the data module, its prompts read."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from cblight.models import checkpoint_config
+    from cblight.runs import OutputLock, check_output_dir
+    from cblight.tune.callbacks import resume_interrupted_run
+    from cblight.tune.export import check_export_dir
+
+    trainer, model = config.get("trainer") or {}, config.get("model") or {}
+    groups = {  # every option group checks itself when made: first, the cheapest refusals
+        name: type(parameter.default)(**_plain(_get(model, name)))
+        for name, parameter in inspect.signature(CoherenceTuning.__init__).parameters.items()
+        if is_dataclass(parameter.default)
+    }
+    check_boosting(groups["boosting"])  # what tuning asks of the shared groups
+    check_sampling(groups["sampling"])
+    root = Path(_get(trainer, "default_root_dir", ".")).expanduser()
+    check_output_dir(root, "trainer.default_root_dir")
+    loggers = _get(trainer, "logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        save_dir = _get(_get(logger, "init_args"), "save_dir")
+        if isinstance(save_dir, str):
+            check_output_dir(Path(save_dir), "trainer.logger's save_dir")
+    export = _get(model, "export")
+    export_dir = _get(export, "dir")
+    if _get(export, "enabled", True) and export_dir:
+        out = root / Path(export_dir).expanduser()
+        check_output_dir(out, "model.export.dir")
+        check_export_dir(out, bool(_get(export, "overwrite", False)))
+        if locks is not None:
+            locks.append(OutputLock(out, option="model.export.dir").acquire())
+
+    data = config.get("data")
+    datamodule = datamodule_class(**_plain(data)) if data is not None else None
+    if datamodule is not None and hasattr(datamodule, "train_prompts"):
+        datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
+        check_validation_data(groups["guard"], datamodule, note=False)  # said once, when the run starts
+
+    rollouts = groups["rollouts"]
+    if rollouts.cache == "static" or rollouts.compile:
+        name = _get(model, "model", "gpt2")
+        cfg = checkpoint_config(name, _get(model, "revision"), bool(_get(model, "trust_remote_code", False)))
+        if type(cfg) in MODEL_FOR_CAUSAL_LM_MAPPING:  # a model of remote code is checked once it loads
+            rollouts.check_supported(MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)])
+
+    if config.get("ckpt_path") is None:
+        resume_interrupted_run(config, saved_config, locks)
+    return datamodule
 
 
 def _constant_rate(step: int) -> float:
@@ -123,10 +233,10 @@ class CoherenceTuning(L.LightningModule):
         validation: ``against_initial``, ``text_tokens``, ``log_samples_every_n_steps``,
             ``num_logged_samples`` (``cblight.tune.validation.ValidationOptions``).
         guard: the band a run must stay in (``max_ppl_ratio``, ``min_entropy_ratio``, ``min_distinct_ratio``,
-            ``max_repetition``; ``cblight.tune.callbacks.GuardOptions``), checked after every validation: a
-            run that leaves it stops, its last good checkpoint named.
-        export: ``enabled`` and ``dir`` of the ``save_pretrained`` export at the end of ``fit`` (default
-            ``<log_dir>/hf_model``; ``cblight.tune.export.ExportOptions``).
+            ``max_repetition``; ``cblight.tune.callbacks.GuardOptions``, on by default), checked after every
+            validation: a run that leaves it stops, its last good checkpoint named, and exports nothing.
+        export: ``enabled``, ``dir`` and ``overwrite`` of the ``save_pretrained`` export at the end of ``fit``
+            (default ``<log_dir>/hf_model``; ``cblight.tune.export.ExportOptions``).
         optimizer: factory called with the trainable parameters (default: AdamW lr 1e-5, weight decay 0).
         lr_scheduler: factory called with the optimizer (default: a constant rate); it steps every
             optimizer step.
@@ -201,8 +311,9 @@ class CoherenceTuning(L.LightningModule):
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # The initial model's copy is taken before any LoRA adapters are added; the EMA starts after.
-        keep = teacher.kind == "frozen" or validation.against_initial or teacher.trust_region or guard.enabled
-        initial = frozen_copy(self.model) if keep else None
+        needed = teacher.kind == "frozen" or validation.against_initial or bool(teacher.trust_region)
+        self._initial_for_guard_only = guard.enabled and not needed
+        initial = frozen_copy(self.model) if needed or guard.enabled else None
         if lora.rank:
             self.model = apply_lora(self.model, lora)
         self.teacher = Teacher(teacher, self.model, initial)
@@ -243,14 +354,14 @@ class CoherenceTuning(L.LightningModule):
         datamodule = getattr(trainer, "datamodule", None)
         if datamodule is not None and hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
-        if self.guard_options.enabled and datamodule is not None and hasattr(datamodule, "val_prompts"):
-            if not datamodule.val_prompts():
-                raise TuningConfigError("the guard checks validation: set data.val_size > 0")
-            if self.guard_options.max_ppl_ratio is not None and not datamodule.val_texts():
-                raise TuningConfigError(
-                    "guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
-                    "data.val_size > 0, or data.val_texts_file"
-                )
+        if datamodule is not None:
+            check_validation_data(self.guard_options, datamodule)
+            if (
+                self._initial_for_guard_only
+                and hasattr(datamodule, "val_prompts")
+                and not datamodule.val_prompts()
+            ):
+                self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
 
     def _synced(self) -> bool:
         """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
@@ -282,8 +393,8 @@ class CoherenceTuning(L.LightningModule):
         }
 
     def configure_callbacks(self) -> list[L.Callback]:
-        """Stop cleanly on Ctrl-C / SIGTERM, guard against collapse (with ``guard`` bands), log the learning
-        rate, count the progress bar in steps."""
+        """Stop cleanly on Ctrl-C / SIGTERM, guard against collapse (with ``guard`` bands), export at the end
+        of ``fit``, log the learning rate, count the progress bar in steps."""
         from lightning.pytorch.callbacks import LearningRateMonitor
 
         from cblight.tune.callbacks import CollapseGuard, StopOnSignal, step_progress_bar
@@ -294,10 +405,16 @@ class CoherenceTuning(L.LightningModule):
             callbacks.append(StopOnSignal())
         if self.guard_options.enabled and not any(isinstance(c, CollapseGuard) for c in trainer.callbacks):
             callbacks.append(CollapseGuard(self.guard_options))
+        if not any(isinstance(c, Exporter) for c in trainer.callbacks):
+            callbacks.append(self.exporter)
         if trainer.loggers and not any(isinstance(c, LearningRateMonitor) for c in trainer.callbacks):
             callbacks.append(LearningRateMonitor(logging_interval="step"))
-        bar = step_progress_bar(trainer.progress_bar_callback)  # Lightning's counts epochs; ours steps
-        return callbacks + ([bar] if bar is not None else [])
+        # Lightning's bar counts epochs, ours steps. Swapped in place: a bar returned from here would make
+        # Lightning announce, on every run, that it overrides the trainer's own.
+        bar = step_progress_bar(trainer.progress_bar_callback)
+        if bar is not None:
+            trainer.callbacks[trainer.callbacks.index(trainer.progress_bar_callback)] = bar
+        return callbacks
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         # The EMA follows every optimizer step right away, before any callback (a checkpoint) sees it.
@@ -319,7 +436,6 @@ class CoherenceTuning(L.LightningModule):
     # -- the training step ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
         self.teacher.to(self.device)  # the copies are not submodules: Lightning does not move them
-        self.exporter.first_step = self.global_step
         self.sampler.start(self.global_rank, self.trainer.world_size, self.global_step, self.device)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -424,6 +540,3 @@ class CoherenceTuning(L.LightningModule):
         """``save_pretrained`` of the tuned model and its tokenizer, loadable by
         ``AutoModelForCausalLM.from_pretrained``. Call it on every process (sharded weights are gathered)."""
         return self.exporter.export(self.model, self.tokenizer, self._trainer, self._log_dir, out_dir)
-
-    def on_fit_end(self) -> None:
-        self.exporter.at_fit_end(self.model, self.tokenizer, self.trainer, self._log_dir)

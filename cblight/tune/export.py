@@ -1,7 +1,11 @@
 """Export of the tuned model at the end of ``fit``: ``save_pretrained`` of the weights and the tokenizer,
 loadable by ``AutoModelForCausalLM.from_pretrained`` and ``evaluate.py`` like any Hub model; with LoRA, the
-merged model and the adapter (``cblight.tune.lora``). ``Exporter`` is the exporter of
-``cblight.tune.coherence_tuning.CoherenceTuning``."""
+merged model and the adapter (``cblight.tune.lora``).
+
+The export directory is one run's alone: ``Exporter`` locks it (``cblight.runs.OutputLock``) for the whole
+``fit``, and refuses a directory that already holds an export unless ``overwrite`` is set, so that neither a
+second run nor a rerun replaces a tuned model without a word.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch import Callback
+
+from cblight.runs import LOCK_NAME, OutputDirError, OutputLock
 from cblight.tune.lora import is_peft_model, save_lora_exports
 from cblight.tune.loss import TuningConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ExportOptions", "Exporter"]
+__all__ = ["ExportOptions", "Exporter", "check_export_dir"]
 
 
 @dataclass(frozen=True)
@@ -26,29 +33,76 @@ class ExportOptions:
         enabled: write the export (``false``: checkpoints only).
         dir: the export directory; a relative path is under ``trainer.default_root_dir`` (the working
             directory unless set); ``None``: ``<log_dir>/hf_model``.
+        overwrite: replace an export already in ``dir`` (left by an earlier run); otherwise such a run is
+            refused before it starts.
     """
 
     enabled: bool = True
     dir: str | None = None
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise TuningConfigError(f"export.enabled must be true or false, got {self.enabled!r}")
+        for name in ("enabled", "overwrite"):
+            if not isinstance(getattr(self, name), bool):
+                raise TuningConfigError(f"export.{name} must be true or false, got {getattr(self, name)!r}")
 
 
-class Exporter:
+def check_export_dir(path: Path, overwrite: bool) -> None:
+    """Refuse an export directory that holds files already (an earlier run's export), unless ``overwrite``.
+    A lock file alone (left by a killed run) is no export."""
+    path = Path(path).expanduser()
+    if overwrite or not path.is_dir():
+        return
+    held = sorted(p.name for p in path.iterdir() if not p.name.startswith(LOCK_NAME))
+    if held:
+        what = "an earlier run's export" if "config.json" in held else f"{len(held)} files, e.g. {held[0]}"
+        raise OutputDirError(
+            f"model.export.dir {str(path)!r} already holds {what}; this run would overwrite it: choose "
+            "another --model.export.dir, or pass --model.export.overwrite true to replace it"
+        )
+
+
+class Exporter(Callback):
     """Writes the tuned model with ``save_pretrained`` (tokenizer included) when ``fit`` ends, unless the run
-    stopped early (a half-tuned model must not look like the result)."""
+    stopped early (a half-tuned model must not look like the result) or took no step. From ``setup`` on it
+    holds the export directory's lock, and refuses a directory with an export in it (``overwrite``: replace
+    it)."""
 
     def __init__(self, options: ExportOptions):
         self.options = options
         self.first_step: int | None = None  # the global step this run's training started from
+        self._lock: OutputLock | None = None
 
     def path(self, root: Path, log_dir: str | None) -> Path:
         """``dir`` under ``root`` (``trainer.default_root_dir``), or ``<log_dir>/hf_model``."""
         if self.options.dir:
             return root / self.options.dir
         return Path(log_dir or root) / "hf_model"
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit" or not self.options.enabled:
+            return
+        log_dir = trainer.log_dir  # a collective (rank 0 broadcasts it): every process asks
+        if not trainer.is_global_zero:
+            return
+        out = self.path(Path(trainer.default_root_dir), log_dir)
+        check_export_dir(out, self.options.overwrite)
+        self._lock = OutputLock(out, option="model.export.dir").acquire()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.first_step = trainer.global_step
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        from cblight.tune.callbacks import CollapseGuard
+
+        if any(isinstance(c, CollapseGuard) and c.reason for c in trainer.callbacks):
+            return  # the run left the guard's band (said when it did): a collapsed model is no result
+        self.at_fit_end(pl_module.model, pl_module.tokenizer, trainer, pl_module._log_dir)
 
     def export(
         self,
