@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from cblight.adaptive import choice_alphas, choice_scores_per_example, summary
-from cblight.boosting import binomial_stderr, choice_predictions, first_argmax
+from cblight.adaptive import choice_alphas, summary
+from cblight.boosting import binomial_stderr, choice_predictions, choice_scores, first_argmax
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
@@ -270,7 +270,7 @@ class MultipleChoice(TaskKind):
             self.adaptive is not None
         ):  # no labels: each question's alpha from its own numbers (or the split's)
             adaptive = choice_alphas(self.adaptive, out["ll_full"], out["ll_short"], self.alphas, lengths)
-            scores = choice_scores_per_example(out["ll_full"], out["ll_short"], adaptive, lengths)
+            scores = choice_scores(out["ll_full"], out["ll_short"], adaptive.view(-1, 1), lengths)
             preds["adaptive"] = scores.argmax(dim=-1)
             acc = float((preds["adaptive"] == labels).double().mean())
             report.update(acc_adaptive=acc, acc_adaptive_stderr=binomial_stderr(acc, n))
