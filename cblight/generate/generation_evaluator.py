@@ -34,7 +34,7 @@ from cblight.evaluator import Evaluator
 from cblight.generate.decode import boosted_generate
 from cblight.generate.rows import Decoding, DecodingGrid, Table, resolve_decodings
 from cblight.metrics.coherence import generated_token_log_probs
-from cblight.metrics.dialog_meteor import MeteorRoute
+from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, TextSuite
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, model_window
 from cblight.results import atomic_write_jsonl, format_table, save_figure
@@ -92,8 +92,8 @@ class BoostedGenerationEvaluator(Evaluator):
         self_bleu_samples: hypotheses sampled for self-BLEU (degen's 1000; ``None`` scores all).
         meteor: dialog tables' METEOR: ``official`` (the METEOR 1.5 jar of the DSTC7 evaluation; needs
             Java and ``cblight[dialog]``), ``nltk`` (column ``meteor_nltk``), or ``auto`` (official where
-            it can run, else nltk); resolved, and an official one that cannot run refused, when a dialog
-            task is set up, before the model loads.
+            it can run, else nltk). ``official`` where it cannot run is refused when given; ``auto`` is
+            resolved only when a dialog task is set up.
         human: also score the held-out human text (the "Human" row).
         score_batch_size: documents per forward pass when scoring with the base LM.
         output_dir: where generations, results, plots, cache and logs go (``{model}`` = the model's name).
@@ -140,6 +140,8 @@ class BoostedGenerationEvaluator(Evaluator):
                 f"model.score_batch_size must be at least 1, got {score_batch_size} (documents per forward "
                 "pass of the metrics model; data.batch_size is the prompts per generate call)"
             )
+        if meteor == "official":  # asked for by name: refused here, before any work, where it cannot run
+            resolve_meteor_route(meteor)
         self._metrics_lm: Any = None
         self.suites = nn.ModuleDict()
         self._tasks: list[GenerationTask] = []
