@@ -30,7 +30,7 @@ from torch import nn
 
 from cblight.adaptive import RULES, rule_for
 from cblight.boosting import AlphaGrid
-from cblight.data.datamodule import TaskSplit
+from cblight.data.datamodule import Role, TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
 from cblight.evaluate.methods import MethodName, MethodOptions, check_methods, not_applicable
@@ -42,7 +42,7 @@ from cblight.evaluate.predictions import (
     summary_text,
     write_task_files,
 )
-from cblight.evaluate.task_kind import TaskKind
+from cblight.evaluate.task_scoring import TaskScoring
 from cblight.evaluator import Evaluator
 from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
 from cblight.runs import check_interrupt
@@ -51,7 +51,7 @@ from cblight.served import ServedScorer, ServerOptions, check_served_splits, res
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 
-Role = Literal["report", "selection"]
+KINDS: dict[str, type[TaskScoring]] = {kind.kind: kind for kind in (MultipleChoice, NextToken)}
 _STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report"}
 _PREFIX = {"selection": "val", "report": "test"}
 DEFAULT_KS = tuple(range(1, 21))  # LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
@@ -194,7 +194,7 @@ class BoostedEvaluator(Evaluator):
         if method_options is not None:
             method_options.check()
         self._scorer: Scorer | ServedScorer | None = None
-        self._kinds: dict[tuple[Role, str], TaskKind] = {}
+        self._kinds: dict[tuple[Role, str], TaskScoring] = {}
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
         self.selected: dict[str, dict[str, Any]] = {}
@@ -251,28 +251,17 @@ class BoostedEvaluator(Evaluator):
             return []
         return [m for m in self.methods[1:] if not_applicable(m, split) is None]
 
-    def _kind(self, split: TaskSplit, role: Role) -> TaskKind:
-        """How examples of this split are scored, selected on and reported (``cblight.evaluate.task_kind``)."""
+    def _kind(self, split: TaskSplit, role: Role) -> TaskScoring:
+        """How examples of this split are scored, selected on and reported."""
         key = (role, split.name)
         if key not in self._kinds:
-            kind = split.task.kind
-            methods = self._methods(split, role)
-            adaptive = self._adaptive_rule(split, role)
-            if kind == "multiple_choice":
-                self._kinds[key] = MultipleChoice(
-                    self.choice_alphas, self.length_normalize, methods, split, self.method_options, adaptive
+            if split.task.kind not in KINDS:
+                raise DataError(
+                    f"{split.name}: tasks of kind {split.task.kind!r} are not evaluated by BoostedEvaluator"
                 )
-            elif kind == "next_token":
-                self._kinds[key] = NextToken(
-                    self.ks,
-                    self.next_token_alphas,
-                    methods,
-                    self.method_options,
-                    self._decode_tokens,
-                    adaptive,
-                )
-            else:
-                raise DataError(f"{split.name}: tasks of kind {kind!r} are not evaluated by BoostedEvaluator")
+            scoring = KINDS[split.task.kind]
+            methods, adaptive = self._methods(split, role), self._adaptive_rule(split, role)
+            self._kinds[key] = scoring.for_run(self, split, methods, adaptive)
         return self._kinds[key]
 
     def check_tasks(self, datamodule: Any) -> None:
@@ -282,7 +271,7 @@ class BoostedEvaluator(Evaluator):
 
     def _check_adaptive(self, specs: Sequence[Any]) -> None:
         for spec in specs if self.adaptive is not None else ():
-            if spec.kind in ("multiple_choice", "next_token"):
+            if spec.kind in KINDS:
                 try:
                     rule_for(self.adaptive, spec.kind)
                 except ValueError as err:
@@ -290,15 +279,11 @@ class BoostedEvaluator(Evaluator):
 
     def _adaptive_rule(self, split: TaskSplit, role: Role) -> str | None:
         """The label-free rule of this split's kind (reported splits only: it chooses nothing)."""
-        if (
-            self.adaptive is None
-            or role != "report"
-            or split.task.kind not in ("multiple_choice", "next_token")
-        ):
+        if self.adaptive is None or role != "report" or split.task.kind not in KINDS:
             return None
         return rule_for(self.adaptive, split.task.kind)  # checked in setup
 
-    def _decode_tokens(self, ids: list[int]) -> str:
+    def decode_tokens(self, ids: list[int]) -> str:
         return self.tok.decode(ids)
 
     def _check_lengths(self, splits: list[TaskSplit]) -> None:

@@ -29,11 +29,12 @@ from cblight.evaluate.methods import (
     method_scores,
     predictions,
 )
-from cblight.evaluate.task_kind import Rows, TaskKind
+from cblight.evaluate.task_scoring import Rows, TaskScoring
 from cblight.metrics.sweeps import ChoiceSweep
+from cblight.scoring import TextScorer
 
 
-class MultipleChoice(TaskKind):
+class MultipleChoice(TaskScoring):
     """Multiple choice (paper eq. 2, Table 4): ``log f(a | full)`` and ``log f(a | premise-free)`` per choice,
     accuracy at alpha = 0, -1 (PMI) and alpha*, and the whole curve; and the numbers of the comparison
     methods asked for (``cblight.evaluate.methods``, Tables 11/12: ``acc_pmi_dc``, ``acc_calibrate``, ...):
@@ -80,6 +81,12 @@ class MultipleChoice(TaskKind):
         )
         self._cf: list[list[float]] | None = None
 
+    @classmethod
+    def for_run(
+        cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None
+    ) -> MultipleChoice:
+        return cls(run.choice_alphas, run.length_normalize, methods, split, run.method_options, adaptive)
+
     @property
     def _options(self) -> MethodOptions:
         assert self.options is not None, "comparison methods were asked for without their options"
@@ -121,7 +128,7 @@ class MultipleChoice(TaskKind):
 
     def score(
         self,
-        backend: Any,
+        scorer: TextScorer,
         split: TaskSplit,
         examples: Sequence[Example],
         previous: dict[int, dict[str, Any]] | None = None,
@@ -154,7 +161,7 @@ class MultipleChoice(TaskKind):
             cf = self._cf_groups()
             groups += cf
             names += [f"{split.name} content-free input {c!r}" for c in self.content_free]
-        scores = backend.score_text(groups, names) if groups else []
+        scores = scorer.score_text(groups, names) if groups else []
         if need_cf:
             self._cf = [[s.log_prob for s in row] for row in scores[len(scores) - len(self.content_free) :]]
         records: dict[int, dict[str, Any]] = {}
