@@ -235,13 +235,13 @@ class BoostedEvaluator(Evaluator):
                 kind.record_fields,
             )
             pending = pending or any(kind.missing(cached.get(ex.idx), ex) for ex in split.examples)
-        if self.tok is None and self.tokenizer_name is not None:
+        if self.tokenizer is None and self.tokenizer_name is not None:
             self._load_tokenizer()
             if self.backend == "local":
                 self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
         if self.backend != "local":
-            check_served_splits(splits, self.tok is not None)
-        elif pending and self.language_model is None:
+            check_served_splits(splits, self.tokenizer is not None)
+        elif pending and self.model is None:
             self._load_model()
 
     def _methods(self, split: TaskSplit, role: Role) -> list[str]:
@@ -284,7 +284,7 @@ class BoostedEvaluator(Evaluator):
         return rule_for(self.adaptive, split.task.kind)  # checked in setup
 
     def decode_tokens(self, ids: list[int]) -> str:
-        return self.tok.decode(ids)
+        return self.tokenizer.decode(ids)
 
     def _check_lengths(self, splits: list[TaskSplit]) -> None:
         """Refuse, before any model work, an answer that alone exceeds the model window."""
@@ -298,7 +298,7 @@ class BoostedEvaluator(Evaluator):
                     continue
                 for choice in ex.choices:
                     if choice not in lengths:
-                        lengths[choice] = len(self.tok(choice, add_special_tokens=False)["input_ids"])
+                        lengths[choice] = len(self.tokenizer(choice, add_special_tokens=False)["input_ids"])
                     n = lengths[choice]
                     if n > window:
                         raise DataError(
@@ -324,11 +324,11 @@ class BoostedEvaluator(Evaluator):
                 self.server, self.model_name, self.output_dir / "requests.sqlite"
             )
         if self._scorer is None:
-            if self.language_model is None:
+            if self.model is None:
                 self._load_model()
             self._scorer = Scorer(
-                self.language_model,
-                self.tok,
+                self.model,
+                self.tokenizer,
                 batch_size=self.hparams.batch_size,
                 max_length=self.hparams.max_length,
                 share_context=self.hparams.share_context,

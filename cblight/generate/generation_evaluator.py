@@ -191,7 +191,7 @@ class BoostedGenerationEvaluator(Evaluator):
                 pending = pending or any(
                     cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
                 )
-        if pending and self.language_model is None:
+        if pending and self.model is None:
             self._load_model()
 
     def _new_suite(self, table: Table) -> nn.Module:
@@ -199,7 +199,7 @@ class BoostedGenerationEvaluator(Evaluator):
         here when an official METEOR cannot run) or ROUGE (summaries)."""
         if table == "text":
             return TextSuite(
-                eos_token_id=self.tok.eos_token_id, self_bleu_samples=self.hparams.self_bleu_samples
+                eos_token_id=self.tokenizer.eos_token_id, self_bleu_samples=self.hparams.self_bleu_samples
             )
         if table == "dialog":
             return DialogSuite(meteor=self.hparams.meteor)
@@ -220,9 +220,9 @@ class BoostedGenerationEvaluator(Evaluator):
         """The base LM of perplexity, LTF and delta: ``metrics_model``, or the generating model itself."""
         name = self.hparams.metrics_model
         if name is None or name == self.model_name:
-            if self.language_model is None:
+            if self.model is None:
                 self._load_model()
-            return self.language_model
+            return self.model
         if self._metrics_lm is None:
             self._metrics_lm = load_causal_lm(name, dtype=self.hparams.dtype, revision=self.hparams.revision)
             self._metrics_lm.to(self.device)
@@ -230,26 +230,22 @@ class BoostedGenerationEvaluator(Evaluator):
 
     # -- one batch -----------------------------------------------------------------------------------------
     def _prompt_ids(self, task: GenerationTask, examples: Sequence[GenerationExample]) -> list[list[int]]:
-        window = (
-            None
-            if self.language_model is not None
-            else checkpoint_window(self.model_name, self.hparams.revision)
-        )
+        window = None if self.model is not None else checkpoint_window(self.model_name, self.hparams.revision)
         if window is None:
-            if self.language_model is None:
+            if self.model is None:
                 self._load_model()
-            window = model_window(self.language_model)
+            window = model_window(self.model)
         budget = window - task.max_new_tokens
         if budget < 1:
             raise ConfigError(
                 f"max_new_tokens={task.max_new_tokens} leaves no room in the model window of {window}"
             )
-        return [fit_example(self.tok, ex, budget) for ex in examples]
+        return [fit_example(self.tokenizer, ex, budget) for ex in examples]
 
     def _generate(
         self, task: GenerationTask, decoding: Decoding, examples: list[GenerationExample]
     ) -> list[dict[str, Any]]:
-        if self.language_model is None:
+        if self.model is None:
             self._load_model()
         prompts = self._prompt_ids(task, examples)
         # seeded by the run's seed, the row and the batch's example ids: a rerun draws the same samples, and
@@ -258,8 +254,8 @@ class BoostedGenerationEvaluator(Evaluator):
         seed = zlib.crc32(key.encode("utf-8"))
         try:
             out = boosted_generate(
-                self.language_model,
-                self.tok,
+                self.model,
+                self.tokenizer,
                 prompts,
                 decoding.boosting_for(task.table),
                 decoding.generate_sampling(seed),
@@ -277,11 +273,11 @@ class BoostedGenerationEvaluator(Evaluator):
 
     def _human(self, task: GenerationTask, examples: list[GenerationExample]) -> list[dict[str, Any]]:
         """The "Human" row's records: each held-out continuation, cut to the generation length."""
-        enc = Encoder(self.tok)
+        enc = Encoder(self.tokenizer)
         records = []
         for ex, prompt in zip(examples, self._prompt_ids(task, examples)):
             tokens = enc.body(ex.human or "")[: task.max_new_tokens]
-            records.append(generation_record(task, ex, prompt, tokens, self.tok.decode(tokens)))
+            records.append(generation_record(task, ex, prompt, tokens, self.tokenizer.decode(tokens)))
         return records
 
     def _add_log_probs(self, records: list[dict[str, Any]]) -> None:
@@ -295,9 +291,9 @@ class BoostedGenerationEvaluator(Evaluator):
             [r["context"] for r in todo],
             [r["tokens"] for r in todo],
             k=self.hparams.short_window,
-            prefix=Encoder(self.tok).prefix,
+            prefix=Encoder(self.tokenizer).prefix,
             batch_size=self.hparams.score_batch_size,
-            pad_id=int(self.tok.pad_token_id or 0),
+            pad_id=int(self.tokenizer.pad_token_id or 0),
         )
         for r, (full, short) in zip(todo, scored):
             r["lp_full"] = [round(x, 6) for x in full.tolist()]
