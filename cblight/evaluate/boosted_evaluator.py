@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
@@ -46,7 +46,7 @@ from cblight.evaluate.task_scoring import TaskScoring
 from cblight.evaluator import Evaluator
 from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
 from cblight.runs import check_interrupt
-from cblight.scoring import BatchSize, Scorer
+from cblight.scoring import BatchSize, Scorer, TextScorer
 from cblight.served import ServedScorer, ServerOptions, check_served_splits, resumed_line
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
@@ -159,14 +159,16 @@ class BoostedEvaluator(Evaluator):
     ):
         super().__init__(model, tokenizer, output_dir, overwrite, run_label)
         self.save_hyperparameters()
-        self.backend = backend
-        self.server = server
+        self.backend: LocalBackend | ServedBackend
         if backend == "openai":
-            self.server = server or ServerOptions()
-            self.server.check()
-            self.tokenizer_name = tokenizer
+            self.backend = ServedBackend(server or ServerOptions())
+            self.tokenizer_name = (
+                tokenizer  # the server tokenises; a local tokenizer only spells special tokens
+            )
         elif server is not None:
             raise ConfigError("server options are for backend: openai (this run's backend is local)")
+        else:
+            self.backend = LocalBackend()
         self.choice_alphas = _grid(choice_alphas, AlphaGrid(2.0, -5.0, 0.01), "choice_alphas")
         self.next_token_alphas = _grid(next_token_alphas, AlphaGrid(0.0, -1.0, 0.1), "next_token_alphas")
         self.ks = list(ks) if ks is not None else list(DEFAULT_KS)
@@ -193,7 +195,7 @@ class BoostedEvaluator(Evaluator):
         self.method_options = method_options
         if method_options is not None:
             method_options.check()
-        self._scorer: Scorer | ServedScorer | None = None
+        self._scorer: TextScorer | None = None
         self._kinds: dict[tuple[Role, str], TaskScoring] = {}
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
@@ -204,8 +206,7 @@ class BoostedEvaluator(Evaluator):
     def _signature(self, split: TaskSplit, role: Role) -> dict[str, Any]:
         sig = self.cache_signature(split.name, split.split)
         sig["max_length"] = self.hparams.max_length
-        if self.backend != "local":
-            sig["backend"] = self.backend
+        sig.update(self.backend.signature)
         sig.update(self._kind(split, role).signature())
         return sig
 
@@ -235,14 +236,7 @@ class BoostedEvaluator(Evaluator):
                 kind.record_fields,
             )
             pending = pending or any(kind.missing(cached.get(ex.idx), ex) for ex in split.examples)
-        if self.tokenizer is None and self.tokenizer_name is not None:
-            self._load_tokenizer()
-            if self.backend == "local":
-                self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
-        if self.backend != "local":
-            check_served_splits(splits, self.tokenizer is not None)
-        elif pending and self.model is None:
-            self._load_model()
+        self.backend.prepare(self, dm, splits, pending)
 
     def _methods(self, split: TaskSplit, role: Role) -> list[str]:
         """The comparison methods scored on ``split``: those that apply, on the reported split only (they
@@ -307,32 +301,12 @@ class BoostedEvaluator(Evaluator):
                         )
 
     def check_checkpoint(self, path: str) -> Any:
-        """A served model's name is the server's to check; a local one loads (config, tokenizer) and takes
-        this run's ``max_length``."""
-        if self.backend != "local":
-            return None
-        config = super().check_checkpoint(path)
-        if self.hparams.max_length is not None:
-            check_max_length(config, self.hparams.max_length, "model.max_length", path)
-        return config
+        return self.backend.check_checkpoint(self, path)
 
     @property
-    def scorer(self) -> Scorer | ServedScorer:
-        if self._scorer is None and self.backend == "openai":
-            assert self.server is not None
-            self._scorer = ServedScorer.connect(
-                self.server, self.model_name, self.output_dir / "requests.sqlite"
-            )
+    def scorer(self) -> TextScorer:
         if self._scorer is None:
-            if self.model is None:
-                self._load_model()
-            self._scorer = Scorer(
-                self.model,
-                self.tokenizer,
-                batch_size=self.hparams.batch_size,
-                max_length=self.hparams.max_length,
-                share_context=self.hparams.share_context,
-            )
+            self._scorer = self.backend.connect(self)
         return self._scorer
 
     def _records(self, role: Role, split: TaskSplit, batch: list[Any]) -> list[dict[str, Any]]:
@@ -412,12 +386,7 @@ class BoostedEvaluator(Evaluator):
                 settings["adaptive"] = self.adaptive
             if len(self.methods) > 1:
                 settings["methods"] = self.methods
-            if self.backend != "local":
-                settings["backend"] = self.backend
-                scorer = self._scorer if isinstance(self._scorer, ServedScorer) else None  # all cached: None
-                settings.update({"served": scorer.report()} if scorer is not None else {})
-                if line := resumed_line(self.server.base_url if self.server else "", self._resumed, scorer):
-                    rank_zero_info(line)
+            settings.update(self.backend.settings(self._scorer, self._resumed))
             comparison = comparison_payload(self.results, self.methods, self.adaptive is not None)
             if comparison is not None:
                 settings["comparison"] = comparison
@@ -439,3 +408,68 @@ class BoostedEvaluator(Evaluator):
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class LocalBackend:
+    """The model runs in this process (``backend: local``)."""
+
+    signature: ClassVar[dict[str, Any]] = {}
+
+    def prepare(self, run: BoostedEvaluator, dm: Any, splits: list[TaskSplit], pending: bool) -> None:
+        """Before any model work: the tokenizer, answers longer than the window refused, the model loaded
+        when an example needs it."""
+        if run.tokenizer is None:
+            run._load_tokenizer()
+            run._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
+        if pending and run.model is None:
+            run._load_model()
+
+    def check_checkpoint(self, run: BoostedEvaluator, path: str) -> Any:
+        """The checkpoint loads (config, tokenizer) and takes this run's ``max_length``."""
+        config = Evaluator.check_checkpoint(run, path)
+        if run.hparams.max_length is not None:
+            check_max_length(config, run.hparams.max_length, "model.max_length", path)
+        return config
+
+    def connect(self, run: BoostedEvaluator) -> Scorer:
+        if run.model is None:
+            run._load_model()
+        hp = run.hparams
+        return Scorer(
+            run.model,
+            run.tokenizer,
+            batch_size=hp.batch_size,
+            max_length=hp.max_length,
+            share_context=hp.share_context,
+        )
+
+    def settings(self, scorer: TextScorer | None, resumed: int) -> dict[str, Any]:
+        return {}
+
+
+class ServedBackend:
+    """An OpenAI-compatible completions server scores (``backend: openai``, docs/served.md)."""
+
+    signature: ClassVar[dict[str, Any]] = {"backend": "openai"}
+
+    def __init__(self, server: ServerOptions):
+        server.check()
+        self.server = server
+
+    def prepare(self, run: BoostedEvaluator, dm: Any, splits: list[TaskSplit], pending: bool) -> None:
+        """Before any request: what a served model cannot score exactly is refused."""
+        run._load_tokenizer()
+        check_served_splits(splits, run.tokenizer is not None)
+
+    def check_checkpoint(self, run: BoostedEvaluator, path: str) -> None:
+        return None  # a served model's name is the server's to check
+
+    def connect(self, run: BoostedEvaluator) -> ServedScorer:
+        return ServedScorer.connect(self.server, run.model_name, run.output_dir / "requests.sqlite")
+
+    def settings(self, scorer: TextScorer | None, resumed: int) -> dict[str, Any]:
+        """The server's report (none when every example came from the cache), and a line on what resumed."""
+        served = scorer if isinstance(scorer, ServedScorer) else None
+        if line := resumed_line(self.server.base_url, resumed, served):
+            rank_zero_info(line)
+        return {"backend": "openai", **({"served": served.report()} if served is not None else {})}
