@@ -20,7 +20,7 @@ from cblight.boosting import binomial_stderr, choice_predictions, choice_scores,
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
-from cblight.evaluate.method_prompts import METHOD_PROMPTS, channel_prefixes, domain_premise
+from cblight.evaluate.method_prompts import channel_prefixes, domain_premise, method_prompts
 from cblight.evaluate.methods import (
     METHOD_FIELDS,
     PREMISE_METHODS,
@@ -104,7 +104,7 @@ class MultipleChoice(TaskScoring):
 
     # -- what each method feeds the model ------------------------------------------------------------------
     def _cf_groups(self) -> list[tuple[str, Sequence[str]]]:
-        form = METHOD_PROMPTS[self.task].content_free
+        form = method_prompts()[self.task].content_free
         assert form is not None and self.labels is not None
         return [(form(cf), self.labels) for cf in self.content_free]
 
@@ -116,7 +116,7 @@ class MultipleChoice(TaskScoring):
         if method == "calibrate":
             return self._cf_groups()
         if method == "channel":
-            form = METHOD_PROMPTS[self.task].channel_input
+            form = method_prompts()[self.task].channel_input
             assert form is not None
             x = " " + form(ex.context)
             return [(prefix, [x]) for prefix in self.channel]
