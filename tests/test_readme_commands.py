@@ -1,4 +1,4 @@
-"""Every command the README shows runs (issue 14: "Test every command the README shows").
+"""Every command the README shows runs.
 
 The commands are read from README.md's ```bash blocks at test time, so a section added later is picked up
 without touching this file: every line starting with ``cblight``, ``python evaluate.py``, ``python train.py``,

@@ -11,11 +11,9 @@ interrupted run resumes and a rerun with a new alpha grid (multiple choice) neve
 of the test loop rank 0 writes ``results.json``, per-example predictions and one alpha-curve plot per task,
 and prints a summary table.
 
-This module is the Lightning loop only. How a task kind's examples are scored, and how its sweep becomes
-alpha*, k* and a report, is one ``TaskKind`` (``cblight.evaluate.task_kind``): ``multiple_choice`` and
-``next_token``; the comparison methods are ``cblight.evaluate.methods``; what is written
-``cblight.evaluate.predictions``; what both evaluators share (model, cache, output directory, results.json)
-``cblight.evaluator``; a served model's scorer ``cblight.served``.
+Scores come from the model in this process (``LocalBackend``) or from an OpenAI-compatible completions
+server (``ServedBackend``, multiple choice only: docs/served.md); how a kind of task is scored, selected on and
+reported is its ``TaskScoring``, picked by the task spec's ``kind``.
 """
 
 from __future__ import annotations
