@@ -116,8 +116,8 @@ def paired(a: Any, b: Any) -> tuple[float, float]:
 def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
 
-    from cblight.adaptive import choice_alphas, choice_scores_per_example
-    from cblight.boosting import choice_accuracy_curve, choice_predictions, first_argmax
+    from cblight.adaptive import choice_alphas
+    from cblight.boosting import choice_accuracy_curve, choice_predictions, choice_scores, first_argmax
 
     grid = torch.tensor(GRID, dtype=torch.float64)
     star = GRID[first_argmax(choice_accuracy_curve(sel["full"], sel["short"], sel["labels"], grid))]
@@ -136,7 +136,7 @@ def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict
     ]
     for rule in ("jsd", "jsd_mean", "decorrelate", "balance"):
         alpha = choice_alphas(rule, rep["full"], rep["short"], GRID)
-        scores = choice_scores_per_example(rep["full"], rep["short"], alpha)
+        scores = choice_scores(rep["full"], rep["short"], alpha.view(-1, 1))
         rows.append((f"{rule} (no labels)", scores.argmax(-1) == rep["labels"], alpha))
     n = len(rep["labels"])
     print(f"\n{task}: report n = {n}, selection n = {len(sel['labels'])}")

@@ -137,7 +137,7 @@ def main() -> None:
         raise BenchError(f"cblight generate failed:\n{done.stderr[-3000:]}")
     run = Path(args.out) / args.model
     results = json.loads((run / "results.json").read_text(encoding="utf-8"))["tasks"]["webtext"]
-    from cblight.generate.decodings import Decoding
+    from cblight.generate.rows import Decoding
 
     table = []
     print(f"WebText, {args.model}: {args.limit} prompts x {args.new} new tokens, top-p 0.95, k = {args.k}")

@@ -60,7 +60,6 @@ __all__ = [
     "balance_alpha",
     "choice_alphas",
     "choice_jsd_alpha",
-    "choice_scores_per_example",
     "decorrelate_alpha",
     "entropy",
     "js_divergence",
@@ -237,21 +236,6 @@ def choice_jsd_alpha(
     short = _normalised(_per_length(torch.where(mask, ll_short.double(), 0.0), lengths), mask)
     a = js_divergence(full, short)
     return (-a / (1.0 + a)).double()
-
-
-def choice_scores_per_example(
-    ll_full: torch.Tensor,
-    ll_short: torch.Tensor,
-    alpha: torch.Tensor,
-    lengths: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``log f(a | full) + alpha_i · log f(a | premise-free)`` with each question's own ``alpha_i`` ``[N]``
-    (paper eq. 2, ``boosting.choice_scores`` row by row): ``[N, C]`` float64, missing answers ``-inf``."""
-    mask = _answer_mask(ll_full)
-    short = torch.where(mask & torch.isfinite(ll_short), ll_short.double(), 0.0)
-    scores = ll_full.double() + alpha.double().view(-1, 1) * short
-    scores = _per_length(scores, lengths)
-    return torch.where(mask, scores, torch.full_like(scores, -math.inf))
 
 
 def decorrelate_alpha(

@@ -249,23 +249,24 @@ def choice_scores(
     alphas: torch.Tensor | float,
     lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``log f(a | full) + alpha · log f(a | premise-free)`` for every alpha (paper eq. 2).
+    """``log f(a | full) + alpha · log f(a | premise-free)`` (paper eq. 2), float64.
 
     ``ll_full``/``ll_short`` are ``[N, C]`` sums over each answer's tokens; missing choices (ragged choice
-    counts) are ``-inf`` in ``ll_full``. ``lengths`` (answer lengths in characters) divides the score, as the
-    reference's length normalisation does. Returns ``[A, N, C]`` (``[N, C]`` for a scalar alpha).
+    counts) are ``-inf`` in ``ll_full`` and stay ``-inf``. ``lengths`` (answer lengths in characters) divides
+    the score, as the reference's length normalisation does. ``alphas`` is one alpha (``[N, C]`` out), a grid
+    ``[A]`` (``[A, N, C]`` out) or each question's own alpha ``[N, 1]`` (a label-free rule's; ``[N, C]`` out).
     """
-    scalar = not torch.is_tensor(alphas) or alphas.dim() == 0
-    alpha_t = torch.as_tensor(alphas, dtype=torch.float64, device=ll_full.device).reshape(-1)
     full = ll_full.double()
-    short = ll_short.double()
     missing = torch.isneginf(full)
+    short = ll_short.double()
     short = torch.where(missing | ~torch.isfinite(short), torch.zeros_like(short), short)
-    scores = full.unsqueeze(0) + alpha_t.view(-1, 1, 1) * short.unsqueeze(0)
+    alpha_t = torch.as_tensor(alphas, dtype=torch.float64, device=ll_full.device)
+    if alpha_t.dim() == 1:  # a grid
+        alpha_t = alpha_t.view(-1, 1, 1)
+    scores = full + alpha_t * short
     if lengths is not None:
-        scores = scores / lengths.double().clamp_min(1).unsqueeze(0)
-    scores = torch.where(missing.unsqueeze(0), torch.full_like(scores, -math.inf), scores)
-    return scores[0] if scalar else scores
+        scores = scores / lengths.double().clamp_min(1)
+    return torch.where(missing, torch.full_like(scores, -math.inf), scores)
 
 
 def choice_predictions(

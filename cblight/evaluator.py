@@ -58,10 +58,10 @@ class Evaluator(LightningModule):
         self.output_dir = resolve_output_dir(output_dir, model)
         self.run_label = run_label
         self.overwrite = overwrite
-        # Not class attributes: a class-level ``lm = None`` would shadow the submodule nn.Module keeps.
-        self.lm: torch.nn.Module | None = None
+        # Not class attributes: a class-level ``_lm = None`` would shadow the submodule nn.Module keeps.
+        self._lm: torch.nn.Module | None = None
         self._sharded_lm: Any = None  # a device_map model lives outside Lightning's device management
-        self.tok: Any = None
+        self.tokenizer: Any = None
         self._caches: dict[Any, RecordCache] = {}
         self._cached: dict[Any, dict[int, dict[str, Any]]] = {}
         self._cleared = False
@@ -71,8 +71,9 @@ class Evaluator(LightningModule):
 
     # -- the model and its tokenizer -------------------------------------------------------------------------
     @property
-    def language_model(self) -> Any:
-        return self._sharded_lm if self._sharded_lm is not None else self.lm
+    def model(self) -> Any:
+        """The causal LM (``None`` until loaded), sharded by a device map or on this module's device."""
+        return self._sharded_lm if self._sharded_lm is not None else self._lm
 
     def _load_model(self) -> None:
         device_map = self.hparams.device_map
@@ -86,11 +87,11 @@ class Evaluator(LightningModule):
         if device_map is not None:
             self._sharded_lm = model
         else:
-            self.lm = model.to(self.device)
+            self._lm = model.to(self.device)
 
     def _load_tokenizer(self) -> None:
-        if self.tok is None and self.tokenizer_name is not None:
-            self.tok = load_tokenizer(
+        if self.tokenizer is None and self.tokenizer_name is not None:
+            self.tokenizer = load_tokenizer(
                 self.tokenizer_name,
                 revision=self.hparams.revision,
                 trust_remote_code=self.hparams.trust_remote_code,

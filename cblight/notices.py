@@ -1,5 +1,5 @@
 """Library notices that every cblight run printed and no user can act on, each silenced at its source for
-cblight's own runs (docs/errors.md, issue 19): no log level is lowered, and a user's own Lightning logging and
+cblight's own runs (docs/errors.md): no log level is lowered, and a user's own Lightning logging and
 warnings print as before. The tokenizer's "sequence length is longer than the specified maximum" warning
 is switched off where cblight tokenizes (``cblight.scoring.Encoder``), not here.
 """

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -147,6 +147,15 @@ class _Group:
     index: int
     context: list[int]
     continuations: list[list[int]]
+
+
+class TextScorer(Protocol):
+    """What multiple-choice scoring needs of a model, here (``Scorer``) or on a server
+    (``cblight.served.ServedScorer``): each continuation's log-likelihood after its context."""
+
+    def score_text(
+        self, groups: Sequence[tuple[str, Sequence[str]]], names: Sequence[str] | None = None
+    ) -> list[list[ContinuationScore]]: ...
 
 
 class Scorer:

@@ -1,11 +1,11 @@
 """Run one ``cblight`` command under a profiler and print, as JSON, every package file in which a function
-ran: the run path ``docs/design.md`` lists. What runs while a module is being imported (module and class
-bodies, registrations) does not count: it is the import, not the run.
+ran, from the first import of the package on: the run path ``docs/design.md`` lists. Functions called while
+a module is imported (a task spec's ``register``) count; module and class bodies alone do not.
 
     python tests/run_path_worker.py OUT_DIR evaluate|generate|tune
 
-Used by ``tests/test_design_map.py``; a tiny random GPT-2 and the fixtures stand in for the configs' models
-and data.
+Used by ``tests/test_design_map.py``; a tiny random GPT-2 (built in a child process, so that its imports are
+not taken for the command's) and the fixtures stand in for the configs' models and data.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = str(ROOT / "cblight") + os.sep
+# a comprehension is an expression of the body it sits in (Python 3.12 inlines it), not a function that runs
+COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
 
 
 def arguments(kind: str, out: Path, model: Path) -> list[str]:
@@ -52,10 +55,11 @@ def main() -> None:
         os.environ.setdefault(var, "1")
     os.environ.setdefault("WANDB_MODE", "disabled")
     sys.path.insert(0, str(ROOT))
-    from cblight.__main__ import main as cblight
-    from cblight.tiny import build_tiny_gpt2
-
-    model = build_tiny_gpt2(out / "tiny-gpt2")
+    model = out / "tiny-gpt2"
+    build = f"from cblight.tiny import build_tiny_gpt2; build_tiny_gpt2({str(model)!r})"
+    subprocess.run(
+        [sys.executable, "-c", build], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     args = arguments(kind, out, model)
     seen: set[str] = set()
 
@@ -63,18 +67,14 @@ def main() -> None:
         code = frame.f_code
         if event != "call" or code.co_filename in seen or not code.co_filename.startswith(PACKAGE):
             return
-        if not code.co_flags & inspect.CO_OPTIMIZED:  # a module or class body
-            return
-        caller = frame.f_back
-        while caller is not None:  # called while a module is being imported (this script's own aside)
-            if caller.f_code.co_name == "<module>" and caller.f_globals.get("__name__") != "__main__":
-                return
-            caller = caller.f_back
-        seen.add(code.co_filename)
+        if code.co_flags & inspect.CO_OPTIMIZED and code.co_name not in COMPREHENSIONS:  # not a module body
+            seen.add(code.co_filename)
 
     threading.setprofile(profile)
     sys.setprofile(profile)
     try:
+        from cblight.__main__ import main as cblight
+
         status = cblight(args)
     finally:
         sys.setprofile(None)

@@ -15,7 +15,6 @@ from cblight.adaptive import (
     balance_alpha,
     choice_alphas,
     choice_jsd_alpha,
-    choice_scores_per_example,
     decorrelate_alpha,
     entropy,
     js_divergence,
@@ -129,9 +128,10 @@ LL_FULL = torch.tensor([[-2.0, -1.0, -3.0], [-1.5, -2.5, -math.inf], [-4.0, -2.0
 LL_SHORT = torch.tensor([[-1.0, -0.5, -4.0], [-2.0, -1.0, 0.0], [-3.0, -3.0, -0.5]], dtype=torch.float64)
 
 
-def test_choice_scores_per_example_is_eq2_row_by_row():
+def test_choice_scores_with_an_alpha_per_question_is_eq2_row_by_row():
     alpha = torch.tensor([-1.0, 0.5, -0.25], dtype=torch.float64)
-    got = choice_scores_per_example(LL_FULL, LL_SHORT, alpha)
+    got = choice_scores(LL_FULL, LL_SHORT, alpha.view(-1, 1))
+    assert got.shape == (3, 3)
     for i in range(3):
         expected = choice_scores(LL_FULL[i : i + 1], LL_SHORT[i : i + 1], float(alpha[i]))
         torch.testing.assert_close(got[i : i + 1], expected, rtol=0, atol=0)

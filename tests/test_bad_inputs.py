@@ -1,4 +1,4 @@
-"""Issue 14's bad inputs: each one is refused with one line naming the option or file (exit status 2),
+"""Bad inputs of the evaluation commands: each one is refused with one line naming the option or file (exit status 2),
 before any model is loaded, and never turns into a silently wrong number.
 
 Every in-process case runs with the model loader, the tokenizer loader and (for configuration errors) the

@@ -1,5 +1,5 @@
 """The ``cblight`` command: one table of subcommands, and each subcommand's ``--help`` opening with its own
-options (issue 14: they hid behind ``--model.help BoostedEvaluator``; the redesign: one command)."""
+options (not behind ``--model.help BoostedEvaluator``, where a user would not look for them)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The alpha-curve plots: which k lines a next-token plot draws, and its y-axis (issue 14: a 20-line
-legend over the title and a flat band around 0 when every accuracy is 0)."""
+"""The alpha-curve plots: which k lines a next-token plot draws, and its y-axis (no 20-line legend over the
+title, no flat band around 0 when every accuracy is 0)."""
 
 from __future__ import annotations
 

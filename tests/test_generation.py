@@ -266,7 +266,7 @@ def test_fused_loop_without_experts_is_plain_generate(lm):
     model, tok = lm
     boosting = Boosting("marker", alpha=0.0)
     prepared = prepare_prompts(tok, prompts_for(tok, "marker"), boosting)
-    fused = plain_generate(model, prepared, STEPS, custom_generate=FusedBoostedDecoding(boosting, prepared))
+    fused = plain_generate(model, prepared, STEPS, custom_generate=FusedBoostedDecoding(prepared))
     plain = plain_generate(model, prepared, STEPS)
     assert torch.equal(fused.sequences, plain.sequences)
     for ours, theirs in zip(fused.scores, plain.scores):
@@ -420,7 +420,7 @@ def test_beam_search_follows_reordering(lm, mode):
         pad_token_id=0,
         do_sample=False,
     )
-    proc = BoostingLogitsProcessor(model, boosting, prepared)
+    proc = BoostingLogitsProcessor(model, prepared)
     ours = model.generate(prepared.input_ids, logits_processor=[proc], **common)
     ref = model.generate(
         prepared.input_ids, logits_processor=[NaiveBoostProcessor(model, tok, boosting, prepared)], **common

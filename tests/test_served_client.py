@@ -168,7 +168,7 @@ def test_a_500_storm_through_evaluate_is_one_line_and_writes_nothing(stub, tmp_p
 
 
 def test_an_unreachable_server_is_one_error_at_once(tmp_path, capsys):
-    """Issue 19: a refused connection is not retried (nothing listens there; no wait mends it)."""
+    """A refused connection is not retried (nothing listens there; no wait mends it)."""
     from cblight.cli import evaluate_cli
 
     port = free_port()

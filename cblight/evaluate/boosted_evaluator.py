@@ -11,11 +11,9 @@ interrupted run resumes and a rerun with a new alpha grid (multiple choice) neve
 of the test loop rank 0 writes ``results.json``, per-example predictions and one alpha-curve plot per task,
 and prints a summary table.
 
-This module is the Lightning loop only. How a task kind's examples are scored, and how its sweep becomes
-alpha*, k* and a report, is one ``TaskKind`` (``cblight.evaluate.task_kind``): ``multiple_choice`` and
-``next_token``; the comparison methods are ``cblight.evaluate.methods``; what is written
-``cblight.evaluate.predictions``; what both evaluators share (model, cache, output directory, results.json)
-``cblight.evaluator``; a served model's scorer ``cblight.served``.
+Scores come from the model in this process (``LocalBackend``) or from an OpenAI-compatible completions
+server (``ServedBackend``, multiple choice only: docs/served.md); how a kind of task is scored, selected on and
+reported is its ``TaskScoring``, picked by the task spec's ``kind``.
 """
 
 from __future__ import annotations
@@ -23,14 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.adaptive import RULES, rule_for
 from cblight.boosting import AlphaGrid
-from cblight.data.datamodule import TaskSplit
+from cblight.data.datamodule import Role, TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
 from cblight.evaluate.methods import MethodName, MethodOptions, check_methods, not_applicable
@@ -42,16 +40,16 @@ from cblight.evaluate.predictions import (
     summary_text,
     write_task_files,
 )
-from cblight.evaluate.task_kind import TaskKind
+from cblight.evaluate.task_scoring import TaskScoring
 from cblight.evaluator import Evaluator
 from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
 from cblight.runs import check_interrupt
-from cblight.scoring import BatchSize, Scorer
+from cblight.scoring import BatchSize, Scorer, TextScorer
 from cblight.served import ServedScorer, ServerOptions, check_served_splits, resumed_line
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 
-Role = Literal["report", "selection"]
+KINDS: dict[str, type[TaskScoring]] = {kind.kind: kind for kind in (MultipleChoice, NextToken)}
 _STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report"}
 _PREFIX = {"selection": "val", "report": "test"}
 DEFAULT_KS = tuple(range(1, 21))  #: the default ``ks``, LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
@@ -159,14 +157,16 @@ class BoostedEvaluator(Evaluator):
     ):
         super().__init__(model, tokenizer, output_dir, overwrite, run_label)
         self.save_hyperparameters()
-        self.backend = backend
-        self.server = server
+        self.backend: LocalBackend | ServedBackend
         if backend == "openai":
-            self.server = server or ServerOptions()
-            self.server.check()
-            self.tokenizer_name = tokenizer
+            self.backend = ServedBackend(server or ServerOptions())
+            self.tokenizer_name = (
+                tokenizer  # the server tokenises; a local tokenizer only spells special tokens
+            )
         elif server is not None:
             raise ConfigError("server options are for backend: openai (this run's backend is local)")
+        else:
+            self.backend = LocalBackend()
         self.choice_alphas = _grid(choice_alphas, AlphaGrid(2.0, -5.0, 0.01), "choice_alphas")
         self.next_token_alphas = _grid(next_token_alphas, AlphaGrid(0.0, -1.0, 0.1), "next_token_alphas")
         self.ks = list(ks) if ks is not None else list(DEFAULT_KS)
@@ -193,8 +193,8 @@ class BoostedEvaluator(Evaluator):
         self.method_options = method_options
         if method_options is not None:
             method_options.check()
-        self._scorer: Scorer | ServedScorer | None = None
-        self._kinds: dict[tuple[Role, str], TaskKind] = {}
+        self._scorer: TextScorer | None = None
+        self._kinds: dict[tuple[Role, str], TaskScoring] = {}
         self.sweeps = nn.ModuleDict()
         self._splits: dict[Role, list[TaskSplit]] = {}
         self.selected: dict[str, dict[str, Any]] = {}
@@ -204,8 +204,7 @@ class BoostedEvaluator(Evaluator):
     def _signature(self, split: TaskSplit, role: Role) -> dict[str, Any]:
         sig = self.cache_signature(split.name, split.split)
         sig["max_length"] = self.hparams.max_length
-        if self.backend != "local":
-            sig["backend"] = self.backend
+        sig.update(self.backend.signature)
         sig.update(self._kind(split, role).signature())
         return sig
 
@@ -235,14 +234,7 @@ class BoostedEvaluator(Evaluator):
                 kind.record_fields,
             )
             pending = pending or any(kind.missing(cached.get(ex.idx), ex) for ex in split.examples)
-        if self.tok is None and self.tokenizer_name is not None:
-            self._load_tokenizer()
-            if self.backend == "local":
-                self._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
-        if self.backend != "local":
-            check_served_splits(splits, self.tok is not None)
-        elif pending and self.language_model is None:
-            self._load_model()
+        self.backend.prepare(self, dm, splits, pending)
 
     def _methods(self, split: TaskSplit, role: Role) -> list[str]:
         """The comparison methods scored on ``split``: those that apply, on the reported split only (they
@@ -251,28 +243,17 @@ class BoostedEvaluator(Evaluator):
             return []
         return [m for m in self.methods[1:] if not_applicable(m, split) is None]
 
-    def _kind(self, split: TaskSplit, role: Role) -> TaskKind:
-        """How examples of this split are scored, selected on and reported (``cblight.evaluate.task_kind``)."""
+    def _kind(self, split: TaskSplit, role: Role) -> TaskScoring:
+        """How examples of this split are scored, selected on and reported."""
         key = (role, split.name)
         if key not in self._kinds:
-            kind = split.task.kind
-            methods = self._methods(split, role)
-            adaptive = self._adaptive_rule(split, role)
-            if kind == "multiple_choice":
-                self._kinds[key] = MultipleChoice(
-                    self.choice_alphas, self.length_normalize, methods, split, self.method_options, adaptive
+            if split.task.kind not in KINDS:
+                raise DataError(
+                    f"{split.name}: tasks of kind {split.task.kind!r} are not evaluated by BoostedEvaluator"
                 )
-            elif kind == "next_token":
-                self._kinds[key] = NextToken(
-                    self.ks,
-                    self.next_token_alphas,
-                    methods,
-                    self.method_options,
-                    self._decode_tokens,
-                    adaptive,
-                )
-            else:
-                raise DataError(f"{split.name}: tasks of kind {kind!r} are not evaluated by BoostedEvaluator")
+            scoring = KINDS[split.task.kind]
+            methods, adaptive = self._methods(split, role), self._adaptive_rule(split, role)
+            self._kinds[key] = scoring.for_run(self, split, methods, adaptive)
         return self._kinds[key]
 
     def check_tasks(self, datamodule: Any) -> None:
@@ -282,7 +263,7 @@ class BoostedEvaluator(Evaluator):
 
     def _check_adaptive(self, specs: Sequence[Any]) -> None:
         for spec in specs if self.adaptive is not None else ():
-            if spec.kind in ("multiple_choice", "next_token"):
+            if spec.kind in KINDS:
                 try:
                     rule_for(self.adaptive, spec.kind)
                 except ValueError as err:
@@ -290,16 +271,12 @@ class BoostedEvaluator(Evaluator):
 
     def _adaptive_rule(self, split: TaskSplit, role: Role) -> str | None:
         """The label-free rule of this split's kind (reported splits only: it chooses nothing)."""
-        if (
-            self.adaptive is None
-            or role != "report"
-            or split.task.kind not in ("multiple_choice", "next_token")
-        ):
+        if self.adaptive is None or role != "report" or split.task.kind not in KINDS:
             return None
         return rule_for(self.adaptive, split.task.kind)  # checked in setup
 
-    def _decode_tokens(self, ids: list[int]) -> str:
-        return self.tok.decode(ids)
+    def decode_tokens(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
 
     def _check_lengths(self, splits: list[TaskSplit]) -> None:
         """Refuse, before any model work, an answer that alone exceeds the model window."""
@@ -313,7 +290,7 @@ class BoostedEvaluator(Evaluator):
                     continue
                 for choice in ex.choices:
                     if choice not in lengths:
-                        lengths[choice] = len(self.tok(choice, add_special_tokens=False)["input_ids"])
+                        lengths[choice] = len(self.tokenizer(choice, add_special_tokens=False)["input_ids"])
                     n = lengths[choice]
                     if n > window:
                         raise DataError(
@@ -322,32 +299,12 @@ class BoostedEvaluator(Evaluator):
                         )
 
     def check_checkpoint(self, path: str) -> Any:
-        """A served model's name is the server's to check; a local one loads (config, tokenizer) and takes
-        this run's ``max_length``."""
-        if self.backend != "local":
-            return None
-        config = super().check_checkpoint(path)
-        if self.hparams.max_length is not None:
-            check_max_length(config, self.hparams.max_length, "model.max_length", path)
-        return config
+        return self.backend.check_checkpoint(self, path)
 
     @property
-    def scorer(self) -> Scorer | ServedScorer:
-        if self._scorer is None and self.backend == "openai":
-            assert self.server is not None
-            self._scorer = ServedScorer.connect(
-                self.server, self.model_name, self.output_dir / "requests.sqlite"
-            )
+    def scorer(self) -> TextScorer:
         if self._scorer is None:
-            if self.language_model is None:
-                self._load_model()
-            self._scorer = Scorer(
-                self.language_model,
-                self.tok,
-                batch_size=self.hparams.batch_size,
-                max_length=self.hparams.max_length,
-                share_context=self.hparams.share_context,
-            )
+            self._scorer = self.backend.connect(self)
         return self._scorer
 
     def _records(self, role: Role, split: TaskSplit, batch: list[Any]) -> list[dict[str, Any]]:
@@ -427,12 +384,7 @@ class BoostedEvaluator(Evaluator):
                 settings["adaptive"] = self.adaptive
             if len(self.methods) > 1:
                 settings["methods"] = self.methods
-            if self.backend != "local":
-                settings["backend"] = self.backend
-                scorer = self._scorer if isinstance(self._scorer, ServedScorer) else None  # all cached: None
-                settings.update({"served": scorer.report()} if scorer is not None else {})
-                if line := resumed_line(self.server.base_url if self.server else "", self._resumed, scorer):
-                    rank_zero_info(line)
+            settings.update(self.backend.settings(self._scorer, self._resumed))
             comparison = comparison_payload(self.results, self.methods, self.adaptive is not None)
             if comparison is not None:
                 settings["comparison"] = comparison
@@ -454,3 +406,68 @@ class BoostedEvaluator(Evaluator):
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class LocalBackend:
+    """The model runs in this process (``backend: local``)."""
+
+    signature: ClassVar[dict[str, Any]] = {}
+
+    def prepare(self, run: BoostedEvaluator, dm: Any, splits: list[TaskSplit], pending: bool) -> None:
+        """Before any model work: the tokenizer, answers longer than the window refused, the model loaded
+        when an example needs it."""
+        if run.tokenizer is None:
+            run._load_tokenizer()
+            run._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
+        if pending and run.model is None:
+            run._load_model()
+
+    def check_checkpoint(self, run: BoostedEvaluator, path: str) -> Any:
+        """The checkpoint loads (config, tokenizer) and takes this run's ``max_length``."""
+        config = Evaluator.check_checkpoint(run, path)
+        if run.hparams.max_length is not None:
+            check_max_length(config, run.hparams.max_length, "model.max_length", path)
+        return config
+
+    def connect(self, run: BoostedEvaluator) -> Scorer:
+        if run.model is None:
+            run._load_model()
+        hp = run.hparams
+        return Scorer(
+            run.model,
+            run.tokenizer,
+            batch_size=hp.batch_size,
+            max_length=hp.max_length,
+            share_context=hp.share_context,
+        )
+
+    def settings(self, scorer: TextScorer | None, resumed: int) -> dict[str, Any]:
+        return {}
+
+
+class ServedBackend:
+    """An OpenAI-compatible completions server scores (``backend: openai``, docs/served.md)."""
+
+    signature: ClassVar[dict[str, Any]] = {"backend": "openai"}
+
+    def __init__(self, server: ServerOptions):
+        server.check()
+        self.server = server
+
+    def prepare(self, run: BoostedEvaluator, dm: Any, splits: list[TaskSplit], pending: bool) -> None:
+        """Before any request: what a served model cannot score exactly is refused."""
+        run._load_tokenizer()
+        check_served_splits(splits, run.tokenizer is not None)
+
+    def check_checkpoint(self, run: BoostedEvaluator, path: str) -> None:
+        return None  # a served model's name is the server's to check
+
+    def connect(self, run: BoostedEvaluator) -> ServedScorer:
+        return ServedScorer.connect(self.server, run.model_name, run.output_dir / "requests.sqlite")
+
+    def settings(self, scorer: TextScorer | None, resumed: int) -> dict[str, Any]:
+        """The server's report (none when every example came from the cache), and a line on what resumed."""
+        served = scorer if isinstance(scorer, ServedScorer) else None
+        if line := resumed_line(self.server.base_url, resumed, served):
+            rank_zero_info(line)
+        return {"backend": "openai", **({"served": served.report()} if served is not None else {})}

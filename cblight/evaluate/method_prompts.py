@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from cblight.data.examples import ChoiceExample, DataError
-from cblight.data.tasks import agnews, sst, superglue, trec
 
-__all__ = ["METHOD_PROMPTS", "MethodPrompts", "channel_prefixes", "domain_premise"]
+__all__ = ["MethodPrompts", "channel_prefixes", "domain_premise", "method_prompts"]
 
 # Min et al. 2022, util.py get_prompts: four templates per dataset (``%s`` is the label word)
 _SST_TEMPLATES = ("A %s one . ", "It was %s . ", "All in all %s . ", "A %s piece . ")
@@ -47,10 +47,10 @@ def _strip(context: str, head: str, tail: str, task: str) -> str:
 
 def _agnews_input(context: str) -> str:
     """Min et al.'s AGNews input: title and description joined by a space."""
-    body = _strip(context, "Title: ", "\nTopic:", agnews.NAME)
+    body = _strip(context, "Title: ", "\nTopic:", "agnews")
     title, sep, description = body.partition("\nSummary: ")
     if not sep:
-        raise DataError(f"{agnews.NAME}: context {context[:60]!r} has no '\\nSummary: '")
+        raise DataError(f"agnews: context {context[:60]!r} has no '\\nSummary: '")
     return f"{title} {description}"
 
 
@@ -83,64 +83,81 @@ def _connector(example: ChoiceExample) -> str:
     return example.premise_free  # " because" / " so": Table 10 and Holtzman et al. alike
 
 
-_SST = {
-    "content_free": lambda cf: sst.CONTEXT.format(cf),
-    "channel_templates": _SST_TEMPLATES,
-    "channel_input": lambda ctx: _strip(ctx, "", sst.PREMISE_FREE, "sst"),
-}
 _ENTAILMENT_SOURCE = "Holtzman et al. 2021 (uncond_premise), worded as the tail of cblight's prompt"
 
-METHOD_PROMPTS: dict[str, MethodPrompts] = {
-    "storycloze": MethodPrompts(" The story continues:", "Holtzman et al. 2021 (load_examples_storycloze)"),
-    "hellaswag": MethodPrompts(
-        None, "Holtzman et al. 2021 (load_examples_hellaswag: the last word)", domain_rule=_last_word
-    ),
-    "copa": MethodPrompts(None, "paper Table 10 = Holtzman et al. 2021 (the connector)", _connector),
-    "csqa": MethodPrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
-    "openbookqa": MethodPrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
-    "arc_easy": MethodPrompts(" Answer:", "paper Table 10"),
-    "arc_challenge": MethodPrompts(" Answer:", "paper Table 10"),
-    "piqa": MethodPrompts(" Answer:", "paper Table 10"),
-    "sst2": MethodPrompts(sst.PREMISE_FREE, "paper Table 10", channel_words=("terrible", "great"), **_SST),
-    "sst5": MethodPrompts(
-        sst.PREMISE_FREE,
-        "paper Table 10",
-        channel_words=("terrible", "bad", "okay", "good", "great"),
-        **_SST,
-    ),
-    "agnews": MethodPrompts(
-        "\nTopic:",
-        "paper Table 10",
-        content_free=lambda cf: f"Title: {cf}\nSummary: {cf}\nTopic:",
-        channel_templates=_TOPIC_TEMPLATES,
-        channel_words=("World", "Sports", "Business", "Technology"),
-        channel_input=_agnews_input,
-    ),
-    "trec": MethodPrompts(
-        " The answer to this question will be",
-        "paper Table 10 = Holtzman et al. 2021",
-        content_free=lambda cf: f"{cf} The answer to this question will be",
-        channel_templates=_TREC_TEMPLATES,
-        # trec.ANSWERS order: DESC, ENTY, LOC, NUM, ABBR, HUM (Min et al.'s words for those classes)
-        channel_words=("Description", "Entity", "Location", "Number", "Expression", "Human"),
-        channel_input=lambda ctx: _strip(ctx, "", " The answer to this question will be", trec.NAME),
-    ),
-    "boolq": MethodPrompts(
-        "\n The answer is:",
-        _ENTAILMENT_SOURCE,
-        content_free=lambda cf: f"Title: {cf}\n Question: {superglue.boolq_question(cf)}?\n The answer is:",
-    ),
-    "rte": MethodPrompts(
-        " true or false?\n answer:",
-        "Holtzman et al. 2021 (load_examples_rte)",
-        content_free=lambda cf: f"{cf}\n question: {cf} true or false?\n answer:",
-    ),
-    "cb": MethodPrompts(
-        " true, false, or neither?\n The answer is:",
-        _ENTAILMENT_SOURCE,
-        content_free=lambda cf: f" Given question: {cf} Is {cf} true, false, or neither?\n The answer is:",
-    ),
-}
+
+@cache
+def method_prompts() -> dict[str, MethodPrompts]:
+    """Each task's ``MethodPrompts``, built on first use (the SST and SuperGLUE task modules load then)."""
+    from cblight.data.tasks import sst, superglue
+
+    sst_forms = {
+        "content_free": lambda cf: sst.CONTEXT.format(cf),
+        "channel_templates": _SST_TEMPLATES,
+        "channel_input": lambda ctx: _strip(ctx, "", sst.PREMISE_FREE, "sst"),
+    }
+
+    return {
+        "storycloze": MethodPrompts(
+            " The story continues:", "Holtzman et al. 2021 (load_examples_storycloze)"
+        ),
+        "hellaswag": MethodPrompts(
+            None, "Holtzman et al. 2021 (load_examples_hellaswag: the last word)", domain_rule=_last_word
+        ),
+        "copa": MethodPrompts(None, "paper Table 10 = Holtzman et al. 2021 (the connector)", _connector),
+        "csqa": MethodPrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
+        "openbookqa": MethodPrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
+        "arc_easy": MethodPrompts(" Answer:", "paper Table 10"),
+        "arc_challenge": MethodPrompts(" Answer:", "paper Table 10"),
+        "piqa": MethodPrompts(" Answer:", "paper Table 10"),
+        "sst2": MethodPrompts(
+            sst.PREMISE_FREE, "paper Table 10", channel_words=("terrible", "great"), **sst_forms
+        ),
+        "sst5": MethodPrompts(
+            sst.PREMISE_FREE,
+            "paper Table 10",
+            channel_words=("terrible", "bad", "okay", "good", "great"),
+            **sst_forms,
+        ),
+        "agnews": MethodPrompts(
+            "\nTopic:",
+            "paper Table 10",
+            content_free=lambda cf: f"Title: {cf}\nSummary: {cf}\nTopic:",
+            channel_templates=_TOPIC_TEMPLATES,
+            channel_words=("World", "Sports", "Business", "Technology"),
+            channel_input=_agnews_input,
+        ),
+        "trec": MethodPrompts(
+            " The answer to this question will be",
+            "paper Table 10 = Holtzman et al. 2021",
+            content_free=lambda cf: f"{cf} The answer to this question will be",
+            channel_templates=_TREC_TEMPLATES,
+            # trec.ANSWERS order: DESC, ENTY, LOC, NUM, ABBR, HUM (Min et al.'s words for those classes)
+            channel_words=("Description", "Entity", "Location", "Number", "Expression", "Human"),
+            channel_input=lambda ctx: _strip(ctx, "", " The answer to this question will be", "trec"),
+        ),
+        "boolq": MethodPrompts(
+            "\n The answer is:",
+            _ENTAILMENT_SOURCE,
+            content_free=lambda cf: (
+                f"Title: {cf}\n Question: {superglue.boolq_question(cf)}?\n The answer is:"
+            ),
+        ),
+        "rte": MethodPrompts(
+            " true or false?\n answer:",
+            "Holtzman et al. 2021 (load_examples_rte)",
+            content_free=lambda cf: f"{cf}\n question: {cf} true or false?\n answer:",
+        ),
+        "cb": MethodPrompts(
+            " true, false, or neither?\n The answer is:",
+            _ENTAILMENT_SOURCE,
+            content_free=lambda cf: (
+                f" Given question: {cf} Is {cf} true, false, or neither?\n The answer is:"
+            ),
+        ),
+    }
+
+
 CHANNEL_TEMPLATES = 4
 
 
@@ -148,7 +165,7 @@ def domain_premise(task: str, example: ChoiceExample, overrides: dict[str, str] 
     """PMI_DC's domain premise for ``example`` of ``task`` (an override first, then the table above)."""
     if overrides and task in overrides:
         return overrides[task]
-    prompts = METHOD_PROMPTS.get(task)
+    prompts = method_prompts().get(task)
     if prompts is None:
         raise DataError(
             f"{task}: no domain premise is defined; give one with --model.method_options.domain_premises"
@@ -162,7 +179,7 @@ def domain_premise(task: str, example: ChoiceExample, overrides: dict[str, str] 
 def channel_prefixes(task: str, template: int = 0) -> list[str]:
     """Min et al.'s verbalised labels of ``task`` in answer order (template ``template`` of their four),
     stripped as their ``prepare_data`` does for the channel direction."""
-    prompts = METHOD_PROMPTS.get(task)
+    prompts = method_prompts().get(task)
     if prompts is None or not prompts.channel_templates:
         raise DataError(f"{task}: the noisy-channel method has no label verbalisation for this task")
     if not 0 <= template < len(prompts.channel_templates):

@@ -54,7 +54,7 @@ import torch
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, NextTokenExample
 from cblight.errors import ConfigError
-from cblight.evaluate.method_prompts import CHANNEL_TEMPLATES, METHOD_PROMPTS
+from cblight.evaluate.method_prompts import CHANNEL_TEMPLATES, method_prompts
 
 MethodName = Literal["boost", "pmi_dc", "pmi_empty", "calibrate", "channel"]
 METHODS: tuple[str, ...] = ("boost", "pmi_dc", "pmi_empty", "calibrate", "channel")
@@ -127,7 +127,7 @@ def not_applicable(method: str, split: TaskSplit) -> str | None:
         return f"{method} is defined for multiple-choice tasks" + (
             " (and contextual calibration for LAMA)" if method == "calibrate" else ""
         )
-    prompts = METHOD_PROMPTS.get(task)
+    prompts = method_prompts().get(task)
     if method in ("pmi_dc", "pmi_empty"):
         return None
     if method == "calibrate":

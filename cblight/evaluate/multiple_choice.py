@@ -15,12 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from cblight.adaptive import choice_alphas, choice_scores_per_example, summary
-from cblight.boosting import binomial_stderr, choice_predictions, first_argmax
+from cblight.adaptive import choice_alphas, summary
+from cblight.boosting import binomial_stderr, choice_predictions, choice_scores, first_argmax
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
-from cblight.evaluate.method_prompts import METHOD_PROMPTS, channel_prefixes, domain_premise
+from cblight.evaluate.method_prompts import channel_prefixes, domain_premise, method_prompts
 from cblight.evaluate.methods import (
     METHOD_FIELDS,
     PREMISE_METHODS,
@@ -29,11 +29,12 @@ from cblight.evaluate.methods import (
     method_scores,
     predictions,
 )
-from cblight.evaluate.task_kind import Rows, TaskKind
+from cblight.evaluate.task_scoring import Rows, TaskScoring
 from cblight.metrics.sweeps import ChoiceSweep
+from cblight.scoring import TextScorer
 
 
-class MultipleChoice(TaskKind):
+class MultipleChoice(TaskScoring):
     """Multiple choice (paper eq. 2, Table 4): ``log f(a | full)`` and ``log f(a | premise-free)`` per choice,
     accuracy at alpha = 0, -1 (PMI) and alpha*, and the whole curve; and the numbers of the comparison
     methods asked for (``cblight.evaluate.methods``, Tables 11/12: ``acc_pmi_dc``, ``acc_calibrate``, ...):
@@ -80,6 +81,12 @@ class MultipleChoice(TaskKind):
         )
         self._cf: list[list[float]] | None = None
 
+    @classmethod
+    def for_run(
+        cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None
+    ) -> MultipleChoice:
+        return cls(run.choice_alphas, run.length_normalize, methods, split, run.method_options, adaptive)
+
     @property
     def _options(self) -> MethodOptions:
         assert self.options is not None, "comparison methods were asked for without their options"
@@ -97,7 +104,7 @@ class MultipleChoice(TaskKind):
 
     # -- what each method feeds the model ------------------------------------------------------------------
     def _cf_groups(self) -> list[tuple[str, Sequence[str]]]:
-        form = METHOD_PROMPTS[self.task].content_free
+        form = method_prompts()[self.task].content_free
         assert form is not None and self.labels is not None
         return [(form(cf), self.labels) for cf in self.content_free]
 
@@ -109,7 +116,7 @@ class MultipleChoice(TaskKind):
         if method == "calibrate":
             return self._cf_groups()
         if method == "channel":
-            form = METHOD_PROMPTS[self.task].channel_input
+            form = method_prompts()[self.task].channel_input
             assert form is not None
             x = " " + form(ex.context)
             return [(prefix, [x]) for prefix in self.channel]
@@ -121,7 +128,7 @@ class MultipleChoice(TaskKind):
 
     def score(
         self,
-        backend: Any,
+        scorer: TextScorer,
         split: TaskSplit,
         examples: Sequence[Example],
         previous: dict[int, dict[str, Any]] | None = None,
@@ -154,7 +161,7 @@ class MultipleChoice(TaskKind):
             cf = self._cf_groups()
             groups += cf
             names += [f"{split.name} content-free input {c!r}" for c in self.content_free]
-        scores = backend.score_text(groups, names) if groups else []
+        scores = scorer.score_text(groups, names) if groups else []
         if need_cf:
             self._cf = [[s.log_prob for s in row] for row in scores[len(scores) - len(self.content_free) :]]
         records: dict[int, dict[str, Any]] = {}
@@ -270,7 +277,7 @@ class MultipleChoice(TaskKind):
             self.adaptive is not None
         ):  # no labels: each question's alpha from its own numbers (or the split's)
             adaptive = choice_alphas(self.adaptive, out["ll_full"], out["ll_short"], self.alphas, lengths)
-            scores = choice_scores_per_example(out["ll_full"], out["ll_short"], adaptive, lengths)
+            scores = choice_scores(out["ll_full"], out["ll_short"], adaptive.view(-1, 1), lengths)
             preds["adaptive"] = scores.argmax(dim=-1)
             acc = float((preds["adaptive"] == labels).double().mean())
             report.update(acc_adaptive=acc, acc_adaptive_stderr=binomial_stderr(acc, n))

@@ -28,13 +28,14 @@ from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
 from cblight.evaluate.methods import MethodOptions, calibrated_next_token
-from cblight.evaluate.task_kind import Rows, TaskKind
+from cblight.evaluate.task_scoring import Rows, TaskScoring
 from cblight.metrics.sweeps import NextTokenSweep
+from cblight.scoring import Scorer
 
 ADAPTIVE_GRID = [round(-0.01 * i, 2) + 0.0 for i in range(101)]  # jsd_mean's alpha, rounded to 0.01
 
 
-class NextToken(TaskKind):
+class NextToken(TaskScoring):
     """Next-token prediction (paper §3, Tables 1 and 5): one full pass and one k-token pass per k, every
     alpha from those; accuracy and perplexity over (k, alpha), k* and alpha* chosen on the selection split.
 
@@ -70,6 +71,10 @@ class NextToken(TaskKind):
         self.options = options
         self.decode = decode  # the tokenizer's, for the target tokens of the prediction rows
         self._cf: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def for_run(cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None) -> NextToken:
+        return cls(run.ks, run.next_token_alphas, methods, run.method_options, run.decode_tokens, adaptive)
 
     @property
     def content_free(self) -> list[str]:
@@ -121,13 +126,13 @@ class NextToken(TaskKind):
         return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
     def _calibrated(
-        self, backend: Any, passages: Sequence[NextTokenExample], full: torch.Tensor
+        self, scorer: Scorer, passages: Sequence[NextTokenExample], full: torch.Tensor
     ) -> list[int]:
-        enc = backend.encoder
+        enc = scorer.encoder
         new = sorted({ex.template for ex in passages} - set(self._cf))
         if new:
             prompts = [enc.context(t.replace("[X]", cf)) for t in new for cf in self.content_free]
-            lp = backend.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
+            lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
             self._cf.update({t: lp[i] for i, t in enumerate(new)})
         cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
         top_n = (self.options or MethodOptions()).calibrate_top_n
@@ -135,12 +140,12 @@ class NextToken(TaskKind):
 
     def score(
         self,
-        backend: Any,
+        scorer: Scorer,
         split: TaskSplit,
         examples: Sequence[Example],
         previous: dict[int, dict[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
-        enc = backend.encoder
+        enc = scorer.encoder
         passages = [ex for ex in examples if isinstance(ex, NextTokenExample)]
         contexts, targets = [], []
         for ex in passages:
@@ -149,7 +154,7 @@ class NextToken(TaskKind):
                 raise DataError(f"{split.name}: the passage at {ex.where} has fewer than 2 tokens")
             contexts.append(ids[:-1])
             targets.append(ids[-1])
-        full = backend.next_token_log_probs(contexts)
+        full = scorer.next_token_log_probs(contexts)
         tgt = torch.tensor(targets, device=full.device)
         alphas = torch.tensor(self.alphas)
         full_lp = full.gather(1, tgt[:, None]).squeeze(1)
@@ -157,7 +162,7 @@ class NextToken(TaskKind):
         full_correct = full.argmax(-1) == tgt
         short_lp, short_rank, correct, log_prob, rank = [], [], [], [], []
         for k in self.ks:
-            short = backend.last_k_log_probs(contexts, k, full=full)
+            short = scorer.last_k_log_probs(contexts, k, full=full)
             s_lp = short.gather(1, tgt[:, None]).squeeze(1)
             short_lp.append(s_lp)
             short_rank.append((short > s_lp[:, None]).sum(-1) + 1)
@@ -165,8 +170,8 @@ class NextToken(TaskKind):
             correct.append(sweep["correct"])
             log_prob.append(sweep["log_prob"])
             rank.append(sweep["rank"])
-        calibrated = self._calibrated(backend, passages, full) if "calibrate" in self.methods else None
-        adaptive = self._adaptive(backend, contexts, full, tgt) if self.adaptive is not None else None
+        calibrated = self._calibrated(scorer, passages, full) if "calibrate" in self.methods else None
+        adaptive = self._adaptive(scorer, contexts, full, tgt) if self.adaptive is not None else None
         stack = {
             "short_log_prob": torch.stack(short_lp, 1).tolist(),
             "short_rank": torch.stack(short_rank, 1).tolist(),
@@ -202,18 +207,18 @@ class NextToken(TaskKind):
         ]
 
     def _adaptive(
-        self, backend: Any, contexts: list[list[int]], full: torch.Tensor, tgt: torch.Tensor
+        self, scorer: Scorer, contexts: list[list[int]], full: torch.Tensor, tgt: torch.Tensor
     ) -> dict[str, list[Any]]:
         """The rule's numbers per passage: ``k`` (the last sentence's tokens), alpha (``jsd_mean``: the
         passage's own ``jsd`` alpha, averaged at the end), the target's correctness, log-prob and rank under
         ``log f_max + alpha log f_k`` (normalised), and its correctness and log-prob on ``ADAPTIVE_GRID``."""
-        prefix = backend.encoder.prefix
+        prefix = scorer.encoder.prefix
         ks = [unit_k([self._decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
         shorts = [short_context_ids(c, k, prefix) for c, k in zip(contexts, ks)]
         short = full.clone()  # a context no longer than its k: f_k == f_max
         todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
         if todo:
-            short[torch.tensor(todo, device=full.device)] = backend.next_token_log_probs(
+            short[torch.tensor(todo, device=full.device)] = scorer.next_token_log_probs(
                 [shorts[i] for i in todo]
             )
         rule = "jsd" if self.adaptive == "jsd_mean" else self.adaptive or ""

@@ -22,7 +22,7 @@ from cblight.generate.fused import FusedBoostedDecoding
 from cblight.generate.inputs import PreparedPrompts, Prompts, prepare_prompts
 from cblight.generate.processor import BoostingLogitsProcessor
 from cblight.models import model_window
-from cblight.options import Boosting, Experts, Sampling, as_experts
+from cblight.options import Boosting, Experts, Sampling
 
 Decoder = Literal["fused", "processor"]
 
@@ -57,9 +57,7 @@ class BoostedGeneration:
 _BOOSTING_KEYS = tuple(f.name for f in fields(Boosting))
 
 
-def _options(
-    boosting: Boosting | Experts | None, sampling: Sampling | None, kwargs: dict[str, Any]
-) -> tuple[Experts, Sampling]:
+def _sampling(sampling: Sampling | None, kwargs: dict[str, Any]) -> Sampling:
     loose = [k for k in _BOOSTING_KEYS if k in kwargs]
     if loose:
         raise BoostingError(
@@ -79,7 +77,7 @@ def _options(
         value = kwargs.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < low):
             raise BoostingError(f"{name} must be an integer >= {low}, got {value!r}")
-    return as_experts(boosting if boosting is not None else Boosting()), sampling
+    return sampling
 
 
 def _device(model: Any) -> torch.device:
@@ -153,15 +151,21 @@ def boosted_generate(
         raise BoostingError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if decoder not in ("fused", "processor"):
         raise BoostingError(f"decoder must be 'fused' or 'processor', got {decoder!r}")
-    experts, sampling = _options(boosting, sampling, generate_kwargs)
+    sampling = _sampling(sampling, generate_kwargs)
     device = _device(model)
     window = model_window(model, max_length)
     room = window - max_new_tokens
     if room < 1:
         raise BoostingError(f"max_new_tokens={max_new_tokens} leaves no room in the model window of {window}")
     prepared = prepare_prompts(
-        tokenizer, prompts, experts, room=room, attention_mask=attention_mask, device=device
+        tokenizer,
+        prompts,
+        Boosting() if boosting is None else boosting,
+        room=room,
+        attention_mask=attention_mask,
+        device=device,
     )
+    experts = prepared.experts
 
     kwargs = {**generate_kwargs, **sampling.generate_kwargs()}
     streamer = kwargs.pop("streamer", None)
@@ -183,10 +187,10 @@ def boosted_generate(
         from transformers import LogitsProcessorList
 
         user = list(kwargs.pop("logits_processor", None) or [])
-        boosted = BoostingLogitsProcessor(model, experts, prepared)
+        boosted = BoostingLogitsProcessor(model, prepared)
         kwargs["logits_processor"] = LogitsProcessorList([boosted, *user])
     else:
-        boosted = kwargs["custom_generate"] = FusedBoostedDecoding(experts, prepared, streamer=streamer)
+        boosted = kwargs["custom_generate"] = FusedBoostedDecoding(prepared, streamer=streamer)
 
     was_training = model.training
     model.eval()

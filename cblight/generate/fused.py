@@ -23,18 +23,18 @@ import torch
 from cblight.errors import BoostingError
 from cblight.generate.experts import CachedRows, active_anchors, boosted_scores, short_groups
 from cblight.generate.inputs import PreparedPrompts
-from cblight.options import Boosting, Experts, as_experts
 
 
 class FusedBoostedDecoding:
-    """A ``custom_generate`` callable for one prompt batch (see the module docstring).
+    """A ``custom_generate`` callable for one prompt batch, mixing the experts the batch was prepared for
+    (see the module docstring).
 
     ``streamer`` is given here as well as to ``generate``: generate does not pass it on to a callable.
     With an adaptive rule, ``alphas`` holds each step's per-row alphas (``[N]`` tensors, docs/adaptive.md).
     """
 
-    def __init__(self, boosting: Boosting | Experts, prompts: PreparedPrompts, streamer: Any = None):
-        self.boosting = as_experts(boosting)
+    def __init__(self, prompts: PreparedPrompts, streamer: Any = None):
+        self.boosting = prompts.experts
         self.prompts = prompts
         self.streamer = streamer
         self.alphas: list[torch.Tensor] = []

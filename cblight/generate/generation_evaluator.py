@@ -1,64 +1,74 @@
-"""Boosted generation experiments as a LightningModule (paper Tables 2 and 3, the summarisation table,
-Figure 3).
+"""The generation tables as a LightningModule: paper Tables 2 and 3, the summarisation table and Figure 3.
 
-Each test batch of prompts is decoded by every configured decoding (plain sampling, nucleus, beam search,
-and boosted variants: ``cblight.generate.boosted_generate``), and each decoding's outputs update the
-task's metric suite (``cblight.metrics.tables``): Table 2's columns for WebText (perplexity, LTF and delta
-under the base LM among them), Table 3's for DSTC7, ROUGE-1/2/L for summaries (the first 3 or 2 sentences
-of the generated text). The "Human" row scores the held-out human text the same way.
+Each test batch of prompts is decoded once per row of the table (``cblight.generate.rows``: plain sampling,
+nucleus, beam search and boosted rows) by ``boosted_generate``, and the generations update the task's metric
+suite (``cblight.metrics.tables``): Table 2's columns for WebText (perplexity, LTF and delta under the base
+LM among them), Table 3's for DSTC7, ROUGE-1/2/L for summaries (the first 3 or 2 sentences of the generated
+text). The "Human" row scores the held-out human text the same way.
 
-This module is the Lightning loop; the decoding rows live in ``cblight.generate.decodings`` and what is
-written (generations, tables, Figure 3) in ``cblight.generate.generations``.
-
-Every generation is appended to a per-(task, decoding) JSON-lines cache as it is produced, with the
-per-token log-probabilities the Table 2 metrics need, so an interrupted run resumes and a finished one
-recomputes its tables without the model. At the end rank 0 writes ``generations/<task>/<decoding>.jsonl``
-(prompt, prompt tokens, generated tokens, text), ``results.json``, a Figure-3 plot when a grid is given,
-and prints the table.
+Every generation is appended to a per-(task, row) cache as it is produced, with the per-token
+log-probabilities the Table 2 metrics need, so an interrupted run resumes and a finished one recomputes its
+tables without the model. At the end rank 0 writes ``generations/<task>/<row>.jsonl``, ``results.json``, a
+Figure 3 plot when a grid is given, and prints the table.
 """
 
 from __future__ import annotations
 
+import math
+import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.cache import RecordCache, digest
-from cblight.data.examples import GenerationExample
-from cblight.errors import ConfigError
+from cblight.data.datamodule import TaskSplit
+from cblight.data.examples import DataError, GenerationExample
+from cblight.data.sentences import first_sentences
+from cblight.errors import CblightError, ConfigError
 from cblight.evaluator import Evaluator
-from cblight.generate.decodings import (
-    DEFAULT_MAX_NEW_TOKENS,
-    RECORD_FIELDS,
-    Decoding,
-    DecodingGrid,
-    GenerationTask,
-    add_token_log_probs,
-    decoding_seed,
-    generation_record,
-    human_records,
-    new_suite,
-    resolve_decodings,
-    table_of,
-)
-from cblight.generate.generations import (
-    alpha_summary,
-    compare_generation_table,
-    log_samples,
-    save_figure3,
-    show_progress,
-    task_block,
-    task_result,
-    write_generations,
-)
+from cblight.generate.decode import boosted_generate
+from cblight.generate.rows import Decoding, DecodingGrid, Table, resolve_decodings
+from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
+from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, TextSuite
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, model_window
+from cblight.results import atomic_write_jsonl, format_table, save_figure
 from cblight.runs import check_interrupt
+from cblight.scoring import Encoder
 from cblight.truncation import fit_example
 
 __all__ = ["BoostedGenerationEvaluator"]
+
+DEFAULT_MAX_NEW_TOKENS = 64  # tasks whose paper setting gives none (DSTC7 responses end at EOS well before)
+RECORD_FIELDS = ("id", "input", "prompt", "context", "tokens", "text")
+GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary", "alphas")
+
+
+@dataclass
+class GenerationTask:
+    """One task of a generation run: its split, the table it fills and its rows."""
+
+    split: TaskSplit
+    table: Table
+    max_new_tokens: int
+    decodings: list[Decoding] = field(default_factory=list)
+
+
+def table_of(split: TaskSplit) -> Table:
+    """The table a generation task fills: summaries, dialog (examples with turns) or text (WebText)."""
+    spec = split.task
+    if spec.kind != "generation":
+        raise DataError(f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator")
+    if spec.output_sentences:
+        return "summary"
+    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
+        return "dialog"
+    return "text"
 
 
 class BoostedGenerationEvaluator(Evaluator):
@@ -74,15 +84,16 @@ class BoostedGenerationEvaluator(Evaluator):
         decodings: the rows to generate (default: greedy).
         grid: boosted decodings over a (k, alpha) grid, appended to ``decodings`` (Figure 3's plot).
         max_new_tokens: tokens to generate (default: the task's, 200 for WebText and 100 for summaries).
-        seed: base seed; each generate call is seeded from it, the decoding and the example ids, so ranks
-            differ under DDP and a rerun reproduces the same samples.
+        seed: base seed; each generate call is seeded from it, the row and the batch's example ids, so a
+            rerun draws the same samples and each process (holding other examples under DDP) other ones.
         metrics_model: the base LM of perplexity, LTF and delta (default: ``model``; set it to the base
             checkpoint when ``model`` is a tuned one).
         short_window: the short context of LTF and delta (20 tokens in the paper).
         self_bleu_samples: hypotheses sampled for self-BLEU (degen's 1000; ``None`` scores all).
         meteor: dialog tables' METEOR: ``official`` (the METEOR 1.5 jar of the DSTC7 evaluation; needs
             Java and ``cblight[dialog]``), ``nltk`` (column ``meteor_nltk``), or ``auto`` (official where
-            it can run, else nltk).
+            it can run, else nltk). ``official`` where it cannot run is refused when given; ``auto`` is
+            resolved only when a dialog task is set up.
         human: also score the held-out human text (the "Human" row).
         score_batch_size: documents per forward pass when scoring with the base LM.
         output_dir: where generations, results, plots, cache and logs go (``{model}`` = the model's name).
@@ -129,7 +140,8 @@ class BoostedGenerationEvaluator(Evaluator):
                 f"model.score_batch_size must be at least 1, got {score_batch_size} (documents per forward "
                 "pass of the metrics model; data.batch_size is the prompts per generate call)"
             )
-        resolve_meteor_route(meteor)  # refuses an official METEOR that cannot run, before any work
+        if meteor == "official":  # asked for by name: refused here, before any work, where it cannot run
+            resolve_meteor_route(meteor)
         self._metrics_lm: Any = None
         self.suites = nn.ModuleDict()
         self._tasks: list[GenerationTask] = []
@@ -169,9 +181,7 @@ class BoostedGenerationEvaluator(Evaluator):
                 slug = decoding.slug if decoding is not None else "human"
                 suite_key = self._suite_key(split.name, slug)
                 if suite_key not in self.suites:
-                    self.suites[suite_key] = new_suite(
-                        table, self.tok.eos_token_id, self.hparams.self_bleu_samples, self.hparams.meteor
-                    )
+                    self.suites[suite_key] = self._new_suite(table)
                 cached = self._open_cache(
                     (split.name, slug),
                     self.output_dir / "cache" / split.name / slug,
@@ -181,8 +191,19 @@ class BoostedGenerationEvaluator(Evaluator):
                 pending = pending or any(
                     cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
                 )
-        if pending and self.language_model is None:
+        if pending and self.model is None:
             self._load_model()
+
+    def _new_suite(self, table: Table) -> nn.Module:
+        """The metric suite of a table: Table 2's (text), Table 3's (dialog, with the METEOR route, refused
+        here when an official METEOR cannot run) or ROUGE (summaries)."""
+        if table == "text":
+            return TextSuite(
+                eos_token_id=self.tokenizer.eos_token_id, self_bleu_samples=self.hparams.self_bleu_samples
+            )
+        if table == "dialog":
+            return DialogSuite(meteor=self.hparams.meteor)
+        return SummarySuite()
 
     def _suite_key(self, task: str, slug: str) -> str:
         # ModuleDict keys may not hold "." (alphas do): key by the decoding's position instead
@@ -199,9 +220,9 @@ class BoostedGenerationEvaluator(Evaluator):
         """The base LM of perplexity, LTF and delta: ``metrics_model``, or the generating model itself."""
         name = self.hparams.metrics_model
         if name is None or name == self.model_name:
-            if self.language_model is None:
+            if self.model is None:
                 self._load_model()
-            return self.language_model
+            return self.model
         if self._metrics_lm is None:
             self._metrics_lm = load_causal_lm(name, dtype=self.hparams.dtype, revision=self.hparams.revision)
             self._metrics_lm.to(self.device)
@@ -209,39 +230,39 @@ class BoostedGenerationEvaluator(Evaluator):
 
     # -- one batch -----------------------------------------------------------------------------------------
     def _prompt_ids(self, task: GenerationTask, examples: Sequence[GenerationExample]) -> list[list[int]]:
-        window = (
-            None
-            if self.language_model is not None
-            else checkpoint_window(self.model_name, self.hparams.revision)
-        )
+        window = None if self.model is not None else checkpoint_window(self.model_name, self.hparams.revision)
         if window is None:
-            if self.language_model is None:
+            if self.model is None:
                 self._load_model()
-            window = model_window(self.language_model)
+            window = model_window(self.model)
         budget = window - task.max_new_tokens
         if budget < 1:
             raise ConfigError(
                 f"max_new_tokens={task.max_new_tokens} leaves no room in the model window of {window}"
             )
-        return [fit_example(self.tok, ex, budget) for ex in examples]
+        return [fit_example(self.tokenizer, ex, budget) for ex in examples]
 
     def _generate(
         self, task: GenerationTask, decoding: Decoding, examples: list[GenerationExample]
     ) -> list[dict[str, Any]]:
-        from cblight.generate import boosted_generate
-
-        if self.language_model is None:
+        if self.model is None:
             self._load_model()
         prompts = self._prompt_ids(task, examples)
-        seed = decoding_seed(self.hparams.seed, decoding, [ex.idx for ex in examples])
-        out = boosted_generate(
-            self.language_model,
-            self.tok,
-            prompts,
-            decoding.boosting_for(task.table),
-            decoding.generate_sampling(seed),
-            max_new_tokens=task.max_new_tokens,
-        )
+        # seeded by the run's seed, the row and the batch's example ids: a rerun draws the same samples, and
+        # each process (holding other examples under DDP) other ones
+        key = f"{self.hparams.seed}|{decoding.slug}|{','.join(str(ex.idx) for ex in examples)}"
+        seed = zlib.crc32(key.encode("utf-8"))
+        try:
+            out = boosted_generate(
+                self.model,
+                self.tokenizer,
+                prompts,
+                decoding.boosting_for(task.table),
+                decoding.generate_sampling(seed),
+                max_new_tokens=task.max_new_tokens,
+            )
+        except CblightError as err:
+            raise type(err)(f"decoding {decoding.name!r}: {err}") from None
         alphas = out.alphas or [None] * len(examples)
         return [
             generation_record(task, ex, prompt, tokens, text, row_alphas)
@@ -251,14 +272,32 @@ class BoostedGenerationEvaluator(Evaluator):
         ]
 
     def _human(self, task: GenerationTask, examples: list[GenerationExample]) -> list[dict[str, Any]]:
-        return human_records(task, examples, self._prompt_ids(task, examples), self.tok)
+        """The "Human" row's records: each held-out continuation, cut to the generation length."""
+        enc = Encoder(self.tokenizer)
+        records = []
+        for ex, prompt in zip(examples, self._prompt_ids(task, examples)):
+            tokens = enc.body(ex.human or "")[: task.max_new_tokens]
+            records.append(generation_record(task, ex, prompt, tokens, self.tokenizer.decode(tokens)))
+        return records
 
     def _add_log_probs(self, records: list[dict[str, Any]]) -> None:
-        """Per-token ``log p_full`` / ``log p_short`` under the base LM (Table 2's ppl, LTF, delta)."""
-        if any(r["tokens"] and "lp_full" not in r for r in records):
-            add_token_log_probs(
-                records, self.metrics_lm, self.tok, self.hparams.short_window, self.hparams.score_batch_size
-            )
+        """Per-token ``log p_full`` / ``log p_short`` of each record's tokens under the base LM (Table 2's
+        perplexity, LTF and delta), rounded to 6 decimals for the cache."""
+        todo = [r for r in records if r["tokens"] and "lp_full" not in r]
+        if not todo:
+            return
+        scored = generated_token_log_probs(
+            self.metrics_lm,
+            [r["context"] for r in todo],
+            [r["tokens"] for r in todo],
+            k=self.hparams.short_window,
+            prefix=Encoder(self.tokenizer).prefix,
+            batch_size=self.hparams.score_batch_size,
+            pad_id=int(self.tokenizer.pad_token_id or 0),
+        )
+        for r, (full, short) in zip(todo, scored):
+            r["lp_full"] = [round(x, 6) for x in full.tolist()]
+            r["lp_short"] = [round(x, 6) for x in short.tolist()]
 
     def _records(
         self, task: GenerationTask, decoding: Decoding | None, batch: list[GenerationExample]
@@ -387,3 +426,178 @@ class BoostedGenerationEvaluator(Evaluator):
             plot = self.output_dir / "plots" / f"{name}_figure3.png"
             save_figure3(plot, task.split.task.title, self.grid, task.decodings, result)
             result["files"]["figure3"] = str(plot.relative_to(self.output_dir))
+
+
+def generation_record(
+    task: GenerationTask,
+    ex: GenerationExample,
+    prompt: list[int],
+    tokens: list[int],
+    text: str,
+    alphas: list[float] | None = None,
+) -> dict[str, Any]:
+    """The cache record of one generation: what the metrics and ``generations/*.jsonl`` need; with an
+    adaptive rule, the alpha of each generated token (docs/adaptive.md)."""
+    record: dict[str, Any] = {
+        "id": ex.idx,
+        "input": digest(ex.input_key()),
+        "prompt": ex.prompt,
+        "context": list(prompt),
+        "tokens": list(tokens),
+        "text": text,
+    }
+    if alphas is not None:
+        record["alphas"] = [round(a, 6) for a in alphas]
+    if task.table == "summary":
+        record["summary"] = first_sentences(text, task.split.task.output_sentences)
+    return record
+
+
+# -- what a run writes and prints (rank 0; every file atomically) -----------------------------------------
+
+
+def task_result(
+    task: GenerationTask, columns: list[str], rows: dict[str, dict[str, Any]], human: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One task's entry of ``results.json``: a row of metric values per decoding, and the human row."""
+    return {
+        "table": task.table,
+        "split": task.split.split,
+        "n": len(task.split.examples),
+        "max_new_tokens": task.max_new_tokens,
+        "columns": columns,
+        "rows": rows,
+        "human": human,
+        "decodings": {d.name: d.describe() for d in task.decodings},
+    }
+
+
+def task_block(task: GenerationTask, result: dict[str, Any]) -> str:
+    """The printed table of one task: a line per decoding, then Human."""
+    columns, rows, human = result["columns"], result["rows"], result["human"]
+    table_rows = [[d, *(rows[d][c] for c in columns)] for d in rows]
+    if human is not None:
+        table_rows.append(["Human", *(human[c] for c in columns)])
+    title = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n"
+    titles = DIALOG_TITLES if result["table"] == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
+    block = title + format_table(["decoding", *(titles.get(c, c) for c in columns)], table_rows)
+    for name, s in result.get("adaptive", {}).items():
+        block += (
+            f"\n{name}: adaptive rule {s['rule']}, alpha per token mean {s['alpha_mean']:.4f}, "
+            f"sd {s['alpha_sd']:.4f}, min {s['alpha_min']:.4f}, max {s['alpha_max']:.4f} ({s['tokens']} tokens)"
+        )
+    return block
+
+
+def alpha_summary(decoding: Decoding, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean, spread and range of an adaptive decoding's per-token alphas (``results.json``'s
+    ``adaptive``; docs/adaptive.md), over every generated token of the task."""
+    values = [a for r in rows for a in r.get("alphas", [])]
+    assert decoding.boosting is not None
+    out: dict[str, Any] = {"rule": decoding.boosting.adaptive, "tokens": len(values)}
+    if not values:
+        return {
+            **out,
+            "alpha_mean": math.nan,
+            "alpha_sd": math.nan,
+            "alpha_min": math.nan,
+            "alpha_max": math.nan,
+        }
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values))
+    return {**out, "alpha_mean": mean, "alpha_sd": sd, "alpha_min": min(values), "alpha_max": max(values)}
+
+
+def write_generations(
+    output_dir: Path, task: GenerationTask, decoding: Decoding, records: dict[int, dict[str, Any]]
+) -> tuple[Path, list[dict[str, Any]]]:
+    """``generations/<task>/<decoding>.jsonl``: per prompt of this run's split, what the metrics need."""
+    ids = set(task.split.by_idx)
+    rows = [
+        {k: v for k, v in records[i].items() if k in GENERATION_FIELDS} for i in sorted(records) if i in ids
+    ]
+    path = output_dir / "generations" / task.split.name / f"{decoding.slug}.jsonl"
+    return atomic_write_jsonl(path, rows), rows
+
+
+def show_progress(trainer: Any, text: str) -> None:
+    """Which decoding of which prompt batch runs now (one batch can take minutes): on Lightning's progress
+    bar when it shows (tqdm's postfix, rich's description), else one log line per (batch, decoding)."""
+    callback = trainer.progress_bar_callback
+    try:  # TQDMProgressBar raises while it has no test bar
+        bar = callback.test_progress_bar
+    except (AttributeError, TypeError, AssertionError):
+        bar = None
+    if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
+        bar.set_postfix_str(text, refresh=True)
+    elif (
+        getattr(callback, "progress", None) is not None
+        and getattr(callback, "test_progress_bar_id", None) is not None
+    ):
+        callback.progress.update(
+            callback.test_progress_bar_id, description=f"Testing {text}"
+        )  # RichProgressBar
+        callback.refresh()
+    else:
+        rank_zero_info(f"generation: {text}")
+
+
+def log_samples(loggers: Any, key: str, rows: list[dict[str, Any]], n: int) -> None:
+    """The first ``n`` generations as a W&B table (loggers without ``log_table`` are skipped)."""
+    if n <= 0:
+        return
+    for logger in loggers:
+        if hasattr(logger, "log_table"):  # WandbLogger
+            data = [[r["id"], r["prompt"][-500:], r["text"]] for r in rows[:n]]
+            logger.log_table(key=key, columns=["id", "prompt", "text"], data=data)
+
+
+def compare_generation_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Several checkpoints' runs (``--compare``) in Table 2's layout: one row per (checkpoint, decoding) and
+    the human row, per task."""
+    blocks, rows = [], []
+    first = next(iter(runs.values()))
+    for task, result in first.items():
+        columns = result["columns"]
+        body = []
+        for label, run in runs.items():
+            for decoding, values in run[task]["rows"].items():
+                rows.append({"task": task, "checkpoint": label, "decoding": decoding, **values})
+                body.append([f"{label}: {decoding}", *(values[c] for c in columns)])
+        if result.get("human"):
+            rows.append({"task": task, "checkpoint": "human", "decoding": "human", **result["human"]})
+            body.append(["Human", *(result["human"][c] for c in columns)])
+        blocks.append(f"{task}\n" + format_table(["row", *columns], body))
+    return "\n\n".join(blocks), rows
+
+
+def save_figure3(
+    path: Path, title: str, grid: DecodingGrid, decodings: list[Decoding], result: dict[str, Any]
+) -> Path:
+    """Paper Figure 3: each metric against alpha, one line per k, the human score as a horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    columns = [c for c in result["columns"] if c != "meteor_synonyms"]
+    names = {(d.boosting.k if grid.ks else None, d.boosting.alpha): d.name for d in decodings if d.boosting}
+    ncols = 4
+    nrows = math.ceil(len(columns) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3 * nrows), squeeze=False)
+    alphas = sorted(grid.alphas)
+    for ax, col in zip(axes.flat, columns):
+        for k in grid.ks or (None,):
+            ys = [result["rows"][names[(k, a)]][col] for a in alphas]
+            ax.plot(alphas, ys, marker="o", label=f"k = {k}" if k is not None else "boosted")
+        if result.get("human"):
+            ax.axhline(result["human"][col], color="black", linestyle="--", linewidth=1, label="human")
+        ax.set_title(col)
+        ax.set_xlabel("alpha")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(columns) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{title}: metrics vs alpha (Figure 3)")
+    fig.tight_layout()
+    return save_figure(fig, path)

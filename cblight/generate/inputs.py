@@ -107,8 +107,9 @@ class RowInfo:
 
 @dataclass
 class PreparedPrompts:
-    """Left-padded prompt batch plus what the short contexts of a ``Boosting`` need."""
+    """Left-padded prompt batch, the experts it was prepared for, and where their short contexts start."""
 
+    experts: Experts
     rows: list[list[int]]
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -173,10 +174,11 @@ def prepare_prompts(
     """Encode, fit (to ``room`` tokens, usually the window minus ``max_new_tokens``) and left-pad prompts.
 
     ``prompts`` are strings, token-id lists, or an ``input_ids`` tensor (with its ``attention_mask`` when
-    padded). Anchored experts get, for every row, the column where their short context starts; a prompt
+    padded). ``boosting`` becomes the ``Experts`` the batch carries to its decoder. Anchored experts get, for
+    every row, the column where their short context starts; a prompt
     without the marker, or a response-mode prompt not ending with the separator, is a ``BoostingError``.
     """
-    boosting = as_experts(boosting)
+    experts = as_experts(boosting)
     enc = Encoder(tokenizer)
     prefix = list(enc.prefix)
     rows = _rows_from(prompts, attention_mask, enc)
@@ -189,7 +191,7 @@ def prepare_prompts(
         raise BoostingError(f"no room for a prompt: max_new_tokens leaves {room} tokens of the model window")
 
     patterns: list[list[int] | None] = []
-    for rule, _ in boosting.experts:
+    for rule, _ in experts.experts:
         if isinstance(rule, AfterSeparator):
             patterns.append(separator_ids(tokenizer, rule.separator))
         elif isinstance(rule, AfterMarker):
@@ -201,7 +203,7 @@ def prepare_prompts(
         n_prefix = len(prefix) if has_prefix(row, prefix) else 0
         return [
             None if pat is None else _anchor(row, rule, pat, n_prefix, index)
-            for (rule, _), pat in zip(boosting.experts, patterns)
+            for (rule, _), pat in zip(experts.experts, patterns)
         ]
 
     fitted: list[list[int]] = []
@@ -209,7 +211,7 @@ def prepare_prompts(
         if room is not None and len(row) > room:
             marks = [
                 a
-                for (rule, _), a in zip(boosting.experts, anchors_of(row, i))
+                for (rule, _), a in zip(experts.experts, anchors_of(row, i))
                 if isinstance(rule, AfterMarker) and a is not None
             ]
             row = fit_row(row, room, prefix, keep_from=min(marks) if marks else None, index=i)
@@ -221,7 +223,7 @@ def prepare_prompts(
     starts = [width - len(r) for r in fitted]
     per_row = [anchors_of(r, i) for i, r in enumerate(fitted)]
     anchors: list[torch.Tensor | None] = []
-    for e, (rule, _) in enumerate(boosting.experts):
+    for e, (rule, _) in enumerate(experts.experts):
         if isinstance(rule, LastTokens):
             anchors.append(None)
         else:
@@ -231,4 +233,4 @@ def prepare_prompts(
         has_prefix=torch.tensor([has_prefix(r, prefix) for r in fitted], dtype=torch.bool),
         anchors=tuple(anchors),
     )
-    return PreparedPrompts(fitted, ids, mask, tuple(prefix), info)
+    return PreparedPrompts(experts, fitted, ids, mask, tuple(prefix), info)

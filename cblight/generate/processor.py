@@ -21,7 +21,6 @@ from cblight.boosting import log_softmax32
 from cblight.errors import BoostingError
 from cblight.generate.experts import CachedRows, active_anchors, boosted_scores, short_groups
 from cblight.generate.inputs import PreparedPrompts, RowInfo
-from cblight.options import Boosting, Experts, as_experts
 
 try:  # transformers' base class keeps isinstance checks in generate happy; the maths does not need it
     from transformers import LogitsProcessor
@@ -35,7 +34,7 @@ class BoostingLogitsProcessor(LogitsProcessor):
     Build one per prompt batch::
 
         prompts = prepare_prompts(tokenizer, texts, boosting, room=window - max_new_tokens)
-        proc = BoostingLogitsProcessor(model, boosting, prompts)
+        proc = BoostingLogitsProcessor(model, prompts)  # mixes the experts prompts was prepared for
         model.generate(prompts.input_ids, attention_mask=prompts.attention_mask,
                        logits_processor=[proc], max_new_tokens=..., do_sample=True, top_p=0.95)
 
@@ -43,9 +42,9 @@ class BoostingLogitsProcessor(LogitsProcessor):
     adaptive rule ``alphas`` holds each step's per-row alphas (``[N]`` tensors, docs/adaptive.md).
     """
 
-    def __init__(self, model: Any, boosting: Boosting | Experts, prompts: PreparedPrompts):
+    def __init__(self, model: Any, prompts: PreparedPrompts):
         self.model = model
-        self.boosting = as_experts(boosting)
+        self.boosting = prompts.experts
         self.prompts = prompts
         self.pad_id = 0  # fills masked padding only, so any id will do
         self.reorders = 0

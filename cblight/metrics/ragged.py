@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
 from torchmetrics.utilities.distributed import gather_all_tensors
 
 
@@ -47,9 +48,14 @@ class RaggedMetric(Metric):
         getattr(self, f"{name}_values").append(values)
         getattr(self, f"{name}_lengths").append(lengths)
 
+    def _longs(self, name: str) -> torch.Tensor:
+        # a process without data holds an empty list (nothing to cat), or after a sync its float placeholder
+        state = getattr(self, name)
+        return dim_zero_cat(state).long() if len(state) else torch.empty(0, dtype=torch.long)
+
     def read_ragged(self, name: str) -> list[list[int]]:
-        values = _cat(getattr(self, f"{name}_values"))
-        lengths = _cat(getattr(self, f"{name}_lengths"))
+        values = self._longs(f"{name}_values")
+        lengths = self._longs(f"{name}_lengths")
         return [chunk.tolist() for chunk in values.cpu().split(lengths.cpu().tolist())]
 
     def append_texts(self, name: str, texts: Sequence[str]) -> None:
@@ -62,12 +68,4 @@ class RaggedMetric(Metric):
         getattr(self, name).append(torch.tensor(list(values), dtype=torch.long, device=self.device))
 
     def read_longs(self, name: str) -> list[int]:
-        return _cat(getattr(self, name)).tolist()
-
-
-def _cat(state: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
-    if isinstance(state, torch.Tensor):
-        return state.long()
-    if not state:
-        return torch.empty(0, dtype=torch.long)
-    return torch.cat([s.long() for s in state])
+        return self._longs(name).tolist()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
 
 from cblight.boosting import choice_accuracy_curve
 
@@ -28,10 +29,6 @@ def first_occurrence(ids: torch.Tensor) -> torch.Tensor:
     return order[keep]
 
 
-def _cat(state: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
-    return torch.cat(state, dim=0) if isinstance(state, list) else state
-
-
 class _ExampleTable(Metric):
     """A metric whose state is a table of per-example rows keyed by an integer id."""
 
@@ -41,7 +38,7 @@ class _ExampleTable(Metric):
 
     def table(self) -> dict[str, torch.Tensor]:
         """The synced rows, one per distinct id, ordered by id."""
-        cols = {name: _cat(getattr(self, name)) for name in ("ids", *self.columns)}
+        cols = {name: dim_zero_cat(getattr(self, name)) for name in ("ids", *self.columns)}
         keep = first_occurrence(cols["ids"])
         return {name: value[keep] for name, value in cols.items()}
 
@@ -54,7 +51,7 @@ class _ExampleTable(Metric):
         out = self.compute()
         n = int(out["ids"].numel())
         for name in ("ids", *self.columns):
-            out[name] = out[name].reshape(n, *_cat(getattr(self, name)).shape[1:])
+            out[name] = out[name].reshape(n, *dim_zero_cat(getattr(self, name)).shape[1:])
         for name in ("acc", "ppl"):
             if name in out:
                 out[name] = out[name].reshape(self.grid_shape())

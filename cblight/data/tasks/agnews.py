@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cblight.data.examples import ChoiceExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, LocalFiles, SourceRecord, read_csv
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "agnews"
 COLUMNS = ("Class Index", "Title", "Description")

@@ -12,8 +12,8 @@ questions). Test is reported and alpha* chosen on validation. Data: hub ``allena
 from __future__ import annotations
 
 from cblight.data.examples import ChoiceExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NUMBER_TO_LETTER = {"1": "A", "2": "B", "3": "C", "4": "D", "5": "E"}
 

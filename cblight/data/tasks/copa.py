@@ -11,8 +11,8 @@ Data: hub ``aps/super_glue`` (copa) or the SuperGLUE ``COPA/{train,val}.jsonl`` 
 from __future__ import annotations
 
 from cblight.data.examples import ChoiceExample, DataError
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "copa"
 CONNECTORS = {"cause": "because", "effect": "so"}

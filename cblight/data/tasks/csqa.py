@@ -11,8 +11,8 @@ sample of the training split as large as it. Data: hub ``tau/commonsense_qa`` or
 from __future__ import annotations
 
 from cblight.data.examples import ChoiceExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "csqa"
 

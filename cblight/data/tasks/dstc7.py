@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 
 from cblight.data.examples import DataError, GenerationExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, LocalFiles, SourceRecord, read_records, read_text_lines
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "dstc7"
 HUMAN_INDEX = 1

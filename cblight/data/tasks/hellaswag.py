@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 
 from cblight.data.examples import ChoiceExample, DataError
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "hellaswag"
 _TAG = re.compile(r"\[.*?\]")

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from cblight.data.examples import DataError, NextTokenExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, LocalFiles, SourceRecord, read_jsonl
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "lama"
 RELATIONS = {

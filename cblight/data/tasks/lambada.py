@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cblight.data.examples import DataError, NextTokenExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, read_jsonl
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 
 def preprocess_test(text: str) -> str:

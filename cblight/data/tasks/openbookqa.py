@@ -10,8 +10,8 @@ reported and alpha* chosen on validation (500). Data: hub ``allenai/openbookqa``
 from __future__ import annotations
 
 from cblight.data.examples import ChoiceExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "openbookqa"
 KEYS = ("A", "B", "C", "D")

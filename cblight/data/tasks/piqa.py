@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cblight.data.examples import ChoiceExample, DataError
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import (
     DataSource,
     HubSplit,
@@ -25,7 +26,6 @@ from cblight.data.sources import (
     read_records,
     read_text_lines,
 )
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "piqa"
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cblight.data.examples import ChoiceExample, DataError
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import (
     DataSource,
     HubSplit,
@@ -31,7 +32,6 @@ from cblight.data.sources import (
     read_records,
     read_text_lines,
 )
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 CONTEXT = "{} This quote has a tone that is"
 PREMISE_FREE = " This quote has a tone that is"

@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cblight.data.examples import ChoiceExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, LocalFiles, SourceRecord, hub_layout, read_csv, read_records
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "storycloze"
 ORIGINAL = ("InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4")

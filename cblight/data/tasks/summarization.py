@@ -17,8 +17,8 @@ are joined by spaces, the summary's by newlines).
 from __future__ import annotations
 
 from cblight.data.examples import DataError, GenerationExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 MARKER = " TL;DR:"
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cblight.data.examples import ChoiceExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import DataSource, HubSplit, LocalFiles, SourceRecord, hub_layout
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 # (spelling, answer index): hub integers first, then the SuperGLUE jsonl spellings
 BOOLQ_LABELS = ((0, 0), (1, 1), (False, 0), (True, 1))

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from cblight.data.examples import ChoiceExample, DataError
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sources import (
     DataSource,
     HubSplit,
@@ -31,7 +32,6 @@ from cblight.data.sources import (
     read_records,
     read_text_lines,
 )
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "trec"
 ANSWERS = {

@@ -14,9 +14,9 @@ last k tokens (no fixed short prefix).
 from __future__ import annotations
 
 from cblight.data.examples import DataError, GenerationExample
+from cblight.data.registry import RenderContext, TaskSpec, register
 from cblight.data.sentences import split_first_sentence
 from cblight.data.sources import DataSource, LocalFiles, SourceRecord, hub_layout
-from cblight.data.spec import RenderContext, TaskSpec, register
 
 NAME = "webtext"
 

@@ -1,36 +1,23 @@
-"""Decoding rows of the generation experiments (paper Tables 2, 3 and the summarisation table; Figure 3's
-(k, alpha) grid) and which table a task fills.
+"""The rows of the generation tables (paper Tables 2, 3 and the summarisation table) and Figure 3's (k, alpha)
+grid of boosted rows.
 
 A ``Decoding`` is one row: a name, a ``Boosting`` (what to mix) and a ``Sampling`` (how transformers'
-``generate`` draws after mixing), both checked when they are made, before any model is loaded. Each
-decoding of a prompt gives one cache record (``generation_record``), seeded by ``decoding_seed``, and its
-table's metric suite (``new_suite``) scores those records.
+``generate`` draws after mixing), both checked when they are made, so a bad row is refused before any model
+loads. ``resolve_decodings`` turns the options of a run into its rows.
 """
 
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from torch import nn
-
-from cblight.cache import digest
-from cblight.data.datamodule import TaskSplit
-from cblight.data.examples import DataError, GenerationExample
-from cblight.data.sentences import first_sentences
 from cblight.errors import ConfigError
-from cblight.metrics.coherence import generated_token_log_probs
-from cblight.metrics.dialog_meteor import MeteorRoute
-from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite
 from cblight.options import Boosting, Mode, Sampling
-from cblight.scoring import Encoder
 
 Table = Literal["text", "dialog", "summary"]
 _AUTO_MODE: dict[str, Mode] = {"text": "last_k", "dialog": "response", "summary": "marker"}
-DEFAULT_MAX_NEW_TOKENS = 64  # tasks whose paper setting gives none (DSTC7 responses end at EOS well before)
 GridMode = Literal["auto", "last_k", "response", "marker"]
 
 
@@ -121,81 +108,18 @@ class DecodingGrid:
         return out
 
 
-@dataclass
-class GenerationTask:
-    """One task of a generation run: its split, the table it fills and its decodings."""
-
-    split: TaskSplit
-    table: Table
-    max_new_tokens: int
-    decodings: list[Decoding] = field(default_factory=list)
-
-
-def table_of(split: TaskSplit) -> Table:
-    """The table a generation task fills: summaries, dialog (examples with turns) or text (WebText)."""
-    spec = split.task
-    if spec.kind != "generation":
-        raise DataError(f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator")
-    if spec.output_sentences:
-        return "summary"
-    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
-        return "dialog"
-    return "text"
-
-
-def decoding_seed(seed: int, decoding: Decoding, ids: Sequence[int]) -> int:
-    """The seed of one generate call: from the run's seed, the decoding and the example ids, so ranks differ
-    under DDP and a rerun with the same data batches draws the same samples."""
-    key = f"{seed}|{decoding.slug}|{','.join(map(str, ids))}"
-    return zlib.crc32(key.encode("utf-8"))
-
-
-RECORD_FIELDS = ("id", "input", "prompt", "context", "tokens", "text")
-
-
-def generation_record(
-    task: GenerationTask,
-    ex: GenerationExample,
-    prompt: list[int],
-    tokens: list[int],
-    text: str,
-    alphas: list[float] | None = None,
-) -> dict[str, Any]:
-    """The cache record of one generation: what the metrics and ``generations/*.jsonl`` need; with an
-    adaptive rule, the alpha of each generated token (docs/adaptive.md)."""
-    record: dict[str, Any] = {
-        "id": ex.idx,
-        "input": digest(ex.input_key()),
-        "prompt": ex.prompt,
-        "context": list(prompt),
-        "tokens": list(tokens),
-        "text": text,
-    }
-    if alphas is not None:
-        record["alphas"] = [round(a, 6) for a in alphas]
-    if task.table == "summary":
-        record["summary"] = first_sentences(text, task.split.task.output_sentences)
-    return record
-
-
-def new_suite(
-    table: Table, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute = "auto"
-) -> nn.Module:
-    """The metric suite of a table: Table 2's (text), Table 3's (dialog; ``meteor`` picks its METEOR) or
-    ROUGE (summaries)."""
-    if table == "text":
-        return TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples)
-    if table == "dialog":
-        return DialogSuite(meteor=meteor)
-    return SummarySuite()
-
-
 def resolve_decodings(
     decodings: Sequence[Decoding | dict[str, Any]] | None, grid: DecodingGrid | dict[str, Any] | None
 ) -> tuple[list[Decoding], DecodingGrid | None]:
-    """The rows of a run: ``decodings`` (default: greedy) then the grid's, names distinct. Hparams
-    round-trips (checkpoints, comparisons) hand the dataclasses back as dicts: both are accepted."""
-    rows = [_decoding(d) for d in decodings or [Decoding()]]
+    """The rows of a run: ``decodings`` (unset: greedy) then the grid's, names distinct; no row at all is
+    refused. Hparams round-trips (checkpoints, comparisons) hand the dataclasses back as dicts: both are
+    accepted."""
+    if decodings is not None and not decodings and grid is None:
+        raise ConfigError(
+            "model.decodings is empty and model.grid is null: no row to generate; name a decoding "
+            "(e.g. --model.decodings '[{name: greedy}]') or a grid"
+        )
+    rows = [_decoding(d) for d in ([Decoding()] if decodings is None else decodings)]
     if isinstance(grid, dict):
         grid = DecodingGrid(
             **{
@@ -228,37 +152,3 @@ def _decoding(d: Decoding | dict[str, Any]) -> Decoding:
     if isinstance(d.get("sampling"), dict):
         d["sampling"] = Sampling(**d["sampling"])
     return Decoding(**d)
-
-
-def human_records(
-    task: GenerationTask, examples: Sequence[GenerationExample], prompts: Sequence[list[int]], tokenizer: Any
-) -> list[dict[str, Any]]:
-    """The "Human" row's records: each held-out continuation, cut to the generation length."""
-    enc = Encoder(tokenizer)
-    records = []
-    for ex, prompt in zip(examples, prompts):
-        tokens = enc.body(ex.human or "")[: task.max_new_tokens]
-        records.append(generation_record(task, ex, prompt, tokens, tokenizer.decode(tokens)))
-    return records
-
-
-def add_token_log_probs(
-    records: Sequence[dict[str, Any]], model: Any, tokenizer: Any, short_window: int, batch_size: int
-) -> None:
-    """Per-token ``log p_full`` / ``log p_short`` of each record's tokens under ``model`` (Table 2's
-    perplexity, LTF and delta), rounded to 6 decimals for the cache; records that have them are skipped."""
-    todo = [r for r in records if r["tokens"] and "lp_full" not in r]
-    if not todo:
-        return
-    scored = generated_token_log_probs(
-        model,
-        [r["context"] for r in todo],
-        [r["tokens"] for r in todo],
-        k=short_window,
-        prefix=Encoder(tokenizer).prefix,
-        batch_size=batch_size,
-        pad_id=int(tokenizer.pad_token_id or 0),
-    )
-    for r, (full, short) in zip(todo, scored):
-        r["lp_full"] = [round(x, 6) for x in full.tolist()]
-        r["lp_short"] = [round(x, 6) for x in short.tolist()]

@@ -1,21 +1,18 @@
-"""A task kind of boosted evaluation: how its examples become cached numbers, and how the sweep over the
+"""How one kind of task is evaluated with boosting: its examples become cached numbers, and the sweep over the
 grid becomes alpha* (and k*) and a report.
-
-``BoostedEvaluator`` (``cblight.evaluate.boosted_evaluator``) drives one ``TaskKind`` per (split, role):
 
 1. ``missing`` says which parts of an example's cached record must be (re)computed: ``boost`` (every
    number, for a new or changed example) or the comparison methods whose inputs changed;
-2. ``score`` computes them through a *backend* with ``cblight.scoring.Scorer``'s interface (``score_text``,
-   ``encoder``, ``next_token_log_probs``, ``last_k_log_probs``), local or served (``cblight.served``), with
-   one forward pass per context form (docs/design.md, "Speed floors");
+2. ``score`` computes them through a scorer (``cblight.scoring.Scorer``, or for multiple choice any
+   ``TextScorer`` such as a served model's), one forward pass per context form (docs/design.md, "Speed
+   floors");
 3. ``update`` feeds records to the kind's sweep metric (``cblight.metrics.sweeps``), synced across processes;
 4. ``select`` (end of the validation loop) picks alpha* (and k*), ties to the first grid value as in the
    authors' code; ``report`` (end of the test loop) gives accuracies with standard errors and the
    per-example prediction rows.
 
-The two kinds are ``cblight.evaluate.multiple_choice.MultipleChoice`` (paper eq. 2, Table 4) and
-``cblight.evaluate.next_token.NextToken`` (paper §3, Tables 1 and 5). A new kind subclasses this and is
-picked in ``BoostedEvaluator._kind``.
+The two kinds are multiple choice (paper eq. 2, Table 4) and next-token prediction (paper §3, Tables 1 and
+5); a task spec's ``kind`` names which.
 """
 
 from __future__ import annotations
@@ -30,11 +27,12 @@ from torch import nn
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import Example
+from cblight.scoring import TextScorer
 
 Rows = list[dict[str, Any]]
 
 
-class TaskKind(ABC):
+class TaskScoring(ABC):
     """One task kind's scoring, sweep, selection and report (see the module docstring).
 
     ``signature`` holds the settings that change the cached numbers (a cache written under others is
@@ -45,6 +43,12 @@ class TaskKind(ABC):
     kind: ClassVar[str] = ""
     record_fields: ClassVar[tuple[str, ...]] = ("id", "input")
     methods: Sequence[str] = ()
+
+    @classmethod
+    @abstractmethod
+    def for_run(cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None) -> TaskScoring:
+        """This kind's scoring of ``split`` with the grids and method options of ``run`` (a
+        ``BoostedEvaluator``)."""
 
     def signature(self) -> dict[str, Any]:
         return {}
@@ -60,7 +64,7 @@ class TaskKind(ABC):
     @abstractmethod
     def score(
         self,
-        backend: Any,
+        scorer: TextScorer,
         split: TaskSplit,
         examples: Sequence[Example],
         previous: dict[int, dict[str, Any]] | None = None,

@@ -1,0 +1,87 @@
+"""``cblight generate`` as a user types it: a run with no row at all is refused before the model loads, and a
+row that cannot decode its prompts is named in the one-line error."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from cblight.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[1]
+WEBTEXT = str(ROOT / "tests" / "fixtures" / "webtext")
+
+
+class Loaded(AssertionError):
+    pass
+
+
+def cblight(argv: list[str], capsys) -> tuple[int, list[str]]:
+    """``cblight <argv>`` in process: (exit status, stderr lines)."""
+    saved = list(sys.argv)
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    finally:
+        sys.argv[:] = saved
+    return status, capsys.readouterr().err.strip().splitlines()
+
+
+def generate(model: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "generate", "-c", str(ROOT / "configs" / "webtext_generation.yaml"), "--model.model", str(model),
+        "--data.data_dirs", json.dumps({"webtext": WEBTEXT}), "--data.limit", "2",
+        "--model.max_new_tokens", "4", "--model.output_dir", str(out),
+        "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false", *extra,
+    ]  # fmt: skip
+
+
+def test_no_decodings_and_no_grid_is_refused_before_the_model_loads(
+    tiny_gpt2_dir, tmp_path, capsys, monkeypatch
+):
+    import cblight.evaluator as base
+    import cblight.generate.generation_evaluator as generation
+    import cblight.models as models
+
+    def load(*args, **kwargs):
+        raise Loaded("a model or tokenizer was loaded before the bad input was refused")
+
+    for module in (models, base, generation):
+        monkeypatch.setattr(module, "load_causal_lm", load)
+    for module in (models, base):
+        monkeypatch.setattr(module, "load_tokenizer", load)
+    argv = generate(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", "[]")
+    status, err = cblight(argv, capsys)
+    assert status == 2, err
+    assert [line for line in err if line.startswith("error:")] == err[-1:] == [
+        "error: model.decodings is empty and model.grid is null: no row to generate; name a decoding "
+        "(e.g. --model.decodings '[{name: greedy}]') or a grid"
+    ]
+    assert not (tmp_path / "out" / "generations").exists()
+
+
+def test_a_row_that_cannot_decode_is_named(tiny_gpt2_dir, tmp_path, capsys):
+    """A marker-mode row on WebText, whose prompts hold no `` TL;DR:``: the error names the row."""
+    rows = json.dumps([{"name": "tldr", "boosting": {"mode": "marker", "alpha": -0.5}}])
+    argv = generate(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", rows)
+    status, err = cblight(argv, capsys)
+    assert status == 2, err
+    errors = [line for line in err if line.startswith("error:")]
+    assert errors == err[-1:], "\n".join(err)
+    assert errors[0].startswith("error: decoding 'tldr': prompt 0 does not contain the marker ' TL;DR:'"), (
+        errors
+    )
+
+
+@pytest.mark.parametrize("decodings", ["[]", None])
+def test_resolve_decodings_from_python(decodings):
+    from cblight.errors import ConfigError
+    from cblight.generate.rows import DecodingGrid, resolve_decodings
+
+    rows, _ = resolve_decodings(None if decodings is None else [], DecodingGrid(alphas=(-0.5,), ks=(4,)))
+    assert [r.name for r in rows] == (["greedy"] if decodings is None else []) + ["boost k=4 alpha=-0.5"]
+    if decodings is not None:
+        with pytest.raises(ConfigError, match=r"model\.decodings is empty and model\.grid is null"):
+            resolve_decodings([], None)
