@@ -55,10 +55,14 @@ def test_no_decodings_and_no_grid_is_refused_before_the_model_loads(
     argv = generate(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", "[]")
     status, err = cblight(argv, capsys)
     assert status == 2, err
-    assert [line for line in err if line.startswith("error:")] == err[-1:] == [
-        "error: model.decodings is empty and model.grid is null: no row to generate; name a decoding "
-        "(e.g. --model.decodings '[{name: greedy}]') or a grid"
-    ]
+    assert (
+        [line for line in err if line.startswith("error:")]
+        == err[-1:]
+        == [
+            "error: model.decodings is empty and model.grid is null: no row to generate; name a decoding "
+            "(e.g. --model.decodings '[{name: greedy}]') or a grid"
+        ]
+    )
     assert not (tmp_path / "out" / "generations").exists()
 
 
