@@ -2,12 +2,11 @@
 row that cannot decode its prompts is named in the one-line error."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from cblight.__main__ import main
+from tests.test_messages import cblight
 
 ROOT = Path(__file__).resolve().parents[1]
 WEBTEXT = str(ROOT / "tests" / "fixtures" / "webtext")
@@ -15,18 +14,6 @@ WEBTEXT = str(ROOT / "tests" / "fixtures" / "webtext")
 
 class Loaded(AssertionError):
     pass
-
-
-def cblight(argv: list[str], capsys) -> tuple[int, list[str]]:
-    """``cblight <argv>`` in process: (exit status, stderr lines)."""
-    saved = list(sys.argv)
-    try:
-        status = main(argv)
-    except SystemExit as exc:
-        status = exc.code
-    finally:
-        sys.argv[:] = saved
-    return status, capsys.readouterr().err.strip().splitlines()
 
 
 def generate(model: Path, out: Path, *extra: str) -> list[str]:
@@ -53,16 +40,12 @@ def test_no_decodings_and_no_grid_is_refused_before_the_model_loads(
     for module in (models, base):
         monkeypatch.setattr(module, "load_tokenizer", load)
     argv = generate(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", "[]")
-    status, err = cblight(argv, capsys)
+    status, err, _ = cblight(argv, capsys)
     assert status == 2, err
-    assert (
-        [line for line in err if line.startswith("error:")]
-        == err[-1:]
-        == [
-            "error: model.decodings is empty and model.grid is null: no row to generate; name a decoding "
-            "(e.g. --model.decodings '[{name: greedy}]') or a grid"
-        ]
-    )
+    assert err == [
+        "error: model.decodings is empty and model.grid is null: no row to generate; name a decoding "
+        "(e.g. --model.decodings '[{name: greedy}]') or a grid"
+    ]
     assert not (tmp_path / "out" / "generations").exists()
 
 
@@ -70,10 +53,10 @@ def test_a_row_that_cannot_decode_is_named(tiny_gpt2_dir, tmp_path, capsys):
     """A marker-mode row on WebText, whose prompts hold no `` TL;DR:``: the error names the row."""
     rows = json.dumps([{"name": "tldr", "boosting": {"mode": "marker", "alpha": -0.5}}])
     argv = generate(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", rows)
-    status, err = cblight(argv, capsys)
+    status, err, _ = cblight(argv, capsys)
     assert status == 2, err
     errors = [line for line in err if line.startswith("error:")]
-    assert errors == err[-1:], "\n".join(err)
+    assert errors == err[-1:], "\n".join(err)  # after the run's progress, one line
     assert errors[0].startswith("error: decoding 'tldr': prompt 0 does not contain the marker ' TL;DR:'"), (
         errors
     )

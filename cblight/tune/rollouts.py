@@ -301,17 +301,6 @@ class RolloutSampler:
         )
 
     # -- sampling -----------------------------------------------------------------------------------------
-    def check_supported(self, model_class: type) -> None:
-        """Refuse ``cache: static`` or ``compile: true`` for a model class transformers cannot compile (its
-        ``_can_compile_fullgraph``, a class attribute: checked from the config alone, before any weights)."""
-        if (self.cache == "static" or self.compile) and not getattr(
-            model_class, "_can_compile_fullgraph", False
-        ):
-            raise TuningConfigError(
-                f"rollouts.cache: static / rollouts.compile: {model_class.__name__} does not support "
-                "transformers' static cache and compiled decoding; use rollouts.cache: dynamic or auto"
-            )
-
     def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
         """``(static cache, compiled)`` for this run (``RolloutOptions.resolve``), logged once."""
         if self.decoding is None:
