@@ -1,4 +1,4 @@
-"""A command line or config that does not parse, said in one line (docs/errors.md, issue 19).
+"""A command line or config that does not parse, said in one line (docs/errors.md).
 
 jsonargparse reports a bad option as a nested dump (the Union subtypes it tried, the class paths, the value
 given) that runs to 95 lines for one misspelt key. ``OneLineErrors`` is the ``error`` of every cblight

@@ -1,4 +1,4 @@
-"""The valid name nearest a misspelt one, for "did you mean ...?" (docs/errors.md, issue 19): the keys a
+"""The valid name nearest a misspelt one, for "did you mean ...?" (docs/errors.md): the keys a
 jsonargparse parser or a class's signature accepts, the public subclasses of a base class, and ``closest``
 (``difflib``'s close matches, the fewest typing edits first). Imports nothing heavy at module level, so that
 ``cblight --help`` stays fast.

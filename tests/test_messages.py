@@ -1,4 +1,4 @@
-"""Issue 19, the command-line half: every message names the fix (docs/errors.md, "Issue 19").
+"""The command line: every message names the fix (docs/errors.md).
 
 Each case types the user's command (in process through ``cblight.__main__.main``, or as a subprocess) and
 checks the exit status and the one line it prints:

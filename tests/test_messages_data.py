@@ -1,8 +1,8 @@
-"""Issue 19, the data, model and served half: every message names the fix, before any work.
+"""Data, models and the served backend: every message names the fix, before any work.
 
 Each case types the user's command in process (``cblight.__main__.main``, as the console script runs it)
 and checks the exit status and the one ``error:`` line, with tripwires on the loaders where "before any
-work" is the point. docs/errors.md lists these messages (section "Issue 19"). The served backend's
+work" is the point. docs/errors.md lists these messages (section "every message names the fix (data, models, served backend)"). The served backend's
 refused connection is ``tests/test_served_client.py``; the zoo's install command ``tests/test_zoo.py``.
 """
 

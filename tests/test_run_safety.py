@@ -1,4 +1,4 @@
-"""Issue 14, cases 4, 7, 10 and 11: what happens to a run's files when something goes wrong.
+"""What happens to a run's files when something goes wrong.
 
 * a cache row edited by hand or torn is detected (checksum, schema and count), reported by file and line,
   and its example recomputed; a cache from before checksums is refused;

@@ -288,8 +288,8 @@ def test_train_py_refuses_a_bad_option_in_one_line(tmp_path):
         ),
     ],
 )
-def test_issue19_tuning_messages_name_the_fix(args, line, tmp_path):
-    """Issue 19: max_steps 0 once exported the base model as "tuned" (exit 0); data.split valid once said
+def test_tuning_messages_name_the_fix(args, line, tmp_path):
+    """max_steps 0 once exported the base model as "tuned" (exit 0); data.split valid once said
     "looked for nothing ... Use webtext.test.jsonl". Typed as a user would, before any model is loaded (the
     model path does not exist, so anything that got further would fail differently)."""
     import os

@@ -1,4 +1,4 @@
-"""Issue 21, "safe from collapse": the trust region and the refreshed live teacher against brute-force
+"""Safe from collapse: the trust region and the refreshed live teacher against brute-force
 references, the validation's diversity metrics against hand computations, and the collapse guard on a run
 that collapses on purpose (stopped, its last good checkpoint kept and named, nothing exported)."""
 

@@ -324,7 +324,7 @@ def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir
 
 
 def test_a_run_that_takes_no_step_exports_nothing_and_says_so(tiny_gpt2_dir, tmp_path, caplog):
-    """Issue 19: resuming from a checkpoint already at max_steps takes no optimizer step; its "tuned" export
+    """Resuming from a checkpoint already at max_steps takes no optimizer step; its "tuned" export
     would be the checkpoint's weights written again as a result. A warning says so and nothing is written."""
     import logging
 

@@ -1,4 +1,4 @@
-"""Issue 21, fast rollouts: sampling with transformers' static KV cache, and with a compiled decode step,
+"""Fast rollouts: sampling with transformers' static KV cache, and with a compiled decode step,
 draws exactly the dynamic cache's sequences from the same random state (both tiny architectures); ``auto``
 picks them only where they pay and the model supports them, and falls back to the dynamic cache elsewhere;
 asking for them by name on a model that cannot is one line."""

@@ -65,7 +65,7 @@ __all__ = ["CoherenceTuning", "check_before_loading", "check_max_steps", "check_
 
 def check_max_steps(max_steps: int | None) -> None:
     """Refuse a run without a step limit (the prompt stream never ends) or with no step to take: a run that
-    takes no optimizer step would export the base model as if it were tuned (issue 19)."""
+    takes no optimizer step would export the base model as if it were tuned."""
     if max_steps is None or max_steps == -1:
         raise TuningConfigError(
             "set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"

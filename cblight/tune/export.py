@@ -145,7 +145,7 @@ class Exporter(Callback):
             return None
         if self.first_step is None or trainer.global_step <= self.first_step:
             # e.g. resumed from a checkpoint already at max_steps: the weights are the checkpoint's, and
-            # writing them again as "the tuned model" would hide that nothing ran (issue 19)
+            # writing them again as "the tuned model" would hide that nothing ran
             log.warning(
                 "no optimizer step was taken in this run (it started at step %s of max_steps %d): no export; "
                 "to export a checkpoint's weights: CoherenceTuning.load_from_checkpoint(CKPT)"

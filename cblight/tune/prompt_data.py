@@ -38,7 +38,7 @@ class PromptDataError(CblightError):
 
 
 def check_split(task: str, split: str) -> None:
-    """Refuse a split the task does not have, naming its splits and the closest one (issue 19: ``valid``
+    """Refuse a split the task does not have, naming its splits and the closest one (``valid``
     once answered "looked for nothing ... Use webtext.test.jsonl"). ``cblight tune`` calls it right after
     parsing, before the model loads."""
     import difflib

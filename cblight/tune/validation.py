@@ -5,7 +5,7 @@ Validation samples the same held-out prompts with the same seeds at every check 
 ``KL(f_alpha || f_θ)`` under the run's teacher (``val/tuning/kl``, ``kl_long``), against the initial model's
 boosted distribution (``kl_initial``, ``top1_initial``: is the model moving toward its boosted self?), the
 perplexity of held-out human text (``val/tuning/ppl``: is it still a language model?) and the diversity of
-what it samples (issue 21: self-distillation toward ``alpha < 0`` can collapse it): the mean entropy of its
+what it samples (self-distillation toward ``alpha < 0`` can collapse it): the mean entropy of its
 next-token distributions at the sampled positions (``entropy``), token-level distinct-1/2 of the samples
 (``distinct_1``, ``distinct_2``) and the share of samples that end in a repetition loop (``repetition``,
 degen's rule, ``cblight.metrics.text_stats``). Where a frozen copy of the initial model is kept, the same
