@@ -1,4 +1,4 @@
-"""Multiple-choice boosting without labelled selection data (issue 20; docs/adaptive.md): every label-free
+"""Multiple-choice boosting without labelled selection data (docs/adaptive.md): every label-free
 rule of ``cblight.adaptive`` beside the base model, PMI, the validation-chosen alpha* and the oracle alpha.
 
 For each task the script runs ``cblight evaluate -c configs/multiple_choice.yaml`` on the given files (the

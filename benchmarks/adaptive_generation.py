@@ -1,4 +1,4 @@
-"""WebText generation with per-token adaptive alpha (issue 20; docs/adaptive.md) beside nucleus sampling
+"""WebText generation with per-token adaptive alpha (docs/adaptive.md) beside nucleus sampling
 and boosted nucleus sampling at fixed alphas (paper §4.1, Table 2).
 
 Runs ``cblight generate`` (``BoostedGenerationEvaluator``) on the first sentences of WebText documents with

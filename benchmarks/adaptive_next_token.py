@@ -1,4 +1,4 @@
-"""Boosting LAMBADA without labelled selection data (issue 20; docs/adaptive.md): every label-free rule of
+"""Boosting LAMBADA without labelled selection data (docs/adaptive.md): every label-free rule of
 ``cblight.adaptive`` beside the base model, the validation-chosen (k*, alpha*) and the oracle (k, alpha).
 
 Each passage's last token is predicted (paper §3, Table 1) from ``f_max`` and the short experts ``f_k``:

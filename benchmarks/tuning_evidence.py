@@ -1,5 +1,5 @@
 """Does coherence tuning move a real model toward its boosted self? (paper appendix "From coherence
-boosting to coherence tuning", Table 2's "+ self-tune" row; issue 11.)
+boosting to coherence tuning", Table 2's "+ self-tune" row.)
 
 Tunes SmolLM2-135M (``offline:smollm2-135m``; ``--gemma`` adds Gemma-3-270m) on WebText first-sentence
 prompts of ``webtext.valid.jsonl`` with each teacher (live: the paper; frozen: the initial model; EMA of
@@ -15,7 +15,7 @@ prompts of ``webtext.test.jsonl``:
 * each model's perplexity on the held-out human documents;
 * with ``--lambada-dir``, LAMBADA accuracy (the last token of a passage, paper §3) on a seeded sample of
   ``--lambada-passages`` test passages: of every model at alpha = 0, and of the base model boosted as the
-  teacher is (issue 21: does tuning move unboosted accuracy toward boosted accuracy?). The teacher's
+  teacher is (does tuning move unboosted accuracy toward boosted accuracy?). The teacher's
   generation-form boost ``(1-alpha) log f_max + alpha log f_k`` picks the same token as the next-token
   form ``log f_max + alpha / (1-alpha) · log f_k`` (a positive rescaling), which is what this row scores.
 
