@@ -30,14 +30,21 @@ that sets alpha afresh at every decoding step and for every row from ``f_max`` a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
-from numbers import Integral, Real
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
-from cblight.adaptive import TOKEN_RULES
+from cblight.adaptive import TokenRule
 from cblight.boosting import BoostForm, two_expert_weights
 from cblight.errors import BoostingError
+from cblight.option_types import (
+    FiniteFloat,
+    NonNegativeInt,
+    NotEmptyStr,
+    PositiveFloat,
+    PositiveInt,
+    PositiveUnitInterval,
+    check_fields,
+)
 
 __all__ = [
     "MODES",
@@ -55,35 +62,12 @@ __all__ = [
 #: The paper's three short contexts, the last ``k`` tokens, separator + response so far (dialog), marker + text so far (summaries).
 Mode = Literal["last_k", "response", "marker"]
 #: The values of ``Mode``.
-MODES: tuple[str, ...] = ("last_k", "response", "marker")
+MODES: tuple[str, ...] = get_args(Mode)
 DEFAULT_FORMS: dict[str, BoostForm] = {
     "last_k": "generation",
     "response": "next_token",
     "marker": "next_token",
 }
-
-
-def _finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
-        raise BoostingError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _adaptive_rule(name: str, value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or value not in TOKEN_RULES:
-        raise BoostingError(
-            f"{name} must be one of {', '.join(TOKEN_RULES)} (a per-token rule, docs/adaptive.md) or null, "
-            f"got {value!r}"
-        )
-    return value
-
-
-def _integer(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
-        raise BoostingError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -94,10 +78,10 @@ def _integer(name: str, value: object, low: int) -> int:
 class LastTokens:
     """Short context: the last ``k`` tokens, after the tokenizer's special prefix (BOS), at positions 0.."""
 
-    k: int = 32
+    k: PositiveInt = 32
 
     def __post_init__(self) -> None:
-        _integer("k (short-context length)", self.k, 1)
+        check_fields(self, BoostingError)
 
 
 @dataclass(frozen=True)
@@ -116,11 +100,10 @@ class AfterMarker:
     """Short context: the last occurrence of ``marker`` in the prompt, whatever follows it, and the text
     generated so far. A prompt without the marker is an error."""
 
-    marker: str = " TL;DR:"
+    marker: NotEmptyStr = " TL;DR:"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.marker, str) or not self.marker:
-            raise BoostingError(f"marker must be a non-empty string, got {self.marker!r}")
+        check_fields(self, BoostingError)
 
 
 #: One short-context rule of ``Experts``.
@@ -140,33 +123,20 @@ class Experts:
     ``f_max`` and the (single) short expert; the weights given are then unused.
     """
 
-    experts: tuple[tuple[ShortContext, float], ...] = ()
-    full_weight: float = 1.0
-    adaptive: str | None = None
+    experts: tuple[tuple[ShortContext, FiniteFloat], ...] = ()
+    full_weight: FiniteFloat = 1.0
+    adaptive: TokenRule | None = None
     form: BoostForm = "generation"
 
     def __post_init__(self) -> None:
-        full = _finite("full_weight", self.full_weight)
-        if full <= 0:
+        check_fields(self, BoostingError)
+        if self.full_weight <= 0:
             raise BoostingError(
-                f"the full-context weight must be positive, got {full}; with the generation form "
+                f"the full-context weight must be positive, got {self.full_weight}; with the generation form "
                 "(1-alpha) log f_max + alpha log f_k this means alpha < 1"
             )
-        experts = []
-        for i, pair in enumerate(self.experts):
-            if not (isinstance(pair, tuple) and len(pair) == 2):
-                raise BoostingError(f"experts[{i}] must be a (short-context rule, weight) pair, got {pair!r}")
-            rule, weight = pair
-            if not isinstance(rule, LastTokens | AfterSeparator | AfterMarker):
-                raise BoostingError(
-                    f"experts[{i}] rule must be LastTokens, AfterSeparator or AfterMarker, got {rule!r}"
-                )
-            experts.append((rule, _finite(f"experts[{i}] weight", weight)))
-        object.__setattr__(self, "experts", tuple(experts))
-        object.__setattr__(self, "full_weight", full)
-        _adaptive_rule("adaptive", self.adaptive)
-        if self.form not in ("generation", "next_token"):
-            raise BoostingError(f"form must be 'generation' or 'next_token', got {self.form!r}")
+        # weights as floats, as the decoders multiply them into float tensors
+        object.__setattr__(self, "experts", tuple((rule, float(w)) for rule, w in self.experts))
         if self.adaptive is not None and len(self.experts) != 1:
             raise BoostingError(
                 f"an adaptive rule weighs f_max against one short expert; this product has {len(self.experts)}"
@@ -210,30 +180,21 @@ class Boosting:
     """
 
     mode: Literal["last_k", "response", "marker", "auto"] = "last_k"
-    k: int = 32
-    alpha: float = 0.0
+    k: PositiveInt = 32
+    alpha: FiniteFloat = 0.0
     form: BoostForm | None = None
-    marker: str = " TL;DR:"
+    marker: NotEmptyStr = " TL;DR:"
     separator: str | None = None
-    adaptive: str | None = None
+    adaptive: TokenRule | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in (*MODES, "auto"):
-            raise BoostingError(
-                f"mode must be one of {', '.join(MODES)} (or auto in decodings); got {self.mode!r}"
-            )
-        _integer("k (short-context length)", self.k, 1)
-        object.__setattr__(self, "alpha", _finite("alpha", self.alpha))
-        if self.form is not None and self.form not in ("generation", "next_token"):
-            raise BoostingError(f"form must be 'generation' or 'next_token', got {self.form!r}")
+        check_fields(self, BoostingError)
         if self.mode != "auto" and self.resolved_form == "generation" and self.alpha >= 1:
             raise BoostingError(
                 f"alpha must be < 1 with the generation form (1-alpha) log f_max + alpha log f_k "
                 f"(alpha >= 1 gives f_max a weight <= 0); got alpha={self.alpha}"
             )
-        if not isinstance(self.marker, str) or not self.marker:
-            raise BoostingError(f"marker must be a non-empty string, got {self.marker!r}")
-        if _adaptive_rule("adaptive", self.adaptive) is not None and self.alpha != 0.0:
+        if self.adaptive is not None and self.alpha != 0.0:
             raise BoostingError(
                 f"adaptive={self.adaptive} sets alpha at every token; leave alpha at 0 (got alpha={self.alpha})"
             )
@@ -303,27 +264,16 @@ class Sampling:
     """
 
     do_sample: bool | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    num_beams: int | None = None
-    seed: int | None = None
+    temperature: PositiveFloat | None = None
+    top_p: PositiveUnitInterval | None = None
+    top_k: NonNegativeInt | None = None
+    num_beams: PositiveInt | None = None
+    seed: NonNegativeInt | None = None
 
     GENERATE_KEYS: ClassVar[tuple[str, ...]] = ("do_sample", "temperature", "top_p", "top_k", "num_beams")
 
     def __post_init__(self) -> None:
-        if self.do_sample is not None and not isinstance(self.do_sample, bool):
-            raise BoostingError(f"do_sample must be true or false, got {self.do_sample!r}")
-        if self.temperature is not None and _finite("temperature", self.temperature) <= 0:
-            raise BoostingError(f"temperature must be a finite number > 0, got {self.temperature!r}")
-        if self.top_p is not None and not 0.0 < _finite("top_p", self.top_p) <= 1.0:
-            raise BoostingError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.top_k is not None:
-            _integer("top_k", self.top_k, 0)
-        if self.num_beams is not None:
-            _integer("num_beams", self.num_beams, 1)
-        if self.seed is not None:
-            _integer("seed", self.seed, 0)
+        check_fields(self, BoostingError)
 
     def generate_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``model.generate`` this stands for (unset ones left out)."""

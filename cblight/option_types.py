@@ -1,0 +1,187 @@
+"""The option types every public option is declared with, and the one checker that enforces them.
+
+An option is declared once, with a precise type: a ``Literal``, one of jsonargparse's constrained numbers
+(``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``, ``ClosedUnitInterval``,
+``OpenUnitInterval``, ``NotEmptyStr``) or the two defined below, ``FiniteFloat`` and
+``PositiveUnitInterval``. jsonargparse enforces the declaration on the command line
+and in YAML; ``check_fields`` (a dataclass's ``__post_init__``) and ``check_arguments`` (a LightningModule's
+``__init__``) enforce the same declaration for a Python caller. Both refuse with one line that names the
+option, what it accepts (``describe``) and the value given. Checks that involve two options together are
+written where the options live, once each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Union
+
+from jsonargparse.typing import (
+    ClosedUnitInterval,
+    NonNegativeFloat,
+    NonNegativeInt,
+    NotEmptyStr,
+    OpenUnitInterval,
+    PositiveFloat,
+    PositiveInt,
+    restricted_number_type,
+)
+
+from cblight.errors import CblightError, ConfigError
+
+__all__ = [
+    "ClosedUnitInterval",
+    "FiniteFloat",
+    "NonNegativeFloat",
+    "NonNegativeInt",
+    "NotEmptyStr",
+    "OpenUnitInterval",
+    "PositiveFloat",
+    "PositiveInt",
+    "PositiveUnitInterval",
+    "check_arguments",
+    "check_fields",
+    "describe",
+    "fits",
+]
+
+#: A float that is neither infinite nor NaN (a NaN fails both comparisons).
+FiniteFloat = restricted_number_type("FiniteFloat", float, [(">", -math.inf), ("<", math.inf)])
+#: A probability mass that keeps something: in (0, 1] (nucleus sampling's ``top_p``).
+PositiveUnitInterval = restricted_number_type("PositiveUnitInterval", float, [(">", 0.0), ("<=", 1.0)])
+
+_WORDS: dict[Any, str] = {
+    PositiveInt: "an integer >= 1",
+    NonNegativeInt: "an integer >= 0",
+    PositiveFloat: "a number > 0",
+    NonNegativeFloat: "a number >= 0",
+    ClosedUnitInterval: "a number in [0, 1]",
+    OpenUnitInterval: "a number in (0, 1)",
+    FiniteFloat: "a finite number",
+    PositiveUnitInterval: "a number in (0, 1]",
+    NotEmptyStr: "a non-empty string",
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+}
+
+
+def _restricted(hint: Any) -> bool:
+    """A jsonargparse constrained type: a subclass of int, float or str whose constructor validates."""
+    return (
+        isinstance(hint, type)
+        and getattr(hint, "_type", hint) is not hint
+        and issubclass(hint, int | float | str)
+    )
+
+
+def describe(hint: Any) -> str:
+    """What a value of type ``hint`` is, in words: ``an integer >= 1``, ``one of 'jsd', 'residual'``, ..."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint in _WORDS:
+        return _WORDS[hint]
+    if _restricted(hint):
+        return f"{_WORDS[hint._type]} ({hint.__name__})"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        kept = [a for a in args if a is not type(None)]
+        words = " or ".join(describe(a) for a in kept)
+        return words + (" or null" if len(kept) < len(args) else "")
+    if origin in (list, tuple) or hint in (list, tuple):
+        inner = args[0] if args and (origin is list or args[-1] is Ellipsis) else None
+        return "a list" + (f", each {describe(inner)}" if inner is not None else "")
+    if origin is dict or hint is dict:
+        return "a mapping"
+    return f"a {getattr(hint, '__name__', hint)}"
+
+
+def fits(hint: Any, value: Any) -> bool:
+    """Whether ``value`` is a value of type ``hint``, as jsonargparse would parse it from text (an int is a
+    float; a bool is neither)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or isinstance(hint, typing.TypeVar):
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return any(fits(a, value) for a in args)
+    if _restricted(hint):
+        if isinstance(value, bool) or not isinstance(
+            value, int | float if hint._type is float else hint._type
+        ):
+            return False
+        try:
+            hint(value)
+        except ValueError:
+            return False
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if origin is tuple:
+        if not isinstance(value, tuple | list):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(fits(args[0], v) for v in value)
+        return len(args) == len(value) and all(fits(a, v) for a, v in zip(args, value, strict=True))
+    if origin is list:
+        return isinstance(value, list | tuple) and all(fits(args[0], v) for v in value) if args else True
+    if origin is dict:
+        return isinstance(value, Mapping)
+    if origin is not None:  # Callable[...], Iterable[...]: not checked here
+        return True
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _is_float(hint: Any) -> bool:
+    kept = (
+        [a for a in typing.get_args(hint) if a is not type(None)]
+        if typing.get_origin(hint) in (Union, types.UnionType)
+        else [hint]
+    )
+    return len(kept) == 1 and (kept[0] is float or (_restricted(kept[0]) and kept[0]._type is float))
+
+
+@functools.cache
+def _hints(owner: Any) -> dict[str, Any]:
+    return typing.get_type_hints(owner)
+
+
+def _refuse(error: type[CblightError], name: str, hint: Any, value: Any) -> None:
+    raise error(f"{name} must be {describe(hint)}, got {value!r}")
+
+
+def check_fields(obj: Any, error: type[CblightError] = ConfigError) -> None:
+    """Check every field of the dataclass ``obj`` against its declared type; the first that does not fit
+    raises ``error`` with one line (``Boosting.k must be an integer >= 1, got 0``)."""
+    hints = _hints(type(obj))
+    for field in dataclasses.fields(obj):
+        hint, value = hints[field.name], getattr(obj, field.name)
+        if not fits(hint, value):
+            _refuse(error, f"{type(obj).__name__}.{field.name}", hint, value)
+        if type(value) is int and _is_float(hint):  # as jsonargparse parses 2 for a float: 2.0
+            object.__setattr__(obj, field.name, float(value))
+
+
+def check_arguments(
+    fn: Callable[..., Any], values: Mapping[str, Any], error: type[CblightError] = ConfigError
+) -> None:
+    """Check the arguments ``values`` (a function's ``locals()``) against ``fn``'s annotations; for a
+    LightningModule's ``__init__``, whose arguments are its command-line options."""
+    hints = _hints(fn)
+    for name, value in values.items():
+        if name in hints and name != "return" and not fits(hints[name], value):
+            _refuse(error, name, hints[name], value)
