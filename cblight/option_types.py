@@ -2,8 +2,8 @@
 
 An option is declared once, with a precise type: a ``Literal``, one of jsonargparse's constrained numbers
 (``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``, ``ClosedUnitInterval``,
-``OpenUnitInterval``, ``NotEmptyStr``) or the two defined below, ``FiniteFloat`` and
-``PositiveUnitInterval``. jsonargparse enforces the declaration on the command line
+``OpenUnitInterval``, ``NotEmptyStr``) or the three defined below, ``FiniteFloat``,
+``PositiveFiniteFloat`` and ``PositiveUnitInterval``. jsonargparse enforces the declaration on the command line
 and in YAML; ``check_fields`` (a dataclass's ``__post_init__``) and ``check_arguments`` (a LightningModule's
 ``__init__``) enforce the same declaration for a Python caller. Both refuse with one line that names the
 option, what it accepts (``describe``) and the value given. Checks that involve two options together are
@@ -40,6 +40,7 @@ __all__ = [
     "NonNegativeInt",
     "NotEmptyStr",
     "OpenUnitInterval",
+    "PositiveFiniteFloat",
     "PositiveFloat",
     "PositiveInt",
     "PositiveUnitInterval",
@@ -51,6 +52,8 @@ __all__ = [
 
 #: A float that is neither infinite nor NaN (a NaN fails both comparisons).
 FiniteFloat = restricted_number_type("FiniteFloat", float, [(">", -math.inf), ("<", math.inf)])
+#: A positive float that is not infinite (a softmax temperature).
+PositiveFiniteFloat = restricted_number_type("PositiveFiniteFloat", float, [(">", 0.0), ("<", math.inf)])
 #: A probability mass that keeps something: in (0, 1] (nucleus sampling's ``top_p``).
 PositiveUnitInterval = restricted_number_type("PositiveUnitInterval", float, [(">", 0.0), ("<=", 1.0)])
 
@@ -63,6 +66,7 @@ _WORDS: dict[Any, str] = {
     OpenUnitInterval: "a number in (0, 1)",
     FiniteFloat: "a finite number",
     PositiveUnitInterval: "a number in (0, 1]",
+    PositiveFiniteFloat: "a finite number > 0",
     NotEmptyStr: "a non-empty string",
     bool: "true or false",
     int: "an integer",
@@ -93,12 +97,15 @@ def describe(hint: Any) -> str:
         kept = [a for a in args if a is not type(None)]
         words = " or ".join(describe(a) for a in kept)
         return words + (" or null" if len(kept) < len(args) else "")
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        return f"a {len(args)}-item list ({'; '.join(describe(a) for a in args)})"
     if origin in (list, tuple) or hint in (list, tuple):
-        inner = args[0] if args and (origin is list or args[-1] is Ellipsis) else None
+        inner = args[0] if args else None
         return "a list" + (f", each {describe(inner)}" if inner is not None else "")
     if origin is dict or hint is dict:
         return "a mapping"
-    return f"a {getattr(hint, '__name__', hint)}"
+    name = getattr(hint, "__name__", str(hint))
+    return f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
 
 
 def fits(hint: Any, value: Any) -> bool:

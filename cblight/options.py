@@ -40,7 +40,7 @@ from cblight.option_types import (
     FiniteFloat,
     NonNegativeInt,
     NotEmptyStr,
-    PositiveFloat,
+    PositiveFiniteFloat,
     PositiveInt,
     PositiveUnitInterval,
     check_fields,
@@ -264,7 +264,7 @@ class Sampling:
     """
 
     do_sample: bool | None = None
-    temperature: PositiveFloat | None = None
+    temperature: PositiveFiniteFloat | None = None
     top_p: PositiveUnitInterval | None = None
     top_k: NonNegativeInt | None = None
     num_beams: PositiveInt | None = None

@@ -69,7 +69,7 @@ def test_bad_mode_form_and_experts():
         Boosting("last_k", alpha=-0.1, form="cfg")
     with pytest.raises(BoostingError, match="full-context weight"):
         Experts(experts=((LastTokens(4), -0.1),), full_weight=0.0)
-    with pytest.raises(BoostingError, match="weight"):
+    with pytest.raises(BoostingError, match=r"Experts.experts must be a list, each a 2-item list .*; a finite number\), got"):
         Experts(experts=((LastTokens(4), math.nan),))
     with pytest.raises(BoostingError, match="rule"):
         Experts(experts=((8, -0.1),))
