@@ -69,9 +69,14 @@ def test_bad_mode_form_and_experts():
         Boosting("last_k", alpha=-0.1, form="cfg")
     with pytest.raises(BoostingError, match="full-context weight"):
         Experts(experts=((LastTokens(4), -0.1),), full_weight=0.0)
-    with pytest.raises(BoostingError, match=r"Experts.experts must be a list, each a 2-item list .*; a finite number\), got"):
+    with pytest.raises(
+        BoostingError, match=r"Experts.experts must be a list, each a 2-item list .*; a finite number\), got"
+    ):
         Experts(experts=((LastTokens(4), math.nan),))
-    with pytest.raises(BoostingError, match="rule"):
+    with pytest.raises(
+        BoostingError,
+        match=r"each a 2-item list \(a LastTokens or an AfterSeparator or an AfterMarker; .*got \(\(8, -0.1\),\)",
+    ):
         Experts(experts=((8, -0.1),))
     with pytest.raises(BoostingError, match="'auto' means the task's own short context"):
         Boosting("auto", alpha=-0.1).experts()
