@@ -30,35 +30,34 @@ from torchmetrics import Metric
 from cblight.metrics.dialog_text import (
     DialogCorpus,
     Normalize,
-    as_floats,
     check_hypotheses,
-    check_n_refs,
     check_nonempty,
-    check_normalize,
     cycle_references,
     dialog_words,
-    score_once,
 )
-from cblight.metrics.mteval import bleu_from_counts, bleu_segment_stats, mteval_nist, mteval_words
-from cblight.metrics.ngrams import (
-    bleu_from_stats,
-    bleu_sentence_stats,
-    check_order,
-    corpus_nist,
-    distinct_and_entropy,
-)
-from cblight.metrics.ragged import RaggedMetric
+from cblight.metrics.mteval import bleu_from_counts, mteval_nist, mteval_words
+from cblight.metrics.ngrams import bleu_from_stats, bleu_stats, corpus_nist, distinct_and_entropy
+from cblight.metrics.ragged import RaggedMetric, score_once
+from cblight.option_types import PositiveInt, check_arguments
+
+Orders = tuple[PositiveInt, ...]
 
 
-def _orders(orders: Sequence[int]) -> list[int]:
-    orders = [check_order(n, "n-gram order") for n in orders]
+def _orders(orders: Orders) -> list[int]:
     if not orders:
         raise ValueError("give at least one n-gram order")
-    return orders
+    return list(orders)
+
+
+def _mteval_words(
+    hyps: list[list[str]], refs: list[list[list[str]]]
+) -> tuple[list[list[str]], list[list[list[str]]]]:
+    """The normalised words as ``mteval-v14c.pl`` tokenises the text ``dstc.py`` writes of them."""
+    return [mteval_words(" ".join(h)) for h in hyps], [[mteval_words(" ".join(r)) for r in rs] for rs in refs]
 
 
 # ---------------------------------------------------------------------------------------------------------
-# BLEU and NIST as mteval-v14c.pl (the official DSTC7 evaluation)
+# BLEU and NIST as mteval-v14c.pl (the official DSTC7 evaluation), and nltk's for comparison
 
 
 class CorpusBLEU(Metric):
@@ -75,45 +74,66 @@ class CorpusBLEU(Metric):
 
     def __init__(
         self,
-        orders: Sequence[int] = (2, 4),
+        orders: Orders = (2, 4),
         normalize: Normalize = "dstc",
-        n_refs: int | None = None,
+        n_refs: PositiveInt | None = None,
         **kwargs: Any,
     ):
+        check_arguments(CorpusBLEU.__init__, locals())
         super().__init__(**kwargs)
-        self.orders = _orders(orders)
-        self.normalize = check_normalize(normalize)
-        self.n_refs = check_n_refs(n_refs)
+        self.orders, self.normalize, self.n_refs = _orders(orders), normalize, n_refs
         width = max(self.orders)
         self.add_state("matches", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("totals", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("ref_len", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        for name in ("hyp_len", "ref_len", "count"):
+            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def segments(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
+        """The words BLEU counts: mteval's tokens, references cycled to ``n_refs``."""
+        return _mteval_words(hyps, refs if self.n_refs is None else cycle_references(refs, self.n_refs))
+
+    def segment_totals(self, totals: list[int]) -> list[int]:
+        """A segment's hypothesis n-grams per order as they are summed (nltk: at least 1 each)."""
+        return totals
+
+    bleu = staticmethod(bleu_from_counts)
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        hyps, refs = dialog_words(hypotheses, references, self.normalize)
-        if self.n_refs is not None:
-            refs = cycle_references(refs, self.n_refs)
-        width = max(self.orders)
-        matches, totals, ref_len = [0] * width, [0] * width, 0
+        hyps, refs = self.segments(*dialog_words(hypotheses, references, self.normalize))
+        width = len(self.matches)
+        matches, totals, hyp_len, ref_len = [0] * width, [0] * width, 0, 0
         for hyp, ref_list in zip(hyps, refs):
-            m, t, r = bleu_segment_stats(
-                mteval_words(" ".join(hyp)), [mteval_words(" ".join(x)) for x in ref_list], width
-            )
+            m, t, r = bleu_stats(hyp, ref_list, width)
             matches = [a + b for a, b in zip(matches, m)]
-            totals = [a + b for a, b in zip(totals, t)]
+            totals = [a + b for a, b in zip(totals, self.segment_totals(t))]
+            hyp_len += len(hyp)
             ref_len += r
         self.matches += torch.tensor(matches, dtype=torch.long, device=self.device)
         self.totals += torch.tensor(totals, dtype=torch.long, device=self.device)
+        self.hyp_len += hyp_len
         self.ref_len += ref_len
         self.count += len(hyps)
 
     def compute(self) -> dict[str, torch.Tensor]:
         check_nonempty(self.count, "BLEU")
-        m, t, r = self.matches.tolist(), self.totals.tolist(), int(self.ref_len)
-        return {
-            f"bleu{n}": torch.tensor(bleu_from_counts(m, t, r, n), dtype=torch.float64) for n in self.orders
-        }
+        stats = self.matches.tolist(), self.totals.tolist(), int(self.hyp_len), int(self.ref_len)
+        return {f"bleu{n}": torch.tensor(self.bleu(*stats, n), dtype=torch.float64) for n in self.orders}
+
+
+class NltkCorpusBLEU(CorpusBLEU):
+    """nltk's ``corpus_bleu`` (uniform weights, no smoothing) for each ``n`` in ``orders`` (keys
+    ``bleu<n>``), from summed n-gram statistics of the normalised words."""
+
+    def __init__(self, orders: Orders = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
+        super().__init__(orders, normalize, **kwargs)
+
+    def segments(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
+        return hyps, refs
+
+    def segment_totals(self, totals: list[int]) -> list[int]:
+        return [max(1, t) for t in totals]
+
+    bleu = staticmethod(bleu_from_stats)
 
 
 class CorpusNIST(DialogCorpus):
@@ -128,78 +148,33 @@ class CorpusNIST(DialogCorpus):
 
     def __init__(
         self,
-        orders: Sequence[int] = (2, 4),
+        orders: Orders = (2, 4),
         normalize: Normalize = "dstc",
-        n_refs: int | None = None,
+        n_refs: PositiveInt | None = None,
         **kwargs: Any,
     ):
+        check_arguments(CorpusNIST.__init__, locals())
         super().__init__(normalize, n_refs, **kwargs)
         self.orders = _orders(orders)
 
-    def compute(self) -> dict[str, torch.Tensor]:
-        hyps, refs = self.read_corpus("NIST")
-        hyps = [mteval_words(" ".join(h)) for h in hyps]
-        refs = [[mteval_words(" ".join(r)) for r in rs] for rs in cycle_references(refs, self.n_refs)]
-        scores = mteval_nist(hyps, refs, max(self.orders))
-        return {f"nist{n}": torch.tensor(scores[n - 1], dtype=torch.float64) for n in self.orders}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# nltk's BLEU and NIST (for comparison with the official values)
-
-
-class NltkCorpusBLEU(Metric):
-    """nltk's ``corpus_bleu`` (uniform weights, no smoothing) for each ``n`` in ``orders`` (keys
-    ``bleu<n>``), from summed n-gram statistics of the normalised words."""
-
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-
-    def __init__(self, orders: Sequence[int] = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
-        super().__init__(**kwargs)
-        self.orders = _orders(orders)
-        self.normalize = check_normalize(normalize)
-        width = max(self.orders)
-        self.add_state("matches", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("totals", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("hyp_len", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("ref_len", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-
-    def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        hyps, refs = dialog_words(hypotheses, references, self.normalize)
-        for hyp, ref in zip(hyps, refs):
-            m, t, h, r = bleu_sentence_stats(hyp, ref, max(self.orders))
-            self.matches += torch.tensor(m, dtype=torch.long, device=self.device)
-            self.totals += torch.tensor(t, dtype=torch.long, device=self.device)
-            self.hyp_len += h
-            self.ref_len += r
-            self.count += 1
+    def nist(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> list[float]:
+        """NIST-n of the corpus for each ``n`` in ``orders``."""
+        scores = mteval_nist(*_mteval_words(hyps, cycle_references(refs, self.n_refs)), max(self.orders))
+        return [scores[n - 1] for n in self.orders]
 
     def compute(self) -> dict[str, torch.Tensor]:
-        check_nonempty(self.count, "BLEU")
-        m, t = self.matches.tolist(), self.totals.tolist()
-        h, r = int(self.hyp_len), int(self.ref_len)
-        return {
-            f"bleu{n}": torch.tensor(bleu_from_stats(m, t, h, r, n), dtype=torch.float64) for n in self.orders
-        }
+        scores = self.nist(*self.read_corpus("NIST"))
+        return {f"nist{n}": torch.tensor(v, dtype=torch.float64) for n, v in zip(self.orders, scores)}
 
 
-class NltkCorpusNIST(DialogCorpus):
+class NltkCorpusNIST(CorpusNIST):
     """nltk's ``corpus_nist`` for each ``n`` in ``orders`` (keys ``nist<n>``) on the normalised words."""
 
-    higher_is_better = True
+    def __init__(self, orders: Orders = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
+        super().__init__(orders, normalize, **kwargs)
 
-    def __init__(self, orders: Sequence[int] = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
-        super().__init__(normalize, **kwargs)
-        self.orders = _orders(orders)
-
-    def compute(self) -> dict[str, torch.Tensor]:
-        hyps, refs = self.read_corpus("NIST")
-        return {
-            f"nist{n}": torch.tensor(corpus_nist(hyps, refs, n), dtype=torch.float64) for n in self.orders
-        }
+    def nist(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> list[float]:
+        return [corpus_nist(hyps, refs, n) for n in self.orders]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -213,17 +188,17 @@ class NGramDiversity(RaggedMetric):
 
     def __init__(
         self,
-        distinct_orders: Sequence[int] = (1, 2),
-        entropy_orders: Sequence[int] = (4,),
+        distinct_orders: Orders = (1, 2),
+        entropy_orders: Orders = (4,),
         normalize: Normalize = "dstc",
         **kwargs: Any,
     ):
+        check_arguments(NGramDiversity.__init__, locals())
         super().__init__(**kwargs)
-        self.distinct_orders = [check_order(n, "distinct order") for n in distinct_orders]
-        self.entropy_orders = [check_order(n, "entropy order") for n in entropy_orders]
-        if not self.distinct_orders and not self.entropy_orders:
+        if not distinct_orders and not entropy_orders:
             raise ValueError("give at least one distinct or entropy order")
-        self.normalize = check_normalize(normalize)
+        self.distinct_orders, self.entropy_orders = list(distinct_orders), list(entropy_orders)
+        self.normalize = normalize
         self.add_ragged_state("hyps")
 
     def update(self, hypotheses: Sequence[str]) -> None:
@@ -232,12 +207,9 @@ class NGramDiversity(RaggedMetric):
     def compute(self) -> dict[str, torch.Tensor]:
         hyps = [h.split() for h in self.read_texts("hyps")]
         check_nonempty(len(hyps), "Distinct/Entropy")
-        out = {}
-        for n in self.distinct_orders:
-            out[f"dist{n}"] = torch.tensor(distinct_and_entropy(hyps, n)[0], dtype=torch.float64)
-        for n in self.entropy_orders:
-            out[f"ent{n}"] = torch.tensor(distinct_and_entropy(hyps, n)[1], dtype=torch.float64)
-        return out
+        out = {f"dist{n}": distinct_and_entropy(hyps, n)[0] for n in self.distinct_orders}
+        out.update({f"ent{n}": distinct_and_entropy(hyps, n)[1] for n in self.entropy_orders})
+        return {key: torch.tensor(value, dtype=torch.float64) for key, value in out.items()}
 
 
 class ResponseLength(Metric):
@@ -248,8 +220,9 @@ class ResponseLength(Metric):
     full_state_update = False
 
     def __init__(self, normalize: Normalize = "dstc", **kwargs: Any):
+        check_arguments(ResponseLength.__init__, locals())
         super().__init__(**kwargs)
-        self.normalize = check_normalize(normalize)
+        self.normalize = normalize
         self.add_state("words", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -270,57 +243,57 @@ class ResponseLength(Metric):
 def corpus_bleu(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
-    orders: Sequence[int] = (2, 4),
+    orders: Orders = (2, 4),
     normalize: Normalize = "dstc",
-    n_refs: int | None = None,
+    n_refs: PositiveInt | None = None,
 ) -> dict[str, float]:
     """``CorpusBLEU`` (mteval-v14c.pl) in one call."""
-    return as_floats(score_once(CorpusBLEU(orders, normalize, n_refs), hypotheses, references))
+    return score_once(CorpusBLEU(orders, normalize, n_refs), hypotheses, references)
 
 
 def corpus_nist_score(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
-    orders: Sequence[int] = (2, 4),
+    orders: Orders = (2, 4),
     normalize: Normalize = "dstc",
-    n_refs: int | None = None,
+    n_refs: PositiveInt | None = None,
 ) -> dict[str, float]:
     """``CorpusNIST`` (mteval-v14c.pl) in one call."""
-    return as_floats(score_once(CorpusNIST(orders, normalize, n_refs), hypotheses, references))
+    return score_once(CorpusNIST(orders, normalize, n_refs), hypotheses, references)
 
 
 def nltk_corpus_bleu(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
-    orders: Sequence[int] = (2, 4),
+    orders: Orders = (2, 4),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NltkCorpusBLEU`` on one corpus: nltk's ``corpus_bleu`` at each order (kept to compare with the
     official NIST-script BLEU of ``corpus_bleu``)."""
-    return as_floats(score_once(NltkCorpusBLEU(orders, normalize), hypotheses, references))
+    return score_once(NltkCorpusBLEU(orders, normalize), hypotheses, references)
 
 
 def nltk_corpus_nist(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
-    orders: Sequence[int] = (2, 4),
+    orders: Orders = (2, 4),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NltkCorpusNIST`` on one corpus: nltk's ``corpus_nist`` at each order (kept to compare with the
     official ``mteval-v14c.pl`` figures of ``corpus_nist_score``)."""
-    return as_floats(score_once(NltkCorpusNIST(orders, normalize), hypotheses, references))
+    return score_once(NltkCorpusNIST(orders, normalize), hypotheses, references)
 
 
 def ngram_diversity(
     hypotheses: Sequence[str],
-    distinct_orders: Sequence[int] = (1, 2),
-    entropy_orders: Sequence[int] = (4,),
+    distinct_orders: Orders = (1, 2),
+    entropy_orders: Orders = (4,),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NGramDiversity`` on one corpus: Dist-n and Ent-n of the responses (Table 3, DialoGPT's DSTC scripts)."""
-    return as_floats(score_once(NGramDiversity(distinct_orders, entropy_orders, normalize), hypotheses))
+    return score_once(NGramDiversity(distinct_orders, entropy_orders, normalize), hypotheses)
 
 
 def response_length(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> float:
     """``ResponseLength`` on one corpus: the mean response length in words (Table 3's avg len)."""
-    return float(score_once(ResponseLength(normalize), hypotheses))
+    return score_once(ResponseLength(normalize), hypotheses)

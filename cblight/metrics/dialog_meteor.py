@@ -36,16 +36,14 @@ from cblight.errors import ConfigError
 from cblight.metrics.dialog_text import (
     DialogCorpus,
     Normalize,
-    as_floats,
     check_nonempty,
-    check_normalize,
     cycle_references,
     dialog_words,
-    score_once,
 )
+from cblight.metrics.ragged import score_once
+from cblight.option_types import PositiveInt, check_arguments
 
 MeteorRoute = Literal["auto", "official", "nltk"]
-METEOR_ROUTES = ("auto", "official", "nltk")
 JAR_NAME = "meteor-1.5.jar"
 JAVA_INSTALL = "apt-get install default-jre-headless"
 JAR_INSTALL = "pip install 'cblight[dialog]'"
@@ -76,19 +74,16 @@ def official_meteor_missing(jar: str | None = None) -> str | None:
     return None
 
 
-def resolve_meteor_route(route: str, jar: str | None = None) -> Literal["official", "nltk"]:
+def resolve_meteor_route(meteor: MeteorRoute, jar: str | None = None) -> Literal["official", "nltk"]:
     """``"official"`` or ``"nltk"``; ``"auto"`` is official when it can run here. Asking for the official
     scorer where it cannot run is a ``ConfigError`` saying what to install."""
-    if route not in METEOR_ROUTES:
-        raise ConfigError(f"meteor must be one of {METEOR_ROUTES}, got {route!r}")
-    if route == "nltk":
+    check_arguments(resolve_meteor_route, {"meteor": meteor})
+    if meteor == "nltk":
         return "nltk"
     missing = official_meteor_missing(jar)
-    if missing is None:
-        return "official"
-    if route == "official":
+    if missing is not None and meteor == "official":
         raise ConfigError(f"meteor='official': {missing} (or use meteor='nltk')")
-    return "nltk"
+    return "nltk" if missing else "official"
 
 
 def _field(text: str) -> str:
@@ -171,9 +166,7 @@ _JARS: dict[Path, MeteorJar] = {}
 
 def meteor_jar(jar: str | None = None) -> MeteorJar:
     """The process-wide ``MeteorJar`` for ``jar`` (default: pycocoevalcap's), started on first use."""
-    missing = official_meteor_missing(jar)
-    if missing is not None:
-        raise ConfigError(f"meteor='official': {missing} (or use meteor='nltk')")
+    resolve_meteor_route("official", jar)
     path = Path(jar) if jar is not None else find_meteor_jar()
     assert path is not None
     if path not in _JARS:
@@ -203,7 +196,11 @@ class Meteor(DialogCorpus):
     higher_is_better = True
 
     def __init__(
-        self, normalize: Normalize = "dstc", n_refs: int | None = None, jar: str | None = None, **kwargs: Any
+        self,
+        normalize: Normalize = "dstc",
+        n_refs: PositiveInt | None = None,
+        jar: str | None = None,
+        **kwargs: Any,
     ):
         super().__init__(normalize, n_refs, **kwargs)
         resolve_meteor_route("official", jar)
@@ -275,8 +272,9 @@ class NltkMeteor(Metric):
     full_state_update = False
 
     def __init__(self, normalize: Normalize = "dstc", use_synonyms: bool | None = None, **kwargs: Any):
+        check_arguments(NltkMeteor.__init__, locals())
         super().__init__(**kwargs)
-        self.normalize = check_normalize(normalize)
+        self.normalize = normalize
         self.synonyms = use_synonyms is not False and wordnet_reader() is not None
         if use_synonyms and not self.synonyms:
             raise LookupError(
@@ -311,11 +309,11 @@ def meteor(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
     normalize: Normalize = "dstc",
-    n_refs: int | None = None,
+    n_refs: PositiveInt | None = None,
     jar: str | None = None,
 ) -> float:
     """The official corpus METEOR 1.5 (``Meteor``) in one call."""
-    return float(score_once(Meteor(normalize, n_refs, jar), hypotheses, references))
+    return score_once(Meteor(normalize, n_refs, jar), hypotheses, references)
 
 
 def nltk_meteor(
@@ -325,4 +323,4 @@ def nltk_meteor(
     use_synonyms: bool | None = None,
 ) -> dict[str, float]:
     """nltk's mean sentence METEOR (``NltkMeteor``) in one call."""
-    return as_floats(score_once(NltkMeteor(normalize, use_synonyms), hypotheses, references))
+    return score_once(NltkMeteor(normalize, use_synonyms), hypotheses, references)

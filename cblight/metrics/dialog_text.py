@@ -14,12 +14,11 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import torch
-from torchmetrics import Metric
 
 from cblight.metrics.ragged import RaggedMetric
+from cblight.option_types import PositiveInt, check_arguments
 
 Normalize = Literal["dstc", "lower", "none"]
-NORMALIZERS = ("dstc", "lower", "none")
 
 # ---------------------------------------------------------------------------------------------------------
 # Normalisation
@@ -57,32 +56,30 @@ def dstc_clean(text: str) -> str:
 def normalize_words(text: str, normalize: Normalize = "dstc") -> list[str]:
     if normalize == "dstc":
         return dstc_clean(text).split()
-    if normalize == "lower":
-        return text.lower().split()
-    return text.split()
+    return (text.lower() if normalize == "lower" else text).split()
 
 
-def check_normalize(normalize: str) -> str:
-    if normalize not in NORMALIZERS:
-        raise ValueError(f"normalize must be one of {NORMALIZERS}, got {normalize!r}")
-    return normalize
+def check_hypotheses(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> list[list[str]]:
+    """The normalised words of each hypothesis string."""
+    if isinstance(hypotheses, str):
+        raise TypeError("hypotheses must be a list of strings, not one string")
+    for i, hyp in enumerate(hypotheses):
+        if not isinstance(hyp, str):
+            raise TypeError(f"hypotheses[{i}] must be a string, got {type(hyp).__name__}")
+    return [normalize_words(h, normalize) for h in hypotheses]
 
 
 def dialog_words(
     hypotheses: Sequence[str], references: Sequence[Sequence[str]], normalize: Normalize = "dstc"
 ) -> tuple[list[list[str]], list[list[list[str]]]]:
     """Validated, normalised words of hypotheses and their references."""
-    check_normalize(normalize)
-    if isinstance(hypotheses, str):
-        raise TypeError("hypotheses must be a list of strings, not one string")
+    hyps = check_hypotheses(hypotheses, normalize)
     if isinstance(references, str):
         raise TypeError("references must be a list (one per hypothesis) of lists of reference strings")
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference lists")
-    hyps, refs = [], []
-    for i, (hyp, ref_list) in enumerate(zip(hypotheses, references)):
-        if not isinstance(hyp, str):
-            raise TypeError(f"hypotheses[{i}] must be a string, got {type(hyp).__name__}")
+    refs = []
+    for i, ref_list in enumerate(references):
         if isinstance(ref_list, str) or not isinstance(ref_list, Sequence):
             raise TypeError(
                 f"references[{i}] must be a list of reference strings, got {type(ref_list).__name__}"
@@ -91,19 +88,8 @@ def dialog_words(
             raise ValueError(f"references[{i}] is empty: every hypothesis needs at least one reference")
         if not all(isinstance(r, str) for r in ref_list):
             raise TypeError(f"references[{i}] must hold strings only")
-        hyps.append(normalize_words(hyp, normalize))
         refs.append([normalize_words(r, normalize) for r in ref_list])
     return hyps, refs
-
-
-def check_hypotheses(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> list[list[str]]:
-    check_normalize(normalize)
-    if isinstance(hypotheses, str):
-        raise TypeError("hypotheses must be a list of strings, not one string")
-    for i, hyp in enumerate(hypotheses):
-        if not isinstance(hyp, str):
-            raise TypeError(f"hypotheses[{i}] must be a string, got {type(hyp).__name__}")
-    return [normalize_words(h, normalize) for h in hypotheses]
 
 
 def check_nonempty(total: torch.Tensor | int, what: str) -> None:
@@ -119,22 +105,6 @@ def cycle_references(references: Sequence[Sequence[Any]], n_refs: int | None = N
     return [[refs[k % len(refs)] for k in range(n_refs)] for refs in references]
 
 
-def check_n_refs(n_refs: int | None) -> int | None:
-    if n_refs is not None and (isinstance(n_refs, bool) or not isinstance(n_refs, int) or n_refs < 1):
-        raise ValueError(f"n_refs must be a positive integer or None, got {n_refs!r}")
-    return n_refs
-
-
-def score_once(metric: Metric, *inputs: Any) -> Any:
-    """``metric``'s value over one corpus in memory (the functional forms)."""
-    metric.update(*inputs)
-    return metric.compute()
-
-
-def as_floats(values: dict[str, torch.Tensor]) -> dict[str, float]:
-    return {k: float(v) for k, v in values.items()}
-
-
 class DialogCorpus(RaggedMetric):
     """The normalised hypotheses and references themselves as ``cat`` states (for corpus-level values:
     NIST's information weights come from all references, METEOR 1.5 scores the corpus in one run).
@@ -143,26 +113,20 @@ class DialogCorpus(RaggedMetric):
     subclasses that cycle the references (see ``cycle_references``).
     """
 
-    def __init__(self, normalize: Normalize = "dstc", n_refs: int | None = None, **kwargs: Any):
+    def __init__(self, normalize: Normalize = "dstc", n_refs: PositiveInt | None = None, **kwargs: Any):
+        check_arguments(DialogCorpus.__init__, locals())
         super().__init__(**kwargs)
-        self.normalize = check_normalize(normalize)
-        self.n_refs = check_n_refs(n_refs)
+        self.normalize, self.n_refs = normalize, n_refs
         self.add_ragged_state("hyps")
         self.add_ragged_state("refs")
-        self.add_state("num_refs", default=[], dist_reduce_fx="cat")
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
         hyps, refs = dialog_words(hypotheses, references, self.normalize)
         self.append_texts("hyps", [" ".join(h) for h in hyps])
-        self.append_texts("refs", [" ".join(r) for rs in refs for r in rs])
-        self.append_longs("num_refs", [len(rs) for rs in refs])
+        # one text per example: its references one per line (normalised words hold no whitespace)
+        self.append_texts("refs", ["\n".join(" ".join(r) for r in rs) for rs in refs])
 
     def read_corpus(self, what: str) -> tuple[list[list[str]], list[list[list[str]]]]:
         hyps = [h.split() for h in self.read_texts("hyps")]
         check_nonempty(len(hyps), what)
-        flat = [r.split() for r in self.read_texts("refs")]
-        refs, at = [], 0
-        for n in self.read_longs("num_refs"):
-            refs.append(flat[at : at + n])
-            at += n
-        return hyps, refs
+        return hyps, [[r.split() for r in rs.split("\n")] for rs in self.read_texts("refs")]
