@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,7 +106,18 @@ class MeteorJar:
         """The jar's corpus score of hypotheses (strings) against their lists of references."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
-                self._start()
+                # stderr to a file (closed in close()), not a pipe nobody reads, which could fill
+                self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+                self._proc = subprocess.Popen(
+                    self.command,
+                    cwd=self.jar.parent,  # the jar finds data/paraphrase-en.gz beside itself
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self._stderr,
+                    text=True,
+                    encoding="utf-8",
+                    bufsize=1,
+                )
             stats = [
                 self._ask(" ||| ".join(["SCORE", *map(_field, refs), _field(hyp)]))
                 for hyp, refs in zip(hypotheses, references)
@@ -126,20 +137,6 @@ class MeteorJar:
                     self._proc.wait()
                 self._proc = None
                 self._stderr.close()
-
-    def _start(self) -> None:
-        # lives as long as the process (closed in close()); a file, not a pipe nobody reads, which could fill
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        self._proc = subprocess.Popen(
-            self.command,
-            cwd=self.jar.parent,  # the jar finds data/paraphrase-en.gz beside itself
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            encoding="utf-8",
-            bufsize=1,
-        )
 
     def _ask(self, line: str, lines: int = 1) -> str:
         """Send one line; the last of the ``lines`` answer lines."""
@@ -210,16 +207,10 @@ class Meteor(DialogCorpus):
         hyps, refs = self.read_corpus("METEOR")
         if self.n_refs is not None:
             refs = cycle_references(refs, self.n_refs)
-        hyp_texts = [" ".join(h) for h in hyps]
-        ref_texts = [[" ".join(r) for r in rs] for rs in refs]
-        value = self._once(lambda: meteor_jar(self.jar).corpus_score(hyp_texts, ref_texts))
-        return torch.tensor(value, dtype=torch.float64)
-
-    def _once(self, score: Callable[[], float]) -> float:
-        """``score()`` on the first rank of a synced process group, broadcast to the others (every rank
-        holds the same gathered corpus, so one JVM suffices); ``score()`` itself otherwise."""
+        texts = [" ".join(h) for h in hyps], [[" ".join(r) for r in rs] for rs in refs]
         if not (self._is_synced and dist.is_available() and dist.is_initialized()):
-            return score()
+            return torch.tensor(meteor_jar(self.jar).corpus_score(*texts), dtype=torch.float64)
+        # every rank holds the same gathered corpus: one JVM, on the group's first rank, scores it
         group = self.process_group
         on_gpu = dist.get_backend(group) == "nccl"
         device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
@@ -227,7 +218,7 @@ class Meteor(DialogCorpus):
         error = None
         if dist.get_rank(group) == 0:
             try:
-                result[0], result[1] = score(), 1.0
+                result[0], result[1] = meteor_jar(self.jar).corpus_score(*texts), 1.0
             except Exception as exc:  # re-raised below, once the other ranks are released
                 error = exc
         dist.broadcast(result, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
@@ -235,7 +226,7 @@ class Meteor(DialogCorpus):
             raise error
         if not result[1]:
             raise RuntimeError("METEOR failed on the first rank (see its error)")
-        return float(result[0])
+        return torch.tensor(float(result[0]), dtype=torch.float64)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torchmetrics import Metric
 
+from cblight.metrics.ragged import score_once
+
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 
@@ -79,6 +81,4 @@ def rouge(
     use_stemmer: bool = True,
 ) -> dict[str, float]:
     """``ROUGE`` F-measures of predictions against their references (the summarisation appendix's ROUGE-1/2/L)."""
-    metric = ROUGE(rouge_types, use_stemmer)
-    metric.update(predictions, references)
-    return {k: float(v) for k, v in metric.compute().items()}
+    return score_once(ROUGE(rouge_types, use_stemmer), predictions, references)
