@@ -23,11 +23,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torchmetrics import Metric
 
 from cblight.batching import accepts_kwarg, right_pad, windowed_log_probs, windowed_positions
 from cblight.boosting import log_softmax32
-from cblight.metrics.ragged import score_once
+from cblight.metrics.ragged import PaperMetric, score_once
 from cblight.metrics.text_stats import TokenDocs, as_token_lists
 from cblight.option_types import ClosedUnitInterval, PositiveInt, check_arguments
 
@@ -123,7 +122,7 @@ def generated_token_log_probs(
     return results
 
 
-class ContextSensitivity(Metric):
+class ContextSensitivity(PaperMetric):
     """LTF, delta and perplexity from per-token log-probabilities (paper Table 2 "δ %", "LTF %", "ppl").
 
     ``update(full_log_probs, short_log_probs)`` takes the generated tokens' ``log p_full`` and
@@ -131,9 +130,7 @@ class ContextSensitivity(Metric):
     ``compute()`` gives ``{"ltf": ..., "delta": ..., "ppl": ...}``: LTF and delta as fractions.
     """
 
-    is_differentiable = False
     higher_is_better = None
-    full_state_update = False
 
     def __init__(
         self,
@@ -145,10 +142,8 @@ class ContextSensitivity(Metric):
         super().__init__(**kwargs)
         self.full_threshold = full_threshold
         self.short_threshold = short_threshold
-        self.add_state("tokens", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("long_dependent", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("delta_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("nll_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_sums("tokens", "long_dependent")
+        self.add_sums("delta_sum", "nll_sum", dtype=torch.float64)
 
     def update(
         self,

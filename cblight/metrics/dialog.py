@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torchmetrics import Metric
 
 from cblight.metrics.dialog_text import (
     DialogCorpus,
@@ -37,7 +36,7 @@ from cblight.metrics.dialog_text import (
 )
 from cblight.metrics.mteval import bleu_from_counts, mteval_nist, mteval_words
 from cblight.metrics.ngrams import bleu_from_stats, bleu_stats, corpus_nist, distinct_and_entropy
-from cblight.metrics.ragged import RaggedMetric, score_once
+from cblight.metrics.ragged import PaperMetric, RaggedMetric, score_once
 from cblight.option_types import PositiveInt, check_arguments
 
 Orders = tuple[PositiveInt, ...]
@@ -60,7 +59,7 @@ def _mteval_words(
 # BLEU and NIST as mteval-v14c.pl (the official DSTC7 evaluation), and nltk's for comparison
 
 
-class CorpusBLEU(Metric):
+class CorpusBLEU(PaperMetric):
     """Cumulative BLEU-n of ``mteval-v14c.pl`` for each ``n`` in ``orders`` (keys ``bleu<n>``), from summed
     per-segment statistics (matches and hypothesis n-grams per order, closest reference length).
 
@@ -68,9 +67,9 @@ class CorpusBLEU(Metric):
     as given; cycling alone never changes BLEU).
     """
 
-    is_differentiable = False
     higher_is_better = True
-    full_state_update = False
+    bleu = staticmethod(bleu_from_counts)
+    min_total = 0  # a segment's hypothesis n-grams per order as they are summed
 
     def __init__(
         self,
@@ -82,30 +81,21 @@ class CorpusBLEU(Metric):
         check_arguments(CorpusBLEU.__init__, locals())
         super().__init__(**kwargs)
         self.orders, self.normalize, self.n_refs = _orders(orders), normalize, n_refs
-        width = max(self.orders)
-        self.add_state("matches", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("totals", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        for name in ("hyp_len", "ref_len", "count"):
-            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sums("matches", "totals", size=max(self.orders))
+        self.add_sums("hyp_len", "ref_len", "count")
 
     def segments(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
         """The words BLEU counts: mteval's tokens, references cycled to ``n_refs``."""
         return _mteval_words(hyps, refs if self.n_refs is None else cycle_references(refs, self.n_refs))
-
-    def segment_totals(self, totals: list[int]) -> list[int]:
-        """A segment's hypothesis n-grams per order as they are summed (nltk: at least 1 each)."""
-        return totals
-
-    bleu = staticmethod(bleu_from_counts)
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
         hyps, refs = self.segments(*dialog_words(hypotheses, references, self.normalize))
         width = len(self.matches)
         matches, totals, hyp_len, ref_len = [0] * width, [0] * width, 0, 0
         for hyp, ref_list in zip(hyps, refs):
-            m, t, r = bleu_stats(hyp, ref_list, width)
+            m, t, r = bleu_stats(hyp, ref_list, width, self.min_total)
             matches = [a + b for a, b in zip(matches, m)]
-            totals = [a + b for a, b in zip(totals, self.segment_totals(t))]
+            totals = [a + b for a, b in zip(totals, t)]
             hyp_len += len(hyp)
             ref_len += r
         self.matches += torch.tensor(matches, dtype=torch.long, device=self.device)
@@ -124,16 +114,14 @@ class NltkCorpusBLEU(CorpusBLEU):
     """nltk's ``corpus_bleu`` (uniform weights, no smoothing) for each ``n`` in ``orders`` (keys
     ``bleu<n>``), from summed n-gram statistics of the normalised words."""
 
+    bleu = staticmethod(bleu_from_stats)
+    min_total = 1  # nltk's max(1, ·) sentence denominators
+
     def __init__(self, orders: Orders = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
         super().__init__(orders, normalize, **kwargs)
 
     def segments(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
         return hyps, refs
-
-    def segment_totals(self, totals: list[int]) -> list[int]:
-        return [max(1, t) for t in totals]
-
-    bleu = staticmethod(bleu_from_stats)
 
 
 class CorpusNIST(DialogCorpus):
@@ -212,19 +200,16 @@ class NGramDiversity(RaggedMetric):
         return {key: torch.tensor(value, dtype=torch.float64) for key, value in out.items()}
 
 
-class ResponseLength(Metric):
+class ResponseLength(PaperMetric):
     """Mean hypothesis length in (normalised) words."""
 
-    is_differentiable = False
     higher_is_better = None
-    full_state_update = False
 
     def __init__(self, normalize: Normalize = "dstc", **kwargs: Any):
         check_arguments(ResponseLength.__init__, locals())
         super().__init__(**kwargs)
         self.normalize = normalize
-        self.add_state("words", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sums("words", "count")
 
     def update(self, hypotheses: Sequence[str]) -> None:
         hyps = check_hypotheses(hypotheses, self.normalize)

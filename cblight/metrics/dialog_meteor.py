@@ -30,7 +30,6 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torchmetrics import Metric
 
 from cblight.errors import ConfigError
 from cblight.metrics.dialog_text import (
@@ -40,7 +39,7 @@ from cblight.metrics.dialog_text import (
     cycle_references,
     dialog_words,
 )
-from cblight.metrics.ragged import score_once
+from cblight.metrics.ragged import PaperMetric, score_once
 from cblight.option_types import PositiveInt, check_arguments
 
 MeteorRoute = Literal["auto", "official", "nltk"]
@@ -127,9 +126,8 @@ class MeteorJar:
 
     def close(self) -> None:
         with self._lock:
-            if self._proc is not None:
-                if self._proc.stdin:
-                    self._proc.stdin.close()
+            if self._proc is not None and self._proc.stdin is not None:
+                self._proc.stdin.close()
                 try:
                     self._proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
@@ -210,23 +208,21 @@ class Meteor(DialogCorpus):
         texts = [" ".join(h) for h in hyps], [[" ".join(r) for r in rs] for rs in refs]
         if not (self._is_synced and dist.is_available() and dist.is_initialized()):
             return torch.tensor(meteor_jar(self.jar).corpus_score(*texts), dtype=torch.float64)
-        # every rank holds the same gathered corpus: one JVM, on the group's first rank, scores it
+        # every rank holds the same gathered corpus: one JVM, on the group's first rank, scores it; its
+        # value (or its error, raised on every rank) is broadcast
         group = self.process_group
-        on_gpu = dist.get_backend(group) == "nccl"
-        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-        result = torch.zeros(2, dtype=torch.float64, device=device)  # value, ok
-        error = None
+        result: list[Any] = [None]
         if dist.get_rank(group) == 0:
             try:
-                result[0], result[1] = meteor_jar(self.jar).corpus_score(*texts), 1.0
-            except Exception as exc:  # re-raised below, once the other ranks are released
-                error = exc
-        dist.broadcast(result, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
-        if error is not None:
-            raise error
-        if not result[1]:
-            raise RuntimeError("METEOR failed on the first rank (see its error)")
-        return torch.tensor(float(result[0]), dtype=torch.float64)
+                result[0] = meteor_jar(self.jar).corpus_score(*texts)
+            except Exception as exc:
+                result[0] = exc
+        dist.broadcast_object_list(
+            result, src=0 if group is None else dist.get_global_rank(group, 0), group=group
+        )
+        if isinstance(result[0], Exception):
+            raise result[0]
+        return torch.tensor(result[0], dtype=torch.float64)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -251,16 +247,14 @@ def wordnet_reader() -> Any | None:
     return wordnet
 
 
-class NltkMeteor(Metric):
+class NltkMeteor(PaperMetric):
     """Mean sentence METEOR (nltk ``meteor_score`` against all references of an example).
 
     ``use_synonyms``: ``None`` uses WordNet when installed; ``True`` requires it; ``False`` never uses
     it. ``compute()`` gives ``{"meteor_nltk": ..., "meteor_synonyms": 1.0 or 0.0}``.
     """
 
-    is_differentiable = False
     higher_is_better = True
-    full_state_update = False
 
     def __init__(self, normalize: Normalize = "dstc", use_synonyms: bool | None = None, **kwargs: Any):
         check_arguments(NltkMeteor.__init__, locals())
@@ -272,8 +266,8 @@ class NltkMeteor(Metric):
                 "use_synonyms=True needs nltk's WordNet corpus (python -m nltk.downloader wordnet); "
                 "pass use_synonyms=None to fall back to exact and stem matches"
             )
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sums("total", dtype=torch.float64)
+        self.add_sums("count")
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
         from nltk.translate.meteor_score import meteor_score

@@ -22,10 +22,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Sequence
 
-from cblight.metrics.ngrams import brevity_penalty, max_reference_counts, ngrams_upto, nist_length_penalty
+from cblight.metrics.ngrams import (
+    brevity_penalty,
+    max_reference_counts,
+    ngrams_upto,
+    nist_length_penalty,
+    reference_ngrams,
+)
 
 Words = Sequence[str]
 
@@ -67,42 +72,30 @@ def bleu_from_counts(
     return math.exp(log_sum / order) * brevity_penalty(ref_length, hyp_length)
 
 
-def information_weights(references: Sequence[Sequence[Words]], max_order: int) -> dict[tuple, float]:
-    """``info(n-gram)`` in bits over every reference segment (mteval's ``compute_ngram_info``)."""
-    counts: Counter = Counter()
-    words = 0
-    for refs in references:
-        for ref in refs:
-            words += len(ref)
-            counts.update(ngrams_upto(ref, max_order))
-    info = {}
-    for gram, count in counts.items():
-        # Perl reads the (n-1)-gram string "0" as false: a bigram after the word "0" is weighed like a
-        # unigram there, against all reference words
-        context = counts[gram[:-1]] if len(gram) > 1 and gram[:-1] != ("0",) else words
-        info[gram] = -math.log(count / context) / math.log(2)
-    return info
-
-
 def mteval_nist(
     hypotheses: Sequence[Words], references: Sequence[Sequence[Words]], max_order: int
 ) -> list[float]:
     """Cumulative NIST-1..``max_order`` of a corpus whose examples all have the same number of references
     (mteval's reference sets; see ``cblight.metrics.dialog_text.cycle_references``)."""
-    info = information_weights(references, max_order)
+    counts, ref_words = reference_ngrams(references, max_order)
+    if ref_words == 0:
+        raise ValueError("NIST of references without a single word: mteval divides by their length")
+
+    def info(gram: tuple) -> float:
+        """The information of an n-gram in bits (mteval's ``compute_ngram_info``). Perl reads the (n-1)-gram
+        string "0" as false: a bigram after the word "0" is weighed like a unigram, against all words."""
+        context = counts[gram[:-1]] if len(gram) > 1 and gram[:-1] != ("0",) else ref_words
+        return -math.log(counts[gram] / context) / math.log(2)
+
     matched_info = [0.0] * max_order
     hyp_ngrams = [0] * max_order
-    ref_words = 0
     for hyp, refs in zip(hypotheses, references):
         clip = max_reference_counts(refs, max_order)
         for gram, count in ngrams_upto(hyp, max_order).items():
             if gram in clip:
-                matched_info[len(gram) - 1] += info[gram] * min(count, clip[gram])
+                matched_info[len(gram) - 1] += info(gram) * min(count, clip[gram])
         for n in range(1, max_order + 1):
             hyp_ngrams[n - 1] += max(len(hyp) - n + 1, 0)
-        ref_words += sum(len(r) for r in refs)
-    if ref_words == 0:
-        raise ValueError("NIST of references without a single word: mteval divides by their length")
     penalty = nist_length_penalty(hyp_ngrams[0] / (ref_words / len(references[0])))
     scores, total = [], 0.0
     for n in range(max_order):

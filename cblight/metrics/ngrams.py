@@ -37,17 +37,26 @@ def max_reference_counts(references: Sequence[Tokens], max_order: int) -> Counte
     return best
 
 
+def reference_ngrams(references: Sequence[Sequence[Tokens]], max_order: int) -> tuple[Counter, int]:
+    """Counts of every n-gram of orders ``1..max_order`` over all references of a corpus, and their words
+    (the counts NIST's information weights come from)."""
+    counts: Counter = Counter()
+    for ref in (ref for refs in references for ref in refs):
+        counts.update(ngrams_upto(ref, max_order))
+    return counts, sum(len(ref) for refs in references for ref in refs)
+
+
 def bleu_stats(
-    hypothesis: Tokens, references: Sequence[Tokens], max_order: int
+    hypothesis: Tokens, references: Sequence[Tokens], max_order: int, min_total: int = 0
 ) -> tuple[list[int], list[int], int]:
     """``(matches, totals, ref_length)`` of one segment: per order ``1..max_order`` the hypothesis n-grams
-    matched (clipped by the largest count in one reference) and the hypothesis n-grams, and the closest
-    reference length (ties to the shorter)."""
+    matched (clipped by the largest count in one reference) and the hypothesis n-grams (at least
+    ``min_total``: nltk counts ``max(1, ·)``), and the closest reference length (ties to the shorter)."""
     clip = max_reference_counts(references, max_order)
     matches = [0] * max_order
     for gram, count in ngrams_upto(hypothesis, max_order).items():
         matches[len(gram) - 1] += min(count, clip[gram])
-    totals = [max(len(hypothesis) - n + 1, 0) for n in range(1, max_order + 1)]
+    totals = [max(len(hypothesis) - n + 1, min_total) for n in range(1, max_order + 1)]
     hyp_length = len(hypothesis)
     return matches, totals, min((len(r) for r in references), key=lambda r: (abs(r - hyp_length), r))
 
@@ -102,10 +111,7 @@ def corpus_nist(hypotheses: Sequence[Tokens], references: Sequence[Sequence[Toke
     """Corpus NIST-``order`` as nltk's ``corpus_nist``: information weights from the reference corpus,
     and per hypothesis and order the reference with the best (precision, numerator, denominator,
     length). An order with no hypothesis n-grams at all adds 0 (nltk divides by zero there)."""
-    freq = Counter()
-    for ref in (ref for refs in references for ref in refs):
-        freq.update(ngrams_upto(ref, order))
-    ref_words = sum(len(ref) for refs in references for ref in refs)
+    freq, ref_words = reference_ngrams(references, order)
 
     def info(g: tuple) -> float:
         return math.log2((freq[g[:-1]] if len(g) > 1 else ref_words) / freq[g])

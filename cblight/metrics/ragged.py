@@ -1,5 +1,5 @@
-"""Variable-length sequences as torchmetrics states that sync exactly across processes, and the one-call
-scoring of a metric that every functional form uses.
+"""The base of the paper's metrics: sum states, variable-length sequences as torchmetrics states that sync
+exactly across processes, and the one-call scoring of a metric that every functional form uses.
 
 Corpus-level metrics whose value is not a sum of per-example numbers (NIST's information weights, distinct
 n-grams, entropy, Zipf's rank-frequency fit, self-BLEU) keep the sequences themselves: a flat ``long``
@@ -35,11 +35,21 @@ def gather_long_states(result: torch.Tensor, group: Any | None = None) -> list[t
     return gather_all_tensors(result.long() if result.numel() == 0 else result, group)
 
 
-class RaggedMetric(Metric):
-    """A ``Metric`` with helpers for ragged ``cat`` states (see the module docstring)."""
+class PaperMetric(Metric):
+    """A metric of the paper's tables: not differentiable, each update independent of the state so far."""
 
     is_differentiable = False
     full_state_update = False
+
+    def add_sums(self, *names: str, size: int | None = None, dtype: torch.dtype = torch.long) -> None:
+        """Zero states (scalars, or vectors of ``size``) summed across processes."""
+        for name in names:
+            default = torch.zeros(() if size is None else size, dtype=dtype)
+            self.add_state(name, default=default, dist_reduce_fx="sum")
+
+
+class RaggedMetric(PaperMetric):
+    """A ``Metric`` with helpers for ragged ``cat`` states (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
         kwargs.setdefault("dist_sync_fn", gather_long_states)

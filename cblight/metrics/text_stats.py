@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from cblight.metrics.ngrams import bleu_from_stats, ngram_counts
-from cblight.metrics.ragged import RaggedMetric, score_once
+from cblight.metrics.ragged import PaperMetric, RaggedMetric, score_once
 from cblight.option_types import PositiveInt, check_arguments
 
 TokenDocs = Sequence[Sequence[int]] | Sequence[torch.Tensor]
@@ -60,7 +60,7 @@ def long_range_repetition(documents: TokenDocs, ns: tuple[PositiveInt, ...] = (5
     return score_once(LongRangeRepetition(ns), documents)
 
 
-class LongRangeRepetition(RaggedMetric):
+class LongRangeRepetition(PaperMetric):
     """LR_n (paper §4.1): ``Σ_i R_n(D_i) / Σ_i S(D_i)`` over documents ``D_i``, with ``S`` the distinct
     tokens of a document and ``R_n`` those whose first and last occurrences are at least ``n`` positions
     apart; ``compute()`` gives ``{"lr_50": ..., ...}``."""
@@ -73,8 +73,8 @@ class LongRangeRepetition(RaggedMetric):
         if not ns:
             raise ValueError("ns must name at least one distance n for LR_n")
         self.ns = list(ns)
-        self.add_state("distinct", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("repeated", default=torch.zeros(len(self.ns), dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sums("distinct")
+        self.add_sums("repeated", size=len(self.ns))
 
     def update(self, documents: TokenDocs) -> None:
         for doc in as_token_lists(documents):
@@ -160,7 +160,7 @@ def repetition_rate(documents: TokenDocs, max_n: PositiveInt = 90, eos_token_id:
     return score_once(RepetitionRate(max_n, eos_token_id), documents)
 
 
-class RepetitionRate(RaggedMetric):
+class RepetitionRate(PaperMetric):
     """Share of generations ending in a repeating span (degen ``metrics/repetition.py``; paper Table 2
     "rep %", which is 100x this). Pass the tokenizer's EOS (GPT-2: 50256) as ``eos_token_id``."""
 
@@ -170,8 +170,7 @@ class RepetitionRate(RaggedMetric):
         check_arguments(RepetitionRate.__init__, locals())
         super().__init__(**kwargs)
         self.max_n, self.eos_token_id = max_n, eos_token_id
-        self.add_state("repeating", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("total", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sums("repeating", "total")
 
     def update(self, documents: TokenDocs) -> None:
         for doc in as_token_lists(documents):
