@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from cblight.errors import ConfigError
-from cblight.metrics.dialog_text import (
+from cblight.metrics.dialog import (
     DialogCorpus,
     Normalize,
     check_nonempty,
@@ -43,9 +43,6 @@ from cblight.metrics.ragged import PaperMetric, score_once
 from cblight.option_types import PositiveInt, check_arguments
 
 MeteorRoute = Literal["auto", "official", "nltk"]
-JAR_NAME = "meteor-1.5.jar"
-JAVA_INSTALL = "apt-get install default-jre-headless"
-JAR_INSTALL = "pip install 'cblight[dialog]'"
 
 # ---------------------------------------------------------------------------------------------------------
 # Finding and running the jar
@@ -56,7 +53,7 @@ def find_meteor_jar() -> Path | None:
     spec = importlib.util.find_spec("pycocoevalcap")
     roots = (spec.submodule_search_locations or []) if spec is not None else []
     for root in roots:
-        jar = Path(root) / "meteor" / JAR_NAME
+        jar = Path(root) / "meteor" / "meteor-1.5.jar"
         if jar.is_file():
             return jar
     return None
@@ -65,11 +62,11 @@ def find_meteor_jar() -> Path | None:
 def official_meteor_missing(jar: str | None = None) -> str | None:
     """What the official METEOR lacks on this machine (one line naming what to install), or ``None``."""
     if shutil.which("java") is None:
-        return f"the METEOR 1.5 jar needs a Java runtime, and no `java` is on PATH: {JAVA_INSTALL}"
+        return "the METEOR 1.5 jar needs a Java runtime, and no `java` is on PATH: apt-get install default-jre-headless"
     if jar is not None:
         return None if Path(jar).is_file() else f"no METEOR 1.5 jar at {jar}"
     if find_meteor_jar() is None:
-        return f"the METEOR 1.5 jar comes with the pycocoevalcap package, which is missing: {JAR_INSTALL}"
+        return "the METEOR 1.5 jar comes with the pycocoevalcap package, which is missing: pip install 'cblight[dialog]'"
     return None
 
 

@@ -76,7 +76,7 @@ def mteval_nist(
     hypotheses: Sequence[Words], references: Sequence[Sequence[Words]], max_order: int
 ) -> list[float]:
     """Cumulative NIST-1..``max_order`` of a corpus whose examples all have the same number of references
-    (mteval's reference sets; see ``cblight.metrics.dialog_text.cycle_references``)."""
+    (mteval's reference sets; see ``cblight.metrics.dialog.cycle_references``)."""
     counts, ref_words = reference_ngrams(references, max_order)
     if ref_words == 0:
         raise ValueError("NIST of references without a single word: mteval divides by their length")

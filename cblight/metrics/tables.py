@@ -24,9 +24,8 @@ import torch
 from torch import nn
 
 from cblight.metrics.coherence import SHORT_CONTEXT, ContextSensitivity, generated_token_log_probs
-from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, NGramDiversity, ResponseLength
+from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, NGramDiversity, Normalize, ResponseLength
 from cblight.metrics.dialog_meteor import Meteor, MeteorRoute, NltkMeteor, resolve_meteor_route
-from cblight.metrics.dialog_text import Normalize
 from cblight.metrics.rouge import ROUGE
 from cblight.metrics.text_stats import (
     LongRangeRepetition,
