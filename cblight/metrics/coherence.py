@@ -31,8 +31,6 @@ from cblight.metrics.text_stats import TokenDocs, as_token_lists
 from cblight.option_types import ClosedUnitInterval, PositiveInt, check_arguments
 
 SHORT_CONTEXT = 20
-FULL_THRESHOLD = 0.2
-SHORT_THRESHOLD = 0.05
 
 
 @torch.no_grad()
@@ -89,9 +87,7 @@ def generated_token_log_probs(
             ids, mask = right_pad(seqs, pad_id, device)
             width = ids.shape[1]
             ctx_len = torch.tensor([len(ctxs[i]) for i in batch], device=device)
-            seq_len = torch.tensor([len(s) for s in seqs], device=device)
-            cols = torch.arange(width, device=device).view(1, -1)
-            wanted = (cols >= ctx_len.view(-1, 1)) & (cols < seq_len.view(-1, 1))
+            wanted = (torch.arange(width, device=device).view(1, -1) >= ctx_len.view(-1, 1)) & mask.bool()
             rows, tgt_cols = torch.nonzero(wanted, as_tuple=True)
 
             # full context: logits from the position before the first generated token onwards
@@ -100,10 +96,8 @@ def generated_token_log_probs(
                 kwargs["logits_to_keep"] = width - (int(ctx_len.min()) - 1)
             logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **kwargs).logits
             offset = width - logits.shape[1]
-            full = log_softmax32(logits[rows, tgt_cols - 1 - offset]).gather(
-                1, ids[rows, tgt_cols].view(-1, 1)
-            )
-            full = full.squeeze(1)
+            targets = ids[rows, tgt_cols].view(-1, 1)
+            full = log_softmax32(logits[rows, tgt_cols - 1 - offset]).gather(1, targets).squeeze(1)
             del logits
 
             # short context: windows only where more than k content tokens precede the target
@@ -134,8 +128,8 @@ class ContextSensitivity(PaperMetric):
 
     def __init__(
         self,
-        full_threshold: ClosedUnitInterval = FULL_THRESHOLD,
-        short_threshold: ClosedUnitInterval = SHORT_THRESHOLD,
+        full_threshold: ClosedUnitInterval = 0.2,
+        short_threshold: ClosedUnitInterval = 0.05,
         **kwargs: Any,
     ):
         check_arguments(ContextSensitivity.__init__, locals())

@@ -134,19 +134,17 @@ class DialogCorpus(RaggedMetric):
         check_arguments(DialogCorpus.__init__, locals())
         super().__init__(**kwargs)
         self.normalize, self.n_refs = normalize, n_refs
-        self.add_ragged_state("hyps")
-        self.add_ragged_state("refs")
+        self.add_ragged_state("examples")
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        hyps, refs = dialog_words(hypotheses, references, self.normalize)
-        self.append_texts("hyps", [" ".join(h) for h in hyps])
-        # one text per example: its references one per line (normalised words hold no whitespace)
-        self.append_texts("refs", ["\n".join(" ".join(r) for r in rs) for rs in refs])
+        # one text per example: the hypothesis, then its references, one per line (words hold no whitespace)
+        examples = [[h, *rs] for h, rs in zip(*dialog_words(hypotheses, references, self.normalize))]
+        self.append_texts("examples", ["\n".join(" ".join(words) for words in ex) for ex in examples])
 
     def read_corpus(self, what: str) -> tuple[list[list[str]], list[list[list[str]]]]:
-        hyps = [h.split() for h in self.read_texts("hyps")]
-        check_nonempty(len(hyps), what)
-        return hyps, [[r.split() for r in rs.split("\n")] for rs in self.read_texts("refs")]
+        examples = [[line.split() for line in text.split("\n")] for text in self.read_texts("examples")]
+        check_nonempty(len(examples), what)
+        return [ex[0] for ex in examples], [ex[1:] for ex in examples]
 
 
 Orders = tuple[PositiveInt, ...]

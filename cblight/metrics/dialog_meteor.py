@@ -52,11 +52,7 @@ def find_meteor_jar() -> Path | None:
     """The METEOR 1.5 jar shipped by ``pycocoevalcap`` (a namespace package: no ``__file__``)."""
     spec = importlib.util.find_spec("pycocoevalcap")
     roots = (spec.submodule_search_locations or []) if spec is not None else []
-    for root in roots:
-        jar = Path(root) / "meteor" / "meteor-1.5.jar"
-        if jar.is_file():
-            return jar
-    return None
+    return next((j for r in roots if (j := Path(r) / "meteor" / "meteor-1.5.jar").is_file()), None)
 
 
 def official_meteor_missing(jar: str | None = None) -> str | None:

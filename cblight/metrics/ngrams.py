@@ -84,16 +84,9 @@ def bleu_from_stats(
     "evaluates to 0"); ``smoothing_epsilon`` is nltk's ``SmoothingFunction().method1`` (0.1 by default
     there): a zero numerator becomes ``epsilon / total``. No unigram match is 0 either way, as in nltk.
     """
-    if matches[0] == 0:
+    if matches[0] == 0 or (smoothing_epsilon is None and 0 in matches[:order]):
         return 0.0
-    logs = []
-    for i in range(order):
-        if matches[i] == 0:
-            if smoothing_epsilon is None:
-                return 0.0
-            logs.append(math.log(smoothing_epsilon / totals[i]))
-        else:
-            logs.append(math.log(matches[i] / totals[i]))
+    logs = [math.log((m or smoothing_epsilon) / t) for m, t in zip(matches[:order], totals[:order])]
     return brevity_penalty(ref_len, hyp_len) * math.exp(math.fsum(lg / order for lg in logs))
 
 

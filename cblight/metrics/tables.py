@@ -118,7 +118,6 @@ class DialogSuite(_Suite):
     NIST).
     """
 
-    titles = DIALOG_TITLES
     percent = frozenset({"bleu2", "bleu4", "meteor", "meteor_nltk", "dist1", "dist2"})
 
     def __init__(

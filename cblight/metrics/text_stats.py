@@ -78,11 +78,8 @@ class LongRangeRepetition(PaperMetric):
 
     def update(self, documents: TokenDocs) -> None:
         for doc in as_token_lists(documents):
-            first: dict[int, int] = {}
-            last: dict[int, int] = {}
-            for i, t in enumerate(doc):
-                first.setdefault(t, i)
-                last[t] = i
+            last = {t: i for i, t in enumerate(doc)}
+            first = {t: i for i, t in reversed(list(enumerate(doc)))}
             spans = [last[t] - first[t] for t in first]
             self.distinct += len(first)
             repeated = [sum(s >= n for s in spans) for n in self.ns]
@@ -272,5 +269,4 @@ class SelfBLEU(RaggedMetric):
             docs = [doc for _, doc in sorted(zip(ids, docs), key=lambda pair: pair[0])]
         if len(docs) < 2:  # each generation is scored against the others: undefined for one
             return torch.tensor(float("nan"), dtype=torch.float64)
-        value = self_bleu(docs, self.max_order, self.n_sample, self.seed)
-        return torch.tensor(value, dtype=torch.float64)
+        return torch.tensor(self_bleu(docs, self.max_order, self.n_sample, self.seed), dtype=torch.float64)
