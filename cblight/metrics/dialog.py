@@ -156,9 +156,7 @@ def _orders(orders: Orders) -> list[int]:
     return list(orders)
 
 
-def _mteval_words(
-    hyps: list[list[str]], refs: list[list[list[str]]]
-) -> tuple[list[list[str]], list[list[list[str]]]]:
+def _mteval_words(hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
     """The normalised words as ``mteval-v14c.pl`` tokenises the text ``dstc.py`` writes of them."""
     return [mteval_words(" ".join(h)) for h in hyps], [[mteval_words(" ".join(r)) for r in rs] for rs in refs]
 

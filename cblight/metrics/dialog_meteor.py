@@ -157,9 +157,7 @@ def meteor_jar(jar: str | None = None) -> MeteorJar:
     resolve_meteor_route("official", jar)
     path = Path(jar) if jar is not None else find_meteor_jar()
     assert path is not None
-    if path not in _JARS:
-        _JARS[path] = MeteorJar(path, java=shutil.which("java") or "java")
-    return _JARS[path]
+    return _JARS.setdefault(path, MeteorJar(path, java=shutil.which("java") or "java"))
 
 
 @atexit.register

@@ -90,8 +90,7 @@ class ChoiceSweep(_ExampleTable):
         methods: Sequence[str] = (),
         **kwargs: Any,
     ):
-        method_columns = [f"method_{m}" for m in methods]
-        columns = ("labels", "ll_full", "ll_short", "char_lengths", *method_columns)
+        columns = ("labels", "ll_full", "ll_short", "char_lengths", *(f"method_{m}" for m in methods))
         super().__init__(columns, (len(alphas),), **kwargs)
         self.methods = list(methods)
         self.alphas = [float(a) for a in alphas]

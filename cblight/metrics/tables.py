@@ -220,8 +220,7 @@ def format_dialog_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
     layout: N-2, N-4, B-2, B-4, METEOR, Ent-4, Dist-1, Dist-2, avg len, two decimals."""
     if not rows:
         raise ValueError("format_dialog_table needs at least one row")
-    first = next(iter(rows.values()))
-    columns = [c for c in DIALOG_TITLES if c in first]
+    columns = [c for c in DIALOG_TITLES if c in next(iter(rows.values()))]
     for name, row in rows.items():
         if [c for c in DIALOG_TITLES if c in row] != columns:
             raise ValueError(f"row {name!r} has other columns than the first row: {sorted(row)}")

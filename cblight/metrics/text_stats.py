@@ -206,7 +206,6 @@ def self_bleu(
             picked = rng.sample(range(len(docs)), n_sample)
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     matches = {i: [0] * max_order for i in picked}
-    totals = {i: [0] * max_order for i in picked}
     for n in range(1, max_order + 1):
         hyp_counts = {i: ngram_counts(docs[i], n) for i in picked}
         wanted = set().union(*hyp_counts.values())
@@ -223,7 +222,6 @@ def self_bleu(
         for i in picked:
             others = Counter({g: best[g][2] if best[g][1] == i else best[g][0] for g in hyp_counts[i]})
             matches[i][n - 1] = sum((hyp_counts[i] & others).values())
-            totals[i][n - 1] = max(1, sum(hyp_counts[i].values()))
     scores = []
     scale = int(lengths.max()) + 1
     for i in picked:
@@ -231,7 +229,8 @@ def self_bleu(
         key = np.abs(lengths - lengths[i]) * scale + lengths
         key[i] = np.iinfo(np.int64).max  # a hypothesis is not its own reference
         ref_len = int(lengths[int(key.argmin())])
-        scores.append(bleu_from_stats(matches[i], totals[i], len(docs[i]), ref_len, max_order, 0.1))
+        totals = [max(1, len(docs[i]) - n + 1) for n in range(1, max_order + 1)]  # nltk's max(1, #n-grams)
+        scores.append(bleu_from_stats(matches[i], totals, len(docs[i]), ref_len, max_order, 0.1))
     return math.fsum(scores) / len(scores)
 
 
