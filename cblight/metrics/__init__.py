@@ -1,4 +1,4 @@
-"""The paper's generation, dialog and summarisation metrics as torchmetrics classes (docs/design.md, "Metrics").
+"""The paper's generation, dialog and summarisation metrics as torchmetrics classes.
 
 Each class reduces its states across processes (sums, or the corpus itself where a corpus-level value
 needs it), and each has a functional form. ``cblight.metrics.tables`` gives the paper's Tables 2 and 3.

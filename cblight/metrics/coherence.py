@@ -1,4 +1,4 @@
-"""Base-LM metrics of generated text: LTF, delta and perplexity (paper §4.1, Table 2; docs/design.md, "Metrics" and "Speed floors").
+"""Base-LM metrics of generated text: LTF, delta and perplexity (paper §4.1, Table 2).
 
 For every generated token ``w_t`` of a document (prompt ``c``, generation ``g``):
 

@@ -2,7 +2,7 @@
 
 Both metrics keep one row per example in ``cat`` states, so after the cross-process sync every rank holds
 every example; rows are then deduplicated by example id, because a distributed sampler pads each rank's
-share with repeated examples (docs/design.md, "Metrics"). ``compute`` returns the accuracy curve over the whole grid,
+share with repeated examples. ``compute`` returns the accuracy curve over the whole grid,
 derived from the cached per-example numbers without any model call.
 """
 

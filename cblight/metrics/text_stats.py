@@ -1,4 +1,4 @@
-"""Token statistics of generated text (paper §4.1, Table 2; docs/design.md, "Metrics").
+"""Token statistics of generated text (paper §4.1, Table 2).
 
 Inputs are documents as token-id sequences (the generated continuation only, as the authors' jsonl
 ``tokens`` field). All values are fractions in [0, 1] (the tables in ``cblight.metrics.tables`` turn them
