@@ -172,14 +172,14 @@ def test_bad_inputs(lm):
         generated_token_log_probs(model, ctxs, gens[:4], prefix=prefix)
     with pytest.raises(ValueError, match=r"contexts\[0\] has no tokens"):
         generated_token_log_probs(model, [list(prefix)], [[1, 2]], prefix=prefix)
-    with pytest.raises(ValueError, match="short-context length k must be a positive integer"):
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
         generated_token_log_probs(model, ctxs, gens, k=0, prefix=prefix)
     with pytest.raises(ValueError, match="document 0 has 300 tokens; the model reads at most 256"):
         generated_token_log_probs(model, [ctxs[0][:1] * 200], [[1] * 100], prefix=prefix)
     if prefix:
         with pytest.raises(ValueError, match="does not start with the special prefix"):
             generated_token_log_probs(model, [ctxs[0][len(prefix) :]], [[1, 2]], prefix=prefix)
-    with pytest.raises(ValueError, match="thresholds are probabilities"):
+    with pytest.raises(ValueError, match=r"full_threshold must be a number in \[0, 1\], got 2.0"):
         ContextSensitivity(full_threshold=2.0)
     metric = ContextSensitivity()
     with pytest.raises(ValueError, match="must be finite"):

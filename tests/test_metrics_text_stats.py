@@ -210,7 +210,7 @@ def test_self_bleu_identical_documents_is_one():
 
 
 def test_bad_inputs():
-    with pytest.raises(ValueError, match="LR_n distance n must be a positive integer"):
+    with pytest.raises(ValueError, match=r"ns must be a list, each an integer >= 1, got \(0,\)"):
         LongRangeRepetition(ns=(0,))
     with pytest.raises(ValueError, match="at least one distance"):
         LongRangeRepetition(ns=())
@@ -229,13 +229,13 @@ def test_bad_inputs():
         pytest.raises(ValueError, match="2 distinct"),
     ):
         ZipfCoefficient().compute()
-    with pytest.raises(ValueError, match="top must be a positive integer"):
+    with pytest.raises(ValueError, match="top must be an integer >= 1, got 0"):
         ZipfCoefficient(top=0)
     with pytest.raises(ValueError, match="empty corpus"):
         repetition_rate([])
     with pytest.raises(ValueError, match="at least 2 generations"):
         self_bleu([[1, 2]])
-    with pytest.raises(ValueError, match="n_sample must be a positive integer"):
+    with pytest.raises(ValueError, match="n_sample must be an integer >= 1 or null, got 0"):
         self_bleu([[1], [2]], n_sample=0)
     assert math.isfinite(self_bleu([[1], [1]], n_sample=None))
 

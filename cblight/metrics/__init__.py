@@ -1,4 +1,4 @@
-"""The paper's generation, dialog and summarisation metrics as torchmetrics classes (docs/design.md, "Metrics").
+"""The paper's generation, dialog and summarisation metrics as torchmetrics classes.
 
 Each class reduces its states across processes (sums, or the corpus itself where a corpus-level value
 needs it), and each has a functional form. ``cblight.metrics.tables`` gives the paper's Tables 2 and 3.
@@ -14,13 +14,13 @@ from cblight.metrics.dialog import (
     ResponseLength,
     corpus_bleu,
     corpus_nist_score,
+    dstc_clean,
     ngram_diversity,
     nltk_corpus_bleu,
     nltk_corpus_nist,
     response_length,
 )
 from cblight.metrics.dialog_meteor import Meteor, NltkMeteor, meteor, nltk_meteor, resolve_meteor_route
-from cblight.metrics.dialog_text import dstc_clean
 from cblight.metrics.rouge import ROUGE, rouge
 from cblight.metrics.tables import dialog_table, format_dialog_table, generation_table, summary_table
 from cblight.metrics.text_stats import (

@@ -1,4 +1,4 @@
-"""Base-LM metrics of generated text: LTF, delta and perplexity (paper §4.1, Table 2; docs/design.md, "Metrics" and "Speed floors").
+"""Base-LM metrics of generated text: LTF, delta and perplexity (paper §4.1, Table 2).
 
 For every generated token ``w_t`` of a document (prompt ``c``, generation ``g``):
 
@@ -23,47 +23,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torchmetrics import Metric
 
 from cblight.batching import accepts_kwarg, right_pad, windowed_log_probs, windowed_positions
 from cblight.boosting import log_softmax32
-from cblight.metrics.ngrams import check_order
+from cblight.metrics.ragged import PaperMetric, score_once
 from cblight.metrics.text_stats import TokenDocs, as_token_lists
+from cblight.option_types import ClosedUnitInterval, PositiveInt, check_arguments
 
 SHORT_CONTEXT = 20
-FULL_THRESHOLD = 0.2
-SHORT_THRESHOLD = 0.05
-
-
-def _model_device(model: Any) -> torch.device:
-    try:
-        return model.get_input_embeddings().weight.device
-    except AttributeError:
-        return next(model.parameters()).device
-
-
-def _check_documents(
-    model: Any, contexts: list[list[int]], generations: list[list[int]], prefix: Sequence[int]
-) -> None:
-    from cblight.models import model_window
-
-    if len(contexts) != len(generations):
-        raise ValueError(f"{len(contexts)} contexts but {len(generations)} generations")
-    window = model_window(model)
-    n_prefix = len(prefix)
-    for i, (ctx, gen) in enumerate(zip(contexts, generations)):
-        if len(ctx) <= n_prefix:
-            raise ValueError(
-                f"contexts[{i}] has no tokens after the special prefix: the first generated token "
-                "needs a context (use Encoder.context for an empty prompt)"
-            )
-        if n_prefix and list(ctx[:n_prefix]) != list(prefix):
-            raise ValueError(f"contexts[{i}] does not start with the special prefix {list(prefix)}")
-        if len(ctx) + len(gen) > window:
-            raise ValueError(
-                f"document {i} has {len(ctx) + len(gen)} tokens; the model reads at most {window} "
-                "(cut the context from the left first)"
-            )
 
 
 @torch.no_grad()
@@ -72,10 +39,10 @@ def generated_token_log_probs(
     contexts: TokenDocs,
     generations: TokenDocs,
     *,
-    k: int = SHORT_CONTEXT,
+    k: PositiveInt = SHORT_CONTEXT,
     prefix: Sequence[int] = (),
-    batch_size: int = 8,
-    chunk_size: int | None = None,
+    batch_size: PositiveInt = 8,
+    chunk_size: PositiveInt | None = None,
     pad_id: int = 0,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per document, ``(log p_full, log p_short)`` of its generated tokens: two float32 CPU tensors.
@@ -83,84 +50,73 @@ def generated_token_log_probs(
     ``contexts`` are the prompt ids as the model read them (special prefix included), ``generations`` the
     generated ids (the authors' jsonl ``context`` and ``tokens``).
     """
-    check_order(k, "short-context length k")
-    check_order(batch_size, "batch_size")
-    if chunk_size is not None:
-        check_order(chunk_size, "chunk_size")
+    from cblight.models import model_window
+
+    check_arguments(generated_token_log_probs, locals())
     ctxs = as_token_lists(contexts, "contexts")
     gens = as_token_lists(generations, "generations")
     prefix = [int(t) for t in prefix]
-    _check_documents(model, ctxs, gens, prefix)
+    if len(ctxs) != len(gens):
+        raise ValueError(f"{len(ctxs)} contexts but {len(gens)} generations")
+    window = model_window(model)
+    for i, (ctx, gen) in enumerate(zip(ctxs, gens)):
+        if len(ctx) <= len(prefix):
+            raise ValueError(
+                f"contexts[{i}] has no tokens after the special prefix: the first generated token "
+                "needs a context (use Encoder.context for an empty prompt)"
+            )
+        if ctx[: len(prefix)] != prefix:
+            raise ValueError(f"contexts[{i}] does not start with the special prefix {prefix}")
+        if len(ctx) + len(gen) > window:
+            raise ValueError(
+                f"document {i} has {len(ctx) + len(gen)} tokens; the model reads at most {window} "
+                "(cut the context from the left first)"
+            )
     was_training = model.training
     model.eval()
-    device = _model_device(model)
-    results: list[tuple[torch.Tensor, torch.Tensor]] = [
-        (torch.empty(0), torch.empty(0)) for _ in range(len(ctxs))
-    ]
+    try:
+        device = model.get_input_embeddings().weight.device
+    except AttributeError:
+        device = next(model.parameters()).device
+    results = [(torch.empty(0), torch.empty(0)) for _ in range(len(ctxs))]
     order = sorted((i for i in range(len(ctxs)) if gens[i]), key=lambda i: -(len(ctxs[i]) + len(gens[i])))
     try:
         for lo in range(0, len(order), batch_size):
             batch = order[lo : lo + batch_size]
-            full, short = _score_batch(
-                model,
-                [ctxs[i] for i in batch],
-                [gens[i] for i in batch],
-                k,
-                prefix,
-                chunk_size,
-                pad_id,
-                device,
-            )
-            for i, f, s in zip(batch, full, short):
+            seqs = [ctxs[i] + gens[i] for i in batch]
+            ids, mask = right_pad(seqs, pad_id, device)
+            width = ids.shape[1]
+            ctx_len = torch.tensor([len(ctxs[i]) for i in batch], device=device)
+            wanted = (torch.arange(width, device=device).view(1, -1) >= ctx_len.view(-1, 1)) & mask.bool()
+            rows, tgt_cols = torch.nonzero(wanted, as_tuple=True)
+
+            # full context: logits from the position before the first generated token onwards
+            kwargs: dict[str, Any] = {}
+            if accepts_kwarg(model, "logits_to_keep"):
+                kwargs["logits_to_keep"] = width - (int(ctx_len.min()) - 1)
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **kwargs).logits
+            offset = width - logits.shape[1]
+            targets = ids[rows, tgt_cols].view(-1, 1)
+            full = log_softmax32(logits[rows, tgt_cols - 1 - offset]).gather(1, targets).squeeze(1)
+            del logits
+
+            # short context: windows only where more than k content tokens precede the target
+            short = full.clone()
+            w_rows, w_cols = windowed_positions(mask, k, wanted, n_prefix=len(prefix))
+            if w_rows.numel():
+                lp = windowed_log_probs(model, ids, w_rows, w_cols, k, prefix=prefix, chunk_size=chunk_size)
+                flat_index = torch.full((len(seqs), width), -1, dtype=torch.long, device=device)
+                flat_index[rows, tgt_cols] = torch.arange(rows.numel(), device=device)
+                short[flat_index[w_rows, w_cols]] = lp
+            counts = [len(gens[i]) for i in batch]
+            for i, f, s in zip(batch, full.cpu().split(counts), short.cpu().split(counts)):
                 results[i] = (f, s)
     finally:
         model.train(was_training)
     return results
 
 
-def _score_batch(
-    model: Any,
-    ctxs: list[list[int]],
-    gens: list[list[int]],
-    k: int,
-    prefix: list[int],
-    chunk_size: int | None,
-    pad_id: int,
-    device: torch.device,
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    seqs = [c + g for c, g in zip(ctxs, gens)]
-    ids, mask = right_pad(seqs, pad_id, device)
-    width = ids.shape[1]
-    ctx_len = torch.tensor([len(c) for c in ctxs], device=device)
-    seq_len = torch.tensor([len(s) for s in seqs], device=device)
-    cols = torch.arange(width, device=device).view(1, -1)
-    wanted = (cols >= ctx_len.view(-1, 1)) & (cols < seq_len.view(-1, 1))
-    rows, tgt_cols = torch.nonzero(wanted, as_tuple=True)
-
-    # full context: logits from the position before the first generated token onwards
-    first = int(ctx_len.min()) - 1
-    kwargs: dict[str, Any] = {}
-    if accepts_kwarg(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = width - first
-    logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **kwargs).logits
-    offset = width - logits.shape[1]
-    full = log_softmax32(logits[rows, tgt_cols - 1 - offset]).gather(1, ids[rows, tgt_cols].view(-1, 1))
-    full = full.squeeze(1)
-    del logits
-
-    # short context: windows only where more than k content tokens precede the target
-    short = full.clone()
-    w_rows, w_cols = windowed_positions(mask, k, wanted, n_prefix=len(prefix))
-    if w_rows.numel():
-        lp = windowed_log_probs(model, ids, w_rows, w_cols, k, prefix=prefix, chunk_size=chunk_size)
-        flat_index = torch.full((len(seqs), width), -1, dtype=torch.long, device=device)
-        flat_index[rows, tgt_cols] = torch.arange(rows.numel(), device=device)
-        short[flat_index[w_rows, w_cols]] = lp
-    counts = [len(g) for g in gens]
-    return list(full.cpu().split(counts)), list(short.cpu().split(counts))
-
-
-class ContextSensitivity(Metric):
+class ContextSensitivity(PaperMetric):
     """LTF, delta and perplexity from per-token log-probabilities (paper Table 2 "δ %", "LTF %", "ppl").
 
     ``update(full_log_probs, short_log_probs)`` takes the generated tokens' ``log p_full`` and
@@ -168,32 +124,27 @@ class ContextSensitivity(Metric):
     ``compute()`` gives ``{"ltf": ..., "delta": ..., "ppl": ...}``: LTF and delta as fractions.
     """
 
-    is_differentiable = False
     higher_is_better = None
-    full_state_update = False
 
     def __init__(
-        self, full_threshold: float = FULL_THRESHOLD, short_threshold: float = SHORT_THRESHOLD, **kwargs: Any
+        self,
+        full_threshold: ClosedUnitInterval = 0.2,
+        short_threshold: ClosedUnitInterval = 0.05,
+        **kwargs: Any,
     ):
+        check_arguments(ContextSensitivity.__init__, locals())
         super().__init__(**kwargs)
-        if not (0.0 <= short_threshold <= 1.0 and 0.0 <= full_threshold <= 1.0):
-            raise ValueError(
-                f"LTF thresholds are probabilities in [0, 1], got full={full_threshold}, short={short_threshold}"
-            )
         self.full_threshold = full_threshold
         self.short_threshold = short_threshold
-        self.add_state("tokens", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("long_dependent", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("delta_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("nll_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_sums("tokens", "long_dependent")
+        self.add_sums("delta_sum", "nll_sum", dtype=torch.float64)
 
     def update(
         self,
         full_log_probs: torch.Tensor | Sequence[torch.Tensor],
         short_log_probs: torch.Tensor | Sequence[torch.Tensor],
     ) -> None:
-        full = _flat(full_log_probs).to(self.device)
-        short = _flat(short_log_probs).to(self.device)
+        full, short = _flat(full_log_probs).to(self.device), _flat(short_log_probs).to(self.device)
         if full.shape != short.shape:
             raise ValueError(f"{full.numel()} full-context log-probs but {short.numel()} short-context ones")
         if not (torch.isfinite(full).all() and torch.isfinite(short).all()):
@@ -216,12 +167,10 @@ class ContextSensitivity(Metric):
 
 
 def _flat(values: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
-    if isinstance(values, torch.Tensor):
-        return values.detach().double().reshape(-1)
-    parts = [torch.as_tensor(v).detach().double().reshape(-1) for v in values]
-    if not parts:
-        return torch.empty(0, dtype=torch.float64)
-    return torch.cat(parts)
+    """Log-probabilities given per document (or flat) as one float64 vector."""
+    parts = [values] if isinstance(values, torch.Tensor) else list(values)
+    empty = torch.empty(0, dtype=torch.float64)
+    return torch.cat([torch.as_tensor(v).detach().double().reshape(-1) for v in parts] or [empty])
 
 
 def context_sensitivity(
@@ -229,10 +178,10 @@ def context_sensitivity(
     contexts: TokenDocs,
     generations: TokenDocs,
     *,
-    k: int = SHORT_CONTEXT,
+    k: PositiveInt = SHORT_CONTEXT,
     prefix: Sequence[int] = (),
-    batch_size: int = 8,
-    chunk_size: int | None = None,
+    batch_size: PositiveInt = 8,
+    chunk_size: PositiveInt | None = None,
     pad_id: int = 0,
 ) -> dict[str, float]:
     """``{"ltf", "delta", "ppl"}`` of generated documents under ``model`` (LTF and delta as fractions)."""
@@ -246,6 +195,4 @@ def context_sensitivity(
         chunk_size=chunk_size,
         pad_id=pad_id,
     )
-    metric = ContextSensitivity()
-    metric.update([f for f, _ in scored], [s for _, s in scored])
-    return {key: float(v) for key, v in metric.compute().items()}
+    return score_once(ContextSensitivity(), [f for f, _ in scored], [s for _, s in scored])

@@ -1,8 +1,10 @@
-"""Dialog response metrics of the official DSTC7 evaluation (paper §4.2, Table 3; docs/design.md, "Metrics").
+"""Dialog response metrics of the official DSTC7 evaluation (paper §4.2, Table 3), and the dialog texts as
+that evaluation reads them.
 
-Inputs: hypothesis strings and, per example, a non-empty list of reference strings, normalised as
-``cblight.metrics.dialog_text`` says (``normalize="dstc"``: DialoGPT's ``clean_str``, as ``dstc.py
---clean``).
+Inputs: hypothesis strings and, per example, a non-empty list of reference strings. ``normalize="dstc"``
+is DialoGPT's ``dstc/tokenizers.py`` ``clean_str``, which the DSTC7 evaluation applies with ``--clean``:
+lower-casing, URL and markup cleaning, Twitter-style tokenisation, split contractions; ``"lower"``:
+lower-case only; ``"none"``. Texts are then split on whitespace into words.
 
 * ``CorpusBLEU``, ``CorpusNIST``: cumulative BLEU-n / NIST-n as NIST's ``mteval-v14c.pl`` computes them
   (``cblight.metrics.mteval``: its tokenisation, information weights, brevity penalty and smoothing,
@@ -21,47 +23,149 @@ length is in words.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from typing import Any
+from functools import lru_cache
+from typing import Any, Literal
 
 import torch
-from torchmetrics import Metric
 
-from cblight.metrics.dialog_text import (
-    DialogCorpus,
-    Normalize,
-    as_floats,
-    check_hypotheses,
-    check_n_refs,
-    check_nonempty,
-    check_normalize,
-    cycle_references,
-    dialog_words,
-    score_once,
-)
-from cblight.metrics.mteval import bleu_from_counts, bleu_segment_stats, mteval_nist, mteval_words
-from cblight.metrics.ngrams import (
-    bleu_from_stats,
-    bleu_sentence_stats,
-    check_order,
-    corpus_nist,
-    distinct_and_entropy,
-)
-from cblight.metrics.ragged import RaggedMetric
+from cblight.metrics.mteval import bleu_from_counts, mteval_nist, mteval_words
+from cblight.metrics.ngrams import bleu_from_stats, bleu_stats, corpus_nist, distinct_and_entropy
+from cblight.metrics.ragged import PaperMetric, RaggedMetric, score_once
+from cblight.option_types import PositiveInt, check_arguments
+
+Normalize = Literal["dstc", "lower", "none"]
+
+# ---------------------------------------------------------------------------------------------------------
+# Normalisation
+
+_CONTRACTIONS = ("'s", "'m", "'re", "n't", "'ll", "'ve", "'d", "'em")
 
 
-def _orders(orders: Sequence[int]) -> list[int]:
-    orders = [check_order(n, "n-gram order") for n in orders]
+@lru_cache(maxsize=1)
+def _tweet_tokenizer() -> Any:
+    from nltk.tokenize import TweetTokenizer
+
+    return TweetTokenizer(preserve_case=False)
+
+
+@lru_cache(maxsize=1 << 16)  # a suite's five metrics clean the same texts: once is enough
+def dstc_clean(text: str) -> str:
+    """DSTC7's text cleaning (DialoGPT ``dstc/tokenizers.py`` ``clean_str``), re-implemented."""
+    words = []
+    for word in text.lower().split():
+        at = word.find("http")
+        words.append((word[:at] + " __url__" if at >= 0 else word).strip())
+    text = " ".join(words)
+    text = re.sub(r"\[([^\]]*)\] \( *__url__ *\)", r"\1", text)  # markdown links keep their label
+    # the URL marker survives the character filter as upper-case "URL" (the text is lower-case by now)
+    text = text.replace("__url__", "URL")
+    text = re.sub(r"[^A-Za-z0-9():,.!?\"\']", " ", text)
+    text = text.replace("URL", "__url__")
+    text = " " + " ".join(_tweet_tokenizer().tokenize(text)) + " "
+    text = text.replace(" won't ", " will n't ").replace(" can't ", " can n't ")
+    for piece in _CONTRACTIONS:
+        text = text.replace(piece + " ", " " + piece + " ")
+    return " ".join(text.split())
+
+
+def normalize_words(text: str, normalize: Normalize = "dstc") -> list[str]:
+    if normalize == "dstc":
+        return dstc_clean(text).split()
+    return (text.lower() if normalize == "lower" else text).split()
+
+
+def check_hypotheses(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> list[list[str]]:
+    """The normalised words of each hypothesis string."""
+    if isinstance(hypotheses, str):
+        raise TypeError("hypotheses must be a list of strings, not one string")
+    for i, hyp in enumerate(hypotheses):
+        if not isinstance(hyp, str):
+            raise TypeError(f"hypotheses[{i}] must be a string, got {type(hyp).__name__}")
+    return [normalize_words(h, normalize) for h in hypotheses]
+
+
+def dialog_words(
+    hypotheses: Sequence[str], references: Sequence[Sequence[str]], normalize: Normalize = "dstc"
+) -> tuple[list[list[str]], list[list[list[str]]]]:
+    """Validated, normalised words of hypotheses and their references."""
+    hyps = check_hypotheses(hypotheses, normalize)
+    if isinstance(references, str):
+        raise TypeError("references must be a list (one per hypothesis) of lists of reference strings")
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference lists")
+    refs = []
+    for i, ref_list in enumerate(references):
+        if isinstance(ref_list, str) or not isinstance(ref_list, Sequence):
+            raise TypeError(
+                f"references[{i}] must be a list of reference strings, got {type(ref_list).__name__}"
+            )
+        if len(ref_list) == 0:
+            raise ValueError(f"references[{i}] is empty: every hypothesis needs at least one reference")
+        if not all(isinstance(r, str) for r in ref_list):
+            raise TypeError(f"references[{i}] must hold strings only")
+        refs.append([normalize_words(r, normalize) for r in ref_list])
+    return hyps, refs
+
+
+def check_nonempty(total: torch.Tensor | int, what: str) -> None:
+    if int(total) == 0:
+        raise ValueError(f"{what} of an empty corpus: no hypotheses were given")
+
+
+def cycle_references(references: Sequence[Sequence[Any]], n_refs: int | None = None) -> list[list[Any]]:
+    """Every example's references cycled (or cut) to ``n_refs``, as ``dstc.py --n_refs`` writes its
+    reference files; ``None``: to the largest count in the corpus (mteval needs the same count for all)."""
+    if n_refs is None:
+        n_refs = max((len(refs) for refs in references), default=0)
+    return [[refs[k % len(refs)] for k in range(n_refs)] for refs in references]
+
+
+class DialogCorpus(RaggedMetric):
+    """The normalised hypotheses and references themselves as ``cat`` states (for corpus-level values:
+    NIST's information weights come from all references, METEOR 1.5 scores the corpus in one run).
+
+    ``update(hypotheses, references)``; ``read_corpus()`` gives the (synced) words. ``n_refs`` is for
+    subclasses that cycle the references (see ``cycle_references``).
+    """
+
+    def __init__(self, normalize: Normalize = "dstc", n_refs: PositiveInt | None = None, **kwargs: Any):
+        check_arguments(DialogCorpus.__init__, locals())
+        super().__init__(**kwargs)
+        self.normalize, self.n_refs = normalize, n_refs
+        self.add_ragged_state("examples")
+
+    def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
+        # one text per example: the hypothesis, then its references, one per line (words hold no whitespace)
+        examples = [[h, *rs] for h, rs in zip(*dialog_words(hypotheses, references, self.normalize))]
+        self.append_texts("examples", ["\n".join(" ".join(words) for words in ex) for ex in examples])
+
+    def read_corpus(self, what: str) -> tuple[list[list[str]], list[list[list[str]]]]:
+        examples = [[line.split() for line in text.split("\n")] for text in self.read_texts("examples")]
+        check_nonempty(len(examples), what)
+        return [ex[0] for ex in examples], [ex[1:] for ex in examples]
+
+
+Orders = tuple[PositiveInt, ...]
+
+
+def _orders(orders: Orders) -> list[int]:
     if not orders:
         raise ValueError("give at least one n-gram order")
-    return orders
+    return list(orders)
+
+
+def _mteval_words(hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
+    """The normalised words as ``mteval-v14c.pl`` tokenises the text ``dstc.py`` writes of them."""
+    return [mteval_words(" ".join(h)) for h in hyps], [[mteval_words(" ".join(r)) for r in rs] for rs in refs]
 
 
 # ---------------------------------------------------------------------------------------------------------
-# BLEU and NIST as mteval-v14c.pl (the official DSTC7 evaluation)
+# BLEU and NIST as mteval-v14c.pl (the official DSTC7 evaluation), and nltk's for comparison
 
 
-class CorpusBLEU(Metric):
+class CorpusBLEU(PaperMetric):
     """Cumulative BLEU-n of ``mteval-v14c.pl`` for each ``n`` in ``orders`` (keys ``bleu<n>``), from summed
     per-segment statistics (matches and hypothesis n-grams per order, closest reference length).
 
@@ -69,51 +173,55 @@ class CorpusBLEU(Metric):
     as given; cycling alone never changes BLEU).
     """
 
-    is_differentiable = False
     higher_is_better = True
-    full_state_update = False
+    bleu = staticmethod(bleu_from_counts)
+    min_total = 0  # a segment's hypothesis n-grams per order as they are summed
 
     def __init__(
         self,
-        orders: Sequence[int] = (2, 4),
+        orders: Orders = (2, 4),
         normalize: Normalize = "dstc",
-        n_refs: int | None = None,
+        n_refs: PositiveInt | None = None,
         **kwargs: Any,
     ):
+        check_arguments(CorpusBLEU.__init__, locals())
         super().__init__(**kwargs)
-        self.orders = _orders(orders)
-        self.normalize = check_normalize(normalize)
-        self.n_refs = check_n_refs(n_refs)
-        width = max(self.orders)
-        self.add_state("matches", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("totals", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("ref_len", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.orders, self.normalize, self.n_refs = _orders(orders), normalize, n_refs
+        self.add_sums("matches", "totals", size=max(self.orders))
+        self.add_sums("hyp_len", "ref_len", "count")
+
+    def segments(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
+        """The words BLEU counts: mteval's tokens, references cycled to ``n_refs``."""
+        return _mteval_words(hyps, refs if self.n_refs is None else cycle_references(refs, self.n_refs))
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        hyps, refs = dialog_words(hypotheses, references, self.normalize)
-        if self.n_refs is not None:
-            refs = cycle_references(refs, self.n_refs)
-        width = max(self.orders)
-        matches, totals, ref_len = [0] * width, [0] * width, 0
+        hyps, refs = self.segments(*dialog_words(hypotheses, references, self.normalize))
         for hyp, ref_list in zip(hyps, refs):
-            m, t, r = bleu_segment_stats(
-                mteval_words(" ".join(hyp)), [mteval_words(" ".join(x)) for x in ref_list], width
-            )
-            matches = [a + b for a, b in zip(matches, m)]
-            totals = [a + b for a, b in zip(totals, t)]
-            ref_len += r
-        self.matches += torch.tensor(matches, dtype=torch.long, device=self.device)
-        self.totals += torch.tensor(totals, dtype=torch.long, device=self.device)
-        self.ref_len += ref_len
+            matches, totals, ref_len = bleu_stats(hyp, ref_list, len(self.matches), self.min_total)
+            self.matches += torch.tensor(matches, dtype=torch.long, device=self.device)
+            self.totals += torch.tensor(totals, dtype=torch.long, device=self.device)
+            self.hyp_len += len(hyp)
+            self.ref_len += ref_len
         self.count += len(hyps)
 
     def compute(self) -> dict[str, torch.Tensor]:
         check_nonempty(self.count, "BLEU")
-        m, t, r = self.matches.tolist(), self.totals.tolist(), int(self.ref_len)
-        return {
-            f"bleu{n}": torch.tensor(bleu_from_counts(m, t, r, n), dtype=torch.float64) for n in self.orders
-        }
+        stats = self.matches.tolist(), self.totals.tolist(), int(self.hyp_len), int(self.ref_len)
+        return {f"bleu{n}": torch.tensor(self.bleu(*stats, n), dtype=torch.float64) for n in self.orders}
+
+
+class NltkCorpusBLEU(CorpusBLEU):
+    """nltk's ``corpus_bleu`` (uniform weights, no smoothing) for each ``n`` in ``orders`` (keys
+    ``bleu<n>``), from summed n-gram statistics of the normalised words."""
+
+    bleu = staticmethod(bleu_from_stats)
+    min_total = 1  # nltk's max(1, ·) sentence denominators
+
+    def __init__(self, orders: Orders = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
+        super().__init__(orders, normalize, **kwargs)
+
+    def segments(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
+        return hyps, refs
 
 
 class CorpusNIST(DialogCorpus):
@@ -128,78 +236,33 @@ class CorpusNIST(DialogCorpus):
 
     def __init__(
         self,
-        orders: Sequence[int] = (2, 4),
+        orders: Orders = (2, 4),
         normalize: Normalize = "dstc",
-        n_refs: int | None = None,
+        n_refs: PositiveInt | None = None,
         **kwargs: Any,
     ):
+        check_arguments(CorpusNIST.__init__, locals())
         super().__init__(normalize, n_refs, **kwargs)
         self.orders = _orders(orders)
 
-    def compute(self) -> dict[str, torch.Tensor]:
-        hyps, refs = self.read_corpus("NIST")
-        hyps = [mteval_words(" ".join(h)) for h in hyps]
-        refs = [[mteval_words(" ".join(r)) for r in rs] for rs in cycle_references(refs, self.n_refs)]
-        scores = mteval_nist(hyps, refs, max(self.orders))
-        return {f"nist{n}": torch.tensor(scores[n - 1], dtype=torch.float64) for n in self.orders}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# nltk's BLEU and NIST (for comparison with the official values)
-
-
-class NltkCorpusBLEU(Metric):
-    """nltk's ``corpus_bleu`` (uniform weights, no smoothing) for each ``n`` in ``orders`` (keys
-    ``bleu<n>``), from summed n-gram statistics of the normalised words."""
-
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-
-    def __init__(self, orders: Sequence[int] = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
-        super().__init__(**kwargs)
-        self.orders = _orders(orders)
-        self.normalize = check_normalize(normalize)
-        width = max(self.orders)
-        self.add_state("matches", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("totals", default=torch.zeros(width, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("hyp_len", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("ref_len", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-
-    def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        hyps, refs = dialog_words(hypotheses, references, self.normalize)
-        for hyp, ref in zip(hyps, refs):
-            m, t, h, r = bleu_sentence_stats(hyp, ref, max(self.orders))
-            self.matches += torch.tensor(m, dtype=torch.long, device=self.device)
-            self.totals += torch.tensor(t, dtype=torch.long, device=self.device)
-            self.hyp_len += h
-            self.ref_len += r
-            self.count += 1
+    def nist(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> list[float]:
+        """NIST-n of the corpus for each ``n`` in ``orders``."""
+        scores = mteval_nist(*_mteval_words(hyps, cycle_references(refs, self.n_refs)), max(self.orders))
+        return [scores[n - 1] for n in self.orders]
 
     def compute(self) -> dict[str, torch.Tensor]:
-        check_nonempty(self.count, "BLEU")
-        m, t = self.matches.tolist(), self.totals.tolist()
-        h, r = int(self.hyp_len), int(self.ref_len)
-        return {
-            f"bleu{n}": torch.tensor(bleu_from_stats(m, t, h, r, n), dtype=torch.float64) for n in self.orders
-        }
+        scores = self.nist(*self.read_corpus("NIST"))
+        return {f"nist{n}": torch.tensor(v, dtype=torch.float64) for n, v in zip(self.orders, scores)}
 
 
-class NltkCorpusNIST(DialogCorpus):
+class NltkCorpusNIST(CorpusNIST):
     """nltk's ``corpus_nist`` for each ``n`` in ``orders`` (keys ``nist<n>``) on the normalised words."""
 
-    higher_is_better = True
+    def __init__(self, orders: Orders = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
+        super().__init__(orders, normalize, **kwargs)
 
-    def __init__(self, orders: Sequence[int] = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
-        super().__init__(normalize, **kwargs)
-        self.orders = _orders(orders)
-
-    def compute(self) -> dict[str, torch.Tensor]:
-        hyps, refs = self.read_corpus("NIST")
-        return {
-            f"nist{n}": torch.tensor(corpus_nist(hyps, refs, n), dtype=torch.float64) for n in self.orders
-        }
+    def nist(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> list[float]:
+        return [corpus_nist(hyps, refs, n) for n in self.orders]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -213,17 +276,17 @@ class NGramDiversity(RaggedMetric):
 
     def __init__(
         self,
-        distinct_orders: Sequence[int] = (1, 2),
-        entropy_orders: Sequence[int] = (4,),
+        distinct_orders: Orders = (1, 2),
+        entropy_orders: Orders = (4,),
         normalize: Normalize = "dstc",
         **kwargs: Any,
     ):
+        check_arguments(NGramDiversity.__init__, locals())
         super().__init__(**kwargs)
-        self.distinct_orders = [check_order(n, "distinct order") for n in distinct_orders]
-        self.entropy_orders = [check_order(n, "entropy order") for n in entropy_orders]
-        if not self.distinct_orders and not self.entropy_orders:
+        if not distinct_orders and not entropy_orders:
             raise ValueError("give at least one distinct or entropy order")
-        self.normalize = check_normalize(normalize)
+        self.distinct_orders, self.entropy_orders = list(distinct_orders), list(entropy_orders)
+        self.normalize = normalize
         self.add_ragged_state("hyps")
 
     def update(self, hypotheses: Sequence[str]) -> None:
@@ -232,26 +295,21 @@ class NGramDiversity(RaggedMetric):
     def compute(self) -> dict[str, torch.Tensor]:
         hyps = [h.split() for h in self.read_texts("hyps")]
         check_nonempty(len(hyps), "Distinct/Entropy")
-        out = {}
-        for n in self.distinct_orders:
-            out[f"dist{n}"] = torch.tensor(distinct_and_entropy(hyps, n)[0], dtype=torch.float64)
-        for n in self.entropy_orders:
-            out[f"ent{n}"] = torch.tensor(distinct_and_entropy(hyps, n)[1], dtype=torch.float64)
-        return out
+        out = {f"dist{n}": distinct_and_entropy(hyps, n)[0] for n in self.distinct_orders}
+        out.update({f"ent{n}": distinct_and_entropy(hyps, n)[1] for n in self.entropy_orders})
+        return {key: torch.tensor(value, dtype=torch.float64) for key, value in out.items()}
 
 
-class ResponseLength(Metric):
+class ResponseLength(PaperMetric):
     """Mean hypothesis length in (normalised) words."""
 
-    is_differentiable = False
     higher_is_better = None
-    full_state_update = False
 
     def __init__(self, normalize: Normalize = "dstc", **kwargs: Any):
+        check_arguments(ResponseLength.__init__, locals())
         super().__init__(**kwargs)
-        self.normalize = check_normalize(normalize)
-        self.add_state("words", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.normalize = normalize
+        self.add_sums("words", "count")
 
     def update(self, hypotheses: Sequence[str]) -> None:
         hyps = check_hypotheses(hypotheses, self.normalize)
@@ -270,57 +328,57 @@ class ResponseLength(Metric):
 def corpus_bleu(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
-    orders: Sequence[int] = (2, 4),
+    orders: Orders = (2, 4),
     normalize: Normalize = "dstc",
-    n_refs: int | None = None,
+    n_refs: PositiveInt | None = None,
 ) -> dict[str, float]:
     """``CorpusBLEU`` (mteval-v14c.pl) in one call."""
-    return as_floats(score_once(CorpusBLEU(orders, normalize, n_refs), hypotheses, references))
+    return score_once(CorpusBLEU(orders, normalize, n_refs), hypotheses, references)
 
 
 def corpus_nist_score(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
-    orders: Sequence[int] = (2, 4),
+    orders: Orders = (2, 4),
     normalize: Normalize = "dstc",
-    n_refs: int | None = None,
+    n_refs: PositiveInt | None = None,
 ) -> dict[str, float]:
     """``CorpusNIST`` (mteval-v14c.pl) in one call."""
-    return as_floats(score_once(CorpusNIST(orders, normalize, n_refs), hypotheses, references))
+    return score_once(CorpusNIST(orders, normalize, n_refs), hypotheses, references)
 
 
 def nltk_corpus_bleu(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
-    orders: Sequence[int] = (2, 4),
+    orders: Orders = (2, 4),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NltkCorpusBLEU`` on one corpus: nltk's ``corpus_bleu`` at each order (kept to compare with the
     official NIST-script BLEU of ``corpus_bleu``)."""
-    return as_floats(score_once(NltkCorpusBLEU(orders, normalize), hypotheses, references))
+    return score_once(NltkCorpusBLEU(orders, normalize), hypotheses, references)
 
 
 def nltk_corpus_nist(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
-    orders: Sequence[int] = (2, 4),
+    orders: Orders = (2, 4),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NltkCorpusNIST`` on one corpus: nltk's ``corpus_nist`` at each order (kept to compare with the
     official ``mteval-v14c.pl`` figures of ``corpus_nist_score``)."""
-    return as_floats(score_once(NltkCorpusNIST(orders, normalize), hypotheses, references))
+    return score_once(NltkCorpusNIST(orders, normalize), hypotheses, references)
 
 
 def ngram_diversity(
     hypotheses: Sequence[str],
-    distinct_orders: Sequence[int] = (1, 2),
-    entropy_orders: Sequence[int] = (4,),
+    distinct_orders: Orders = (1, 2),
+    entropy_orders: Orders = (4,),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NGramDiversity`` on one corpus: Dist-n and Ent-n of the responses (Table 3, DialoGPT's DSTC scripts)."""
-    return as_floats(score_once(NGramDiversity(distinct_orders, entropy_orders, normalize), hypotheses))
+    return score_once(NGramDiversity(distinct_orders, entropy_orders, normalize), hypotheses)
 
 
 def response_length(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> float:
     """``ResponseLength`` on one corpus: the mean response length in words (Table 3's avg len)."""
-    return float(score_once(ResponseLength(normalize), hypotheses))
+    return score_once(ResponseLength(normalize), hypotheses)

@@ -24,31 +24,25 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torchmetrics import Metric
 
 from cblight.errors import ConfigError
-from cblight.metrics.dialog_text import (
+from cblight.metrics.dialog import (
     DialogCorpus,
     Normalize,
-    as_floats,
     check_nonempty,
-    check_normalize,
     cycle_references,
     dialog_words,
-    score_once,
 )
+from cblight.metrics.ragged import PaperMetric, score_once
+from cblight.option_types import PositiveInt, check_arguments
 
 MeteorRoute = Literal["auto", "official", "nltk"]
-METEOR_ROUTES = ("auto", "official", "nltk")
-JAR_NAME = "meteor-1.5.jar"
-JAVA_INSTALL = "apt-get install default-jre-headless"
-JAR_INSTALL = "pip install 'cblight[dialog]'"
 
 # ---------------------------------------------------------------------------------------------------------
 # Finding and running the jar
@@ -58,37 +52,30 @@ def find_meteor_jar() -> Path | None:
     """The METEOR 1.5 jar shipped by ``pycocoevalcap`` (a namespace package: no ``__file__``)."""
     spec = importlib.util.find_spec("pycocoevalcap")
     roots = (spec.submodule_search_locations or []) if spec is not None else []
-    for root in roots:
-        jar = Path(root) / "meteor" / JAR_NAME
-        if jar.is_file():
-            return jar
-    return None
+    return next((j for r in roots if (j := Path(r) / "meteor" / "meteor-1.5.jar").is_file()), None)
 
 
 def official_meteor_missing(jar: str | None = None) -> str | None:
     """What the official METEOR lacks on this machine (one line naming what to install), or ``None``."""
     if shutil.which("java") is None:
-        return f"the METEOR 1.5 jar needs a Java runtime, and no `java` is on PATH: {JAVA_INSTALL}"
+        return "the METEOR 1.5 jar needs a Java runtime, and no `java` is on PATH: apt-get install default-jre-headless"
     if jar is not None:
         return None if Path(jar).is_file() else f"no METEOR 1.5 jar at {jar}"
     if find_meteor_jar() is None:
-        return f"the METEOR 1.5 jar comes with the pycocoevalcap package, which is missing: {JAR_INSTALL}"
+        return "the METEOR 1.5 jar comes with the pycocoevalcap package, which is missing: pip install 'cblight[dialog]'"
     return None
 
 
-def resolve_meteor_route(route: str, jar: str | None = None) -> Literal["official", "nltk"]:
+def resolve_meteor_route(meteor: MeteorRoute, jar: str | None = None) -> Literal["official", "nltk"]:
     """``"official"`` or ``"nltk"``; ``"auto"`` is official when it can run here. Asking for the official
     scorer where it cannot run is a ``ConfigError`` saying what to install."""
-    if route not in METEOR_ROUTES:
-        raise ConfigError(f"meteor must be one of {METEOR_ROUTES}, got {route!r}")
-    if route == "nltk":
+    check_arguments(resolve_meteor_route, {"meteor": meteor})
+    if meteor == "nltk":
         return "nltk"
     missing = official_meteor_missing(jar)
-    if missing is None:
-        return "official"
-    if route == "official":
+    if missing is not None and meteor == "official":
         raise ConfigError(f"meteor='official': {missing} (or use meteor='nltk')")
-    return "nltk"
+    return "nltk" if missing else "official"
 
 
 def _field(text: str) -> str:
@@ -111,7 +98,18 @@ class MeteorJar:
         """The jar's corpus score of hypotheses (strings) against their lists of references."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
-                self._start()
+                # stderr to a file (closed in close()), not a pipe nobody reads, which could fill
+                self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+                self._proc = subprocess.Popen(
+                    self.command,
+                    cwd=self.jar.parent,  # the jar finds data/paraphrase-en.gz beside itself
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self._stderr,
+                    text=True,
+                    encoding="utf-8",
+                    bufsize=1,
+                )
             stats = [
                 self._ask(" ||| ".join(["SCORE", *map(_field, refs), _field(hyp)]))
                 for hyp, refs in zip(hypotheses, references)
@@ -121,9 +119,8 @@ class MeteorJar:
 
     def close(self) -> None:
         with self._lock:
-            if self._proc is not None:
-                if self._proc.stdin:
-                    self._proc.stdin.close()
+            if self._proc is not None and self._proc.stdin is not None:
+                self._proc.stdin.close()
                 try:
                     self._proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
@@ -131,20 +128,6 @@ class MeteorJar:
                     self._proc.wait()
                 self._proc = None
                 self._stderr.close()
-
-    def _start(self) -> None:
-        # lives as long as the process (closed in close()); a file, not a pipe nobody reads, which could fill
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        self._proc = subprocess.Popen(
-            self.command,
-            cwd=self.jar.parent,  # the jar finds data/paraphrase-en.gz beside itself
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            encoding="utf-8",
-            bufsize=1,
-        )
 
     def _ask(self, line: str, lines: int = 1) -> str:
         """Send one line; the last of the ``lines`` answer lines."""
@@ -171,14 +154,10 @@ _JARS: dict[Path, MeteorJar] = {}
 
 def meteor_jar(jar: str | None = None) -> MeteorJar:
     """The process-wide ``MeteorJar`` for ``jar`` (default: pycocoevalcap's), started on first use."""
-    missing = official_meteor_missing(jar)
-    if missing is not None:
-        raise ConfigError(f"meteor='official': {missing} (or use meteor='nltk')")
+    resolve_meteor_route("official", jar)
     path = Path(jar) if jar is not None else find_meteor_jar()
     assert path is not None
-    if path not in _JARS:
-        _JARS[path] = MeteorJar(path, java=shutil.which("java") or "java")
-    return _JARS[path]
+    return _JARS.setdefault(path, MeteorJar(path, java=shutil.which("java") or "java"))
 
 
 @atexit.register
@@ -203,7 +182,11 @@ class Meteor(DialogCorpus):
     higher_is_better = True
 
     def __init__(
-        self, normalize: Normalize = "dstc", n_refs: int | None = None, jar: str | None = None, **kwargs: Any
+        self,
+        normalize: Normalize = "dstc",
+        n_refs: PositiveInt | None = None,
+        jar: str | None = None,
+        **kwargs: Any,
     ):
         super().__init__(normalize, n_refs, **kwargs)
         resolve_meteor_route("official", jar)
@@ -213,32 +196,24 @@ class Meteor(DialogCorpus):
         hyps, refs = self.read_corpus("METEOR")
         if self.n_refs is not None:
             refs = cycle_references(refs, self.n_refs)
-        hyp_texts = [" ".join(h) for h in hyps]
-        ref_texts = [[" ".join(r) for r in rs] for rs in refs]
-        value = self._once(lambda: meteor_jar(self.jar).corpus_score(hyp_texts, ref_texts))
-        return torch.tensor(value, dtype=torch.float64)
-
-    def _once(self, score: Callable[[], float]) -> float:
-        """``score()`` on the first rank of a synced process group, broadcast to the others (every rank
-        holds the same gathered corpus, so one JVM suffices); ``score()`` itself otherwise."""
+        texts = [" ".join(h) for h in hyps], [[" ".join(r) for r in rs] for rs in refs]
         if not (self._is_synced and dist.is_available() and dist.is_initialized()):
-            return score()
+            return torch.tensor(meteor_jar(self.jar).corpus_score(*texts), dtype=torch.float64)
+        # every rank holds the same gathered corpus: one JVM, on the group's first rank, scores it; its
+        # value (or its error, raised on every rank) is broadcast
         group = self.process_group
-        on_gpu = dist.get_backend(group) == "nccl"
-        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-        result = torch.zeros(2, dtype=torch.float64, device=device)  # value, ok
-        error = None
+        result: list[Any] = [None]
         if dist.get_rank(group) == 0:
             try:
-                result[0], result[1] = score(), 1.0
-            except Exception as exc:  # re-raised below, once the other ranks are released
-                error = exc
-        dist.broadcast(result, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
-        if error is not None:
-            raise error
-        if not result[1]:
-            raise RuntimeError("METEOR failed on the first rank (see its error)")
-        return float(result[0])
+                result[0] = meteor_jar(self.jar).corpus_score(*texts)
+            except Exception as exc:
+                result[0] = exc
+        dist.broadcast_object_list(
+            result, src=0 if group is None else dist.get_global_rank(group, 0), group=group
+        )
+        if isinstance(result[0], Exception):
+            raise result[0]
+        return torch.tensor(result[0], dtype=torch.float64)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -263,28 +238,27 @@ def wordnet_reader() -> Any | None:
     return wordnet
 
 
-class NltkMeteor(Metric):
+class NltkMeteor(PaperMetric):
     """Mean sentence METEOR (nltk ``meteor_score`` against all references of an example).
 
     ``use_synonyms``: ``None`` uses WordNet when installed; ``True`` requires it; ``False`` never uses
     it. ``compute()`` gives ``{"meteor_nltk": ..., "meteor_synonyms": 1.0 or 0.0}``.
     """
 
-    is_differentiable = False
     higher_is_better = True
-    full_state_update = False
 
     def __init__(self, normalize: Normalize = "dstc", use_synonyms: bool | None = None, **kwargs: Any):
+        check_arguments(NltkMeteor.__init__, locals())
         super().__init__(**kwargs)
-        self.normalize = check_normalize(normalize)
+        self.normalize = normalize
         self.synonyms = use_synonyms is not False and wordnet_reader() is not None
         if use_synonyms and not self.synonyms:
             raise LookupError(
                 "use_synonyms=True needs nltk's WordNet corpus (python -m nltk.downloader wordnet); "
                 "pass use_synonyms=None to fall back to exact and stem matches"
             )
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sums("total", dtype=torch.float64)
+        self.add_sums("count")
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
         from nltk.translate.meteor_score import meteor_score
@@ -311,11 +285,11 @@ def meteor(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
     normalize: Normalize = "dstc",
-    n_refs: int | None = None,
+    n_refs: PositiveInt | None = None,
     jar: str | None = None,
 ) -> float:
     """The official corpus METEOR 1.5 (``Meteor``) in one call."""
-    return float(score_once(Meteor(normalize, n_refs, jar), hypotheses, references))
+    return score_once(Meteor(normalize, n_refs, jar), hypotheses, references)
 
 
 def nltk_meteor(
@@ -325,4 +299,4 @@ def nltk_meteor(
     use_synonyms: bool | None = None,
 ) -> dict[str, float]:
     """nltk's mean sentence METEOR (``NltkMeteor``) in one call."""
-    return as_floats(score_once(NltkMeteor(normalize, use_synonyms), hypotheses, references))
+    return score_once(NltkMeteor(normalize, use_synonyms), hypotheses, references)

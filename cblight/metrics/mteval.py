@@ -22,10 +22,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Sequence
 
-from cblight.metrics.ngrams import brevity_penalty, closest_ref_length, nist_length_penalty
+from cblight.metrics.ngrams import (
+    brevity_penalty,
+    max_reference_counts,
+    ngrams_upto,
+    nist_length_penalty,
+    reference_ngrams,
+)
 
 Words = Sequence[str]
 
@@ -51,38 +56,10 @@ def mteval_words(text: str, preserve_case: bool = False) -> list[str]:
     return text.split()
 
 
-def _all_ngrams(words: Words, max_order: int) -> Counter:
-    """Counts of every n-gram of orders ``1..max_order`` (tuples), as mteval's ``Words2Ngrams``."""
-    return Counter(
-        tuple(words[i : i + n]) for n in range(1, max_order + 1) for i in range(len(words) - n + 1)
-    )
-
-
-def _max_reference_counts(references: Sequence[Words], max_order: int) -> Counter:
-    best: Counter = Counter()
-    for ref in references:
-        best |= _all_ngrams(ref, max_order)  # Counter union keeps the larger count
-    return best
-
-
-def bleu_segment_stats(
-    hypothesis: Words, references: Sequence[Words], max_order: int
-) -> tuple[list[int], list[int], int]:
-    """``(matches, totals, ref_length)`` of one segment: per order ``1..max_order`` the hypothesis n-grams
-    matched (clipped by the largest count in one reference) and the hypothesis n-grams, and the closest
-    reference length."""
-    clip = _max_reference_counts(references, max_order)
-    matches = [0] * max_order
-    for gram, count in _all_ngrams(hypothesis, max_order).items():
-        matches[len(gram) - 1] += min(count, clip[gram])
-    totals = [max(len(hypothesis) - n + 1, 0) for n in range(1, max_order + 1)]
-    return matches, totals, closest_ref_length([len(r) for r in references], len(hypothesis))
-
-
-def bleu_from_counts(matches: Sequence[int], totals: Sequence[int], ref_length: int, order: int) -> float:
-    """mteval's smoothed cumulative BLEU-``order`` from corpus sums (see the module doc)."""
-    if len(matches) < order or len(totals) < order:
-        raise ValueError(f"BLEU-{order} needs n-gram counts up to order {order}")
+def bleu_from_counts(
+    matches: Sequence[int], totals: Sequence[int], hyp_length: int, ref_length: int, order: int
+) -> float:
+    """mteval's smoothed cumulative BLEU-``order`` from corpus sums of ``bleu_stats`` (see the module doc)."""
     log_sum, smooth = 0.0, 1
     for n in range(order):
         if totals[n] == 0:
@@ -92,51 +69,34 @@ def bleu_from_counts(matches: Sequence[int], totals: Sequence[int], ref_length: 
             log_sum += math.log(1 / (smooth * totals[n]))
         else:
             log_sum += math.log(matches[n] / totals[n])
-    return math.exp(log_sum / order) * brevity_penalty(ref_length, totals[0])
-
-
-def information_weights(references: Sequence[Sequence[Words]], max_order: int) -> dict[tuple, float]:
-    """``info(n-gram)`` in bits over every reference segment (mteval's ``compute_ngram_info``)."""
-    counts: Counter = Counter()
-    words = 0
-    for refs in references:
-        for ref in refs:
-            words += len(ref)
-            counts.update(_all_ngrams(ref, max_order))
-    info = {}
-    for gram, count in counts.items():
-        # Perl reads the (n-1)-gram string "0" as false: a bigram after the word "0" is weighed like a
-        # unigram there, against all reference words
-        context = counts[gram[:-1]] if len(gram) > 1 and gram[:-1] != ("0",) else words
-        info[gram] = -math.log(count / context) / math.log(2)
-    return info
+    return math.exp(log_sum / order) * brevity_penalty(ref_length, hyp_length)
 
 
 def mteval_nist(
     hypotheses: Sequence[Words], references: Sequence[Sequence[Words]], max_order: int
 ) -> list[float]:
     """Cumulative NIST-1..``max_order`` of a corpus whose examples all have the same number of references
-    (mteval's reference sets; see ``cblight.metrics.dialog_text.cycle_references``)."""
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference lists")
-    num_refs = {len(refs) for refs in references}
-    if len(num_refs) != 1:
-        raise ValueError(f"NIST needs the same number of references per example, got {sorted(num_refs)}")
-    info = information_weights(references, max_order)
-    matched_info = [0.0] * max_order
-    hyp_ngrams = [0] * max_order
-    ref_words = 0
-    for hyp, refs in zip(hypotheses, references):
-        clip = _max_reference_counts(refs, max_order)
-        for gram, count in _all_ngrams(hyp, max_order).items():
-            if gram in clip:
-                matched_info[len(gram) - 1] += info[gram] * min(count, clip[gram])
-        for n in range(1, max_order + 1):
-            hyp_ngrams[n - 1] += max(len(hyp) - n + 1, 0)
-        ref_words += sum(len(r) for r in refs)
+    (mteval's reference sets; see ``cblight.metrics.dialog.cycle_references``)."""
+    counts, ref_words = reference_ngrams(references, max_order)
     if ref_words == 0:
         raise ValueError("NIST of references without a single word: mteval divides by their length")
-    penalty = nist_length_penalty(hyp_ngrams[0] / (ref_words / num_refs.pop()))
+
+    def info(gram: tuple) -> float:
+        """The information of an n-gram in bits (mteval's ``compute_ngram_info``). Perl reads the (n-1)-gram
+        string "0" as false: a bigram after the word "0" is weighed like a unigram, against all words."""
+        context = counts[gram[:-1]] if len(gram) > 1 and gram[:-1] != ("0",) else ref_words
+        return -math.log(counts[gram] / context) / math.log(2)
+
+    matched_info = [0.0] * max_order
+    hyp_ngrams = [0] * max_order
+    for hyp, refs in zip(hypotheses, references):
+        clip = max_reference_counts(refs, max_order)
+        for gram, count in ngrams_upto(hyp, max_order).items():
+            if gram in clip:
+                matched_info[len(gram) - 1] += info(gram) * min(count, clip[gram])
+        for n in range(1, max_order + 1):
+            hyp_ngrams[n - 1] += max(len(hyp) - n + 1, 0)
+    penalty = nist_length_penalty(hyp_ngrams[0] / (ref_words / len(references[0])))
     scores, total = [], 0.0
     for n in range(max_order):
         total += matched_info[n] / max(hyp_ngrams[n], 1)

@@ -1,8 +1,9 @@
 """n-gram statistics shared by BLEU, self-BLEU, NIST, Distinct-n and Entropy-n (paper Tables 2 and 3).
 
-``bleu_sentence_stats`` / ``bleu_from_stats`` / ``corpus_nist`` follow nltk's ``corpus_bleu`` /
-``corpus_nist`` number for number (clipping against the per-n-gram maximum over references, closest
-reference length with ties to the shorter, nltk's ``max(1, ·)`` sentence denominators, NIST's
+``bleu_stats`` is BLEU's per-segment statistics as both nltk's ``corpus_bleu`` and NIST's ``mteval-v14c.pl``
+define them (n-gram matches clipped by the largest count in any one reference, the reference length
+closest to the hypothesis with ties to the shorter); ``bleu_from_stats`` and ``corpus_nist`` follow nltk's
+``corpus_bleu`` / ``corpus_nist`` number for number (nltk's ``max(1, ·)`` sentence denominators, NIST's
 per-reference best match); the tests compare against nltk. ``cblight.metrics.mteval`` builds the official
 DSTC7 (``mteval-v14c.pl``) variants on the same pieces.
 """
@@ -16,20 +17,48 @@ from collections.abc import Hashable, Sequence
 Tokens = Sequence[Hashable]
 
 
-def check_order(n: int, name: str = "n") -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name} must be a positive integer, got {n!r}")
-    return n
-
-
 def ngram_counts(tokens: Tokens, n: int) -> Counter:
     """Counts of the n-grams (tuples) of one sequence; empty when it is shorter than ``n``."""
     return Counter(zip(*(tokens[i:] for i in range(n))))
 
 
-def closest_ref_length(ref_lengths: Sequence[int], hyp_length: int) -> int:
-    """BLEU's effective reference length: the closest to the hypothesis, ties to the shorter."""
-    return min(ref_lengths, key=lambda r: (abs(r - hyp_length), r))
+def ngrams_upto(tokens: Tokens, max_order: int) -> Counter:
+    """Counts of every n-gram of orders ``1..max_order`` (tuples), as mteval's ``Words2Ngrams``."""
+    return Counter(
+        tuple(tokens[i : i + n]) for n in range(1, max_order + 1) for i in range(len(tokens) - n + 1)
+    )
+
+
+def max_reference_counts(references: Sequence[Tokens], max_order: int) -> Counter:
+    """Per n-gram its largest count in any one reference (a Counter union keeps the larger count)."""
+    best: Counter = Counter()
+    for ref in references:
+        best |= ngrams_upto(ref, max_order)
+    return best
+
+
+def reference_ngrams(references: Sequence[Sequence[Tokens]], max_order: int) -> tuple[Counter, int]:
+    """Counts of every n-gram of orders ``1..max_order`` over all references of a corpus, and their words
+    (the counts NIST's information weights come from)."""
+    counts: Counter = Counter()
+    for ref in (ref for refs in references for ref in refs):
+        counts.update(ngrams_upto(ref, max_order))
+    return counts, sum(len(ref) for refs in references for ref in refs)
+
+
+def bleu_stats(
+    hypothesis: Tokens, references: Sequence[Tokens], max_order: int, min_total: int = 0
+) -> tuple[list[int], list[int], int]:
+    """``(matches, totals, ref_length)`` of one segment: per order ``1..max_order`` the hypothesis n-grams
+    matched (clipped by the largest count in one reference) and the hypothesis n-grams (at least
+    ``min_total``: nltk counts ``max(1, ·)``), and the closest reference length (ties to the shorter)."""
+    clip = max_reference_counts(references, max_order)
+    matches = [0] * max_order
+    for gram, count in ngrams_upto(hypothesis, max_order).items():
+        matches[len(gram) - 1] += min(count, clip[gram])
+    totals = [max(len(hypothesis) - n + 1, min_total) for n in range(1, max_order + 1)]
+    hyp_length = len(hypothesis)
+    return matches, totals, min((len(r) for r in references), key=lambda r: (abs(r - hyp_length), r))
 
 
 def brevity_penalty(ref_length: int, hyp_length: int) -> float:
@@ -40,29 +69,6 @@ def brevity_penalty(ref_length: int, hyp_length: int) -> float:
     return math.exp(1.0 - ref_length / hyp_length)
 
 
-def clipped_matches(hyp_counts: Counter, max_ref_counts: dict) -> int:
-    return sum(min(c, max_ref_counts.get(g, 0)) for g, c in hyp_counts.items())
-
-
-def bleu_sentence_stats(
-    hypothesis: Tokens, references: Sequence[Tokens], max_order: int
-) -> tuple[list[int], list[int], int, int]:
-    """``(matches, totals, hyp_len, ref_len)`` of one hypothesis: per order ``n = 1..max_order`` the
-    clipped n-gram matches and ``max(1, #hypothesis n-grams)``, and the lengths for the brevity penalty."""
-    matches, totals = [], []
-    for n in range(1, max_order + 1):
-        counts = ngram_counts(hypothesis, n)
-        max_ref: dict = {}
-        for ref in references:
-            ref_counts = ngram_counts(ref, n)
-            for g in counts:
-                max_ref[g] = max(max_ref.get(g, 0), ref_counts[g])
-        matches.append(clipped_matches(counts, max_ref))
-        totals.append(max(1, sum(counts.values())))
-    hyp_len = len(hypothesis)
-    return matches, totals, hyp_len, closest_ref_length([len(r) for r in references], hyp_len)
-
-
 def bleu_from_stats(
     matches: Sequence[int],
     totals: Sequence[int],
@@ -71,22 +77,16 @@ def bleu_from_stats(
     order: int,
     smoothing_epsilon: float | None = None,
 ) -> float:
-    """BLEU-``order`` (uniform weights) from summed statistics.
+    """nltk's BLEU-``order`` (uniform weights) from summed statistics, whose ``totals`` are sums of
+    nltk's per-sentence ``max(1, #hypothesis n-grams)``.
 
     Without smoothing a zero n-gram precision makes BLEU 0 (nltk returns ~1e-77 there and says it
     "evaluates to 0"); ``smoothing_epsilon`` is nltk's ``SmoothingFunction().method1`` (0.1 by default
     there): a zero numerator becomes ``epsilon / total``. No unigram match is 0 either way, as in nltk.
     """
-    if matches[0] == 0:
+    if matches[0] == 0 or (smoothing_epsilon is None and 0 in matches[:order]):
         return 0.0
-    logs = []
-    for i in range(order):
-        if matches[i] == 0:
-            if smoothing_epsilon is None:
-                return 0.0
-            logs.append(math.log(smoothing_epsilon / totals[i]))
-        else:
-            logs.append(math.log(matches[i] / totals[i]))
+    logs = [math.log((m or smoothing_epsilon) / t) for m, t in zip(matches[:order], totals[:order])]
     return brevity_penalty(ref_len, hyp_len) * math.exp(math.fsum(lg / order for lg in logs))
 
 
@@ -104,13 +104,7 @@ def corpus_nist(hypotheses: Sequence[Tokens], references: Sequence[Sequence[Toke
     """Corpus NIST-``order`` as nltk's ``corpus_nist``: information weights from the reference corpus,
     and per hypothesis and order the reference with the best (precision, numerator, denominator,
     length). An order with no hypothesis n-grams at all adds 0 (nltk divides by zero there)."""
-    freq: Counter = Counter()
-    ref_words = 0
-    for refs in references:
-        for ref in refs:
-            for n in range(1, order + 1):
-                freq.update(ngram_counts(ref, n))
-            ref_words += len(ref)
+    freq, ref_words = reference_ngrams(references, order)
 
     def info(g: tuple) -> float:
         return math.log2((freq[g[:-1]] if len(g) > 1 else ref_words) / freq[g])
@@ -121,13 +115,9 @@ def corpus_nist(hypotheses: Sequence[Tokens], references: Sequence[Sequence[Toke
         for hyp, refs in zip(hypotheses, references):
             hyp_counts = ngram_counts(hyp, n)
             den = sum(hyp_counts.values())
-            best = None
-            for ref in refs:
-                overlap = hyp_counts & ngram_counts(ref, n)
-                num = sum(info(g) * c for g, c in overlap.items())
-                cand = (num / den if den else 0, num, den, len(ref))
-                best = cand if best is None else max(best, cand)
-            assert best is not None
+            overlaps = [(hyp_counts & ngram_counts(ref, n), len(ref)) for ref in refs]
+            nums = [(sum(info(g) * c for g, c in overlap.items()), length) for overlap, length in overlaps]
+            best = max((num / den if den else 0, num, den, length) for num, length in nums)
             numerator += best[1]
             denominator += den
             ref_total += best[3]

@@ -1,4 +1,5 @@
-"""Variable-length sequences as torchmetrics states that sync exactly across processes.
+"""The base of the paper's metrics: sum states, variable-length sequences as torchmetrics states that sync
+exactly across processes, and the one-call scoring of a metric that every functional form uses.
 
 Corpus-level metrics whose value is not a sum of per-example numbers (NIST's information weights, distinct
 n-grams, entropy, Zipf's rank-frequency fit, self-BLEU) keep the sequences themselves: a flat ``long``
@@ -8,6 +9,7 @@ corpus (ranks concatenated in rank order). Texts are stored as their UTF-8 bytes
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,22 +19,37 @@ from torchmetrics.utilities import dim_zero_cat
 from torchmetrics.utilities.distributed import gather_all_tensors
 
 
+def score_once(metric: Metric, *inputs: Any) -> Any:
+    """``metric``'s value over one corpus in memory, as ``float``s: the functional form of a metric."""
+    metric.update(*inputs)
+    value = metric.compute()
+    return {k: float(v) for k, v in value.items()} if isinstance(value, dict) else float(value)
+
+
 def gather_long_states(result: torch.Tensor, group: Any | None = None) -> list[torch.Tensor]:
     """``gather_all_tensors`` that keeps the empty placeholder of a rank without data in ``long``.
 
     torchmetrics stands in an empty float tensor for an empty list state; gathered beside the ``long``
     tensors of the other ranks it would mismatch dtypes. Every list state of these metrics is ``long``.
     """
-    if result.numel() == 0 and result.is_floating_point():
-        result = result.long()
-    return gather_all_tensors(result, group)
+    return gather_all_tensors(result.long() if result.numel() == 0 else result, group)
 
 
-class RaggedMetric(Metric):
-    """A ``Metric`` with helpers for ragged ``cat`` states (see the module docstring)."""
+class PaperMetric(Metric):
+    """A metric of the paper's tables: not differentiable, each update independent of the state so far."""
 
     is_differentiable = False
     full_state_update = False
+
+    def add_sums(self, *names: str, size: int | None = None, dtype: torch.dtype = torch.long) -> None:
+        """Zero states (scalars, or vectors of ``size``) summed across processes."""
+        for name in names:
+            default = torch.zeros(() if size is None else size, dtype=dtype)
+            self.add_state(name, default=default, dist_reduce_fx="sum")
+
+
+class RaggedMetric(PaperMetric):
+    """A ``Metric`` with helpers for ragged ``cat`` states (see the module docstring)."""
 
     def __init__(self, **kwargs: Any):
         kwargs.setdefault("dist_sync_fn", gather_long_states)
@@ -43,20 +60,12 @@ class RaggedMetric(Metric):
         self.add_state(f"{name}_lengths", default=[], dist_reduce_fx="cat")
 
     def append_ragged(self, name: str, seqs: Sequence[Sequence[int]]) -> None:
-        lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long, device=self.device)
-        values = torch.tensor([x for s in seqs for x in s], dtype=torch.long, device=self.device)
-        getattr(self, f"{name}_values").append(values)
-        getattr(self, f"{name}_lengths").append(lengths)
-
-    def _longs(self, name: str) -> torch.Tensor:
-        # a process without data holds an empty list (nothing to cat), or after a sync its float placeholder
-        state = getattr(self, name)
-        return dim_zero_cat(state).long() if len(state) else torch.empty(0, dtype=torch.long)
+        self.append_longs(f"{name}_values", [x for s in seqs for x in s])
+        self.append_longs(f"{name}_lengths", [len(s) for s in seqs])
 
     def read_ragged(self, name: str) -> list[list[int]]:
-        values = self._longs(f"{name}_values")
-        lengths = self._longs(f"{name}_lengths")
-        return [chunk.tolist() for chunk in values.cpu().split(lengths.cpu().tolist())]
+        values = iter(self.read_longs(f"{name}_values"))
+        return [list(itertools.islice(values, n)) for n in self.read_longs(f"{name}_lengths")]
 
     def append_texts(self, name: str, texts: Sequence[str]) -> None:
         self.append_ragged(name, [list(t.encode("utf-8")) for t in texts])
@@ -68,4 +77,6 @@ class RaggedMetric(Metric):
         getattr(self, name).append(torch.tensor(list(values), dtype=torch.long, device=self.device))
 
     def read_longs(self, name: str) -> list[int]:
-        return self._longs(name).tolist()
+        # a process without data holds an empty list (nothing to cat), or after a sync its float placeholder
+        state = getattr(self, name)
+        return dim_zero_cat(state).long().tolist() if len(state) else []

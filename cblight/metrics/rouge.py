@@ -12,21 +12,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torchmetrics import Metric
+
+from cblight.metrics.ragged import PaperMetric, score_once
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 
-class ROUGE(Metric):
+class ROUGE(PaperMetric):
     """Mean ROUGE F-measure per type; ``compute()`` gives ``{"rouge1": ..., "rouge2": ..., "rougeL": ...}``.
 
     ``update(predictions, references)``: one reference string per prediction, or a list of them (then
     ``rouge-score``'s ``score_multi`` takes the best reference per type).
     """
 
-    is_differentiable = False
     higher_is_better = True
-    full_state_update = False
 
     def __init__(self, rouge_types: Sequence[str] = ROUGE_TYPES, use_stemmer: bool = True, **kwargs: Any):
         super().__init__(**kwargs)
@@ -41,10 +40,8 @@ class ROUGE(Metric):
             if t != "rougeL" and not (t.startswith("rouge") and t[5:].isdigit() and int(t[5:]) >= 1):
                 raise ValueError(f"unknown ROUGE type {t!r}; use rouge<n> (n >= 1) or rougeL")
         self.scorer = rouge_scorer.RougeScorer(self.rouge_types, use_stemmer=use_stemmer)
-        self.add_state(
-            "fmeasure", default=torch.zeros(len(self.rouge_types), dtype=torch.float64), dist_reduce_fx="sum"
-        )
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sums("fmeasure", size=len(self.rouge_types), dtype=torch.float64)
+        self.add_sums("count")
 
     def update(self, predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> None:
         if isinstance(predictions, str) or isinstance(references, str):
@@ -79,6 +76,4 @@ def rouge(
     use_stemmer: bool = True,
 ) -> dict[str, float]:
     """``ROUGE`` F-measures of predictions against their references (the summarisation appendix's ROUGE-1/2/L)."""
-    metric = ROUGE(rouge_types, use_stemmer)
-    metric.update(predictions, references)
-    return {k: float(v) for k, v in metric.compute().items()}
+    return score_once(ROUGE(rouge_types, use_stemmer), predictions, references)

@@ -2,7 +2,7 @@
 
 Both metrics keep one row per example in ``cat`` states, so after the cross-process sync every rank holds
 every example; rows are then deduplicated by example id, because a distributed sampler pads each rank's
-share with repeated examples (docs/design.md, "Metrics"). ``compute`` returns the accuracy curve over the whole grid,
+share with repeated examples. ``compute`` returns the accuracy curve over the whole grid,
 derived from the cached per-example numbers without any model call.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torchmetrics import Metric
@@ -18,32 +19,45 @@ from torchmetrics.utilities import dim_zero_cat
 from cblight.boosting import choice_accuracy_curve
 
 
-def first_occurrence(ids: torch.Tensor) -> torch.Tensor:
-    """Indices of the first row of each distinct id, ordered by id."""
-    if ids.numel() == 0:
-        return ids.new_zeros(0)
-    order = torch.argsort(ids, stable=True)
-    sorted_ids = ids[order]
-    keep = torch.ones_like(sorted_ids, dtype=torch.bool)
-    keep[1:] = sorted_ids[1:] != sorted_ids[:-1]
-    return order[keep]
+def _padded(rows: Sequence[Sequence[float]], width: int, fill: float) -> torch.Tensor:
+    """``rows`` as a float64 ``[len(rows), width]`` table, each row padded with ``fill``."""
+    out = torch.full((len(rows), width), fill, dtype=torch.float64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+    return out
 
 
 class _ExampleTable(Metric):
-    """A metric whose state is a table of per-example rows keyed by an integer id."""
+    """A metric whose state is a table of per-example rows keyed by an integer id: ``columns`` (one
+    ``cat`` state each, beside ``ids``) and the shape of the grid its ``compute`` sweeps."""
 
     full_state_update = False
     higher_is_better = True
-    columns: tuple[str, ...] = ()
+
+    def __init__(self, columns: Sequence[str], grid_shape: tuple[int, ...], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.columns, self.grid_shape = tuple(columns), grid_shape
+        for name in ("ids", *self.columns):
+            self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def append(self, ids: Sequence[int], columns: dict[str, Any]) -> None:
+        self.ids.append(torch.tensor(list(ids), dtype=torch.long, device=self.device))
+        for name in self.columns:
+            value = torch.as_tensor(columns[name])
+            if value.dtype == torch.bool:
+                value = value.to(torch.uint8)  # bool tensors do not all-gather on every backend
+            getattr(self, name).append(value.to(self.device))
 
     def table(self) -> dict[str, torch.Tensor]:
-        """The synced rows, one per distinct id, ordered by id."""
+        """The synced rows, one per distinct id (its first row), ordered by id."""
         cols = {name: dim_zero_cat(getattr(self, name)) for name in ("ids", *self.columns)}
-        keep = first_occurrence(cols["ids"])
-        return {name: value[keep] for name, value in cols.items()}
-
-    def grid_shape(self) -> tuple[int, ...]:
-        return ()
+        if cols["ids"].numel() == 0:
+            raise ValueError(f"{type(self).__name__} has no examples")
+        _, inverse = torch.unique(cols["ids"], return_inverse=True)
+        rows = torch.arange(inverse.numel(), device=inverse.device)
+        first = torch.full((int(inverse.max()) + 1,), inverse.numel(), device=inverse.device)
+        first = first.scatter_reduce(0, inverse, rows, "amin")
+        return {name: value[first] for name, value in cols.items()}
 
     def shaped(self) -> dict[str, torch.Tensor]:
         """``compute()`` with its shapes: torchmetrics squeezes every one-element tensor of a ``compute``
@@ -54,7 +68,7 @@ class _ExampleTable(Metric):
             out[name] = out[name].reshape(n, *dim_zero_cat(getattr(self, name)).shape[1:])
         for name in ("acc", "ppl"):
             if name in out:
-                out[name] = out[name].reshape(self.grid_shape())
+                out[name] = out[name].reshape(self.grid_shape)
         return out
 
 
@@ -74,27 +88,14 @@ class ChoiceSweep(_ExampleTable):
         max_choices: int,
         length_normalize: bool = False,
         methods: Sequence[str] = (),
-        **kwargs,
+        **kwargs: Any,
     ):
-        super().__init__(**kwargs)
+        columns = ("labels", "ll_full", "ll_short", "char_lengths", *(f"method_{m}" for m in methods))
+        super().__init__(columns, (len(alphas),), **kwargs)
         self.methods = list(methods)
-        self.columns = (
-            "labels",
-            "ll_full",
-            "ll_short",
-            "char_lengths",
-            *(f"method_{m}" for m in self.methods),
-        )
-        if not alphas:
-            raise ValueError("the alpha grid is empty")
-        if max_choices < 1:
-            raise ValueError("max_choices must be at least 1")
         self.alphas = [float(a) for a in alphas]
         self.max_choices = max_choices
         self.length_normalize = length_normalize
-        self.add_state("ids", default=[], dist_reduce_fx="cat")
-        for name in self.columns:
-            self.add_state(name, default=[], dist_reduce_fx="cat")
 
     def update(
         self,
@@ -105,44 +106,31 @@ class ChoiceSweep(_ExampleTable):
         char_lengths: Sequence[Sequence[int]],
         method_scores: Sequence[dict[str, Sequence[float]]] | None = None,
     ) -> None:
-        n, c = len(ids), self.max_choices
-        full = torch.full((n, c), -math.inf, dtype=torch.float64)
-        short = torch.zeros((n, c), dtype=torch.float64)
-        lengths = torch.ones((n, c), dtype=torch.float64)
-        methods = {m: torch.full((n, c), -math.inf, dtype=torch.float64) for m in self.methods}
-        if self.methods and (method_scores is None or len(method_scores) != n):
+        if self.methods and (method_scores is None or len(method_scores) != len(ids)):
             raise ValueError(f"ChoiceSweep with methods {self.methods} needs method_scores for every example")
-        for i in range(n):
-            m = len(ll_full[i])
-            if m > c:
-                raise ValueError(f"example {ids[i]} has {m} choices, more than max_choices={c}")
-            full[i, :m] = torch.tensor(ll_full[i], dtype=torch.float64)
-            short[i, :m] = torch.tensor(ll_short[i], dtype=torch.float64)
-            lengths[i, :m] = torch.tensor(char_lengths[i], dtype=torch.float64)
-            for name, table in methods.items():
-                assert method_scores is not None
-                table[i, :m] = torch.tensor(method_scores[i][name], dtype=torch.float64)
-        self.ids.append(torch.tensor(list(ids), dtype=torch.long, device=self.device))
-        self.labels.append(torch.tensor(list(labels), dtype=torch.long, device=self.device))
-        self.ll_full.append(full.to(self.device))
-        self.ll_short.append(short.to(self.device))
-        self.char_lengths.append(lengths.to(self.device))
-        for name, table in methods.items():
-            getattr(self, f"method_{name}").append(table.to(self.device))
-
-    def grid_shape(self) -> tuple[int, ...]:
-        return (len(self.alphas),)
-
-    def curve(self, rows: dict[str, torch.Tensor], alphas: Sequence[float] | None = None) -> torch.Tensor:
-        grid = torch.tensor(self.alphas if alphas is None else list(alphas), dtype=torch.float64)
-        lengths = rows["char_lengths"] if self.length_normalize else None
-        return choice_accuracy_curve(rows["ll_full"], rows["ll_short"], rows["labels"], grid, lengths)
+        for i, row in zip(ids, ll_full):
+            if len(row) > self.max_choices:
+                raise ValueError(
+                    f"example {i} has {len(row)} choices, more than max_choices={self.max_choices}"
+                )
+        c = self.max_choices
+        columns = {
+            "labels": torch.tensor(list(labels), dtype=torch.long),
+            "ll_full": _padded(ll_full, c, -math.inf),
+            "ll_short": _padded(ll_short, c, 0.0),
+            "char_lengths": _padded(char_lengths, c, 1.0),
+        }
+        for m in self.methods:
+            assert method_scores is not None
+            columns[f"method_{m}"] = _padded([scores[m] for scores in method_scores], c, -math.inf)
+        self.append(ids, columns)
 
     def compute(self) -> dict[str, torch.Tensor]:
         rows = self.table()
-        if rows["ids"].numel() == 0:
-            raise ValueError("ChoiceSweep has no examples")
-        return {"acc": self.curve(rows), **rows}
+        grid = torch.tensor(self.alphas, dtype=torch.float64)
+        lengths = rows["char_lengths"] if self.length_normalize else None
+        acc = choice_accuracy_curve(rows["ll_full"], rows["ll_short"], rows["labels"], grid, lengths)
+        return {"acc": acc, **rows}
 
 
 class NextTokenSweep(_ExampleTable):
@@ -183,41 +171,23 @@ class NextTokenSweep(_ExampleTable):
         alphas: Sequence[float],
         methods: Sequence[str] = (),
         adaptive: bool = False,
-        **kwargs,
+        **kwargs: Any,
     ):
-        super().__init__(**kwargs)
-        self.methods = list(methods)
-        self.columns = (
+        columns = (
             *self.base_columns,
-            *(("calibrated_pred", "calibrated_correct") if "calibrate" in self.methods else ()),
+            *(("calibrated_pred", "calibrated_correct") if "calibrate" in methods else ()),
             *(self.adaptive_columns if adaptive else ()),
         )
-        if not ks or not alphas:
-            raise ValueError("the (k, alpha) grid is empty")
-        self.ks = [int(k) for k in ks]
-        self.alphas = [float(a) for a in alphas]
-        self.add_state("ids", default=[], dist_reduce_fx="cat")
-        for name in self.columns:
-            self.add_state(name, default=[], dist_reduce_fx="cat")
-
-    def grid_shape(self) -> tuple[int, ...]:
-        return (len(self.ks), len(self.alphas))
+        super().__init__(columns, (len(ks), len(alphas)), **kwargs)
 
     def update(self, ids: Sequence[int], **columns: torch.Tensor) -> None:
         missing = set(self.columns) - set(columns)
         if missing:
             raise ValueError(f"NextTokenSweep.update needs {sorted(missing)}")
-        self.ids.append(torch.tensor(list(ids), dtype=torch.long, device=self.device))
-        for name in self.columns:
-            value = torch.as_tensor(columns[name])
-            if value.dtype == torch.bool:
-                value = value.to(torch.uint8)  # bool tensors do not all-gather on every backend
-            getattr(self, name).append(value.to(self.device))
+        self.append(ids, columns)
 
     def compute(self) -> dict[str, torch.Tensor]:
         rows = self.table()
-        if rows["ids"].numel() == 0:
-            raise ValueError("NextTokenSweep has no examples")
         acc = rows["boosted_correct"].double().mean(dim=0)
         ppl = torch.exp(-rows["boosted_log_prob"].double().mean(dim=0))
         return {"acc": acc, "ppl": ppl, **rows}

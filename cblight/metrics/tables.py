@@ -24,9 +24,8 @@ import torch
 from torch import nn
 
 from cblight.metrics.coherence import SHORT_CONTEXT, ContextSensitivity, generated_token_log_probs
-from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, NGramDiversity, ResponseLength
+from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, NGramDiversity, Normalize, ResponseLength
 from cblight.metrics.dialog_meteor import Meteor, MeteorRoute, NltkMeteor, resolve_meteor_route
-from cblight.metrics.dialog_text import Normalize
 from cblight.metrics.rouge import ROUGE
 from cblight.metrics.text_stats import (
     LongRangeRepetition,
@@ -38,8 +37,6 @@ from cblight.metrics.text_stats import (
 )
 from cblight.results import format_table
 
-TEXT_COLUMNS = ("ppl", "self_bleu4", "zipf", "rep", "lr_50", "lr_100", "delta", "ltf")
-DIALOG_COLUMNS = ("nist2", "nist4", "bleu2", "bleu4", "meteor", "ent4", "dist1", "dist2", "avg_len")
 # the paper's Table 3 headers; "meteor_nltk" replaces "meteor" where nltk's METEOR was computed
 DIALOG_TITLES = {
     "nist2": "N-2",
@@ -53,10 +50,27 @@ DIALOG_TITLES = {
     "dist2": "Dist-2",
     "avg_len": "avg len",
 }
-SUMMARY_COLUMNS = ("rouge1", "rouge2", "rougeL")
 
 
-class TextSuite(nn.Module):
+class _Suite(nn.Module):
+    """Metrics computed together, reported as ``columns`` in the paper's units (``percent``: the columns
+    the paper prints in percent, of which the metric classes give fractions)."""
+
+    columns: tuple[str, ...] = ()
+    percent: frozenset[str] = frozenset()
+
+    def report(self, values: Mapping[str, Any]) -> dict[str, float | None]:
+        """``values`` in the paper's units: percent for ``percent``, else raw; ``None`` (printed
+        "-") for a statistic undefined on this data, e.g. self-BLEU of one generation."""
+        out = {c: float(values[c]) * (100 if c in self.percent else 1) for c in self.columns}
+        return {c: None if math.isnan(v) else v for c, v in out.items()}
+
+    def reset(self) -> None:
+        for metric in self.children():
+            metric.reset()
+
+
+class TextSuite(_Suite):
     """Table 2's columns, accumulated batch by batch.
 
     ``update(generations, full_log_probs, short_log_probs, ids)``: the generated token ids, their
@@ -64,7 +78,8 @@ class TextSuite(nn.Module):
     (they fix the self-BLEU sample's order under DDP).
     """
 
-    columns = TEXT_COLUMNS
+    columns = ("ppl", "self_bleu4", "zipf", "rep", "lr_50", "lr_100", "delta", "ltf")
+    percent = frozenset({"rep", "lr_50", "lr_100", "delta", "ltf"})
 
     def __init__(self, eos_token_id: int | None = None, self_bleu_samples: int | None = 1000, seed: int = 0):
         super().__init__()
@@ -88,31 +103,12 @@ class TextSuite(nn.Module):
         self.self_bleu.update(docs, ids)
         self.sensitivity.update(list(full_log_probs), list(short_log_probs))
 
-    def compute(self) -> dict[str, float]:
-        lr = self.lr.compute()
-        base = self.sensitivity.compute()
-        return {
-            "ppl": float(base["ppl"]),
-            "self_bleu4": _defined(float(self.self_bleu.compute())),
-            "zipf": float(self.zipf.compute()),
-            "rep": 100 * float(self.rep.compute()),
-            "lr_50": 100 * float(lr["lr_50"]),
-            "lr_100": 100 * float(lr["lr_100"]),
-            "delta": 100 * float(base["delta"]),
-            "ltf": 100 * float(base["ltf"]),
-        }
-
-    def reset(self) -> None:
-        for metric in self.children():
-            metric.reset()
+    def compute(self) -> dict[str, float | None]:
+        values = {**self.lr.compute(), **self.sensitivity.compute(), "self_bleu4": self.self_bleu.compute()}
+        return self.report({**values, "zipf": self.zipf.compute(), "rep": self.rep.compute()})
 
 
-def _defined(value: float) -> float | None:
-    """``None`` (printed "-") for a statistic undefined on this data, e.g. self-BLEU of one generation."""
-    return None if math.isnan(value) else value
-
-
-class DialogSuite(nn.Module):
+class DialogSuite(_Suite):
     """Table 3's columns, accumulated batch by batch: ``update(hypotheses, references)``.
 
     ``meteor``: ``"official"`` (the METEOR 1.5 jar; a ``ConfigError`` naming what to install where it
@@ -122,7 +118,7 @@ class DialogSuite(nn.Module):
     NIST).
     """
 
-    titles = DIALOG_TITLES
+    percent = frozenset({"bleu2", "bleu4", "meteor", "meteor_nltk", "dist1", "dist2"})
 
     def __init__(
         self,
@@ -132,16 +128,12 @@ class DialogSuite(nn.Module):
         n_refs: int | None = None,
     ):
         super().__init__()
-        self.meteor_route = resolve_meteor_route(meteor)
-        self.meteor_column = "meteor" if self.meteor_route == "official" else "meteor_nltk"
-        self.columns = tuple(self.meteor_column if c == "meteor" else c for c in DIALOG_COLUMNS)
+        official = resolve_meteor_route(meteor) == "official"
+        skipped = "meteor_nltk" if official else "meteor"
+        self.columns = tuple(c for c in DIALOG_TITLES if c != skipped)
         self.nist = CorpusNIST((2, 4), normalize, n_refs)
         self.bleu = CorpusBLEU((2, 4), normalize, n_refs)
-        self.meteor = (
-            Meteor(normalize, n_refs)
-            if self.meteor_route == "official"
-            else NltkMeteor(normalize, use_synonyms)
-        )
+        self.meteor = Meteor(normalize, n_refs) if official else NltkMeteor(normalize, use_synonyms)
         self.diversity = NGramDiversity((1, 2), (4,), normalize)
         self.length = ResponseLength(normalize)
 
@@ -153,39 +145,22 @@ class DialogSuite(nn.Module):
         self.length.update(hypotheses)
 
     def compute(self) -> dict[str, Any]:
-        nist = self.nist.compute()
-        bleu = self.bleu.compute()
-        met = self.meteor.compute()
-        div = self.diversity.compute()
-        out: dict[str, Any] = {
-            "nist2": float(nist["nist2"]),
-            "nist4": float(nist["nist4"]),
-            "bleu2": 100 * float(bleu["bleu2"]),
-            "bleu4": 100 * float(bleu["bleu4"]),
-        }
-        if isinstance(met, dict):
-            out["meteor_nltk"] = 100 * float(met["meteor_nltk"])
-        else:
-            out["meteor"] = 100 * float(met)
-        out.update(
-            ent4=float(div["ent4"]),
-            dist1=100 * float(div["dist1"]),
-            dist2=100 * float(div["dist2"]),
-            avg_len=float(self.length.compute()),
+        values = {**self.nist.compute(), **self.bleu.compute()}
+        meteor = self.meteor.compute()
+        values.update(meteor if isinstance(meteor, dict) else {"meteor": meteor})
+        out: dict[str, Any] = self.report(
+            {**values, **self.diversity.compute(), "avg_len": self.length.compute()}
         )
-        if isinstance(met, dict):
-            out["meteor_synonyms"] = bool(met["meteor_synonyms"])
+        if "meteor_synonyms" in values:
+            out["meteor_synonyms"] = bool(values["meteor_synonyms"])
         return out
 
-    def reset(self) -> None:
-        for metric in self.children():
-            metric.reset()
 
-
-class SummarySuite(nn.Module):
+class SummarySuite(_Suite):
     """The summarisation table's ROUGE-1/2/L F-measures: ``update(predictions, references)``."""
 
-    columns = SUMMARY_COLUMNS
+    columns = ("rouge1", "rouge2", "rougeL")
+    percent = frozenset(columns)
 
     def __init__(self, use_stemmer: bool = True):
         super().__init__()
@@ -194,11 +169,8 @@ class SummarySuite(nn.Module):
     def update(self, predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> None:
         self.rouge.update(predictions, references)
 
-    def compute(self) -> dict[str, float]:
-        return {key: 100 * float(value) for key, value in self.rouge.compute().items()}
-
-    def reset(self) -> None:
-        self.rouge.reset()
+    def compute(self) -> dict[str, float | None]:
+        return self.report(self.rouge.compute())
 
 
 def generation_table(
@@ -248,8 +220,7 @@ def format_dialog_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
     layout: N-2, N-4, B-2, B-4, METEOR, Ent-4, Dist-1, Dist-2, avg len, two decimals."""
     if not rows:
         raise ValueError("format_dialog_table needs at least one row")
-    first = next(iter(rows.values()))
-    columns = [c for c in DIALOG_TITLES if c in first]
+    columns = [c for c in DIALOG_TITLES if c in next(iter(rows.values()))]
     for name, row in rows.items():
         if [c for c in DIALOG_TITLES if c in row] != columns:
             raise ValueError(f"row {name!r} has other columns than the first row: {sorted(row)}")

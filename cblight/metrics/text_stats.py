@@ -1,4 +1,4 @@
-"""Token statistics of generated text (paper §4.1, Table 2; docs/design.md, "Metrics").
+"""Token statistics of generated text (paper §4.1, Table 2).
 
 Inputs are documents as token-id sequences (the generated continuation only, as the authors' jsonl
 ``tokens`` field). All values are fractions in [0, 1] (the tables in ``cblight.metrics.tables`` turn them
@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from cblight.metrics.ngrams import bleu_from_stats, check_order, clipped_matches, ngram_counts
-from cblight.metrics.ragged import RaggedMetric
+from cblight.metrics.ngrams import bleu_from_stats, ngram_counts
+from cblight.metrics.ragged import PaperMetric, RaggedMetric, score_once
+from cblight.option_types import PositiveInt, check_arguments
 
 TokenDocs = Sequence[Sequence[int]] | Sequence[torch.Tensor]
 
@@ -53,48 +55,35 @@ def as_token_lists(documents: Any, name: str = "documents") -> list[list[int]]:
 # LR_n
 
 
-def long_range_counts(tokens: Sequence[int], ns: Sequence[int]) -> tuple[int, list[int]]:
-    """``(S, [R_n for n in ns])`` of one document: distinct tokens, and those whose first and last
-    occurrences are at least ``n`` positions apart."""
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for i, t in enumerate(tokens):
-        first.setdefault(t, i)
-        last[t] = i
-    spans = [last[t] - first[t] for t in first]
-    return len(first), [sum(s >= n for s in spans) for n in ns]
-
-
-def _check_ns(ns: Sequence[int]) -> list[int]:
-    ns = list(ns)
-    if not ns:
-        raise ValueError("ns must name at least one distance n for LR_n")
-    return [check_order(n, "LR_n distance n") for n in ns]
-
-
-def long_range_repetition(documents: TokenDocs, ns: Sequence[int] = (50, 100)) -> dict[str, float]:
+def long_range_repetition(documents: TokenDocs, ns: tuple[PositiveInt, ...] = (50, 100)) -> dict[str, float]:
     """Corpus ``LR_n = Σ R_n / Σ S`` for each ``n`` (fractions), keyed ``lr_<n>``."""
-    metric = LongRangeRepetition(ns)
-    metric.update(documents)
-    return {k: float(v) for k, v in metric.compute().items()}
+    return score_once(LongRangeRepetition(ns), documents)
 
 
-class LongRangeRepetition(RaggedMetric):
-    """LR_n (paper §4.1): ``Σ_i R_n(D_i) / Σ_i S(D_i)``; ``compute()`` gives ``{"lr_50": ..., ...}``."""
+class LongRangeRepetition(PaperMetric):
+    """LR_n (paper §4.1): ``Σ_i R_n(D_i) / Σ_i S(D_i)`` over documents ``D_i``, with ``S`` the distinct
+    tokens of a document and ``R_n`` those whose first and last occurrences are at least ``n`` positions
+    apart; ``compute()`` gives ``{"lr_50": ..., ...}``."""
 
     higher_is_better = None
 
-    def __init__(self, ns: Sequence[int] = (50, 100), **kwargs: Any):
+    def __init__(self, ns: tuple[PositiveInt, ...] = (50, 100), **kwargs: Any):
+        check_arguments(LongRangeRepetition.__init__, locals())
         super().__init__(**kwargs)
-        self.ns = _check_ns(ns)
-        self.add_state("distinct", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("repeated", default=torch.zeros(len(self.ns), dtype=torch.long), dist_reduce_fx="sum")
+        if not ns:
+            raise ValueError("ns must name at least one distance n for LR_n")
+        self.ns = list(ns)
+        self.add_sums("distinct")
+        self.add_sums("repeated", size=len(self.ns))
 
     def update(self, documents: TokenDocs) -> None:
         for doc in as_token_lists(documents):
-            s, rs = long_range_counts(doc, self.ns)
-            self.distinct += s
-            self.repeated += torch.tensor(rs, dtype=torch.long, device=self.device)
+            last = {t: i for i, t in enumerate(doc)}
+            first = {t: i for i, t in reversed(list(enumerate(doc)))}
+            spans = [last[t] - first[t] for t in first]
+            self.distinct += len(first)
+            repeated = [sum(s >= n for s in spans) for n in self.ns]
+            self.repeated += torch.tensor(repeated, dtype=torch.long, device=self.device)
 
     def compute(self) -> dict[str, torch.Tensor]:
         if int(self.distinct) == 0:
@@ -107,22 +96,9 @@ class LongRangeRepetition(RaggedMetric):
 # Zipf coefficient
 
 
-def zipf_from_counts(counts: Sequence[int], top: int = 5000) -> float:
-    """Minus the least-squares slope of log frequency on log rank over the ``top`` most frequent types."""
-    freqs = np.sort(np.asarray(counts, dtype=np.float64))[::-1][:top]
-    if freqs.size < 2:
-        raise ValueError(f"the Zipf fit needs at least 2 distinct tokens, the corpus has {freqs.size}")
-    x = np.log(np.arange(1, freqs.size + 1, dtype=np.float64))
-    y = np.log(freqs)
-    xc = x - x.mean()
-    return float(-(xc * (y - y.mean())).sum() / (xc * xc).sum())
-
-
-def zipf_coefficient(documents: TokenDocs, top: int = 5000) -> float:
+def zipf_coefficient(documents: TokenDocs, top: PositiveInt = 5000) -> float:
     """``ZipfCoefficient`` of one set of token documents (Table 2's Zipf column)."""
-    metric = ZipfCoefficient(top)
-    metric.update(documents)
-    return float(metric.compute())
+    return score_once(ZipfCoefficient(top), documents)
 
 
 class ZipfCoefficient(RaggedMetric):
@@ -131,18 +107,27 @@ class ZipfCoefficient(RaggedMetric):
 
     higher_is_better = None
 
-    def __init__(self, top: int = 5000, **kwargs: Any):
+    def __init__(self, top: PositiveInt = 5000, **kwargs: Any):
+        check_arguments(ZipfCoefficient.__init__, locals())
         super().__init__(**kwargs)
-        self.top = check_order(top, "top")
+        self.top = top
         self.add_state("tokens", default=[], dist_reduce_fx="cat")
 
     def update(self, documents: TokenDocs) -> None:
         self.append_longs("tokens", [t for doc in as_token_lists(documents) for t in doc])
 
     def compute(self) -> torch.Tensor:
-        tokens = torch.tensor(self.read_longs("tokens"), dtype=torch.long)
-        _, counts = torch.unique(tokens, return_counts=True)
-        return torch.tensor(zipf_from_counts(counts.tolist(), self.top), dtype=torch.float64)
+        """Minus the least-squares slope of log frequency on log rank over the ``top`` most frequent types."""
+        _, counts = torch.unique(
+            torch.tensor(self.read_longs("tokens"), dtype=torch.long), return_counts=True
+        )
+        freqs = np.sort(np.asarray(counts.tolist(), dtype=np.float64))[::-1][: self.top]
+        if freqs.size < 2:
+            raise ValueError(f"the Zipf fit needs at least 2 distinct tokens, the corpus has {freqs.size}")
+        x = np.log(np.arange(1, freqs.size + 1, dtype=np.float64))
+        y = np.log(freqs)
+        xc = x - x.mean()
+        return torch.tensor(float(-(xc * (y - y.mean())).sum() / (xc * xc).sum()), dtype=torch.float64)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -167,25 +152,22 @@ def ends_in_repetition(tokens: Sequence[int], max_n: int = 90, eos_token_id: int
     return best_r > 1 and (best_n >= 3 or best_r > 50)
 
 
-def repetition_rate(documents: TokenDocs, max_n: int = 90, eos_token_id: int | None = None) -> float:
+def repetition_rate(documents: TokenDocs, max_n: PositiveInt = 90, eos_token_id: int | None = None) -> float:
     """``RepetitionRate`` of one set of token documents (Table 2's rep %)."""
-    metric = RepetitionRate(max_n, eos_token_id)
-    metric.update(documents)
-    return float(metric.compute())
+    return score_once(RepetitionRate(max_n, eos_token_id), documents)
 
 
-class RepetitionRate(RaggedMetric):
+class RepetitionRate(PaperMetric):
     """Share of generations ending in a repeating span (degen ``metrics/repetition.py``; paper Table 2
     "rep %", which is 100x this). Pass the tokenizer's EOS (GPT-2: 50256) as ``eos_token_id``."""
 
     higher_is_better = False
 
-    def __init__(self, max_n: int = 90, eos_token_id: int | None = None, **kwargs: Any):
+    def __init__(self, max_n: PositiveInt = 90, eos_token_id: int | None = None, **kwargs: Any):
+        check_arguments(RepetitionRate.__init__, locals())
         super().__init__(**kwargs)
-        self.max_n = check_order(max_n, "max_n")
-        self.eos_token_id = eos_token_id
-        self.add_state("repeating", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("total", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.max_n, self.eos_token_id = max_n, eos_token_id
+        self.add_sums("repeating", "total")
 
     def update(self, documents: TokenDocs) -> None:
         for doc in as_token_lists(documents):
@@ -202,36 +184,28 @@ class RepetitionRate(RaggedMetric):
 # Self-BLEU
 
 
-def degen_sample(num_docs: int, n_sample: int | None, seed: int, draw: int) -> list[int]:
-    """Indices of the hypotheses to score. degen seeds ``random`` once and draws a fresh
-    ``random.sample`` for each BLEU order 1..5, so its BLEU-``n`` uses the ``n``-th draw; a sample at
-    least as large as the corpus (or ``None``) means every document."""
-    if n_sample is None or n_sample >= num_docs:
-        return list(range(num_docs))
-    rng = random.Random(seed)
-    picked: list[int] = []
-    for _ in range(draw):
-        picked = rng.sample(range(num_docs), n_sample)
-    return picked
-
-
-def self_bleu(documents: TokenDocs, max_order: int = 4, n_sample: int | None = 1000, seed: int = 0) -> float:
+def self_bleu(
+    documents: TokenDocs, max_order: PositiveInt = 4, n_sample: PositiveInt | None = 1000, seed: int = 0
+) -> float:
     """Mean BLEU-``max_order`` of sampled documents, each against all other documents as references
     (nltk ``sentence_bleu``, uniform weights, ``SmoothingFunction().method1``), as degen.
 
-    Exact and fast: the best reference count of each n-gram over "all documents but ``i``" is the top
-    count over the corpus unless document ``i`` holds it, then the runner-up.
+    degen seeds ``random`` once and draws a fresh ``random.sample`` for each BLEU order 1..5, so its
+    BLEU-``n`` scores the ``n``-th draw; a sample at least as large as the corpus (or ``None``) means every
+    document. Exact and fast: the best reference count of each n-gram over "all documents but ``i``" is the
+    top count over the corpus unless document ``i`` holds it, then the runner-up.
     """
+    check_arguments(self_bleu, locals())
     docs = as_token_lists(documents)
-    check_order(max_order, "max_order")
-    if n_sample is not None:
-        check_order(n_sample, "n_sample")
     if len(docs) < 2:
         raise ValueError(f"self-BLEU needs at least 2 generations, got {len(docs)}")
-    picked = degen_sample(len(docs), n_sample, seed, draw=max_order)
+    picked = list(range(len(docs)))
+    if n_sample is not None and n_sample < len(docs):
+        rng = random.Random(seed)
+        for _ in range(max_order):
+            picked = rng.sample(range(len(docs)), n_sample)
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     matches = {i: [0] * max_order for i in picked}
-    totals = {i: [0] * max_order for i in picked}
     for n in range(1, max_order + 1):
         hyp_counts = {i: ngram_counts(docs[i], n) for i in picked}
         wanted = set().union(*hyp_counts.values())
@@ -246,9 +220,8 @@ def self_bleu(documents: TokenDocs, max_order: int = 4, n_sample: int | None = 1
                 elif c > entry[2]:
                     entry[2] = c
         for i in picked:
-            others = {g: (e[2] if e[1] == i else e[0]) for g, e in ((g, best[g]) for g in hyp_counts[i])}
-            matches[i][n - 1] = clipped_matches(hyp_counts[i], others)
-            totals[i][n - 1] = max(1, sum(hyp_counts[i].values()))
+            others = Counter({g: best[g][2] if best[g][1] == i else best[g][0] for g in hyp_counts[i]})
+            matches[i][n - 1] = sum((hyp_counts[i] & others).values())
     scores = []
     scale = int(lengths.max()) + 1
     for i in picked:
@@ -256,7 +229,8 @@ def self_bleu(documents: TokenDocs, max_order: int = 4, n_sample: int | None = 1
         key = np.abs(lengths - lengths[i]) * scale + lengths
         key[i] = np.iinfo(np.int64).max  # a hypothesis is not its own reference
         ref_len = int(lengths[int(key.argmin())])
-        scores.append(bleu_from_stats(matches[i], totals[i], len(docs[i]), ref_len, max_order, 0.1))
+        totals = [max(1, len(docs[i]) - n + 1) for n in range(1, max_order + 1)]  # nltk's max(1, #n-grams)
+        scores.append(bleu_from_stats(matches[i], totals, len(docs[i]), ref_len, max_order, 0.1))
     return math.fsum(scores) / len(scores)
 
 
@@ -268,11 +242,12 @@ class SelfBLEU(RaggedMetric):
 
     higher_is_better = None
 
-    def __init__(self, max_order: int = 4, n_sample: int | None = 1000, seed: int = 0, **kwargs: Any):
+    def __init__(
+        self, max_order: PositiveInt = 4, n_sample: PositiveInt | None = 1000, seed: int = 0, **kwargs: Any
+    ):
+        check_arguments(SelfBLEU.__init__, locals())
         super().__init__(**kwargs)
-        self.max_order = check_order(max_order, "max_order")
-        self.n_sample = None if n_sample is None else check_order(n_sample, "n_sample")
-        self.seed = seed
+        self.max_order, self.n_sample, self.seed = max_order, n_sample, seed
         self.add_ragged_state("docs")
         self.add_state("ids", default=[], dist_reduce_fx="cat")
 
@@ -293,5 +268,4 @@ class SelfBLEU(RaggedMetric):
             docs = [doc for _, doc in sorted(zip(ids, docs), key=lambda pair: pair[0])]
         if len(docs) < 2:  # each generation is scored against the others: undefined for one
             return torch.tensor(float("nan"), dtype=torch.float64)
-        value = self_bleu(docs, self.max_order, self.n_sample, self.seed)
-        return torch.tensor(value, dtype=torch.float64)
+        return torch.tensor(self_bleu(docs, self.max_order, self.n_sample, self.seed), dtype=torch.float64)
