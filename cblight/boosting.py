@@ -27,6 +27,8 @@ from typing import Literal
 
 import torch
 
+from cblight.option_types import check_arguments
+
 #: The paper's two two-expert forms, ``log f_max + alpha log f_k`` (next token) and ``(1-alpha) log f_max + alpha log f_k`` (generation).
 BoostForm = Literal["next_token", "generation"]
 
@@ -60,12 +62,9 @@ def two_expert_weights(
 ) -> tuple[float | torch.Tensor, float | torch.Tensor]:
     """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md,
     "Mathematics"); a tensor of alphas (one per row) gives tensors of weights."""
+    check_arguments(two_expert_weights, {"form": form})
     a = alpha if isinstance(alpha, torch.Tensor) else float(alpha)
-    if form == "next_token":
-        return 1.0, a
-    if form == "generation":
-        return 1.0 - a, a
-    raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+    return (1.0, a) if form == "next_token" else (1.0 - a, a)
 
 
 def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | torch.Tensor]) -> torch.Tensor:
@@ -142,10 +141,7 @@ def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[floa
             # The usual case, no -inf to keep or force: the same sums and log-softmax as below, bit for bit,
             # in a third of the passes (the coherence-tuning teacher mixes [positions, V] every step).
             terms = [lp * float(w) for lp, w in zip(lps, (w for w in weights if float(w)), strict=True)]
-            total = terms[0]
-            for term in terms[1:]:
-                total = total + term
-            return torch.log_softmax(total, dim=-1)
+            return torch.log_softmax(sum(terms[1:], terms[0]), dim=-1)
     return normalize_log_scores(mix_log_probs(log_probs, weights))
 
 
