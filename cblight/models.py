@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 
 from cblight.errors import CblightError, ConfigError
+from cblight.option_types import check_arguments
 from cblight.zoo import PREFIX as OFFLINE  # ``offline:<name>``: the zoo is consulted for those names only
 
 __all__ = [
@@ -31,8 +32,6 @@ __all__ = [
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 
 log = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ModelLoadError(CblightError):
@@ -145,17 +144,6 @@ def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code:
     return tok
 
 
-def resolve_dtype(dtype: DTypeName | torch.dtype) -> torch.dtype | str:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return "auto"
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise ValueError(f"dtype must be one of auto, float32, bfloat16, float16; got {dtype!r}") from None
-
-
 def load_causal_lm(
     name: str,
     *,
@@ -174,6 +162,7 @@ def load_causal_lm(
     """
     from transformers import AutoModelForCausalLM
 
+    check_arguments(load_causal_lm, {"dtype": dtype})
     if name.startswith(OFFLINE):
         from cblight import zoo
 
@@ -181,7 +170,7 @@ def load_causal_lm(
             raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
     name = resolve_model_path(name, revision)
     kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
-    kwargs["dtype"] = resolve_dtype(dtype)
+    kwargs["dtype"] = dtype if dtype == "auto" else getattr(torch, dtype)
     if device_map is not None:
         kwargs["device_map"] = device_map
     if attn_implementation is not None:
@@ -203,16 +192,13 @@ def load_causal_lm(
 _WINDOW_ATTRS = ("n_positions", "max_position_embeddings", "n_ctx", "seq_length", "max_sequence_length")
 
 
-def _config_window(cfg: Any) -> int | None:
+def _config_window(cfg: Any) -> tuple[str, int] | None:
+    """The config attribute that declares the model's window, and the window."""
     for attr in _WINDOW_ATTRS:
         value = getattr(cfg, attr, None)
         if isinstance(value, int) and value > 0:
-            return value
+            return attr, value
     return None
-
-
-def _window_attr(cfg: Any) -> str:
-    return next(a for a in _WINDOW_ATTRS if isinstance(getattr(cfg, a, None), int))
 
 
 def position_encoding(cfg: Any) -> Literal["rotary", "alibi", "absolute"]:
@@ -244,12 +230,14 @@ def check_max_length(cfg: Any, max_length: int, option: str = "max_length", name
     (an index out of range deep inside the forward pass otherwise), one warning for rotary or ALiBi
     positions, which extrapolate beyond the window they were trained on. ``name``: the model as the user
     named it (default: the config's path)."""
-    window = _config_window(cfg)
-    if window is None or max_length <= window:
+    found = _config_window(cfg)
+    if found is None or max_length <= found[1]:
         return
-    where = getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model")
+    (attr, window), where = (
+        found,
+        getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model"),
+    )
     name = name or where
-    attr = _window_attr(cfg)
     encoding = position_encoding(cfg)
     if encoding == "absolute":
         raise ConfigError(
@@ -274,7 +262,7 @@ def model_window(model: Any, override: int | None = None) -> int:
             raise ConfigError(f"max_length must be at least 2, got {override}")
         check_max_length(model.config, int(override))
         return int(override)
-    return _config_window(model.config) or 2048
+    return (_config_window(model.config) or ("", 2048))[1]
 
 
 def checkpoint_config(name: str, revision: str | None = None, trust_remote_code: bool = False) -> Any:
@@ -293,9 +281,10 @@ def checkpoint_window(name: str, revision: str | None = None) -> int | None:
     """The window of a checkpoint from its config alone (no weights loaded); ``None`` when the config cannot
     be read (the model load then reports the path problem) or names no window."""
     try:
-        return _config_window(checkpoint_config(name, revision))
+        found = _config_window(checkpoint_config(name, revision))
     except ModelLoadError:
         return None
+    return found[1] if found else None
 
 
 def check_checkpoint_max_length(
