@@ -10,6 +10,7 @@ per-example cache that makes runs resumable is ``cblight.cache``.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
 import math
@@ -50,22 +51,19 @@ def write_all(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def _tmp_path(path: Path) -> tuple[int, str]:
+def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
+    """``text`` (or bytes) written to a temporary file beside ``path`` and moved into place: ``path`` is
+    either the old file or the whole new one, and a failed write (disk full) leaves no temporary file
+    behind."""
+    path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise write_failure(path, err) from None
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """``text`` written to a temporary file beside ``path`` and moved into place: ``path`` is either the
-    old file or the whole new one, and a failed write (disk full) leaves no temporary file behind."""
-    path = Path(path)
-    fd, tmp = _tmp_path(path)
     try:
         try:
-            write_all(fd, text.encode("utf-8"))
+            write_all(fd, text.encode("utf-8") if isinstance(text, str) else text)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -135,15 +133,9 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 100) -> Path:
     """Write a matplotlib figure as PNG atomically, then close it."""
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    fd, tmp = _tmp_path(path)
-    os.close(fd)
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, format="png", dpi=dpi)
-        os.replace(tmp, path)
-    except OSError as err:
-        raise write_failure(path, err) from None
+        fig.savefig(png, format="png", dpi=dpi)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return atomic_write_text(path, png.getvalue())

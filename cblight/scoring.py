@@ -66,12 +66,7 @@ def special_prefix(tokenizer: Any) -> list[int]:
     probe = tokenizer("a", add_special_tokens=True)["input_ids"]
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     specials = set(tokenizer.all_special_ids)
-    prefix: list[int] = []
-    for tok in probe[: max(0, len(probe) - len(plain))]:
-        if tok not in specials:
-            break
-        prefix.append(tok)
-    return prefix
+    return list(itertools.takewhile(specials.__contains__, probe[: max(0, len(probe) - len(plain))]))
 
 
 def empty_context_ids(tokenizer: Any, prefix: Sequence[int]) -> list[int]:
@@ -103,10 +98,8 @@ class Encoder:
 
     def pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """``(context_ids, continuation_ids)`` split as lm-evaluation-harness does."""
-        n_space = len(context) - len(context.rstrip(" "))
-        if n_space:
-            continuation = context[-n_space:] + continuation
-            context = context[:-n_space]
+        stripped = context.rstrip(" ")
+        context, continuation = stripped, context[len(stripped) :] + continuation
         ctx_body = self.body(context) if context else []
         whole = self.body(context + continuation)
         cont = whole[len(ctx_body) :]
