@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -82,35 +82,21 @@ def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | t
     if not log_probs:
         raise ValueError("product of experts needs at least one expert")
     total: torch.Tensor | None = None
-    vetoed: torch.Tensor | None = None  # -inf under a positively weighted expert
-    forced: torch.Tensor | None = None  # -inf under a negatively weighted expert
+    vetoed: Any = False  # -inf under a positively weighted expert
+    forced: Any = False  # -inf under a negatively weighted expert
     for lp, w in zip(log_probs, weights):
-        per_row = isinstance(w, torch.Tensor)
-        if per_row:
-            w = w.to(lp.device, torch.float32)
-        else:
-            w = float(w)
-            if w == 0.0:
-                continue
+        w = w.to(lp.device, torch.float32) if isinstance(w, torch.Tensor) else float(w)
+        if isinstance(w, float) and w == 0.0:
+            continue
         lp = lp.float()
         minus_inf = torch.isneginf(lp)
         term = torch.where(minus_inf, torch.zeros_like(lp), lp) * w
         total = term if total is None else total + term
-        if per_row:
-            veto, force = minus_inf & (w > 0), minus_inf & (w < 0)
-        else:
-            veto, force = (minus_inf, None) if w > 0 else (None, minus_inf)
-        if veto is not None:
-            vetoed = veto if vetoed is None else vetoed | veto
-        if force is not None:
-            forced = force if forced is None else forced | force
+        vetoed, forced = vetoed | (minus_inf & (w > 0)), forced | (minus_inf & (w < 0))
     if total is None:  # every weight is zero: the uniform distribution (all exponents 0)
         return torch.zeros_like(log_probs[0], dtype=torch.float32)
-    if forced is not None:
-        total = torch.where(forced, torch.full_like(total, math.inf), total)
-    if vetoed is not None:
-        total = torch.where(vetoed, torch.full_like(total, -math.inf), total)
-    return total
+    total = torch.where(forced, torch.full_like(total, math.inf), total)
+    return torch.where(vetoed, torch.full_like(total, -math.inf), total)
 
 
 def normalize_log_scores(scores: torch.Tensor) -> torch.Tensor:

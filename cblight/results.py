@@ -113,20 +113,14 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> P
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain fixed-width table."""
-    cells = [[str(h) for h in headers]] + [[_fmt(v) for v in row] for row in rows]
+    """A plain fixed-width table: ``-`` for ``None``, floats to two decimals."""
+    cells = [[str(h) for h in headers]] + [
+        ["-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v) for v in row] for row in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 100) -> Path:

@@ -260,7 +260,17 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
         gguf = _assembled_gguf(entry, work)
         out = work / "hf"
         _gguf_to_hf(gguf, out)
-        _check_tokenizer(entry, out)
+        if entry.probe_ids:  # the saved tokenizer, reloaded, must encode PROBE_TEXT as the model's own does
+            import transformers
+            from transformers import AutoTokenizer
+
+            got = tuple(AutoTokenizer.from_pretrained(str(out))(PROBE_TEXT)["input_ids"])
+            if got != entry.probe_ids:
+                raise OfflineModelError(
+                    f"converting {PREFIX}{entry.name}: transformers {transformers.__version__} reads its GGUF "
+                    f"tokenizer wrongly ({PROBE_TEXT!r} -> {list(got)[:8]}, want {list(entry.probe_ids)}); "
+                    "nothing was written. transformers 5.23 converts it correctly: pip install 'transformers>=5.23'"
+                )
         files = {p.name: _sha256(p) for p in sorted(out.iterdir()) if p.is_file()}
         described = ("title", "gguf_sha256", "quantisation", "licence", "source")
         manifest = {"name": PREFIX + entry.name, **{k: getattr(entry, k) for k in described}, "files": files}
@@ -272,22 +282,6 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
         os.replace(out, target)
     _say(f"converted in {time.time() - start:.0f} s")
     return target
-
-
-def _check_tokenizer(entry: OfflineModel, out: Path) -> None:
-    """The saved tokenizer, reloaded, must encode ``PROBE_TEXT`` as the model's own tokenizer does."""
-    if not entry.probe_ids:
-        return
-    import transformers
-    from transformers import AutoTokenizer
-
-    got = tuple(AutoTokenizer.from_pretrained(str(out))(PROBE_TEXT)["input_ids"])
-    if got != entry.probe_ids:
-        raise OfflineModelError(
-            f"converting {PREFIX}{entry.name}: transformers {transformers.__version__} reads its GGUF "
-            f"tokenizer wrongly ({PROBE_TEXT!r} -> {list(got)[:8]}, want {list(entry.probe_ids)}); "
-            "nothing was written. transformers 5.23 converts it correctly: pip install 'transformers>=5.23'"
-        )
 
 
 def _gguf_to_hf(gguf: Path, out: Path) -> None:
