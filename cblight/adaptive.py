@@ -238,8 +238,7 @@ def decorrelate_alpha(
     mask = ~torch.isneginf(ll_full)
     f = _per_length(ll_full.double(), lengths)
     s = _per_length(torch.where(mask, ll_short.double(), 0.0), lengths)
-    f = torch.where(mask, f, 0.0)
-    s = torch.where(mask, s, 0.0)
+    f = torch.where(mask, f, 0.0)  # s is 0 there already
     count = mask.sum(-1, keepdim=True).clamp_min(1).double()
     fc = torch.where(mask, f - f.sum(-1, keepdim=True) / count, 0.0)
     sc = torch.where(mask, s - s.sum(-1, keepdim=True) / count, 0.0)
