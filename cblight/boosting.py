@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import torch
 
-from cblight.option_types import check_arguments
+from cblight.option_types import PositiveInt, check_arguments
 
 #: The paper's two two-expert forms, ``log f_max + alpha log f_k`` (next token) and ``(1-alpha) log f_max + alpha log f_k`` (generation).
 BoostForm = Literal["next_token", "generation"]
@@ -149,20 +149,17 @@ def boosted_log_probs(
     return normalize_log_scores(mix_log_probs([full, short], [w_full, w_short]))
 
 
-def short_context_ids(ids: Sequence[int], k: int, special_prefix: Sequence[int] = ()) -> list[int]:
+def short_context_ids(ids: Sequence[int], k: PositiveInt, special_prefix: Sequence[int] = ()) -> list[int]:
     """The context of ``f_k``: the last ``k`` tokens of ``ids``, after the tokenizer's special prefix.
 
     ``ids`` starts with ``special_prefix`` (e.g. Llama's BOS) when the tokenizer adds one; the short context
     keeps that prefix so a model trained always to see BOS sees it here too (docs/design.md, "Mathematics"). When the
     content is no longer than ``k`` the result is ``ids`` itself, i.e. ``f_k == f_max``.
     """
-    if k < 1:
-        raise ValueError(f"short-context length k must be at least 1, got {k}")
-    ids = list(ids)
-    n_prefix = len(special_prefix)
-    if n_prefix and ids[:n_prefix] == list(special_prefix):
-        body = ids[n_prefix:]
-        return list(special_prefix) + body[-k:]
+    check_arguments(short_context_ids, {"k": k})
+    ids, prefix = list(ids), list(special_prefix)
+    if prefix and ids[: len(prefix)] == prefix:
+        return prefix + ids[len(prefix) :][-k:]
     return ids[-k:]
 
 
