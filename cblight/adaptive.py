@@ -87,11 +87,11 @@ ChoiceRule = Literal["jsd", "jsd_mean", "decorrelate", "balance"]
 RuleName = Literal["auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance"]
 #: How ``k`` is read off a next-token input, as its last sentence or its last clause.
 Unit = Literal["sentence", "clause"]
-TOKEN_RULES: tuple[str, ...] = get_args(TokenRule)
-NEXT_TOKEN_RULES: tuple[str, ...] = get_args(NextTokenRule)
-CHOICE_RULES: tuple[str, ...] = get_args(ChoiceRule)
-RULES: tuple[str, ...] = get_args(RuleName)
-UNITS: tuple[str, ...] = get_args(Unit)
+TOKEN_RULES: tuple[str, ...] = get_args(TokenRule)  #: the values of ``TokenRule``
+NEXT_TOKEN_RULES: tuple[str, ...] = get_args(NextTokenRule)  #: the values of ``NextTokenRule``
+CHOICE_RULES: tuple[str, ...] = get_args(ChoiceRule)  #: the values of ``ChoiceRule``
+RULES: tuple[str, ...] = get_args(RuleName)  #: the values of ``RuleName``
+UNITS: tuple[str, ...] = get_args(Unit)  #: the values of ``Unit``
 #: the rule ``auto`` stands for, per task kind (the measurements behind the choice are in docs/adaptive.md)
 AUTO = {"multiple_choice": "decorrelate", "next_token": "jsd_mean"}
 NEXT_TOKEN_UNIT: Unit = "sentence"  #: the short context of next-token rules, the input's last sentence
