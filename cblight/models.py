@@ -50,7 +50,6 @@ def _first_line(err: Exception) -> str:
 
 def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
     path = Path(name).expanduser()
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
     detail = f" ({type(err).__name__}: {_first_line(err)})"
     if path.is_dir():
         files = sorted(p.name for p in path.iterdir())
@@ -73,15 +72,15 @@ def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
                 f"the directory {path} is not a {kind} directory: it holds {shown or 'nothing'}, none of the "
                 f"files save_pretrained writes ({wanted})"
             )
-        return ModelLoadError(f"cannot load {kind} {name!r}: {why}")
-    if path.exists():
-        return ModelLoadError(f"cannot load {kind} {name!r}: {path} is a file, not a {kind} directory")
-    if name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]:
-        return ModelLoadError(f"cannot load {kind} {name!r}: no directory {path} exists")
-    hub = "the Hub is disabled (HF_HUB_OFFLINE=1)" if offline else "the Hub did not provide it"
-    return ModelLoadError(
-        f"cannot load {kind} {name!r}: no local directory of that name exists and {hub}{detail}"
-    )
+    elif path.exists():
+        why = f"{path} is a file, not a {kind} directory"
+    elif name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]:
+        why = f"no directory {path} exists"
+    elif os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        why = f"no local directory of that name exists and the Hub is disabled (HF_HUB_OFFLINE=1){detail}"
+    else:
+        why = f"no local directory of that name exists and the Hub did not provide it{detail}"
+    return ModelLoadError(f"cannot load {kind} {name!r}: {why}")
 
 
 def _damaged_weights(name: str, err: Exception) -> ModelLoadError:
