@@ -169,8 +169,7 @@ def first_argmax(values: torch.Tensor) -> int:
     flat = values.reshape(-1)
     if flat.numel() == 0:
         raise ValueError("cannot choose from an empty grid")
-    best = flat.max()
-    return int(torch.nonzero(flat == best)[0, 0])
+    return int(flat.argmax())  # the first of equal maxima
 
 
 # ---------------------------------------------------------------------------------------------------------
