@@ -232,13 +232,11 @@ class Scorer:
                 f"a continuation of {longest} tokens exceeds the model window of {self.window} tokens"
             )
         room = self.window + 1 - longest
-        ctx = list(context)
+        ctx, prefix = list(context), self.encoder.prefix
         if len(ctx) <= room:
             return ctx
-        prefix = self.encoder.prefix
-        if prefix and ctx[: len(prefix)] == prefix and room > len(prefix):
-            return prefix + ctx[len(ctx) - (room - len(prefix)) :]
-        return ctx[len(ctx) - room :]
+        keep = prefix if prefix and ctx[: len(prefix)] == prefix and room > len(prefix) else []
+        return keep + ctx[len(ctx) - (room - len(keep)) :]
 
     @torch.no_grad()
     def score_choices(
@@ -376,13 +374,10 @@ class Scorer:
         """``log f_k(· | context)``: the model on the last ``k`` tokens (after the special prefix), at
         positions ``0..k-1``. Contexts no longer than ``k`` reuse ``full`` (``f_k == f_max``) when given."""
         shorts = [short_context_ids(c, k, self.encoder.prefix) for c in contexts]
-        same = [len(s) == len(c) for s, c in zip(shorts, contexts)]
-        todo = [i for i, s in enumerate(same) if not (s and full is not None)]
-        out = full.clone() if full is not None else None
+        if full is None:
+            return self.next_token_log_probs(shorts)
+        out = full.clone()
+        todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
         if todo:
-            lp = self.next_token_log_probs([shorts[i] for i in todo])
-            if out is None:
-                out = torch.empty((len(contexts), lp.shape[-1]), dtype=torch.float32, device=lp.device)
-            out[torch.tensor(todo, device=lp.device)] = lp
-        assert out is not None
+            out[torch.tensor(todo, device=out.device)] = self.next_token_log_probs([shorts[i] for i in todo])
         return out
