@@ -47,15 +47,9 @@ def output_cache(out: Any) -> Any:
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ``[B, L]`` ids and attention mask."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s):
-            ids[i, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    return ids.to(device), mask.to(device)
+    """Left-padded ``[B, L]`` ids and attention mask: the right-padded reversed rows, reversed."""
+    ids, mask = right_pad([list(s)[::-1] for s in seqs], pad_id, device)
+    return ids.flip(1), mask.flip(1)
 
 
 def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -118,9 +118,7 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
 
 def model_label(name: str) -> str:
     """A short name for output paths: ``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m`` for ``offline:smollm2-135m``."""
-    if name.startswith(OFFLINE):
-        return name[len(OFFLINE) :]
-    return Path(name.rstrip("/")).name or "model"
+    return name.removeprefix(OFFLINE) if name.startswith(OFFLINE) else Path(name.rstrip("/")).name or "model"
 
 
 def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:

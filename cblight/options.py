@@ -141,9 +141,7 @@ class Experts:
     def active(self) -> tuple[tuple[ShortContext, float], ...]:
         """Experts with a non-zero weight (a zero weight never costs a model call); with an adaptive rule,
         the short expert whatever its fixed weight."""
-        if self.adaptive is not None:
-            return self.experts
-        return tuple((r, w) for r, w in self.experts if w != 0.0)
+        return tuple((r, w) for r, w in self.experts if w != 0.0 or self.adaptive is not None)
 
     @property
     def is_plain(self) -> bool:
