@@ -177,8 +177,7 @@ def residual_alpha(
     p = full64.exp()
     finite = torch.isfinite(full64) & torch.isfinite(short64) & (p > 0)
     p = torch.where(finite, p, torch.zeros_like(p))
-    mass = p.sum(-1, keepdim=True).clamp_min(1e-300)
-    w = p / mass
+    w = p / p.sum(-1, keepdim=True).clamp_min(1e-300)
     f = torch.where(finite, full64, torch.zeros_like(full64))
     s = torch.where(finite, short64, torch.zeros_like(short64))
     f_mean = (w * f).sum(-1, keepdim=True)

@@ -13,7 +13,7 @@ Log-softmax is taken in float32 whatever the model dtype. No Lightning or Hub im
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,22 +22,22 @@ from cblight.boosting import log_softmax32
 from cblight.option_types import PositiveInt, check_arguments
 
 
-def accepts_kwarg(model: Any, name: str) -> bool:
+def _forward_parameters(model: Any) -> Mapping[str, inspect.Parameter]:
     try:
-        params = inspect.signature(model.forward).parameters
+        return inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
-        return False
+        return {}
+
+
+def accepts_kwarg(model: Any, name: str) -> bool:
+    params = _forward_parameters(model)
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def cache_argument(model: Any) -> str:
     """The keyword a model's ``forward`` takes its KV cache by: ``cache`` in recent transformers (which warn
     on every call given the older ``past_key_values``), else ``past_key_values``."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
 
 
 def output_cache(out: Any) -> Any:

@@ -166,12 +166,10 @@ def load_causal_lm(
         if dtype in zoo.lookup(name).unsupported_dtypes:
             raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
     name = resolve_model_path(name, revision)
-    kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
+    given = {"device_map": device_map, "attn_implementation": attn_implementation}
+    kwargs: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    kwargs.update(revision=revision, trust_remote_code=trust_remote_code)
     kwargs["dtype"] = dtype if dtype == "auto" else getattr(torch, dtype)
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
     from safetensors import SafetensorError
 
     try:
