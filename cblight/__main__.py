@@ -18,43 +18,30 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-__all__ = ["COMMANDS", "Command", "main"]
+__all__ = ["COMMANDS", "main"]
 
 
-@dataclass(frozen=True)
-class Command:
-    """One subcommand: where its entry point is (``module:function``, called with the remaining arguments)
-    and the line ``cblight --help`` shows."""
-
-    target: str
-    about: str
-
-    def run(self, args: list[str], prog: str) -> Any:
-        module, _, function = self.target.partition(":")
-        return getattr(importlib.import_module(module), function)(args, prog)
-
-
-COMMANDS: dict[str, Command] = {
-    "evaluate": Command(
+#: Each subcommand: its entry point (``module:function``, called with the remaining arguments and its
+#: ``prog``) and the line ``cblight --help`` shows.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "evaluate": (
         "cblight.cli:evaluate_cli",
         "boosted evaluation: alpha* (k*) chosen, then reported (Tables 1, 4, 5, 11, 12)",
     ),
-    "generate": Command(
-        "cblight.cli:generate_cli", "generation with and without boosting, the paper's metrics (Tables 2, 3)"
+    "generate": (
+        "cblight.cli:generate_cli",
+        "generation with and without boosting, the paper's metrics (Tables 2, 3)",
     ),
-    "tune": Command("cblight.cli:tune_cli", "coherence tuning toward the boosted model (appendix)"),
-    "contrast": Command(
-        "cblight.contrast:main", "Figure 1: next-token tops under the full, short and boosted model"
+    "tune": ("cblight.cli:tune_cli", "coherence tuning toward the boosted model (appendix)"),
+    "contrast": (
+        "cblight.contrast:main",
+        "Figure 1: next-token tops under the full, short and boosted model",
     ),
-    "data": Command("cblight.data.__main__:main", "the benchmarks: list them, peek at a rendered example"),
-    "zoo": Command("cblight.zoo:main", "the offline pretrained models: list, convert, path"),
-    "demo": Command("cblight.demo:main", "the paper's whole loop on a real pretrained model, offline"),
-    "lmeval": Command(
-        "cblight.lmeval.__main__:main", "lm-evaluation-harness with the cblight model registered"
-    ),
+    "data": ("cblight.data.__main__:main", "the benchmarks: list them, peek at a rendered example"),
+    "zoo": ("cblight.zoo:main", "the offline pretrained models: list, convert, path"),
+    "demo": ("cblight.demo:main", "the paper's whole loop on a real pretrained model, offline"),
+    "lmeval": ("cblight.lmeval.__main__:main", "lm-evaluation-harness with the cblight model registered"),
 }
 
 
@@ -62,7 +49,7 @@ def command_help() -> str:
     from cblight import __version__
 
     width = max(map(len, COMMANDS))
-    rows = [f"  {name:<{width}}  {cmd.about}" for name, cmd in COMMANDS.items()]
+    rows = [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
     return "\n".join(
         [
             "usage: cblight COMMAND [OPTIONS]   (cblight COMMAND --help: its options)",
@@ -117,7 +104,8 @@ def _run(args: list[str]) -> int:
         hint = f"; did you mean {close!r}?" if close else ""
         print(f"error: unknown command {name!r}{hint} (cblight --help lists them)", file=sys.stderr)
         return 2
-    result = command.run(rest, f"cblight {name}")
+    module, _, function = command[0].partition(":")
+    result = getattr(importlib.import_module(module), function)(rest, f"cblight {name}")
     return result if isinstance(result, int) else 0
 
 

@@ -42,11 +42,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 from cblight.boosting import BoostForm, choice_predictions
+from cblight.option_types import check_arguments
 
 __all__ = [
     "AUTO",
@@ -56,12 +57,16 @@ __all__ = [
     "RULES",
     "TOKEN_RULES",
     "UNITS",
+    "ChoiceRule",
+    "NextTokenRule",
+    "RuleName",
+    "TokenRule",
+    "Unit",
     "alpha_in_form",
     "balance_alpha",
     "choice_alphas",
     "choice_jsd_alpha",
     "decorrelate_alpha",
-    "entropy",
     "js_divergence",
     "jsd_alpha",
     "prior_ranks",
@@ -72,27 +77,30 @@ __all__ = [
     "unit_k",
 ]
 
+#: The per-position rules (decoding, tuning, greedy flags).
 TokenRule = Literal["jsd", "residual"]
-RuleName = Literal["auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance"]
-Unit = Literal["sentence", "clause"]
-TOKEN_RULES: tuple[str, ...] = ("jsd", "residual")  #: the per-position rules (decoding, tuning, greedy flags)
-NEXT_TOKEN_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "residual")  #: next-token tasks (LAMBADA)
-CHOICE_RULES: tuple[str, ...] = ("jsd", "jsd_mean", "decorrelate", "balance")  #: multiple choice
+#: The rules of next-token tasks (LAMBADA).
+NextTokenRule = Literal["jsd", "jsd_mean", "residual"]
+#: The rules of multiple-choice tasks.
+ChoiceRule = Literal["jsd", "jsd_mean", "decorrelate", "balance"]
 #: Every rule name ``adaptive`` accepts.
-RULES: tuple[str, ...] = ("auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance")
+RuleName = Literal["auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance"]
 #: How ``k`` is read off a next-token input, as its last sentence or its last clause.
-UNITS: tuple[str, ...] = ("sentence", "clause")
+Unit = Literal["sentence", "clause"]
+TOKEN_RULES: tuple[str, ...] = get_args(TokenRule)  #: the values of ``TokenRule``
+NEXT_TOKEN_RULES: tuple[str, ...] = get_args(NextTokenRule)  #: the values of ``NextTokenRule``
+CHOICE_RULES: tuple[str, ...] = get_args(ChoiceRule)  #: the values of ``ChoiceRule``
+RULES: tuple[str, ...] = get_args(RuleName)  #: the values of ``RuleName``
+UNITS: tuple[str, ...] = get_args(Unit)  #: the values of ``Unit``
 #: the rule ``auto`` stands for, per task kind (the measurements behind the choice are in docs/adaptive.md)
 AUTO = {"multiple_choice": "decorrelate", "next_token": "jsd_mean"}
 NEXT_TOKEN_UNIT: Unit = "sentence"  #: the short context of next-token rules, the input's last sentence
 
 
 def rule_for(name: str, kind: str) -> str:
-    """The rule ``name`` means for a task kind (``auto``: ``AUTO[kind]``); ``ValueError`` naming the rules
-    that apply when ``name`` does not apply to ``kind``."""
-    valid = {"multiple_choice": CHOICE_RULES, "next_token": NEXT_TOKEN_RULES}.get(kind)
-    if valid is None:
-        raise ValueError(f"no adaptive rule for tasks of kind {kind!r}")
+    """The rule ``name`` means for a task kind, ``multiple_choice`` or ``next_token`` (``auto``:
+    ``AUTO[kind]``); ``ValueError`` naming the rules that apply when ``name`` does not apply to ``kind``."""
+    valid = {"multiple_choice": CHOICE_RULES, "next_token": NEXT_TOKEN_RULES}[kind]
     rule = AUTO[kind] if name == "auto" else name
     if rule not in valid:
         raise ValueError(
@@ -138,12 +146,6 @@ def js_divergence(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     return js.clamp(0.0, 1.0)  # rounding can leave it a hair outside
 
 
-def entropy(logp: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in nats of normalised log-distributions over the last axis."""
-    logp = logp.float() if logp.dtype != torch.float64 else logp
-    return -torch.where(logp.exp() > 0, logp.exp() * logp, torch.zeros_like(logp)).sum(-1)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # From one rule's weight to alpha in either form
 
@@ -152,11 +154,7 @@ def alpha_in_form(alpha_next_token: torch.Tensor, form: BoostForm) -> torch.Tens
     """The generation-form alpha with the same argmax (and, up to a temperature, the same distribution) as
     the next-token-form ``alpha_next_token`` (> -1): ``log f_max + a log f_k ∝ (1-g) log f_max + g log f_k``
     with ``g = a / (1 + a)``."""
-    if form == "next_token":
-        return alpha_next_token
-    if form == "generation":
-        return alpha_next_token / (1.0 + alpha_next_token)
-    raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+    return alpha_next_token if form == "next_token" else alpha_next_token / (1.0 + alpha_next_token)
 
 
 def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
@@ -164,11 +162,7 @@ def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_t
     (exactly AdaCAD's ``(1 + a) log f_max - a log f_short``), ``-a / (1 + a)`` in the next-token form (the
     same argmax). Identical experts give 0, the base model."""
     a = js_divergence(full, short)
-    if form == "generation":
-        return -a
-    if form == "next_token":
-        return -a / (1.0 + a)
-    raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+    return -a if form == "generation" else -a / (1.0 + a)
 
 
 def residual_alpha(
@@ -183,8 +177,7 @@ def residual_alpha(
     p = full64.exp()
     finite = torch.isfinite(full64) & torch.isfinite(short64) & (p > 0)
     p = torch.where(finite, p, torch.zeros_like(p))
-    mass = p.sum(-1, keepdim=True).clamp_min(1e-300)
-    w = p / mass
+    w = p / p.sum(-1, keepdim=True).clamp_min(1e-300)
     f = torch.where(finite, full64, torch.zeros_like(full64))
     s = torch.where(finite, short64, torch.zeros_like(short64))
     f_mean = (w * f).sum(-1, keepdim=True)
@@ -197,22 +190,15 @@ def residual_alpha(
 
 
 def token_alphas(
-    rule: str, full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token"
+    rule: TokenRule, full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token"
 ) -> torch.Tensor:
-    """Per-row alpha ``[N]`` of a per-position rule (``TOKEN_RULES``) from ``log f_max`` and ``log f_short``."""
-    if rule == "jsd":
-        return jsd_alpha(full, short, form)
-    if rule == "residual":
-        return residual_alpha(full, short, form)
-    raise ValueError(f"unknown per-token rule {rule!r}: expected one of {', '.join(TOKEN_RULES)}")
+    """Per-row alpha ``[N]`` of a per-position rule from ``log f_max`` and ``log f_short``."""
+    check_arguments(token_alphas, {"rule": rule})
+    return (jsd_alpha if rule == "jsd" else residual_alpha)(full, short, form)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Multiple choice: rules over an answer set
-
-
-def _answer_mask(ll_full: torch.Tensor) -> torch.Tensor:
-    return ~torch.isneginf(ll_full)
 
 
 def _normalised(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -231,7 +217,7 @@ def choice_jsd_alpha(
     """AdaCAD's weight over each question's answer set ``[N]``: the full and premise-free scores normalised
     over the answers (eq. 2's two experts as distributions over the choices), ``a`` their JSD in bits,
     ``alpha = -a / (1 + a)`` (eq. 2's argmax of ``(1 + a) l_full - a l_short``)."""
-    mask = _answer_mask(ll_full)
+    mask = ~torch.isneginf(ll_full)
     full = _normalised(_per_length(ll_full.double(), lengths), mask)
     short = _normalised(_per_length(torch.where(mask, ll_short.double(), 0.0), lengths), mask)
     a = js_divergence(full, short)
@@ -248,11 +234,10 @@ def decorrelate_alpha(
 
     (scores per character with ``lengths``, as the length-normalised eq. 2). 0 when the premise-free scores
     never vary within a question (nothing to remove)."""
-    mask = _answer_mask(ll_full)
+    mask = ~torch.isneginf(ll_full)
     f = _per_length(ll_full.double(), lengths)
     s = _per_length(torch.where(mask, ll_short.double(), 0.0), lengths)
-    f = torch.where(mask, f, 0.0)
-    s = torch.where(mask, s, 0.0)
+    f = torch.where(mask, f, 0.0)  # s is 0 there already
     count = mask.sum(-1, keepdim=True).clamp_min(1).double()
     fc = torch.where(mask, f - f.sum(-1, keepdim=True) / count, 0.0)
     sc = torch.where(mask, s - s.sum(-1, keepdim=True) / count, 0.0)
@@ -265,7 +250,7 @@ def decorrelate_alpha(
 def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:
     """Each answer's rank (0 = most likely) under the premise-free context within its question ``[N, C]``;
     ties by answer order (the first listed ranks first); missing answers rank last."""
-    mask = _answer_mask(ll_full)
+    mask = ~torch.isneginf(ll_full)
     key = torch.where(mask, ll_short.double(), torch.full_like(ll_short.double(), -math.inf))
     order = torch.sort(key, dim=-1, descending=True, stable=True).indices
     ranks = torch.empty_like(order)
@@ -290,7 +275,7 @@ def balance_alpha(
     grid = torch.as_tensor(alphas, dtype=torch.float64).reshape(-1)
     if grid.numel() == 0:
         raise ValueError("the alpha grid is empty")
-    mask = _answer_mask(ll_full)
+    mask = ~torch.isneginf(ll_full)
     n, c = ll_full.shape
     if n == 0:
         raise ValueError("no questions to balance")
@@ -310,27 +295,24 @@ def balance_alpha(
 
 
 def choice_alphas(
-    rule: str,
+    rule: ChoiceRule,
     ll_full: torch.Tensor,
     ll_short: torch.Tensor,
     alphas: Sequence[float] | torch.Tensor,
     lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Each question's alpha ``[N]`` (float64) under a multiple-choice rule (``CHOICE_RULES``); the
-    transductive rules give every question of the split the same value."""
-    n = ll_full.shape[0]
+    """Each question's alpha ``[N]`` (float64) under a multiple-choice rule; the transductive rules give
+    every question of the split the same value."""
+    check_arguments(choice_alphas, {"rule": rule})
     if rule == "jsd":
         return choice_jsd_alpha(ll_full, ll_short, lengths)
     if rule == "jsd_mean":
-        return torch.full(
-            (n,), float(choice_jsd_alpha(ll_full, ll_short, lengths).mean()), dtype=torch.float64
-        )
-    if rule == "decorrelate":
-        return torch.full((n,), decorrelate_alpha(ll_full, ll_short, lengths), dtype=torch.float64)
-    if rule == "balance":
-        value, _ = balance_alpha(ll_full, ll_short, alphas, lengths)
-        return torch.full((n,), value, dtype=torch.float64)
-    raise ValueError(f"unknown multiple-choice rule {rule!r}: expected one of {', '.join(CHOICE_RULES)}")
+        value = float(choice_jsd_alpha(ll_full, ll_short, lengths).mean())
+    elif rule == "decorrelate":
+        value = decorrelate_alpha(ll_full, ll_short, lengths)
+    else:
+        value = balance_alpha(ll_full, ll_short, alphas, lengths)[0]
+    return torch.full((ll_full.shape[0],), value, dtype=torch.float64)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -348,8 +330,7 @@ def unit_k(pieces: Sequence[str], unit: Unit = "sentence") -> int:
     a newline; a clause also at ``,``, ``;``, ``:`` and a free-standing dash. The short context is every token
     that starts at or after the last end: with no end in the text it is the whole context (``f_k == f_max``).
     """
-    if unit not in UNITS:
-        raise ValueError(f"unknown unit {unit!r}: expected one of {', '.join(UNITS)}")
+    check_arguments(unit_k, {"unit": unit})
     if not pieces:
         return 1
     pattern = _SENTENCE_END if unit == "sentence" else _CLAUSE_END

@@ -13,30 +13,31 @@ Log-softmax is taken in float32 whatever the model dtype. No Lightning or Hub im
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from cblight.boosting import log_softmax32
+from cblight.option_types import PositiveInt, check_arguments
+
+
+def _forward_parameters(model: Any) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
 
 
 def accepts_kwarg(model: Any, name: str) -> bool:
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
+    params = _forward_parameters(model)
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def cache_argument(model: Any) -> str:
     """The keyword a model's ``forward`` takes its KV cache by: ``cache`` in recent transformers (which warn
     on every call given the older ``past_key_values``), else ``past_key_values``."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
 
 
 def output_cache(out: Any) -> Any:
@@ -46,15 +47,9 @@ def output_cache(out: Any) -> Any:
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ``[B, L]`` ids and attention mask."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s):
-            ids[i, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    return ids.to(device), mask.to(device)
+    """Left-padded ``[B, L]`` ids and attention mask: the right-padded reversed rows, reversed."""
+    ids, mask = right_pad([list(s)[::-1] for s in seqs], pad_id, device)
+    return ids.flip(1), mask.flip(1)
 
 
 def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,24 +87,16 @@ def last_position_log_probs(
     return log_softmax32(out.logits[:, -1, :])
 
 
-def window_starts(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Index of the first real token of each row (left padding allowed): ``[B]``."""
-    width = attention_mask.shape[1]
-    first = torch.where(attention_mask.bool(), torch.arange(width, device=attention_mask.device), width)
-    return first.min(dim=1).values
-
-
 def windowed_positions(
     attention_mask: torch.Tensor, k: int, wanted: torch.Tensor, n_prefix: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, cols)`` of the wanted positions ``t`` whose real content before ``t`` (special prefix
     excluded) is longer than ``k`` tokens. At every other wanted position ``f_k == f_max``."""
-    starts = window_starts(attention_mask)
     cols = torch.arange(attention_mask.shape[1], device=attention_mask.device).view(1, -1)
+    starts = torch.where(attention_mask.bool(), cols, attention_mask.shape[1]).min(dim=1).values  # first real
     content_before = cols - starts.view(-1, 1) - n_prefix
     need = wanted.bool() & attention_mask.bool() & (content_before > k)
-    rows, cols_sel = torch.nonzero(need, as_tuple=True)
-    return rows, cols_sel
+    return torch.nonzero(need, as_tuple=True)
 
 
 def default_window_chunk(device: torch.device) -> int:
@@ -127,11 +114,11 @@ def windowed_log_probs(
     input_ids: torch.Tensor,
     rows: torch.Tensor,
     cols: torch.Tensor,
-    k: int,
+    k: PositiveInt,
     *,
     prefix: Sequence[int] = (),
     gather_targets: bool = True,
-    chunk_size: int | None = None,
+    chunk_size: PositiveInt | None = None,
 ) -> torch.Tensor:
     """``log f_k`` of the token at each ``(row, col)`` given only the ``k`` tokens before it.
 
@@ -140,17 +127,13 @@ def windowed_log_probs(
     memory never holds ``[windows, k, V]``.
     Returns ``[N]`` target log-probs (``gather_targets``) or ``[N, V]`` distributions, float32.
     """
-    if k < 1:
-        raise ValueError(f"short-context length k must be at least 1, got {k}")
+    check_arguments(windowed_log_probs, {"k": k, "chunk_size": chunk_size})
     if rows.numel() == 0:
         shape = (0,) if gather_targets else (0, int(model.get_output_embeddings().weight.shape[0]))
         return torch.empty(shape, dtype=torch.float32, device=input_ids.device)
     if int(cols.min()) < k:
         raise ValueError("a windowed position needs at least k tokens before it")
-    if chunk_size is None:
-        chunk_size = default_window_chunk(input_ids.device)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+    chunk_size = chunk_size or default_window_chunk(input_ids.device)
     offsets = torch.arange(-k, 0, device=input_ids.device)
     prefix_t = torch.as_tensor(list(prefix), dtype=torch.long, device=input_ids.device)
     pieces: list[torch.Tensor] = []

@@ -23,9 +23,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+
+from cblight.option_types import PositiveInt, check_arguments
 
 #: The paper's two two-expert forms, ``log f_max + alpha log f_k`` (next token) and ``(1-alpha) log f_max + alpha log f_k`` (generation).
 BoostForm = Literal["next_token", "generation"]
@@ -60,12 +62,9 @@ def two_expert_weights(
 ) -> tuple[float | torch.Tensor, float | torch.Tensor]:
     """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md,
     "Mathematics"); a tensor of alphas (one per row) gives tensors of weights."""
+    check_arguments(two_expert_weights, {"form": form})
     a = alpha if isinstance(alpha, torch.Tensor) else float(alpha)
-    if form == "next_token":
-        return 1.0, a
-    if form == "generation":
-        return 1.0 - a, a
-    raise ValueError(f"unknown boosting form {form!r}: expected 'next_token' or 'generation'")
+    return (1.0, a) if form == "next_token" else (1.0 - a, a)
 
 
 def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | torch.Tensor]) -> torch.Tensor:
@@ -83,35 +82,21 @@ def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | t
     if not log_probs:
         raise ValueError("product of experts needs at least one expert")
     total: torch.Tensor | None = None
-    vetoed: torch.Tensor | None = None  # -inf under a positively weighted expert
-    forced: torch.Tensor | None = None  # -inf under a negatively weighted expert
+    vetoed: Any = False  # -inf under a positively weighted expert
+    forced: Any = False  # -inf under a negatively weighted expert
     for lp, w in zip(log_probs, weights):
-        per_row = isinstance(w, torch.Tensor)
-        if per_row:
-            w = w.to(lp.device, torch.float32)
-        else:
-            w = float(w)
-            if w == 0.0:
-                continue
+        w = w.to(lp.device, torch.float32) if isinstance(w, torch.Tensor) else float(w)
+        if isinstance(w, float) and w == 0.0:
+            continue
         lp = lp.float()
         minus_inf = torch.isneginf(lp)
         term = torch.where(minus_inf, torch.zeros_like(lp), lp) * w
         total = term if total is None else total + term
-        if per_row:
-            veto, force = minus_inf & (w > 0), minus_inf & (w < 0)
-        else:
-            veto, force = (minus_inf, None) if w > 0 else (None, minus_inf)
-        if veto is not None:
-            vetoed = veto if vetoed is None else vetoed | veto
-        if force is not None:
-            forced = force if forced is None else forced | force
+        vetoed, forced = vetoed | (minus_inf & (w > 0)), forced | (minus_inf & (w < 0))
     if total is None:  # every weight is zero: the uniform distribution (all exponents 0)
         return torch.zeros_like(log_probs[0], dtype=torch.float32)
-    if forced is not None:
-        total = torch.where(forced, torch.full_like(total, math.inf), total)
-    if vetoed is not None:
-        total = torch.where(vetoed, torch.full_like(total, -math.inf), total)
-    return total
+    total = torch.where(forced, torch.full_like(total, math.inf), total)
+    return torch.where(vetoed, torch.full_like(total, -math.inf), total)
 
 
 def normalize_log_scores(scores: torch.Tensor) -> torch.Tensor:
@@ -142,10 +127,7 @@ def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[floa
             # The usual case, no -inf to keep or force: the same sums and log-softmax as below, bit for bit,
             # in a third of the passes (the coherence-tuning teacher mixes [positions, V] every step).
             terms = [lp * float(w) for lp, w in zip(lps, (w for w in weights if float(w)), strict=True)]
-            total = terms[0]
-            for term in terms[1:]:
-                total = total + term
-            return torch.log_softmax(total, dim=-1)
+            return torch.log_softmax(sum(terms[1:], terms[0]), dim=-1)
     return normalize_log_scores(mix_log_probs(log_probs, weights))
 
 
@@ -167,20 +149,17 @@ def boosted_log_probs(
     return normalize_log_scores(mix_log_probs([full, short], [w_full, w_short]))
 
 
-def short_context_ids(ids: Sequence[int], k: int, special_prefix: Sequence[int] = ()) -> list[int]:
+def short_context_ids(ids: Sequence[int], k: PositiveInt, special_prefix: Sequence[int] = ()) -> list[int]:
     """The context of ``f_k``: the last ``k`` tokens of ``ids``, after the tokenizer's special prefix.
 
     ``ids`` starts with ``special_prefix`` (e.g. Llama's BOS) when the tokenizer adds one; the short context
     keeps that prefix so a model trained always to see BOS sees it here too (docs/design.md, "Mathematics"). When the
     content is no longer than ``k`` the result is ``ids`` itself, i.e. ``f_k == f_max``.
     """
-    if k < 1:
-        raise ValueError(f"short-context length k must be at least 1, got {k}")
-    ids = list(ids)
-    n_prefix = len(special_prefix)
-    if n_prefix and ids[:n_prefix] == list(special_prefix):
-        body = ids[n_prefix:]
-        return list(special_prefix) + body[-k:]
+    check_arguments(short_context_ids, {"k": k})
+    ids, prefix = list(ids), list(special_prefix)
+    if prefix and ids[: len(prefix)] == prefix:
+        return prefix + ids[len(prefix) :][-k:]
     return ids[-k:]
 
 
@@ -190,8 +169,7 @@ def first_argmax(values: torch.Tensor) -> int:
     flat = values.reshape(-1)
     if flat.numel() == 0:
         raise ValueError("cannot choose from an empty grid")
-    best = flat.max()
-    return int(torch.nonzero(flat == best)[0, 0])
+    return int(flat.argmax())  # the first of equal maxima
 
 
 # ---------------------------------------------------------------------------------------------------------

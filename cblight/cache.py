@@ -79,7 +79,7 @@ class RecordCache:
         try:
             found = json.loads(meta.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise CacheMismatchError(f"cache metadata {meta} is corrupt. {_DISCARD}.") from None
+            found = None
         if not isinstance(found, dict):
             raise CacheMismatchError(f"cache metadata {meta} is corrupt. {_DISCARD}.")
         if found.get("cache_format") != CACHE_FORMAT:
@@ -108,7 +108,7 @@ class RecordCache:
         missing = [f for f in self.fields if f not in rec]
         if missing:
             return None, f"no field {missing[0]!r}"
-        if not isinstance(rec["id"], int) or isinstance(rec["id"], bool):
+        if type(rec["id"]) is not int:  # a bool is no id
             return None, f"id {rec['id']!r} is not an integer"
         if rec.get("checksum") != _row_checksum(rec):
             return None, "checksum mismatch (the row was changed after it was written)"

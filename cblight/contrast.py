@@ -22,6 +22,7 @@ import torch
 from cblight.boosting import boosted_log_probs, short_context_ids
 from cblight.errors import ConfigError
 from cblight.models import DTypeName
+from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
 from cblight.scoring import Encoder, Scorer
 
 
@@ -58,10 +59,8 @@ def _ranked(log_probs: torch.Tensor, tokenizer: Any, target: int, top: int) -> t
     return rows, target_rank
 
 
-def check_contrast_options(
-    k: int, alpha: float, top: int, context: str | None = None, target: str | None = None
-) -> None:
-    """The options that need no tokenizer or model."""
+def check_texts(context: str, target: str | None) -> None:
+    """An empty context or target, refused before any tokenizer or model loads."""
     if context == "":
         raise ConfigError("--context is empty: give the text whose next token is ranked")
     if target == "":
@@ -69,12 +68,6 @@ def check_contrast_options(
             "--target is empty: give the continuation whose first token is ranked (e.g. ' metre'), or leave it "
             "out to rank the context's last token"
         )
-    if k < 1:
-        raise ConfigError(f"k must be at least 1, got {k}")
-    if not math.isfinite(alpha):
-        raise ConfigError(f"alpha must be a finite number, got {alpha}")
-    if top < 1:
-        raise ConfigError(f"top must be at least 1, got {top}")
 
 
 def contrast(
@@ -83,12 +76,13 @@ def contrast(
     context: str,
     *,
     target: str | None = None,
-    k: int = 8,
-    alpha: float = -0.5,
-    top: int = 5,
+    k: PositiveInt = 8,
+    alpha: FiniteFloat = -0.5,
+    top: PositiveInt = 5,
 ) -> Contrast:
     """Top tokens and the target's rank under ``f_max``, ``f_k`` and the boosted mix (Figure 1)."""
-    check_contrast_options(k, alpha, top, context, target)
+    check_arguments(contrast, locals())
+    check_texts(context, target)
     scorer = Scorer(model, tokenizer, batch_size=2)
     enc = scorer.encoder
     ctx, target_id, n_target = contrast_ids(enc, context, target)
@@ -158,9 +152,9 @@ def contrast_command(
     context: str,
     model: str = "gpt2",
     target: str | None = None,
-    k: int = 8,
-    alpha: float = -0.5,
-    top: int = 5,
+    k: PositiveInt = 8,
+    alpha: FiniteFloat = -0.5,
+    top: PositiveInt = 5,
     dtype: DTypeName = "float32",
     device: str | None = None,
 ) -> None:
@@ -178,7 +172,7 @@ def contrast_command(
     """
     from cblight.models import load_causal_lm, load_tokenizer
 
-    check_contrast_options(k, alpha, top, context, target)  # before the model is loaded
+    check_texts(context, target)  # before the model is loaded
     tok = load_tokenizer(model)
     contrast_ids(Encoder(tok), context, target)  # the token counts, before the model too
     lm = load_causal_lm(model, dtype=dtype, device=device)  # type: ignore[arg-type]

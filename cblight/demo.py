@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from cblight.option_types import PositiveInt, check_arguments
+
 REALDATA = Path(__file__).parent / "assets" / "realdata"
 FIGURE1_CONTEXT = ' Ballad metre is "less regular and more conversational" than common metre'
-MODELS = {"smollm2-135m": "offline:smollm2-135m", "gemma3-270m": "offline:gemma3-270m", "tiny": "tiny"}
 
 
 @dataclass(frozen=True)
@@ -62,24 +63,13 @@ GEN_K, GEN_ALPHA = 8, -0.4
 TUNE_K, TUNE_ALPHA, TUNE_LR = 8, -0.4, 3e-5
 
 
-class Step:
-    """Prints ``[demo i/n] title`` and, on exit, the step's wall time."""
-
-    def __init__(self, total: int):
-        self.total, self.index, self.start = total, 0, time.time()
-
-    def __call__(self, title: str) -> Step:
-        self.index += 1
-        self.title, self.t0 = title, time.time()
-        print(f"\n[demo {self.index}/{self.total}] {title}", flush=True)
-        return self
-
-    def __enter__(self) -> Step:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if exc[0] is None:
-            print(f"[demo {self.index}/{self.total}] done in {time.time() - self.t0:.0f} s", flush=True)
+@contextlib.contextmanager
+def _step(index: int, title: str) -> Iterator[None]:
+    """Prints ``[demo i/6] title`` and, when the step succeeds, its wall time."""
+    start = time.time()
+    print(f"\n[demo {index}/6] {title}", flush=True)
+    yield
+    print(f"[demo {index}/6] done in {time.time() - start:.0f} s", flush=True)
 
 
 def _trainer_args(devices: int) -> list[str]:
@@ -99,53 +89,24 @@ def prepare_model(choice: str, out: Path) -> str:
         return str(model_dir)
     from cblight import zoo
 
-    name = MODELS[choice]
+    name = f"offline:{choice}"
     path = zoo.resolve(name)  # converts on first use, with progress; verified afterwards
     entry = zoo.lookup(name)
     print(f"  {name}: {entry.title}\n  weights: {entry.quantisation}, dequantised to float32 ({path})")
     return name
 
 
-def figure1(model: str) -> dict[str, int]:
-    from cblight.contrast import contrast, format_contrast
-    from cblight.models import load_causal_lm, load_tokenizer
-
-    result = contrast(load_causal_lm(model), load_tokenizer(model), FIGURE1_CONTEXT, k=8, alpha=-0.5)
-    print(format_contrast(result, 8, -0.5))
-    return result.target_rank
-
-
-def lambada(model: str, out: Path, sizes: Sizes, devices: int) -> dict[str, Any]:
+def _evaluate(model: str, out: Path, limit: int, devices: int, *options: str) -> dict[str, Any]:
+    """``cblight evaluate`` on the shipped samples, writing under ``out``."""
     from cblight.cli import evaluate_cli
 
     return evaluate_cli(
         [
+            *options,
             "--model.model", model,
-            "--model.output_dir", str(out / "lambada"),
-            "--model.ks", str(LAMBADA_KS),
-            "--model.next_token_alphas", "{start: 0.0, stop: -1.0, step: 0.1}",
-            "--data.tasks", "[lambada]",
+            "--model.output_dir", str(out),
             "--data.data_root", str(REALDATA),
-            "--data.limit", str(sizes.lambada),
-            *_trainer_args(devices),
-        ]
-    )  # fmt: skip
-
-
-def multiple_choice(model: str, out: Path, sizes: Sizes, devices: int) -> dict[str, Any]:
-    from cblight.cli import evaluate_cli
-
-    piqa = REALDATA / "piqa"
-    return evaluate_cli(
-        [
-            "--model.model", model,
-            "--model.output_dir", str(out / "multiple_choice"),
-            "--data.tasks", "[csqa, piqa]",
-            "--data.data_root", str(REALDATA),
-            # PIQA's training file is not shipped: alpha* is chosen on 200 other validation questions
-            "--data.data_files",
-            f"{{piqa: {{train: {piqa / 'heldout-valid.jsonl'}, validation: {piqa / 'valid.jsonl'}}}}}",
-            "--data.limit", str(sizes.choice),
+            "--data.limit", str(limit),
             *_trainer_args(devices),
         ]
     )  # fmt: skip
@@ -186,33 +147,6 @@ def tune(model: str, out: Path, sizes: Sizes, devices: int) -> Path:
     return export
 
 
-def generation(model: str, tuned: Path, out: Path, sizes: Sizes, devices: int) -> dict[str, Any]:
-    from cblight.cli import evaluate_cli
-
-    nucleus = "sampling: {do_sample: true, top_p: 0.95}"
-    decodings = (
-        f"[{{name: nucleus, {nucleus}}}, {{name: boost k={GEN_K} alpha={GEN_ALPHA}, "
-        f"boosting: {{mode: last_k, k: {GEN_K}, alpha: {GEN_ALPHA}}}, {nucleus}}}]"
-    )
-    return evaluate_cli(
-        [
-            "--model", "cblight.generate.generation_evaluator.BoostedGenerationEvaluator",
-            "--model.model", model,
-            "--model.decodings", decodings,
-            "--model.max_new_tokens", str(sizes.new_tokens),
-            "--model.self_bleu_samples", "1000",
-            "--model.seed", "1234",
-            "--model.output_dir", str(out / "generation"),
-            "--data.tasks", "[webtext]",
-            "--data.data_root", str(REALDATA),
-            "--data.limit", str(sizes.prompts),
-            "--data.batch_size", str(sizes.prompts),
-            "--compare", f"{{base: {model}, tuned: {tuned}}}",
-            *_trainer_args(devices),
-        ]
-    )  # fmt: skip
-
-
 def _pct(x: Any) -> str:
     return "-" if x is None else f"{100 * float(x):.1f}"
 
@@ -237,9 +171,7 @@ def summary(ranks: dict[str, int], lam: dict[str, Any], mc: dict[str, Any], gen:
         )
     lines.append(format_table(["task", "n", "acc base %", "acc boosted %", "alpha*", "k*"], rows))
     cols = ("ppl", "ltf", "delta", "rep", "lr_50")
-    body = []
-    for row in gen["rows"]:
-        body.append([f"{row['checkpoint']}: {row['decoding']}", *(row.get(c) for c in cols)])
+    body = [[f"{row['checkpoint']}: {row['decoding']}", *(row.get(c) for c in cols)] for row in gen["rows"]]
     lines.append(format_table(["WebText row", *cols], body))
     return "\n\n".join(lines)
 
@@ -255,12 +187,10 @@ _STARTUP_NOTES = (
 )
 
 
-class _DropStartupNotes(logging.Filter):
+def _not_a_startup_note(record: logging.LogRecord) -> bool:
     """Drops Lightning's per-Trainer start-up notes; keeps everything else it logs at INFO, such as each
     run's results table (``cblight.runs`` prints it through Lightning's rank-zero logger)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).lstrip().startswith(_STARTUP_NOTES)
+    return not str(record.getMessage()).lstrip().startswith(_STARTUP_NOTES)
 
 
 @contextlib.contextmanager
@@ -274,13 +204,12 @@ def _quiet() -> Iterator[None]:
 
     from cblight.notices import quiet_library_notices
 
-    notes = _DropStartupNotes()
     handlers = [
         h for name in ("lightning.pytorch", "lightning.fabric") for h in logging.getLogger(name).handlers
     ]
     bars = hf_logging.is_progress_bar_enabled()
     for handler in handlers:
-        handler.addFilter(notes)
+        handler.addFilter(_not_a_startup_note)
     hf_logging.disable_progress_bar()  # the per-load "Loading weights" bar (a fraction of a second here)
     try:
         with warnings.catch_warnings():  # the warnings filters go afterwards; the tips' filter is harmless
@@ -288,7 +217,7 @@ def _quiet() -> Iterator[None]:
             yield
     finally:
         for handler in handlers:
-            handler.removeFilter(notes)
+            handler.removeFilter(_not_a_startup_note)
         if bars:
             hf_logging.enable_progress_bar()
 
@@ -297,7 +226,10 @@ DemoModel = Literal["smollm2-135m", "gemma3-270m", "tiny"]
 
 
 def demo(
-    model: DemoModel = "smollm2-135m", quick: bool = False, output_dir: str | None = None, devices: int = 1
+    model: DemoModel = "smollm2-135m",
+    quick: bool = False,
+    output_dir: str | None = None,
+    devices: PositiveInt = 1,
 ) -> None:
     """The paper's whole loop on a real pretrained model, offline: Figure 1, Tables 1, 4, tuning, Table 2.
 
@@ -307,10 +239,76 @@ def demo(
         output_dir: where every step writes (default ``outputs/demo/<model>``).
         devices: CPU processes (2 runs Lightning DDP with gloo).
     """
+    from cblight.contrast import contrast, format_contrast
+    from cblight.models import load_causal_lm, load_tokenizer
+    from cblight.runs import check_output_dir
+
+    check_arguments(demo, locals())
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
+    out = Path(output_dir or f"outputs/demo/{model}")
+    check_output_dir(out, "output_dir")  # before the model: every step writes there
+    sizes, start = QUICK if quick else FULL, time.time()
     with _quiet():
-        run(model, quick, output_dir, devices)
+        with _step(1, "the model"):
+            name = prepare_model(model, out)
+        with _step(
+            2, "Figure 1: the full context, its last 8 tokens, and the boosted mix (k = 8, alpha = -0.5)"
+        ):
+            figure1 = contrast(load_causal_lm(name), load_tokenizer(name), FIGURE1_CONTEXT, k=8, alpha=-0.5)
+            print(format_contrast(figure1, 8, -0.5))
+        with _step(
+            3, f"Table 1: LAMBADA, {sizes.lambada} test passages; k* and alpha* chosen on {sizes.lambada} dev"
+        ):
+            lam = _evaluate(
+                name, out / "lambada", sizes.lambada, devices,
+                "--model.ks", str(LAMBADA_KS),
+                "--model.next_token_alphas", "{start: 0.0, stop: -1.0, step: 0.1}",
+                "--data.tasks", "[lambada]",
+            )  # fmt: skip
+        with _step(
+            4, f"Table 4: CommonsenseQA and PIQA, {sizes.choice} questions each, alpha* chosen on others"
+        ):
+            piqa = REALDATA / "piqa"
+            mc = _evaluate(
+                name, out / "multiple_choice", sizes.choice, devices,
+                "--data.tasks", "[csqa, piqa]",
+                # PIQA's training file is not shipped: alpha* is chosen on 200 other validation questions
+                "--data.data_files",
+                f"{{piqa: {{train: {piqa / 'heldout-valid.jsonl'}, validation: {piqa / 'valid.jsonl'}}}}}",
+            )  # fmt: skip
+        with _step(
+            5, f"coherence tuning: {sizes.tune_steps} steps of {sizes.tune_batch} self-generated sequences"
+        ):
+            tuned = tune(name, out, sizes, devices)
+        with _step(
+            6, f"Table 2: WebText continuations of {sizes.prompts} prompts, base vs tuned, plain vs boosted"
+        ):
+            nucleus = "sampling: {do_sample: true, top_p: 0.95}"
+            decodings = (
+                f"[{{name: nucleus, {nucleus}}}, {{name: boost k={GEN_K} alpha={GEN_ALPHA}, "
+                f"boosting: {{mode: last_k, k: {GEN_K}, alpha: {GEN_ALPHA}}}, {nucleus}}}]"
+            )
+            gen = _evaluate(
+                name, out / "generation", sizes.prompts, devices,
+                "--model", "cblight.generate.generation_evaluator.BoostedGenerationEvaluator",
+                "--model.decodings", decodings,
+                "--model.max_new_tokens", str(sizes.new_tokens),
+                "--model.self_bleu_samples", "1000",
+                "--model.seed", "1234",
+                "--data.tasks", "[webtext]",
+                "--data.batch_size", str(sizes.prompts),
+                "--compare", f"{{base: {name}, tuned: {tuned}}}",
+            )  # fmt: skip
+        print("\n[demo] summary" + (" (random model: the numbers mean nothing)" if model == "tiny" else ""))
+        print(summary(figure1.target_rank, lam, mc, gen))
+        print(
+            f"\n[demo] done in {time.time() - start:.0f} s. Results, predictions and plots under {out}/\n"
+            "[demo] the same jobs at full size (Hub access or local benchmark files):\n"
+            "  cblight evaluate -c configs/lambada.yaml --model.model offline:smollm2-135m\n"
+            "  cblight evaluate -c configs/multiple_choice.yaml --model.model offline:smollm2-135m\n"
+            f"  cblight contrast --model offline:smollm2-135m --context '{FIGURE1_CONTEXT}'"
+        )
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -325,39 +323,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     parser.add_argument("--quick", action=ActionYesNo, default=False, help="fewer examples and steps (2 min)")
     args = parser.parse_args(argv)
     exit_on_bad_input(lambda: demo(**args.as_dict()))
-
-
-def run(choice: str, quick: bool, output_dir: str | None, devices: int) -> None:
-    """The six steps and the summary (``demo`` quiets the libraries first)."""
-    from cblight.runs import check_output_dir
-
-    out = Path(output_dir or f"outputs/demo/{choice}")
-    check_output_dir(out, "output_dir")  # before the model: every step writes there
-    sizes = QUICK if quick else FULL
-    step = Step(6)
-    with step("the model"):
-        model = prepare_model(choice, out)
-    with step("Figure 1: the full context, its last 8 tokens, and the boosted mix (k = 8, alpha = -0.5)"):
-        ranks = figure1(model)
-    with step(
-        f"Table 1: LAMBADA, {sizes.lambada} test passages; k* and alpha* chosen on {sizes.lambada} dev"
-    ):
-        lam = lambada(model, out, sizes, devices)
-    with step(f"Table 4: CommonsenseQA and PIQA, {sizes.choice} questions each, alpha* chosen on others"):
-        mc = multiple_choice(model, out, sizes, devices)
-    with step(f"coherence tuning: {sizes.tune_steps} steps of {sizes.tune_batch} self-generated sequences"):
-        tuned = tune(model, out, sizes, devices)
-    with step(f"Table 2: WebText continuations of {sizes.prompts} prompts, base vs tuned, plain vs boosted"):
-        gen = generation(model, tuned, out, sizes, devices)
-    print("\n[demo] summary" + (" (random model: the numbers mean nothing)" if choice == "tiny" else ""))
-    print(summary(ranks, lam, mc, gen))
-    print(
-        f"\n[demo] done in {time.time() - step.start:.0f} s. Results, predictions and plots under {out}/\n"
-        "[demo] the same jobs at full size (Hub access or local benchmark files):\n"
-        "  cblight evaluate -c configs/lambada.yaml --model.model offline:smollm2-135m\n"
-        "  cblight evaluate -c configs/multiple_choice.yaml --model.model offline:smollm2-135m\n"
-        f"  cblight contrast --model offline:smollm2-135m --context '{FIGURE1_CONTEXT}'"
-    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 
 from cblight.errors import CblightError, ConfigError
+from cblight.option_types import check_arguments
 from cblight.zoo import PREFIX as OFFLINE  # ``offline:<name>``: the zoo is consulted for those names only
 
 __all__ = [
@@ -31,8 +32,6 @@ __all__ = [
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 
 log = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ModelLoadError(CblightError):
@@ -51,7 +50,6 @@ def _first_line(err: Exception) -> str:
 
 def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
     path = Path(name).expanduser()
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
     detail = f" ({type(err).__name__}: {_first_line(err)})"
     if path.is_dir():
         files = sorted(p.name for p in path.iterdir())
@@ -74,15 +72,15 @@ def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
                 f"the directory {path} is not a {kind} directory: it holds {shown or 'nothing'}, none of the "
                 f"files save_pretrained writes ({wanted})"
             )
-        return ModelLoadError(f"cannot load {kind} {name!r}: {why}")
-    if path.exists():
-        return ModelLoadError(f"cannot load {kind} {name!r}: {path} is a file, not a {kind} directory")
-    if name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]:
-        return ModelLoadError(f"cannot load {kind} {name!r}: no directory {path} exists")
-    hub = "the Hub is disabled (HF_HUB_OFFLINE=1)" if offline else "the Hub did not provide it"
-    return ModelLoadError(
-        f"cannot load {kind} {name!r}: no local directory of that name exists and {hub}{detail}"
-    )
+    elif path.exists():
+        why = f"{path} is a file, not a {kind} directory"
+    elif name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]:
+        why = f"no directory {path} exists"
+    elif os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        why = f"no local directory of that name exists and the Hub is disabled (HF_HUB_OFFLINE=1){detail}"
+    else:
+        why = f"no local directory of that name exists and the Hub did not provide it{detail}"
+    return ModelLoadError(f"cannot load {kind} {name!r}: {why}")
 
 
 def _damaged_weights(name: str, err: Exception) -> ModelLoadError:
@@ -120,9 +118,7 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
 
 def model_label(name: str) -> str:
     """A short name for output paths: ``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m`` for ``offline:smollm2-135m``."""
-    if name.startswith(OFFLINE):
-        return name[len(OFFLINE) :]
-    return Path(name.rstrip("/")).name or "model"
+    return name.removeprefix(OFFLINE) if name.startswith(OFFLINE) else Path(name.rstrip("/")).name or "model"
 
 
 def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
@@ -145,17 +141,6 @@ def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code:
     return tok
 
 
-def resolve_dtype(dtype: DTypeName | torch.dtype) -> torch.dtype | str:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return "auto"
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise ValueError(f"dtype must be one of auto, float32, bfloat16, float16; got {dtype!r}") from None
-
-
 def load_causal_lm(
     name: str,
     *,
@@ -174,18 +159,17 @@ def load_causal_lm(
     """
     from transformers import AutoModelForCausalLM
 
+    check_arguments(load_causal_lm, {"dtype": dtype})
     if name.startswith(OFFLINE):
         from cblight import zoo
 
         if dtype in zoo.lookup(name).unsupported_dtypes:
             raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
     name = resolve_model_path(name, revision)
-    kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
-    kwargs["dtype"] = resolve_dtype(dtype)
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
+    given = {"device_map": device_map, "attn_implementation": attn_implementation}
+    kwargs: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    kwargs.update(revision=revision, trust_remote_code=trust_remote_code)
+    kwargs["dtype"] = dtype if dtype == "auto" else getattr(torch, dtype)
     from safetensors import SafetensorError
 
     try:
@@ -203,16 +187,13 @@ def load_causal_lm(
 _WINDOW_ATTRS = ("n_positions", "max_position_embeddings", "n_ctx", "seq_length", "max_sequence_length")
 
 
-def _config_window(cfg: Any) -> int | None:
+def _config_window(cfg: Any) -> tuple[str, int] | None:
+    """The config attribute that declares the model's window, and the window."""
     for attr in _WINDOW_ATTRS:
         value = getattr(cfg, attr, None)
         if isinstance(value, int) and value > 0:
-            return value
+            return attr, value
     return None
-
-
-def _window_attr(cfg: Any) -> str:
-    return next(a for a in _WINDOW_ATTRS if isinstance(getattr(cfg, a, None), int))
 
 
 def position_encoding(cfg: Any) -> Literal["rotary", "alibi", "absolute"]:
@@ -244,12 +225,14 @@ def check_max_length(cfg: Any, max_length: int, option: str = "max_length", name
     (an index out of range deep inside the forward pass otherwise), one warning for rotary or ALiBi
     positions, which extrapolate beyond the window they were trained on. ``name``: the model as the user
     named it (default: the config's path)."""
-    window = _config_window(cfg)
-    if window is None or max_length <= window:
+    found = _config_window(cfg)
+    if found is None or max_length <= found[1]:
         return
-    where = getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model")
+    (attr, window), where = (
+        found,
+        getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model"),
+    )
     name = name or where
-    attr = _window_attr(cfg)
     encoding = position_encoding(cfg)
     if encoding == "absolute":
         raise ConfigError(
@@ -274,7 +257,7 @@ def model_window(model: Any, override: int | None = None) -> int:
             raise ConfigError(f"max_length must be at least 2, got {override}")
         check_max_length(model.config, int(override))
         return int(override)
-    return _config_window(model.config) or 2048
+    return (_config_window(model.config) or ("", 2048))[1]
 
 
 def checkpoint_config(name: str, revision: str | None = None, trust_remote_code: bool = False) -> Any:
@@ -293,9 +276,10 @@ def checkpoint_window(name: str, revision: str | None = None) -> int | None:
     """The window of a checkpoint from its config alone (no weights loaded); ``None`` when the config cannot
     be read (the model load then reports the path problem) or names no window."""
     try:
-        return _config_window(checkpoint_config(name, revision))
+        found = _config_window(checkpoint_config(name, revision))
     except ModelLoadError:
         return None
+    return found[1] if found else None
 
 
 def check_checkpoint_max_length(

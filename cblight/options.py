@@ -30,7 +30,7 @@ that sets alpha afresh at every decoding step and for every row from ``f_max`` a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Literal, get_args
 
 from cblight.adaptive import TokenRule
@@ -63,11 +63,6 @@ __all__ = [
 Mode = Literal["last_k", "response", "marker"]
 #: The values of ``Mode``.
 MODES: tuple[str, ...] = get_args(Mode)
-DEFAULT_FORMS: dict[str, BoostForm] = {
-    "last_k": "generation",
-    "response": "next_token",
-    "marker": "next_token",
-}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -146,9 +141,7 @@ class Experts:
     def active(self) -> tuple[tuple[ShortContext, float], ...]:
         """Experts with a non-zero weight (a zero weight never costs a model call); with an adaptive rule,
         the short expert whatever its fixed weight."""
-        if self.adaptive is not None:
-            return self.experts
-        return tuple((r, w) for r, w in self.experts if w != 0.0)
+        return tuple((r, w) for r, w in self.experts if w != 0.0 or self.adaptive is not None)
 
     @property
     def is_plain(self) -> bool:
@@ -201,9 +194,7 @@ class Boosting:
 
     @property
     def resolved_form(self) -> BoostForm:
-        if self.form is not None:
-            return self.form
-        return "generation" if self.mode in ("last_k", "auto") else "next_token"
+        return self.form or ("generation" if self.mode in ("last_k", "auto") else "next_token")
 
     @property
     def is_plain(self) -> bool:
@@ -213,9 +204,7 @@ class Boosting:
 
     def with_mode(self, mode: Mode) -> Boosting:
         """This boosting with ``auto`` replaced by a concrete mode (other modes are kept)."""
-        if self.mode != "auto":
-            return self
-        return Boosting(mode, self.k, self.alpha, self.form, self.marker, self.separator, self.adaptive)
+        return replace(self, mode=mode) if self.mode == "auto" else self
 
     def experts(self) -> Experts:
         """The weighted product this boosting is (the ``form``'s two weights on ``f_max`` and the short
@@ -225,13 +214,11 @@ class Boosting:
                 "boosting mode 'auto' means the task's own short context and is resolved by the generation "
                 "evaluator; here give last_k, response or marker"
             )
-        rule: ShortContext
-        if self.mode == "last_k":
-            rule = LastTokens(self.k)
-        elif self.mode == "response":
-            rule = AfterSeparator(self.separator)
-        else:
-            rule = AfterMarker(self.marker)
+        rule = {
+            "last_k": LastTokens(self.k),
+            "response": AfterSeparator(self.separator),
+            "marker": AfterMarker(self.marker),
+        }[self.mode]
         w_full, w_short = two_expert_weights(self.alpha, self.resolved_form)
         return Experts(((rule, w_short),), w_full, self.adaptive, self.resolved_form)
 
@@ -288,8 +275,4 @@ class Sampling:
 
 def as_experts(boosting: Boosting | Experts) -> Experts:
     """The weighted product a decoder consumes, from either option object."""
-    if isinstance(boosting, Experts):
-        return boosting
-    if isinstance(boosting, Boosting):
-        return boosting.experts()
-    raise BoostingError(f"boosting must be a Boosting or an Experts, got {type(boosting).__name__}")
+    return boosting if isinstance(boosting, Experts) else boosting.experts()

