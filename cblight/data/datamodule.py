@@ -7,10 +7,10 @@ rendered examples, longest first so that padding stays small.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 from cblight.data.examples import ChoiceExample, DataError, Example, GenerationExample, NextTokenExample
 from cblight.data.registry import RenderContext, TaskSpec, get_task
 from cblight.data.sources import MissingDataError, load_split_records
+from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
 
 Role = Literal["report", "selection"]
 log = logging.getLogger(__name__)
@@ -38,10 +39,10 @@ class TaskSplit:
     sampled_indices: list[int] | None = None
     seed: int | None = None
     file: str | None = None  # the data_files entry the split was read from, when one was given
-    by_idx: dict[int, Example] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.by_idx = {ex.idx: ex for ex in self.examples}
+    @functools.cached_property
+    def by_idx(self) -> dict[int, Example]:
+        return {ex.idx: ex for ex in self.examples}
 
     @property
     def name(self) -> str:
@@ -60,45 +61,10 @@ class TaskSplit:
 
 
 def _length(ex: Example) -> int:
+    """The characters an example puts through the model: batches are formed longest first."""
     if isinstance(ex, ChoiceExample):
         return len(ex.context) + max(len(c) for c in ex.choices)
-    if isinstance(ex, GenerationExample):
-        return len(ex.prompt)
-    return len(ex.text)
-
-
-class _ExampleList(Sequence):
-    def __init__(self, examples: list[Example]):
-        self.examples = sorted(examples, key=lambda ex: (-_length(ex), ex.idx))
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, i: int) -> Example:  # type: ignore[override]
-        return self.examples[i]
-
-
-def _collate(batch: list[Example]) -> list[Example]:
-    return batch
-
-
-def known_splits(spec: TaskSpec) -> list[str]:
-    """The split names a task reads: its report and selection splits and every split of its sources."""
-    names = [spec.report_split, spec.selection_split, *spec.source.hub]
-    if spec.source.local is not None:
-        names += list(spec.source.local.files)
-    return list(dict.fromkeys(n for n in names if n))
-
-
-def _check_split_keys(spec: TaskSpec, files: dict[str, Any]) -> None:
-    """An unknown split in ``data_files`` would be ignored and the Hub copy used instead: refuse it."""
-    known = known_splits(spec)
-    for split in files:
-        if split not in known:
-            raise DataError(
-                f"data_files.{spec.name}: unknown split {split!r}; {spec.name} reads {known} "
-                f"(report: {spec.report_split!r}, alpha* chosen on: {spec.selection_split!r})"
-            )
+    return len(ex.prompt) if isinstance(ex, GenerationExample) else len(ex.text)
 
 
 class EvalDataModule(LightningDataModule):
@@ -135,12 +101,13 @@ class EvalDataModule(LightningDataModule):
         tokenizer: str | None = None,
         selection: bool = True,
         selection_seed: int = 1234,
-        limit: int | None = None,
-        max_k: int | None = None,
-        batch_size: int = 16,
-        num_workers: int = 0,
+        limit: PositiveInt | None = None,
+        max_k: PositiveInt | None = None,
+        batch_size: PositiveInt = 16,
+        num_workers: NonNegativeInt = 0,
     ):
         super().__init__()
+        check_arguments(type(self).__init__, locals(), DataError)
         if tasks is not None and not tasks:
             raise DataError("tasks is empty: name at least one task, e.g. --data.tasks '[copa]'")
         self.specs = [get_task(name) for name in (tasks or ["copa"])]  # unknown names fail here
@@ -150,22 +117,22 @@ class EvalDataModule(LightningDataModule):
         self.data_root = data_root
         self.data_dirs = {self._own_task(k): v for k, v in (data_dirs or {}).items()}
         self.data_files = {self._own_task(k): dict(v) for k, v in (data_files or {}).items()}
-        for name, files in self.data_files.items():
-            _check_split_keys(get_task(name), files)
-        if max_k is not None and max_k < 1:
-            raise DataError(f"max_k must be at least 1, got {max_k}")
+        for name, files in self.data_files.items():  # an unknown split would quietly read the Hub copy
+            spec = get_task(name)
+            local = spec.source.local.files if spec.source.local else {}
+            named = (spec.report_split, spec.selection_split, *spec.source.hub, *local)
+            known = [n for n in dict.fromkeys(named) if n]
+            unknown = [split for split in files if split not in known]
+            if unknown:
+                raise DataError(
+                    f"data_files.{spec.name}: unknown split {unknown[0]!r}; {spec.name} reads {known} "
+                    f"(report: {spec.report_split!r}, alpha* chosen on: {spec.selection_split!r})"
+                )
         self.max_k = max_k
         self.tokenizer = tokenizer
         self.selection = selection
         self.selection_seed = selection_seed
-        if limit is not None and limit < 1:
-            raise DataError(f"data.limit must be at least 1, got {limit}")
         self.limit = limit
-        if batch_size < 1:
-            raise DataError(
-                f"data.batch_size must be at least 1, got {batch_size} (examples per step; model.batch_size "
-                "is the sequences per forward pass)"
-            )
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.splits: dict[str, dict[Role, TaskSplit]] = {}
@@ -194,14 +161,6 @@ class EvalDataModule(LightningDataModule):
 
             self._tokenizer = load_tokenizer(self.tokenizer)
         return self._tokenizer
-
-    def _render_context(self, split: str) -> RenderContext:
-        tok = self._load_tokenizer()
-        if tok is None:
-            return RenderContext(split=split)
-        eos = tok.eos_token or tok.bos_token
-        bos = tok.bos_token or tok.eos_token
-        return RenderContext(split=split, eos_token=eos, bos_token=bos)
 
     def check_local(self) -> None:
         """The folders the user named, checked before any data is read (``setup``, ``examples``): every
@@ -235,10 +194,8 @@ class EvalDataModule(LightningDataModule):
         root = Path(self.data_root).expanduser().absolute()
         tried = [root / name for name in (spec.name, *spec.aliases)]
         found = next((path for path in tried if path.is_dir()), None)
-        splits = [spec.report_split] + (
-            [spec.selection_split] if self.selection and spec.selection_split else []
-        )
-        if found is not None or all(s in self.data_files.get(spec.name, {}) for s in splits):
+        needed = {spec.report_split, spec.selection_split if self.selection else None} - {None}
+        if found is not None or needed <= self.data_files.get(spec.name, {}).keys():
             return found
         looked = " or ".join(f"{path.name}/" for path in tried)
         if not root.is_dir():
@@ -248,7 +205,8 @@ class EvalDataModule(LightningDataModule):
             held = sorted(f"{p.name}/" for p in root.iterdir() if p.is_dir())
             listing = ", ".join(held[:8]) + (", ..." if len(held) > 8 else "") or "no folders"
             why = f"data_root {root} has no folder {looked} (it holds {listing})"
-        hub = _hub_label(spec)
+        hubs = dict.fromkeys(f"{h.path} {h.name}" if h.name else h.path for h in spec.source.hub.values())
+        hub = "" if spec.source.hub_refusal else ", ".join(hubs)
         if hub and self.hub_fallback:
             log.warning(
                 "%s: %s; loading it from the Hub (%s), as --data.hub_fallback asks", spec.name, why, hub
@@ -272,12 +230,14 @@ class EvalDataModule(LightningDataModule):
         records = load_split_records(spec.name, split, spec.source, **self._local(spec, split))
         if not records:
             raise DataError(f"{spec.name}: split {split!r} is empty")
-        ctx = self._render_context(split)
+        tok = self._load_tokenizer()
+        ctx = RenderContext(split)
+        if tok is not None:
+            ctx = RenderContext(split, tok.eos_token or tok.bos_token, tok.bos_token or tok.eos_token)
         if spec.keep is None:
             pool: list[int] = list(range(len(records)))
             rendered: dict[int, Example] = {}
         else:  # filter first, so that a sample is drawn from the examples the task keeps
-            tok = self._load_tokenizer()
             rendered = {i: spec.render(r, i, ctx) for i, r in enumerate(records)}
             pool = [i for i, ex in rendered.items() if spec.keep(ex, tok, self.max_k)]
             if not pool:
@@ -295,34 +255,26 @@ class EvalDataModule(LightningDataModule):
         return self._render(spec, split or spec.report_split)[0]
 
     def load_task(self, spec: TaskSpec) -> dict[Role, TaskSplit]:
-        report, _ = self._render(spec, spec.report_split)
-        if self.limit is not None:
-            report = report[: self.limit]
+        report = self._render(spec, spec.report_split)[0][: self.limit]
         out: dict[Role, TaskSplit] = {
             "report": TaskSplit(
                 spec, "report", spec.report_split, report, file=self._given_file(spec, spec.report_split)
             )
         }
-        if not (self.selection and spec.selection_split):
-            return out
         split = spec.selection_split
-        file = self._given_file(spec, split)
-        try:
-            if spec.sample_selection:
-                examples, indices = self._render(spec, split, sample_size=len(report))
-                out["selection"] = TaskSplit(
-                    spec, "selection", split, examples, indices, self.selection_seed, file=file
-                )
-            else:
-                examples, _ = self._render(spec, split)
-                if self.limit is not None:
-                    examples = examples[: self.limit]
-                out["selection"] = TaskSplit(spec, "selection", split, examples, file=file)
+        if not (self.selection and split):
+            return out
+        try:  # a sampled selection split is as large as the (limited) report split, so the limit holds too
+            examples, indices = self._render(spec, split, len(report) if spec.sample_selection else None)
         except MissingDataError as err:
             raise MissingDataError(
                 f"{err} alpha* is chosen on {spec.name}'s {split!r} split: add its file, or pass "
                 "--data.selection false to report the whole alpha curve without choosing alpha*"
             ) from None
+        seed = None if indices is None else self.selection_seed
+        out["selection"] = TaskSplit(
+            spec, "selection", split, examples[: self.limit], indices, seed, self._given_file(spec, split)
+        )
         return out
 
     def setup(self, stage: str | None = None) -> None:
@@ -338,7 +290,7 @@ class EvalDataModule(LightningDataModule):
         return [self.splits[name][role] for name in self.task_names if role in self.splits[name]]
 
     def _loader(self, split: TaskSplit) -> DataLoader:
-        dataset = _ExampleList(split.examples)
+        dataset = sorted(split.examples, key=lambda ex: (-_length(ex), ex.idx))
         sampler = None
         if split.task.kind == "generation" and dist.is_available() and dist.is_initialized():
             # generation metrics stream per document: a padded DistributedSampler would score repeats twice
@@ -349,7 +301,7 @@ class EvalDataModule(LightningDataModule):
             shuffle=False,
             sampler=sampler,
             num_workers=self.num_workers,
-            collate_fn=_collate,
+            collate_fn=list,
         )
 
     def val_dataloader(self) -> list[DataLoader]:
@@ -378,14 +330,6 @@ class MissingRootError(DataError):
         if self.hub:
             fixes.append(f"{hub_fallback} to load {self.task} from the Hub ({self.hub})")
         return f"{self.task}: {self.why}: {', '.join(fixes[:-1])} or {fixes[-1]}"
-
-
-def _hub_label(spec: TaskSpec) -> str:
-    """The Hub copy a task loads (``aps/super_glue copa``), or ``""`` when it has no loadable one."""
-    if spec.source.hub_refusal or not spec.source.hub:
-        return ""
-    ids = dict.fromkeys(f"{h.path} {h.name}" if h.name else h.path for h in spec.source.hub.values())
-    return ", ".join(ids)
 
 
 __all__ = ["ChoiceExample", "EvalDataModule", "MissingRootError", "NextTokenExample", "TaskSplit"]

@@ -292,9 +292,13 @@ def load_split_records(
         raise MissingDataError(
             f"{task}: split {split!r} is not available on the Hub; pass data_dir/data_files"
         )
+    return _hub_records(task, split, source.hub[split])
+
+
+def _hub_records(task: str, split: str, hub: HubSplit) -> list[SourceRecord]:
+    """The records of a Hub split, through ``datasets.load_dataset``; the one place the Hub is read."""
     import datasets
 
-    hub = source.hub[split]
     label = hub.path + (f" ({hub.name})" if hub.name else "")
     try:
         ds = datasets.load_dataset(hub.path, hub.name, split=hub.split)
