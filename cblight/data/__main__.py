@@ -20,39 +20,15 @@ from cblight.data.registry import TaskKind, TaskSpec, all_tasks, get_task
 from cblight.errors import CblightError
 
 
-def _split_label(spec: TaskSpec, split: str | None) -> str:
-    if split is None:
-        return "-"
+def _split_label(spec: TaskSpec, split: str) -> str:
     size = spec.sizes.get(split)
     return f"{split} ({size})" if size else split
 
 
-def _source_label(spec: TaskSpec) -> str:
-    hub = sorted({f"{h.path}" + (f" ({h.name})" if h.name else "") for h in spec.source.hub.values()})
-    if hub:
-        return "hub " + ", ".join(hub) + " or local files"
-    return "local files only"
-
-
-def _local_lines(spec: TaskSpec, shown: int = 3) -> list[str]:
-    """The files a task reads from ``data_root/<task>/`` or ``data_dirs.<task>``, per split (the first
-    existing match of each split's patterns is read; with ``combine``, every pattern must match)."""
-    local = spec.source.local
-    if local is None:
-        return ["local files: none (Hub only)"]
-    out = [f"local files in data_root/{spec.name}/ (or data_dirs.{spec.name}, or data_files per split):"]
-    for split, patterns in local.files.items():
-        names = list(dict.fromkeys(patterns))
-        more = f" and {len(names) - shown} more" if len(names) > shown else ""
-        join = ", " if local.combine else " or "
-        out.append(f"  {split + ':':<12}{'all of ' if local.combine else ''}{join.join(names[:shown])}{more}")
-    if local.hint:
-        out.append(f"  ({local.hint})")
-    return out
-
-
 def list_tasks(kind: TaskKind | None = None) -> str:
-    """Every task: its kind, splits and sizes, prompt, short context and data source.
+    """Every task: its kind, splits and sizes, prompt, short context and data source; and the files it
+    reads from ``data_root/<task>/`` or ``data_dirs.<task>``, per split (the first existing match of each
+    split's patterns is read; with ``combine``, every pattern must match).
 
     Args:
         kind: only tasks of this kind.
@@ -67,13 +43,28 @@ def list_tasks(kind: TaskKind | None = None) -> str:
             chosen = f"{spec.selection_split} sample of {spec.sizes.get(spec.report_split, 'n')}"
         else:
             chosen = _split_label(spec, spec.selection_split)
-        report = _split_label(spec, spec.report_split)
-        lines.append(f"{name:<15}{spec.kind:<17}{report:<22}{chosen:<34}{_source_label(spec)}")
-        lines.append(f"{'':<4}prompt: {spec.prompt}")
-        lines.append(f"{'':<4}short context: {spec.premise_free}")
-        lines += [f"{'':<4}{line}" for line in _local_lines(spec)]
+        hub = sorted({h.path + (f" ({h.name})" if h.name else "") for h in spec.source.hub.values()})
+        source = f"hub {', '.join(hub)} or local files" if hub else "local files only"
+        lines.append(
+            f"{name:<15}{spec.kind:<17}{_split_label(spec, spec.report_split):<22}{chosen:<34}{source}"
+        )
+        lines += [f"    prompt: {spec.prompt}", f"    short context: {spec.premise_free}"]
+        local = spec.source.local
+        if local is None:
+            lines.append("    local files: none (Hub only)")
+        else:
+            lines.append(
+                f"    local files in data_root/{name}/ (or data_dirs.{name}, or data_files per split):"
+            )
+            for split, patterns in local.files.items():
+                names = list(dict.fromkeys(patterns))
+                shown = (", " if local.combine else " or ").join(names[:3])
+                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+                lines.append(f"      {split + ':':<12}{'all of ' if local.combine else ''}{shown}{more}")
+            if local.hint:
+                lines.append(f"      ({local.hint})")
         if spec.aliases:
-            lines.append(f"{'':<4}also named: {', '.join(spec.aliases)}")
+            lines.append(f"    also named: {', '.join(spec.aliases)}")
     return "\n".join(lines)
 
 

@@ -154,26 +154,22 @@ class EvalDataModule(LightningDataModule):
 
     # -- loading -------------------------------------------------------------------------------------------
     def _load_tokenizer(self) -> Any:
-        if self.tokenizer is None:
-            return None
-        if self._tokenizer is None:
+        if self._tokenizer is None and self.tokenizer is not None:
             from cblight.models import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.tokenizer)
         return self._tokenizer
 
-    def check_local(self) -> None:
+    def check_local(self) -> dict[str, Path | None]:
         """The folders the user named, checked before any data is read (``setup``, ``examples``): every
         ``data_dirs`` entry exists, and a ``data_root`` is used or refused, never quietly replaced by the
-        Hub (``hub_fallback`` asks for that)."""
-        if self.roots is not None:
-            return
-        for name, folder in self.data_dirs.items():
-            if not Path(folder).expanduser().is_dir():
-                raise DataError(f"data_dirs.{name}: {folder} is not a directory")
-        self.roots = {
-            spec.name: self._task_root(spec) for spec in self.specs if spec.name not in self.data_dirs
-        }
+        Hub (``hub_fallback`` asks for that). Each task's folder under ``data_root`` by name."""
+        if self.roots is None:
+            for name, folder in self.data_dirs.items():
+                if not Path(folder).expanduser().is_dir():
+                    raise DataError(f"data_dirs.{name}: {folder} is not a directory")
+            self.roots = {s.name: self._task_root(s) for s in self.specs if s.name not in self.data_dirs}
+        return self.roots
 
     def _local(self, spec: TaskSpec, split: str) -> dict[str, Any]:
         files = self.data_files.get(spec.name, {})
@@ -181,9 +177,7 @@ class EvalDataModule(LightningDataModule):
             return {"data_file": files[split]}
         if spec.name in self.data_dirs:
             return {"data_dir": self.data_dirs[spec.name]}
-        self.check_local()
-        assert self.roots is not None
-        root = self.roots.get(spec.name)
+        root = self.check_local().get(spec.name)
         return {"data_dir": str(root)} if root is not None else {}
 
     def _task_root(self, spec: TaskSpec) -> Path | None:
@@ -198,11 +192,14 @@ class EvalDataModule(LightningDataModule):
         if found is not None or needed <= self.data_files.get(spec.name, {}).keys():
             return found
         looked = " or ".join(f"{path.name}/" for path in tried)
+        near: list[Path] = []
         if not root.is_dir():
             state = "is a file" if root.exists() else "does not exist"
             why = f"data_root {root} {state} (looked for {', '.join(f'{path}/' for path in tried)})"
         else:
-            held = sorted(f"{p.name}/" for p in root.iterdir() if p.is_dir())
+            folders = [p for p in root.iterdir() if p.is_dir()]
+            near = [p for p in folders if spec.name in p.name.lower()]
+            held = sorted(f"{p.name}/" for p in folders)
             listing = ", ".join(held[:8]) + (", ..." if len(held) > 8 else "") or "no folders"
             why = f"data_root {root} has no folder {looked} (it holds {listing})"
         hubs = dict.fromkeys(f"{h.path} {h.name}" if h.name else h.path for h in spec.source.hub.values())
@@ -212,9 +209,6 @@ class EvalDataModule(LightningDataModule):
                 "%s: %s; loading it from the Hub (%s), as --data.hub_fallback asks", spec.name, why, hub
             )
             return None
-        near = [
-            p for p in (root.iterdir() if root.is_dir() else ()) if p.is_dir() and spec.name in p.name.lower()
-        ]
         raise MissingRootError(spec.name, why, str(near[0]) if len(near) == 1 else "DIR", hub, root.is_dir())
 
     def _given_file(self, spec: TaskSpec, split: str) -> str | None:
@@ -244,10 +238,10 @@ class EvalDataModule(LightningDataModule):
                 raise DataError(f"{spec.name}: no example of split {split!r} passes the task's filter")
         indices = None
         if sample_size is not None:
-            size = min(sample_size, len(pool))
-            indices = sorted(random.Random(self.selection_seed).sample(pool, size))
-        chosen = pool if indices is None else indices
-        return [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in chosen], indices
+            pool = indices = sorted(
+                random.Random(self.selection_seed).sample(pool, min(sample_size, len(pool)))
+            )
+        return [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in pool], indices
 
     def examples(self, task: str, split: str | None = None) -> list[Example]:
         """All rendered examples of one split of ``task`` (default: its report split), filters applied."""
@@ -296,12 +290,7 @@ class EvalDataModule(LightningDataModule):
             # generation metrics stream per document: a padded DistributedSampler would score repeats twice
             sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
         return DataLoader(
-            dataset,  # type: ignore[arg-type]
-            batch_size=self.batch_size,
-            shuffle=False,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            collate_fn=list,
+            dataset, self.batch_size, sampler=sampler, num_workers=self.num_workers, collate_fn=list
         )
 
     def val_dataloader(self) -> list[DataLoader]:
@@ -309,9 +298,6 @@ class EvalDataModule(LightningDataModule):
 
     def test_dataloader(self) -> list[DataLoader]:
         return [self._loader(s) for s in self.loader_splits("report")]
-
-    def predict_dataloader(self) -> list[DataLoader]:
-        return self.test_dataloader()
 
 
 class MissingRootError(DataError):

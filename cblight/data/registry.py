@@ -33,28 +33,26 @@ def register(spec: TaskSpec) -> TaskSpec:
     return spec
 
 
-def _load_all() -> None:
+def _import(*modules: str) -> None:
+    """Import task modules by name (every one when none is named); importing one registers its specs."""
     package = importlib.import_module(_TASKS)
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{_TASKS}.{module.name}")
+    names = {module.name for module in pkgutil.iter_modules(package.__path__)}
+    for name in [m for m in modules if m in names] if modules else sorted(names):
+        importlib.import_module(f"{_TASKS}.{name}")
 
 
 def get_task(name: str) -> TaskSpec:
     """The task spec named ``name`` or one of its aliases; ``DataError`` listing the known tasks otherwise."""
-    if _ALIASES.get(name, name) not in _REGISTRY:
-        package = importlib.import_module(_TASKS)
-        if name in {m.name for m in pkgutil.iter_modules(package.__path__)}:
-            importlib.import_module(f"{_TASKS}.{name}")  # most tasks live in a module of their name
+    for modules in ((name,), ()):  # most tasks live in a module of their name; else import them all
         if _ALIASES.get(name, name) not in _REGISTRY:
-            _load_all()
+            _import(*modules)
     try:
         return _REGISTRY[_ALIASES.get(name, name)]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
-        raise DataError(f"unknown task {name!r}; known tasks: {known}") from None
+        raise DataError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_REGISTRY))}") from None
 
 
 def all_tasks() -> dict[str, TaskSpec]:
     """Every registered task spec by name, sorted."""
-    _load_all()
+    _import()
     return dict(sorted(_REGISTRY.items()))

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 
+from cblight.option_types import PositiveInt, check_arguments
+
 __all__ = ["first_sentences", "sentence_spans", "split_first_sentence", "split_sentences"]
 
 # Word lists as strings for readability (hence the noqa). Titles and abbreviations count only when
@@ -54,24 +56,14 @@ _END = re.compile(r"(?:[.!?]+|…+)[.!?…]*['\"’”)\]]*(?=\s|$)")
 _PARAGRAPH = re.compile(r"\n[^\S\n]*\n")
 _ACRONYM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
 _OPENERS = "\"'“‘([{"
+_GAP = re.compile(
+    r"\s*[\"'“‘(\[{]*"
+)  # the whitespace, then the opening quotes and brackets, after a terminator
 _WORD = re.compile(r"[\w'’-]+")
 
 
-def _previous_token(text: str, pos: int) -> str:
-    start = pos
-    while start > 0 and not text[start - 1].isspace():
-        start -= 1
-    return text[start:pos].lstrip(_OPENERS)
-
-
 def _is_boundary(text: str, match: re.Match[str]) -> bool:
-    pos = match.end()
-    while pos < len(text) and text[pos].isspace():
-        pos += 1
-    if pos == len(text):
-        return True
-    while pos < len(text) and text[pos] in _OPENERS:
-        pos += 1
+    pos = _GAP.match(text, match.end()).end()  # always a match, maybe empty
     if pos == len(text):
         return True
     nxt = text[pos]
@@ -80,7 +72,10 @@ def _is_boundary(text: str, match: re.Match[str]) -> bool:
     terminator = match.group(0)
     if terminator.rstrip("'\"’”)]") != ".":
         return True  # !, ?, ellipses: the case of the next word decides
-    prev = _previous_token(text, match.start())
+    start = match.start()
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    prev = text[start : match.start()].lstrip(_OPENERS)
     if not prev:
         return True
     low = prev.lower()
@@ -103,14 +98,11 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     spans = []
     start = 0
     for end in sorted(ends):
-        s, e = start, end
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
+        piece = text[start:end]
+        s, e = start + len(piece) - len(piece.lstrip()), start + len(piece.rstrip())
         if e > s:
             spans.append((s, e))
-        start = max(start, end)
+        start = end
     return spans
 
 
@@ -119,10 +111,9 @@ def split_sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in sentence_spans(text)]
 
 
-def first_sentences(text: str, n: int) -> str:
+def first_sentences(text: str, n: PositiveInt) -> str:
     """The text of the first ``n`` sentences, exactly as written (the whole text if it has fewer)."""
-    if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
+    check_arguments(first_sentences, {"n": n})
     spans = sentence_spans(text)
     if not spans:
         return ""
