@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import sys
 
-from cblight.data.examples import ChoiceExample, DataError, GenerationExample, NextTokenExample
+from cblight.data.examples import ChoiceExample, DataError, NextTokenExample
 from cblight.data.registry import TaskKind, TaskSpec, all_tasks, get_task
 from cblight.errors import CblightError
+from cblight.option_types import PositiveInt
 
 
 def _split_label(spec: TaskSpec, split: str) -> str:
@@ -68,35 +69,6 @@ def list_tasks(kind: TaskKind | None = None) -> str:
     return "\n".join(lines)
 
 
-def describe(task: str, split: str, index: int, example: object) -> str:
-    where = getattr(example, "where", "")
-    out = [f"{task} / {split} / example {index} ({where})"]
-    if isinstance(example, ChoiceExample):
-        out.append(f"full context:  {example.context!r}")
-        pf = example.premise_free
-        out.append(f"premise-free:  {pf!r}" + ("  (BOS/EOS alone)" if pf == "" else ""))
-        out.append("answers (scored as continuations):")
-        for i, choice in enumerate(example.choices):
-            out.append(f"  [{i}] {choice!r}" + ("   <- label" if i == example.label else ""))
-    elif isinstance(example, NextTokenExample):
-        out.append(f"text:          {example.text!r}")
-        out.append(
-            "target:        the text's last token" + (f" ({example.answer!r})" if example.answer else "")
-        )
-    elif isinstance(example, GenerationExample):
-        if example.turns:
-            out.append("turns:")
-            out += [f"  {t!r}" for t in example.turns]
-        out.append(f"prompt:        {example.prompt!r}")
-        if example.short_prefix:
-            out.append(f"short context: {example.short_prefix!r} + the generated text so far")
-        for i, ref in enumerate(example.references):
-            out.append(f"reference {i}:   {ref!r}")
-        if example.human is not None:
-            out.append(f"human:         {example.human!r}")
-    return "\n".join(out)
-
-
 def peek(
     task: str,
     data_dir: str | None = None,
@@ -104,7 +76,7 @@ def peek(
     split: str | None = None,
     index: int = 0,
     tokenizer: str | None = None,
-    max_k: int = 5,
+    max_k: PositiveInt = 5,
     hub_fallback: bool = False,
 ) -> str:
     """One rendered example of a task, exactly as it is scored.
@@ -141,7 +113,26 @@ def peek(
     examples = dm.examples(spec.name, split)
     if not 0 <= index < len(examples):
         raise CblightError(f"--index {index} is outside the {len(examples)} examples of {spec.name}/{split}")
-    return describe(spec.name, split, index, examples[index])
+    ex = examples[index]
+    out = [f"{spec.name} / {split} / example {index} ({ex.where})"]
+    if isinstance(ex, ChoiceExample):
+        out.append(f"full context:  {ex.context!r}")
+        out.append(f"premise-free:  {ex.premise_free!r}" + ("" if ex.premise_free else "  (BOS/EOS alone)"))
+        out.append("answers (scored as continuations):")
+        for i, choice in enumerate(ex.choices):
+            out.append(f"  [{i}] {choice!r}" + ("   <- label" if i == ex.label else ""))
+    elif isinstance(ex, NextTokenExample):
+        out.append(f"text:          {ex.text!r}")
+        out.append("target:        the text's last token" + (f" ({ex.answer!r})" if ex.answer else ""))
+    else:
+        out += ["turns:", *(f"  {t!r}" for t in ex.turns)] if ex.turns else []
+        out.append(f"prompt:        {ex.prompt!r}")
+        if ex.short_prefix:
+            out.append(f"short context: {ex.short_prefix!r} + the generated text so far")
+        out += [f"reference {i}:   {ref!r}" for i, ref in enumerate(ex.references)]
+        if ex.human is not None:
+            out.append(f"human:         {ex.human!r}")
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

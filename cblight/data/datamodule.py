@@ -117,12 +117,11 @@ class EvalDataModule(LightningDataModule):
         self.data_root = data_root
         self.data_dirs = {self._own_task(k): v for k, v in (data_dirs or {}).items()}
         self.data_files = {self._own_task(k): dict(v) for k, v in (data_files or {}).items()}
-        for name, files in self.data_files.items():  # an unknown split would quietly read the Hub copy
-            spec = get_task(name)
+        for spec in self.specs:  # an unknown split in data_files would quietly read the Hub copy instead
             local = spec.source.local.files if spec.source.local else {}
             named = (spec.report_split, spec.selection_split, *spec.source.hub, *local)
             known = [n for n in dict.fromkeys(named) if n]
-            unknown = [split for split in files if split not in known]
+            unknown = [split for split in self.data_files.get(spec.name, {}) if split not in known]
             if unknown:
                 raise DataError(
                     f"data_files.{spec.name}: unknown split {unknown[0]!r}; {spec.name} reads {known} "
@@ -142,15 +141,10 @@ class EvalDataModule(LightningDataModule):
 
     def _own_task(self, name: str) -> str:
         """The canonical name of a task named in data_dirs/data_files, which must be one of ``tasks``."""
-        try:
-            canonical = get_task(name).name
-        except DataError:
-            canonical = name
-        if canonical not in self.task_names:
-            raise DataError(
-                f"data_dirs/data_files name task {name!r}, which is not in tasks {self.task_names}"
-            )
-        return canonical
+        for spec in self.specs:
+            if name in (spec.name, *spec.aliases):
+                return spec.name
+        raise DataError(f"data_dirs/data_files name task {name!r}, which is not in tasks {self.task_names}")
 
     # -- loading -------------------------------------------------------------------------------------------
     def _load_tokenizer(self) -> Any:
@@ -272,10 +266,9 @@ class EvalDataModule(LightningDataModule):
         return out
 
     def setup(self, stage: str | None = None) -> None:
-        if self.splits:
-            return
-        self.check_local()  # every task's folder, before the first task's data is read
-        self.splits = {spec.name: self.load_task(spec) for spec in self.specs}
+        if not self.splits:
+            self.check_local()  # every task's folder, before the first task's data is read
+            self.splits = {spec.name: self.load_task(spec) for spec in self.specs}
 
     # -- loaders -------------------------------------------------------------------------------------------
     def loader_splits(self, role: Role) -> list[TaskSplit]:
@@ -285,10 +278,9 @@ class EvalDataModule(LightningDataModule):
 
     def _loader(self, split: TaskSplit) -> DataLoader:
         dataset = sorted(split.examples, key=lambda ex: (-_length(ex), ex.idx))
-        sampler = None
-        if split.task.kind == "generation" and dist.is_available() and dist.is_initialized():
-            # generation metrics stream per document: a padded DistributedSampler would score repeats twice
-            sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
+        # generation metrics stream per document: a padded DistributedSampler would score repeats twice
+        unrepeated = split.task.kind == "generation" and dist.is_available() and dist.is_initialized()
+        sampler = UnrepeatedDistributedSampler(dataset, shuffle=False) if unrepeated else None
         return DataLoader(
             dataset, self.batch_size, sampler=sampler, num_workers=self.num_workers, collate_fn=list
         )

@@ -255,19 +255,17 @@ def load_split_records(
 ) -> list[SourceRecord]:
     """Raw records of ``split``: from ``data_file``, else from ``data_dir``, else from the Hub."""
     local = source.local
+    if local is None and (data_file is not None or data_dir is not None):
+        raise DataError(f"{task}: this task has no local file reader; remove its data_dir/data_files")
     if data_file is not None:
         path = Path(data_file).expanduser()
         if not path.is_file():
             raise MissingDataError(f"{task}: data file for split {split!r} not found: {path}")
-        if local is None:
-            raise DataError(f"{task}: this task has no local file reader")
         return read_local(local.reader, path, task)
     if data_dir is not None:
         root = Path(data_dir).expanduser()
         if not root.is_dir():
             raise DataError(f"{task}: data_dir {root} is not a directory")
-        if local is None:
-            raise DataError(f"{task}: this task has no local file reader; remove its data_dir")
         patterns = local.files.get(split, ())
         found = [sorted(root.glob(pattern)) for pattern in patterns]
         hint = f" {local.hint}" if local.hint else ""
