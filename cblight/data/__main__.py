@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from cblight.data.examples import ChoiceExample, DataError, NextTokenExample
+from cblight.data.examples import ChoiceExample, NextTokenExample
 from cblight.data.registry import TaskKind, TaskSpec, all_tasks, get_task
 from cblight.errors import CblightError
 from cblight.option_types import PositiveInt
@@ -93,7 +93,7 @@ def peek(
         max_k: the largest k of the grid, for LAMA's filter.
         hub_fallback: with ``data_root``, read a task that has no folder there from the Hub.
     """
-    from cblight.data.datamodule import EvalDataModule, MissingRootError
+    from cblight.data.datamodule import EvalDataModule
     from cblight.tiny import GPT2_TOKENIZER_DIR
 
     spec = get_task(task)
@@ -106,10 +106,7 @@ def peek(
         tokenizer=tokenizer or str(GPT2_TOKENIZER_DIR),
         max_k=max_k,
     )
-    try:
-        dm.check_local()
-    except MissingRootError as err:  # the data module names evaluate's options; peek's are these
-        raise DataError(err.options(f"--data_dir {err.folder}", "--hub_fallback true")) from None
+    dm.fixes = ("--data_dir {folder}", "--hub_fallback true")  # peek's options, not evaluate's
     examples = dm.examples(spec.name, split)
     if not 0 <= index < len(examples):
         raise CblightError(f"--index {index} is outside the {len(examples)} examples of {spec.name}/{split}")

@@ -91,6 +91,10 @@ class EvalDataModule(LightningDataModule):
         num_workers: dataloader workers.
     """
 
+    #: How a refusal for a task without its folder under ``data_root`` spells the two fixes: naming the
+    #: task's folder (``{task}``, ``{folder}``) and the Hub fallback; ``cblight evaluate``'s options here.
+    fixes = ("--data.data_dirs '{{{task}: {folder}}}'", "--data.hub_fallback true")
+
     def __init__(
         self,
         tasks: list[str] | None = None,
@@ -137,7 +141,7 @@ class EvalDataModule(LightningDataModule):
         self.splits: dict[str, dict[Role, TaskSplit]] = {}
         self._tokenizer: Any = None
         self.hub_fallback = hub_fallback
-        self.roots: dict[str, Path | None] | None = None  # each task's folder under data_root (check_local)
+        self.roots: dict[str, str | Path | None] | None = None  # each task's folder (check_local)
 
     def _own_task(self, name: str) -> str:
         """The canonical name of a task named in data_dirs/data_files, which must be one of ``tasks``."""
@@ -154,25 +158,22 @@ class EvalDataModule(LightningDataModule):
             self._tokenizer = load_tokenizer(self.tokenizer)
         return self._tokenizer
 
-    def check_local(self) -> dict[str, Path | None]:
+    def check_local(self) -> dict[str, str | Path | None]:
         """The folders the user named, checked before any data is read (``setup``, ``examples``): every
         ``data_dirs`` entry exists, and a ``data_root`` is used or refused, never quietly replaced by the
-        Hub (``hub_fallback`` asks for that). Each task's folder under ``data_root`` by name."""
+        Hub (``hub_fallback`` asks for that). Returns each task's folder (``None``: read from the Hub)."""
         if self.roots is None:
             for name, folder in self.data_dirs.items():
                 if not Path(folder).expanduser().is_dir():
                     raise DataError(f"data_dirs.{name}: {folder} is not a directory")
-            self.roots = {s.name: self._task_root(s) for s in self.specs if s.name not in self.data_dirs}
+            self.roots = {s.name: self.data_dirs.get(s.name) or self._task_root(s) for s in self.specs}
         return self.roots
 
     def _local(self, spec: TaskSpec, split: str) -> dict[str, Any]:
-        files = self.data_files.get(spec.name, {})
+        root, files = self.check_local()[spec.name], self.data_files.get(spec.name, {})
         if split in files:
             return {"data_file": files[split]}
-        if spec.name in self.data_dirs:
-            return {"data_dir": self.data_dirs[spec.name]}
-        root = self.check_local().get(spec.name)
-        return {"data_dir": str(root)} if root is not None else {}
+        return {} if root is None else {"data_dir": str(root)}
 
     def _task_root(self, spec: TaskSpec) -> Path | None:
         """The task's folder under ``data_root`` (``None``: no root, or the Hub by ``hub_fallback``); a task
@@ -186,7 +187,7 @@ class EvalDataModule(LightningDataModule):
         if found is not None or needed <= self.data_files.get(spec.name, {}).keys():
             return found
         looked = " or ".join(f"{path.name}/" for path in tried)
-        near: list[Path] = []
+        near: list[Path] = []  # a folder whose name holds the task's, to suggest
         if not root.is_dir():
             state = "is a file" if root.exists() else "does not exist"
             why = f"data_root {root} {state} (looked for {', '.join(f'{path}/' for path in tried)})"
@@ -203,12 +204,28 @@ class EvalDataModule(LightningDataModule):
                 "%s: %s; loading it from the Hub (%s), as --data.hub_fallback asks", spec.name, why, hub
             )
             return None
-        raise MissingRootError(spec.name, why, str(near[0]) if len(near) == 1 else "DIR", hub, root.is_dir())
+        data_dir, hub_fallback = self.fixes
+        folder = str(near[0]) if len(near) == 1 else "DIR"
+        fixes = [f"name the folder {spec.name}/" if root.is_dir() else "correct data_root"]
+        fixes.append("pass " + data_dir.format(task=spec.name, folder=folder))
+        if hub:
+            fixes.append(f"{hub_fallback} to load {spec.name} from the Hub ({hub})")
+        raise DataError(f"{spec.name}: {why}: {', '.join(fixes[:-1])} or {fixes[-1]}")
 
-    def _given_file(self, spec: TaskSpec, split: str) -> str | None:
-        """The name of the ``data_files`` entry for ``split``, shown where results name the split."""
+    def _task_split(
+        self,
+        spec: TaskSpec,
+        role: Role,
+        split: str,
+        examples: list[Example],
+        indices: list[int] | None = None,
+    ) -> TaskSplit:
+        """A loaded split, cut to ``limit``, naming the ``data_files`` entry it was read from (if any)."""
         given = self.data_files.get(spec.name, {}).get(split)
-        return Path(given).name if given else None
+        seed = None if indices is None else self.selection_seed
+        return TaskSplit(
+            spec, role, split, examples[: self.limit], indices, seed, Path(given).name if given else None
+        )
 
     def _render(
         self, spec: TaskSpec, split: str, sample_size: int | None = None
@@ -244,11 +261,7 @@ class EvalDataModule(LightningDataModule):
 
     def load_task(self, spec: TaskSpec) -> dict[Role, TaskSplit]:
         report = self._render(spec, spec.report_split)[0][: self.limit]
-        out: dict[Role, TaskSplit] = {
-            "report": TaskSplit(
-                spec, "report", spec.report_split, report, file=self._given_file(spec, spec.report_split)
-            )
-        }
+        out = {"report": self._task_split(spec, "report", spec.report_split, report)}
         split = spec.selection_split
         if not (self.selection and split):
             return out
@@ -259,10 +272,7 @@ class EvalDataModule(LightningDataModule):
                 f"{err} alpha* is chosen on {spec.name}'s {split!r} split: add its file, or pass "
                 "--data.selection false to report the whole alpha curve without choosing alpha*"
             ) from None
-        seed = None if indices is None else self.selection_seed
-        out["selection"] = TaskSplit(
-            spec, "selection", split, examples[: self.limit], indices, seed, self._given_file(spec, split)
-        )
+        out["selection"] = self._task_split(spec, "selection", split, examples, indices)
         return out
 
     def setup(self, stage: str | None = None) -> None:
@@ -292,22 +302,4 @@ class EvalDataModule(LightningDataModule):
         return [self._loader(s) for s in self.loader_splits("report")]
 
 
-class MissingRootError(DataError):
-    """A task with no folder under the ``data_root`` given: what was looked for and the fixes, in the options
-    of ``cblight evaluate`` (``options`` formats them for another command, e.g. ``cblight data peek``)."""
-
-    def __init__(self, task: str, why: str, folder: str, hub: str, root_exists: bool):
-        self.task, self.why, self.folder, self.hub, self.root_exists = task, why, folder, hub, root_exists
-        super().__init__(self.options(f"--data.data_dirs '{{{task}: {folder}}}'", "--data.hub_fallback true"))
-
-    def options(self, data_dir: str, hub_fallback: str) -> str:
-        fixes = [
-            f"name the folder {self.task}/" if self.root_exists else "correct data_root",
-            f"pass {data_dir}",
-        ]
-        if self.hub:
-            fixes.append(f"{hub_fallback} to load {self.task} from the Hub ({self.hub})")
-        return f"{self.task}: {self.why}: {', '.join(fixes[:-1])} or {fixes[-1]}"
-
-
-__all__ = ["ChoiceExample", "EvalDataModule", "MissingRootError", "NextTokenExample", "TaskSplit"]
+__all__ = ["ChoiceExample", "EvalDataModule", "NextTokenExample", "TaskSplit"]
