@@ -56,9 +56,8 @@ _END = re.compile(r"(?:[.!?]+|…+)[.!?…]*['\"’”)\]]*(?=\s|$)")
 _PARAGRAPH = re.compile(r"\n[^\S\n]*\n")
 _ACRONYM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
 _OPENERS = "\"'“‘([{"
-_GAP = re.compile(
-    r"\s*[\"'“‘(\[{]*"
-)  # the whitespace, then the opening quotes and brackets, after a terminator
+# after a terminator: the whitespace, then any opening quotes and brackets, before the next word
+_GAP = re.compile(r"\s*[\"'“‘(\[{]*")
 _WORD = re.compile(r"[\w'’-]+")
 
 
@@ -69,8 +68,7 @@ def _is_boundary(text: str, match: re.Match[str]) -> bool:
     nxt = text[pos]
     if nxt.islower():
         return False
-    terminator = match.group(0)
-    if terminator.rstrip("'\"’”)]") != ".":
+    if match.group(0).rstrip("'\"’”)]") != ".":
         return True  # !, ?, ellipses: the case of the next word decides
     start = match.start()
     while start > 0 and not text[start - 1].isspace():
@@ -95,8 +93,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     ends = {m.end() for m in _END.finditer(text) if _is_boundary(text, m)}
     ends |= {m.start() for m in _PARAGRAPH.finditer(text)}
     ends.add(len(text))
-    spans = []
-    start = 0
+    spans, start = [], 0
     for end in sorted(ends):
         piece = text[start:end]
         s, e = start + len(piece) - len(piece.lstrip()), start + len(piece.rstrip())
@@ -114,12 +111,8 @@ def split_sentences(text: str) -> list[str]:
 def first_sentences(text: str, n: PositiveInt) -> str:
     """The text of the first ``n`` sentences, exactly as written (the whole text if it has fewer)."""
     check_arguments(first_sentences, {"n": n})
-    spans = sentence_spans(text)
-    if not spans:
-        return ""
-    start, _ = spans[0]
-    _, end = spans[min(n, len(spans)) - 1]
-    return text[start:end]
+    spans = sentence_spans(text)[:n]
+    return text[spans[0][0] : spans[-1][1]] if spans else ""
 
 
 def split_first_sentence(text: str) -> tuple[str, str]:
