@@ -38,17 +38,13 @@ def list_tasks(kind: TaskKind | None = None) -> str:
     for name, spec in all_tasks().items():
         if kind and spec.kind != kind:
             continue
-        if spec.selection_split is None:
-            chosen = "-"
-        elif spec.sample_selection:
+        chosen = _split_label(spec, spec.selection_split) if spec.selection_split else "-"
+        if spec.sample_selection:
             chosen = f"{spec.selection_split} sample of {spec.sizes.get(spec.report_split, 'n')}"
-        else:
-            chosen = _split_label(spec, spec.selection_split)
         hub = sorted({h.path + (f" ({h.name})" if h.name else "") for h in spec.source.hub.values()})
         source = f"hub {', '.join(hub)} or local files" if hub else "local files only"
-        lines.append(
-            f"{name:<15}{spec.kind:<17}{_split_label(spec, spec.report_split):<22}{chosen:<34}{source}"
-        )
+        report = _split_label(spec, spec.report_split)
+        lines.append(f"{name:<15}{spec.kind:<17}{report:<22}{chosen:<34}{source}")
         lines += [f"    prompt: {spec.prompt}", f"    short context: {spec.premise_free}"]
         local = spec.source.local
         if local is None:

@@ -204,28 +204,23 @@ class EvalDataModule(LightningDataModule):
                 "%s: %s; loading it from the Hub (%s), as --data.hub_fallback asks", spec.name, why, hub
             )
             return None
-        data_dir, hub_fallback = self.fixes
         folder = str(near[0]) if len(near) == 1 else "DIR"
         fixes = [f"name the folder {spec.name}/" if root.is_dir() else "correct data_root"]
-        fixes.append("pass " + data_dir.format(task=spec.name, folder=folder))
+        fixes.append("pass " + self.fixes[0].format(task=spec.name, folder=folder))
         if hub:
-            fixes.append(f"{hub_fallback} to load {spec.name} from the Hub ({hub})")
+            fixes.append(f"{self.fixes[1]} to load {spec.name} from the Hub ({hub})")
         raise DataError(f"{spec.name}: {why}: {', '.join(fixes[:-1])} or {fixes[-1]}")
 
     def _task_split(
-        self,
-        spec: TaskSpec,
-        role: Role,
-        split: str,
-        examples: list[Example],
-        indices: list[int] | None = None,
+        self, spec: TaskSpec, role: Role, split: str, sample_size: int | None = None
     ) -> TaskSplit:
-        """A loaded split, cut to ``limit``, naming the ``data_files`` entry it was read from (if any)."""
+        """One split, rendered (a fixed-seed sample of ``sample_size`` where given) and cut to ``limit``; it
+        names the ``data_files`` entry it was read from, if any."""
+        examples, indices = self._render(spec, split, sample_size)
         given = self.data_files.get(spec.name, {}).get(split)
+        file = Path(given).name if given else None
         seed = None if indices is None else self.selection_seed
-        return TaskSplit(
-            spec, role, split, examples[: self.limit], indices, seed, Path(given).name if given else None
-        )
+        return TaskSplit(spec, role, split, examples[: self.limit], indices, seed, file)
 
     def _render(
         self, spec: TaskSpec, split: str, sample_size: int | None = None
@@ -260,19 +255,19 @@ class EvalDataModule(LightningDataModule):
         return self._render(spec, split or spec.report_split)[0]
 
     def load_task(self, spec: TaskSpec) -> dict[Role, TaskSplit]:
-        report = self._render(spec, spec.report_split)[0][: self.limit]
-        out = {"report": self._task_split(spec, "report", spec.report_split, report)}
+        out = {"report": self._task_split(spec, "report", spec.report_split)}
         split = spec.selection_split
         if not (self.selection and split):
             return out
-        try:  # a sampled selection split is as large as the (limited) report split, so the limit holds too
-            examples, indices = self._render(spec, split, len(report) if spec.sample_selection else None)
+        # a sampled selection split is as large as the (limited) report split, so the limit holds for it too
+        size = len(out["report"].examples) if spec.sample_selection else None
+        try:
+            out["selection"] = self._task_split(spec, "selection", split, size)
         except MissingDataError as err:
             raise MissingDataError(
                 f"{err} alpha* is chosen on {spec.name}'s {split!r} split: add its file, or pass "
                 "--data.selection false to report the whole alpha curve without choosing alpha*"
             ) from None
-        out["selection"] = self._task_split(spec, "selection", split, examples, indices)
         return out
 
     def setup(self, stage: str | None = None) -> None:

@@ -276,9 +276,7 @@ def load_split_records(
                 raise MissingDataError(
                     f"{task}: split {split!r} needs {len(patterns)} files in {root}; missing {shown}.{hint}"
                 )
-            return [
-                record for paths in found for path in paths for record in read_local(local.reader, path, task)
-            ]
+            return [r for paths in found for path in paths for r in read_local(local.reader, path, task)]
         for paths in found:
             if paths:
                 return read_local(local.reader, paths[0], task)
@@ -302,10 +300,9 @@ def _hub_records(task: str, split: str, hub: HubSplit) -> list[SourceRecord]:
         ds = datasets.load_dataset(hub.path, hub.name, split=hub.split)
     except Exception as err:  # datasets raises many types (connection, not-found, script refusal)
         text = str(err)
+        why = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
         if "script" in text.lower():
             why = "it needs a loading script, which datasets refuses"
-        else:
-            why = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
         raise MissingDataError(
             f"{task}: cannot load split {split!r} from {label}: {why}. Pass local copies with "
             f"data_dir/data_files instead."
