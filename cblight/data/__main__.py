@@ -17,7 +17,7 @@ import sys
 
 from cblight.data.examples import ChoiceExample, NextTokenExample
 from cblight.data.registry import TaskKind, TaskSpec, all_tasks, get_task
-from cblight.errors import CblightError
+from cblight.errors import CblightError, run_subcommands
 from cblight.option_types import PositiveInt
 
 
@@ -50,9 +50,8 @@ def list_tasks(kind: TaskKind | None = None) -> str:
         if local is None:
             lines.append("    local files: none (Hub only)")
         else:
-            lines.append(
-                f"    local files in data_root/{name}/ (or data_dirs.{name}, or data_files per split):"
-            )
+            where = f"data_root/{name}/ (or data_dirs.{name}, or data_files per split)"
+            lines.append(f"    local files in {where}:")
             for split, patterns in local.files.items():
                 names = list(dict.fromkeys(patterns))
                 shown = (", " if local.combine else " or ").join(names[:3])
@@ -112,8 +111,7 @@ def peek(
         out.append(f"full context:  {ex.context!r}")
         out.append(f"premise-free:  {ex.premise_free!r}" + ("" if ex.premise_free else "  (BOS/EOS alone)"))
         out.append("answers (scored as continuations):")
-        for i, choice in enumerate(ex.choices):
-            out.append(f"  [{i}] {choice!r}" + ("   <- label" if i == ex.label else ""))
+        out += [f"  [{i}] {c!r}" + ("   <- label" if i == ex.label else "") for i, c in enumerate(ex.choices)]
     elif isinstance(ex, NextTokenExample):
         out.append(f"text:          {ex.text!r}")
         out.append("target:        the text's last token" + (f" ({ex.answer!r})" if ex.answer else ""))
@@ -130,8 +128,6 @@ def peek(
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight data list|peek ...`` (the arguments come from ``sys.argv`` unless given)."""
-    from cblight.errors import run_subcommands
-
     return run_subcommands({"list": list_tasks, "peek": peek}, argv, prog, __doc__.split("\n\n")[0])
 
 

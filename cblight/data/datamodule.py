@@ -51,9 +51,8 @@ class TaskSplit:
     @property
     def description(self) -> str:
         where = f"{self.split} ({self.file})" if self.file else self.split
-        if self.sampled_indices is not None:
-            return f"{where} sample of {len(self.examples)} (seed {self.seed})"
-        return where
+        sample = "" if self.sampled_indices is None else f" sample of {len(self.examples)} (seed {self.seed})"
+        return where + sample
 
     @property
     def max_choices(self) -> int:

@@ -70,18 +70,16 @@ class TaskSpec:
 
 
 _TASKS = "cblight.data.tasks"
-_REGISTRY: dict[str, TaskSpec] = {}
-_ALIASES: dict[str, str] = {}
+_NAMES: dict[str, TaskSpec] = {}  # every task's name and aliases
 
 
 def register(spec: TaskSpec) -> TaskSpec:
     """Add a task spec under its name and aliases (a task module calls it on import); a name taken twice
     is a ``ValueError``."""
     for name in (spec.name, *spec.aliases):
-        if name in _REGISTRY or name in _ALIASES:
+        if name in _NAMES:
             raise ValueError(f"task name {name!r} registered twice")
-    _REGISTRY[spec.name] = spec
-    _ALIASES.update({alias: spec.name for alias in spec.aliases})
+    _NAMES.update(dict.fromkeys((spec.name, *spec.aliases), spec))
     return spec
 
 
@@ -96,15 +94,14 @@ def _import(*modules: str) -> None:
 def get_task(name: str) -> TaskSpec:
     """The task spec named ``name`` or one of its aliases; ``DataError`` listing the known tasks otherwise."""
     for modules in ((name,), ()):  # most tasks live in a module of their name; else import them all
-        if _ALIASES.get(name, name) not in _REGISTRY:
+        if name not in _NAMES:
             _import(*modules)
-    try:
-        return _REGISTRY[_ALIASES.get(name, name)]
-    except KeyError:
-        raise DataError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_REGISTRY))}") from None
+    if name not in _NAMES:
+        raise DataError(f"unknown task {name!r}; known tasks: {', '.join(sorted(all_tasks()))}")
+    return _NAMES[name]
 
 
 def all_tasks() -> dict[str, TaskSpec]:
     """Every registered task spec by name, sorted."""
     _import()
-    return dict(sorted(_REGISTRY.items()))
+    return dict(sorted({spec.name: spec for spec in _NAMES.values()}.items()))
