@@ -210,22 +210,12 @@ class EvalDataModule(LightningDataModule):
             fixes.append(f"{self.fixes[1]} to load {spec.name} from the Hub ({hub})")
         raise DataError(f"{spec.name}: {why}: {', '.join(fixes[:-1])} or {fixes[-1]}")
 
-    def _task_split(
-        self, spec: TaskSpec, role: Role, split: str, sample_size: int | None = None
+    def _load_split(
+        self, spec: TaskSpec, split: str, role: Role = "report", sample_size: int | None = None
     ) -> TaskSplit:
-        """One split, rendered (a fixed-seed sample of ``sample_size`` where given) and cut to ``limit``; it
-        names the ``data_files`` entry it was read from, if any."""
-        examples, indices = self._render(spec, split, sample_size)
-        given = self.data_files.get(spec.name, {}).get(split)
-        file = Path(given).name if given else None
-        seed = None if indices is None else self.selection_seed
-        return TaskSplit(spec, role, split, examples[: self.limit], indices, seed, file)
-
-    def _render(
-        self, spec: TaskSpec, split: str, sample_size: int | None = None
-    ) -> tuple[list[Example], list[int] | None]:
-        """Rendered examples of ``split``; with ``sample_size``, a fixed-seed sample of that many records
-        (sorted indices returned too)."""
+        """One split: its records rendered, those the task keeps (``keep``), with ``sample_size`` a fixed-seed
+        sample of that many of them (sorted indices kept), cut to ``limit``; it names the ``data_files``
+        entry it was read from, if any."""
         records = load_split_records(spec.name, split, spec.source, **self._local(spec, split))
         if not records:
             raise DataError(f"{spec.name}: split {split!r} is empty")
@@ -241,27 +231,31 @@ class EvalDataModule(LightningDataModule):
             pool = [i for i, ex in rendered.items() if spec.keep(ex, tok, self.max_k)]
             if not pool:
                 raise DataError(f"{spec.name}: no example of split {split!r} passes the task's filter")
-        indices = None
+        indices = seed = None
         if sample_size is not None:
             pool = indices = sorted(
                 random.Random(self.selection_seed).sample(pool, min(sample_size, len(pool)))
             )
-        return [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in pool], indices
+            seed = self.selection_seed
+        examples = [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in pool]
+        given = self.data_files.get(spec.name, {}).get(split)
+        file = Path(given).name if given else None
+        return TaskSplit(spec, role, split, examples[: self.limit], indices, seed, file)
 
     def examples(self, task: str, split: str | None = None) -> list[Example]:
-        """All rendered examples of one split of ``task`` (default: its report split), filters applied."""
+        """The rendered examples of one split of ``task`` (default: its report split), filters applied."""
         spec = get_task(task)
-        return self._render(spec, split or spec.report_split)[0]
+        return self._load_split(spec, split or spec.report_split).examples
 
     def load_task(self, spec: TaskSpec) -> dict[Role, TaskSplit]:
-        out = {"report": self._task_split(spec, "report", spec.report_split)}
+        out = {"report": self._load_split(spec, spec.report_split)}
         split = spec.selection_split
         if not (self.selection and split):
             return out
         # a sampled selection split is as large as the (limited) report split, so the limit holds for it too
         size = len(out["report"].examples) if spec.sample_selection else None
         try:
-            out["selection"] = self._task_split(spec, "selection", split, size)
+            out["selection"] = self._load_split(spec, split, "selection", size)
         except MissingDataError as err:
             raise MissingDataError(
                 f"{err} alpha* is chosen on {spec.name}'s {split!r} split: add its file, or pass "

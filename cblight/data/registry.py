@@ -85,8 +85,7 @@ def register(spec: TaskSpec) -> TaskSpec:
 
 def _import(*modules: str) -> None:
     """Import task modules by name (every one when none is named); importing one registers its specs."""
-    package = importlib.import_module(_TASKS)
-    names = {module.name for module in pkgutil.iter_modules(package.__path__)}
+    names = {module.name for module in pkgutil.iter_modules(importlib.import_module(_TASKS).__path__)}
     for name in [m for m in modules if m in names] if modules else sorted(names):
         importlib.import_module(f"{_TASKS}.{name}")
 
