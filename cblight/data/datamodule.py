@@ -264,8 +264,7 @@ class EvalDataModule(LightningDataModule):
         return out
 
     def setup(self, stage: str | None = None) -> None:
-        if not self.splits:
-            self.check_local()  # every task's folder, before the first task's data is read
+        if not self.splits:  # every task's folder is checked as the first split is located (check_local)
             self.splits = {spec.name: self.load_task(spec) for spec in self.specs}
 
     # -- loaders -------------------------------------------------------------------------------------------

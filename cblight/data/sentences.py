@@ -91,8 +91,7 @@ def _is_boundary(text: str, match: re.Match[str]) -> bool:
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` character offsets of each sentence, leading and trailing whitespace excluded."""
     ends = {m.end() for m in _END.finditer(text) if _is_boundary(text, m)}
-    ends |= {m.start() for m in _PARAGRAPH.finditer(text)}
-    ends.add(len(text))
+    ends |= {m.start() for m in _PARAGRAPH.finditer(text)} | {len(text)}
     spans, start = [], 0
     for end in sorted(ends):
         piece = text[start:end]
@@ -117,8 +116,5 @@ def first_sentences(text: str, n: PositiveInt) -> str:
 
 def split_first_sentence(text: str) -> tuple[str, str]:
     """``(first sentence, rest)`` with ``first + rest == text.lstrip()``: the rest keeps its leading space."""
-    spans = sentence_spans(text)
-    if not spans:
-        return "", text
-    start, end = spans[0]
+    start, end = (sentence_spans(text) or [(0, 0)])[0]  # no sentence: an empty one at the start
     return text[start:end], text[end:]
