@@ -7,10 +7,10 @@ rendered examples, longest first so that padding stays small.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 from cblight.data.examples import ChoiceExample, DataError, Example, GenerationExample, NextTokenExample
 from cblight.data.registry import RenderContext, TaskSpec, get_task
 from cblight.data.sources import MissingDataError, load_split_records
+from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
 
 Role = Literal["report", "selection"]
 log = logging.getLogger(__name__)
@@ -38,10 +39,10 @@ class TaskSplit:
     sampled_indices: list[int] | None = None
     seed: int | None = None
     file: str | None = None  # the data_files entry the split was read from, when one was given
-    by_idx: dict[int, Example] = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.by_idx = {ex.idx: ex for ex in self.examples}
+    @functools.cached_property
+    def by_idx(self) -> dict[int, Example]:
+        return {ex.idx: ex for ex in self.examples}
 
     @property
     def name(self) -> str:
@@ -50,9 +51,8 @@ class TaskSplit:
     @property
     def description(self) -> str:
         where = f"{self.split} ({self.file})" if self.file else self.split
-        if self.sampled_indices is not None:
-            return f"{where} sample of {len(self.examples)} (seed {self.seed})"
-        return where
+        sample = "" if self.sampled_indices is None else f" sample of {len(self.examples)} (seed {self.seed})"
+        return where + sample
 
     @property
     def max_choices(self) -> int:
@@ -60,45 +60,10 @@ class TaskSplit:
 
 
 def _length(ex: Example) -> int:
+    """The characters an example puts through the model: batches are formed longest first."""
     if isinstance(ex, ChoiceExample):
         return len(ex.context) + max(len(c) for c in ex.choices)
-    if isinstance(ex, GenerationExample):
-        return len(ex.prompt)
-    return len(ex.text)
-
-
-class _ExampleList(Sequence):
-    def __init__(self, examples: list[Example]):
-        self.examples = sorted(examples, key=lambda ex: (-_length(ex), ex.idx))
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, i: int) -> Example:  # type: ignore[override]
-        return self.examples[i]
-
-
-def _collate(batch: list[Example]) -> list[Example]:
-    return batch
-
-
-def known_splits(spec: TaskSpec) -> list[str]:
-    """The split names a task reads: its report and selection splits and every split of its sources."""
-    names = [spec.report_split, spec.selection_split, *spec.source.hub]
-    if spec.source.local is not None:
-        names += list(spec.source.local.files)
-    return list(dict.fromkeys(n for n in names if n))
-
-
-def _check_split_keys(spec: TaskSpec, files: dict[str, Any]) -> None:
-    """An unknown split in ``data_files`` would be ignored and the Hub copy used instead: refuse it."""
-    known = known_splits(spec)
-    for split in files:
-        if split not in known:
-            raise DataError(
-                f"data_files.{spec.name}: unknown split {split!r}; {spec.name} reads {known} "
-                f"(report: {spec.report_split!r}, alpha* chosen on: {spec.selection_split!r})"
-            )
+    return len(ex.prompt) if isinstance(ex, GenerationExample) else len(ex.text)
 
 
 class EvalDataModule(LightningDataModule):
@@ -125,6 +90,10 @@ class EvalDataModule(LightningDataModule):
         num_workers: dataloader workers.
     """
 
+    #: How a refusal for a task without its folder under ``data_root`` spells the two fixes: naming the
+    #: task's folder (``{task}``, ``{folder}``) and the Hub fallback; ``cblight evaluate``'s options here.
+    fixes = ("--data.data_dirs '{{{task}: {folder}}}'", "--data.hub_fallback true")
+
     def __init__(
         self,
         tasks: list[str] | None = None,
@@ -135,12 +104,13 @@ class EvalDataModule(LightningDataModule):
         tokenizer: str | None = None,
         selection: bool = True,
         selection_seed: int = 1234,
-        limit: int | None = None,
-        max_k: int | None = None,
-        batch_size: int = 16,
-        num_workers: int = 0,
+        limit: PositiveInt | None = None,
+        max_k: PositiveInt | None = None,
+        batch_size: PositiveInt = 16,
+        num_workers: NonNegativeInt = 0,
     ):
         super().__init__()
+        check_arguments(type(self).__init__, locals(), DataError)
         if tasks is not None and not tasks:
             raise DataError("tasks is empty: name at least one task, e.g. --data.tasks '[copa]'")
         self.specs = [get_task(name) for name in (tasks or ["copa"])]  # unknown names fail here
@@ -150,82 +120,59 @@ class EvalDataModule(LightningDataModule):
         self.data_root = data_root
         self.data_dirs = {self._own_task(k): v for k, v in (data_dirs or {}).items()}
         self.data_files = {self._own_task(k): dict(v) for k, v in (data_files or {}).items()}
-        for name, files in self.data_files.items():
-            _check_split_keys(get_task(name), files)
-        if max_k is not None and max_k < 1:
-            raise DataError(f"max_k must be at least 1, got {max_k}")
+        for spec in self.specs:  # an unknown split in data_files would quietly read the Hub copy instead
+            local = spec.source.local.files if spec.source.local else {}
+            named = (spec.report_split, spec.selection_split, *spec.source.hub, *local)
+            known = [n for n in dict.fromkeys(named) if n]
+            unknown = [split for split in self.data_files.get(spec.name, {}) if split not in known]
+            if unknown:
+                raise DataError(
+                    f"data_files.{spec.name}: unknown split {unknown[0]!r}; {spec.name} reads {known} "
+                    f"(report: {spec.report_split!r}, alpha* chosen on: {spec.selection_split!r})"
+                )
         self.max_k = max_k
         self.tokenizer = tokenizer
         self.selection = selection
         self.selection_seed = selection_seed
-        if limit is not None and limit < 1:
-            raise DataError(f"data.limit must be at least 1, got {limit}")
         self.limit = limit
-        if batch_size < 1:
-            raise DataError(
-                f"data.batch_size must be at least 1, got {batch_size} (examples per step; model.batch_size "
-                "is the sequences per forward pass)"
-            )
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.splits: dict[str, dict[Role, TaskSplit]] = {}
         self._tokenizer: Any = None
         self.hub_fallback = hub_fallback
-        self.roots: dict[str, Path | None] | None = None  # each task's folder under data_root (check_local)
+        self.roots: dict[str, str | Path | None] | None = None  # each task's folder (check_local)
 
     def _own_task(self, name: str) -> str:
         """The canonical name of a task named in data_dirs/data_files, which must be one of ``tasks``."""
-        try:
-            canonical = get_task(name).name
-        except DataError:
-            canonical = name
-        if canonical not in self.task_names:
-            raise DataError(
-                f"data_dirs/data_files name task {name!r}, which is not in tasks {self.task_names}"
-            )
-        return canonical
+        for spec in self.specs:
+            if name in (spec.name, *spec.aliases):
+                return spec.name
+        raise DataError(f"data_dirs/data_files name task {name!r}, which is not in tasks {self.task_names}")
 
     # -- loading -------------------------------------------------------------------------------------------
     def _load_tokenizer(self) -> Any:
-        if self.tokenizer is None:
-            return None
-        if self._tokenizer is None:
+        if self._tokenizer is None and self.tokenizer is not None:
             from cblight.models import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.tokenizer)
         return self._tokenizer
 
-    def _render_context(self, split: str) -> RenderContext:
-        tok = self._load_tokenizer()
-        if tok is None:
-            return RenderContext(split=split)
-        eos = tok.eos_token or tok.bos_token
-        bos = tok.bos_token or tok.eos_token
-        return RenderContext(split=split, eos_token=eos, bos_token=bos)
-
-    def check_local(self) -> None:
+    def check_local(self) -> dict[str, str | Path | None]:
         """The folders the user named, checked before any data is read (``setup``, ``examples``): every
         ``data_dirs`` entry exists, and a ``data_root`` is used or refused, never quietly replaced by the
-        Hub (``hub_fallback`` asks for that)."""
-        if self.roots is not None:
-            return
-        for name, folder in self.data_dirs.items():
-            if not Path(folder).expanduser().is_dir():
-                raise DataError(f"data_dirs.{name}: {folder} is not a directory")
-        self.roots = {
-            spec.name: self._task_root(spec) for spec in self.specs if spec.name not in self.data_dirs
-        }
+        Hub (``hub_fallback`` asks for that). Returns each task's folder (``None``: read from the Hub)."""
+        if self.roots is None:
+            for name, folder in self.data_dirs.items():
+                if not Path(folder).expanduser().is_dir():
+                    raise DataError(f"data_dirs.{name}: {folder} is not a directory")
+            self.roots = {s.name: self.data_dirs.get(s.name) or self._task_root(s) for s in self.specs}
+        return self.roots
 
     def _local(self, spec: TaskSpec, split: str) -> dict[str, Any]:
-        files = self.data_files.get(spec.name, {})
+        root, files = self.check_local()[spec.name], self.data_files.get(spec.name, {})
         if split in files:
             return {"data_file": files[split]}
-        if spec.name in self.data_dirs:
-            return {"data_dir": self.data_dirs[spec.name]}
-        self.check_local()
-        assert self.roots is not None
-        root = self.roots.get(spec.name)
-        return {"data_dir": str(root)} if root is not None else {}
+        return {} if root is None else {"data_dir": str(root)}
 
     def _task_root(self, spec: TaskSpec) -> Path | None:
         """The task's folder under ``data_root`` (``None``: no root, or the Hub by ``hub_fallback``); a task
@@ -235,89 +182,80 @@ class EvalDataModule(LightningDataModule):
         root = Path(self.data_root).expanduser().absolute()
         tried = [root / name for name in (spec.name, *spec.aliases)]
         found = next((path for path in tried if path.is_dir()), None)
-        splits = [spec.report_split] + (
-            [spec.selection_split] if self.selection and spec.selection_split else []
-        )
-        if found is not None or all(s in self.data_files.get(spec.name, {}) for s in splits):
+        needed = {spec.report_split, spec.selection_split if self.selection else None} - {None}
+        if found is not None or needed <= self.data_files.get(spec.name, {}).keys():
             return found
         looked = " or ".join(f"{path.name}/" for path in tried)
+        near: list[Path] = []  # a folder whose name holds the task's, to suggest
         if not root.is_dir():
             state = "is a file" if root.exists() else "does not exist"
             why = f"data_root {root} {state} (looked for {', '.join(f'{path}/' for path in tried)})"
         else:
-            held = sorted(f"{p.name}/" for p in root.iterdir() if p.is_dir())
+            folders = [p for p in root.iterdir() if p.is_dir()]
+            near = [p for p in folders if spec.name in p.name.lower()]
+            held = sorted(f"{p.name}/" for p in folders)
             listing = ", ".join(held[:8]) + (", ..." if len(held) > 8 else "") or "no folders"
             why = f"data_root {root} has no folder {looked} (it holds {listing})"
-        hub = _hub_label(spec)
+        hubs = dict.fromkeys(f"{h.path} {h.name}" if h.name else h.path for h in spec.source.hub.values())
+        hub = "" if spec.source.hub_refusal else ", ".join(hubs)
         if hub and self.hub_fallback:
             log.warning(
                 "%s: %s; loading it from the Hub (%s), as --data.hub_fallback asks", spec.name, why, hub
             )
             return None
-        near = [
-            p for p in (root.iterdir() if root.is_dir() else ()) if p.is_dir() and spec.name in p.name.lower()
-        ]
-        raise MissingRootError(spec.name, why, str(near[0]) if len(near) == 1 else "DIR", hub, root.is_dir())
+        folder = str(near[0]) if len(near) == 1 else "DIR"
+        fixes = [f"name the folder {spec.name}/" if root.is_dir() else "correct data_root"]
+        fixes.append("pass " + self.fixes[0].format(task=spec.name, folder=folder))
+        if hub:
+            fixes.append(f"{self.fixes[1]} to load {spec.name} from the Hub ({hub})")
+        raise DataError(f"{spec.name}: {why}: {', '.join(fixes[:-1])} or {fixes[-1]}")
 
-    def _given_file(self, spec: TaskSpec, split: str) -> str | None:
-        """The name of the ``data_files`` entry for ``split``, shown where results name the split."""
-        given = self.data_files.get(spec.name, {}).get(split)
-        return Path(given).name if given else None
-
-    def _render(
-        self, spec: TaskSpec, split: str, sample_size: int | None = None
-    ) -> tuple[list[Example], list[int] | None]:
-        """Rendered examples of ``split``; with ``sample_size``, a fixed-seed sample of that many records
-        (sorted indices returned too)."""
+    def _load_split(
+        self, spec: TaskSpec, split: str, role: Role = "report", sample_size: int | None = None
+    ) -> TaskSplit:
+        """One split: its records rendered, those the task keeps (``keep``), with ``sample_size`` a fixed-seed
+        sample of that many of them (sorted indices kept), cut to ``limit``; it names the ``data_files``
+        entry it was read from, if any."""
         records = load_split_records(spec.name, split, spec.source, **self._local(spec, split))
         if not records:
             raise DataError(f"{spec.name}: split {split!r} is empty")
-        ctx = self._render_context(split)
+        tok = self._load_tokenizer()
+        ctx = RenderContext(split)
+        if tok is not None:
+            ctx = RenderContext(split, tok.eos_token or tok.bos_token, tok.bos_token or tok.eos_token)
         if spec.keep is None:
             pool: list[int] = list(range(len(records)))
             rendered: dict[int, Example] = {}
         else:  # filter first, so that a sample is drawn from the examples the task keeps
-            tok = self._load_tokenizer()
             rendered = {i: spec.render(r, i, ctx) for i, r in enumerate(records)}
             pool = [i for i, ex in rendered.items() if spec.keep(ex, tok, self.max_k)]
             if not pool:
                 raise DataError(f"{spec.name}: no example of split {split!r} passes the task's filter")
-        indices = None
+        indices = seed = None
         if sample_size is not None:
-            size = min(sample_size, len(pool))
-            indices = sorted(random.Random(self.selection_seed).sample(pool, size))
-        chosen = pool if indices is None else indices
-        return [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in chosen], indices
+            pool = indices = sorted(
+                random.Random(self.selection_seed).sample(pool, min(sample_size, len(pool)))
+            )
+            seed = self.selection_seed
+        examples = [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in pool]
+        given = self.data_files.get(spec.name, {}).get(split)
+        file = Path(given).name if given else None
+        return TaskSplit(spec, role, split, examples[: self.limit], indices, seed, file)
 
     def examples(self, task: str, split: str | None = None) -> list[Example]:
-        """All rendered examples of one split of ``task`` (default: its report split), filters applied."""
+        """The rendered examples of one split of ``task`` (default: its report split), filters applied."""
         spec = get_task(task)
-        return self._render(spec, split or spec.report_split)[0]
+        return self._load_split(spec, split or spec.report_split).examples
 
     def load_task(self, spec: TaskSpec) -> dict[Role, TaskSplit]:
-        report, _ = self._render(spec, spec.report_split)
-        if self.limit is not None:
-            report = report[: self.limit]
-        out: dict[Role, TaskSplit] = {
-            "report": TaskSplit(
-                spec, "report", spec.report_split, report, file=self._given_file(spec, spec.report_split)
-            )
-        }
-        if not (self.selection and spec.selection_split):
-            return out
+        out = {"report": self._load_split(spec, spec.report_split)}
         split = spec.selection_split
-        file = self._given_file(spec, split)
+        if not (self.selection and split):
+            return out
+        # a sampled selection split is as large as the (limited) report split, so the limit holds for it too
+        size = len(out["report"].examples) if spec.sample_selection else None
         try:
-            if spec.sample_selection:
-                examples, indices = self._render(spec, split, sample_size=len(report))
-                out["selection"] = TaskSplit(
-                    spec, "selection", split, examples, indices, self.selection_seed, file=file
-                )
-            else:
-                examples, _ = self._render(spec, split)
-                if self.limit is not None:
-                    examples = examples[: self.limit]
-                out["selection"] = TaskSplit(spec, "selection", split, examples, file=file)
+            out["selection"] = self._load_split(spec, split, "selection", size)
         except MissingDataError as err:
             raise MissingDataError(
                 f"{err} alpha* is chosen on {spec.name}'s {split!r} split: add its file, or pass "
@@ -326,10 +264,8 @@ class EvalDataModule(LightningDataModule):
         return out
 
     def setup(self, stage: str | None = None) -> None:
-        if self.splits:
-            return
-        self.check_local()  # every task's folder, before the first task's data is read
-        self.splits = {spec.name: self.load_task(spec) for spec in self.specs}
+        if not self.splits:  # every task's folder is checked as the first split is located (check_local)
+            self.splits = {spec.name: self.load_task(spec) for spec in self.specs}
 
     # -- loaders -------------------------------------------------------------------------------------------
     def loader_splits(self, role: Role) -> list[TaskSplit]:
@@ -338,18 +274,12 @@ class EvalDataModule(LightningDataModule):
         return [self.splits[name][role] for name in self.task_names if role in self.splits[name]]
 
     def _loader(self, split: TaskSplit) -> DataLoader:
-        dataset = _ExampleList(split.examples)
-        sampler = None
-        if split.task.kind == "generation" and dist.is_available() and dist.is_initialized():
-            # generation metrics stream per document: a padded DistributedSampler would score repeats twice
-            sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
+        dataset = sorted(split.examples, key=lambda ex: (-_length(ex), ex.idx))
+        # generation metrics stream per document: a padded DistributedSampler would score repeats twice
+        unrepeated = split.task.kind == "generation" and dist.is_available() and dist.is_initialized()
+        sampler = UnrepeatedDistributedSampler(dataset, shuffle=False) if unrepeated else None
         return DataLoader(
-            dataset,  # type: ignore[arg-type]
-            batch_size=self.batch_size,
-            shuffle=False,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            collate_fn=_collate,
+            dataset, self.batch_size, sampler=sampler, num_workers=self.num_workers, collate_fn=list
         )
 
     def val_dataloader(self) -> list[DataLoader]:
@@ -358,34 +288,5 @@ class EvalDataModule(LightningDataModule):
     def test_dataloader(self) -> list[DataLoader]:
         return [self._loader(s) for s in self.loader_splits("report")]
 
-    def predict_dataloader(self) -> list[DataLoader]:
-        return self.test_dataloader()
 
-
-class MissingRootError(DataError):
-    """A task with no folder under the ``data_root`` given: what was looked for and the fixes, in the options
-    of ``cblight evaluate`` (``options`` formats them for another command, e.g. ``cblight data peek``)."""
-
-    def __init__(self, task: str, why: str, folder: str, hub: str, root_exists: bool):
-        self.task, self.why, self.folder, self.hub, self.root_exists = task, why, folder, hub, root_exists
-        super().__init__(self.options(f"--data.data_dirs '{{{task}: {folder}}}'", "--data.hub_fallback true"))
-
-    def options(self, data_dir: str, hub_fallback: str) -> str:
-        fixes = [
-            f"name the folder {self.task}/" if self.root_exists else "correct data_root",
-            f"pass {data_dir}",
-        ]
-        if self.hub:
-            fixes.append(f"{hub_fallback} to load {self.task} from the Hub ({self.hub})")
-        return f"{self.task}: {self.why}: {', '.join(fixes[:-1])} or {fixes[-1]}"
-
-
-def _hub_label(spec: TaskSpec) -> str:
-    """The Hub copy a task loads (``aps/super_glue copa``), or ``""`` when it has no loadable one."""
-    if spec.source.hub_refusal or not spec.source.hub:
-        return ""
-    ids = dict.fromkeys(f"{h.path} {h.name}" if h.name else h.path for h in spec.source.hub.values())
-    return ", ".join(ids)
-
-
-__all__ = ["ChoiceExample", "EvalDataModule", "MissingRootError", "NextTokenExample", "TaskSplit"]
+__all__ = ["ChoiceExample", "EvalDataModule", "NextTokenExample", "TaskSplit"]

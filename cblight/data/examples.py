@@ -47,14 +47,13 @@ class ChoiceExample:
         with their leading space); a label outside the answers is a ``DataError`` naming the record."""
         if not answers:
             raise DataError(f"{task}: record at {where} has no answer choices")
-        if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(answers):
+        if not 0 <= label < len(answers):  # an int from the record's typed readers; in range here
             raise DataError(
                 f"{task}: label at {where} is {label!r}, outside the {len(answers)} answers "
                 f"(0..{len(answers) - 1}); an unlabelled test split?"
             )
-        for answer in answers:
-            if not answer.strip():
-                raise DataError(f"{task}: empty answer choice at {where}")
+        if not all(answer.strip() for answer in answers):
+            raise DataError(f"{task}: empty answer choice at {where}")
         return cls(idx, context, premise_free, tuple(" " + a for a in answers), label, where)
 
 

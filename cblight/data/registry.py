@@ -1,60 +1,106 @@
-"""The registry that names the tasks: each module of ``cblight.data.tasks`` registers its specs when it is
-imported; ``get_task`` imports the module named like the task (every module only for a name that is not one)
-and looks the task up by name or alias, ``all_tasks`` imports them all.
+"""What a task is and the registry that names the tasks.
 
-A spec (``cblight.data.spec``, re-exported here) says where the data lives (``DataSource``), which split is
+A ``TaskSpec`` (one small spec per benchmark) says where the data lives (``DataSource``), which split is
 reported and which one alpha* (and k*) is chosen on (docs/design.md, "Selection protocol"), and how a raw
-record becomes an ``Example`` (``render``).
+record becomes an ``Example`` (``render``, given a ``RenderContext``). Each module of ``cblight.data.tasks``
+registers its specs when it is imported; ``get_task`` imports the module named like the task (every module
+only for a name that is not one) and looks the task up by name or alias, ``all_tasks`` imports them all.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from cblight.data.examples import DataError
-from cblight.data.spec import RenderContext, TaskKind, TaskSpec
+from cblight.data.examples import DataError, Example
+from cblight.data.sources import DataSource, SourceRecord
 
 __all__ = ["RenderContext", "TaskKind", "TaskSpec", "all_tasks", "get_task", "register"]
 
+#: What a task scores, answer choices (eq. 2), the next token (Tables 1, 5) or generated text (Tables 2, 3).
+TaskKind = Literal["multiple_choice", "next_token", "generation"]
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What rendering may need: the split being rendered, and the tokenizer's special tokens (they come
+    from the tokenizer, never from literals)."""
+
+    split: str = "test"
+    eos_token: str = "<|endoftext|>"
+    bos_token: str = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One benchmark.
+
+    ``report_split`` is the split whose accuracy is reported; ``selection_split`` the one alpha* is chosen
+    on. With ``sample_selection`` the selection split is a fixed-seed sample of ``selection_split`` as large
+    as the report split (the paper's protocol where the reported split is validation, docs/design.md, "Selection protocol").
+    ``render(record, idx, ctx)`` turns a raw record into an ``Example`` or raises ``DataError``.
+
+    ``keep(example, tokenizer, max_k)``, where given, drops examples the paper leaves out (LAMA: objects
+    that are not one token, prompts no longer than the largest k); it sees the tokenizer and the largest k
+    of the grid. ``sizes`` are the paper's split sizes (documented numbers, for ``python -m cblight.data
+    list``); ``aliases`` are other accepted names (the reference code's, e.g. ``agn``). Generation tasks
+    say how their output is cut: ``output_sentences`` keeps the first n sentences of the generated text
+    (summaries) and ``max_new_tokens`` is the paper's generation length.
+    """
+
+    name: str
+    kind: TaskKind
+    title: str
+    prompt: str
+    source: DataSource
+    report_split: str
+    selection_split: str | None
+    render: Callable[[SourceRecord, int, RenderContext], Example]
+    sample_selection: bool = False
+    premise_free: str = ""  # the premise-free (short) context in words, for listings
+    keep: Callable[[Any, Any, int | None], bool] | None = None
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    reference: str = ""  # the authors' file (and function) this spec follows
+    output_sentences: int | None = None
+    max_new_tokens: int | None = None
+
+
 _TASKS = "cblight.data.tasks"
-_REGISTRY: dict[str, TaskSpec] = {}
-_ALIASES: dict[str, str] = {}
+_NAMES: dict[str, TaskSpec] = {}  # every task's name and aliases
 
 
 def register(spec: TaskSpec) -> TaskSpec:
     """Add a task spec under its name and aliases (a task module calls it on import); a name taken twice
     is a ``ValueError``."""
     for name in (spec.name, *spec.aliases):
-        if name in _REGISTRY or name in _ALIASES:
+        if name in _NAMES:
             raise ValueError(f"task name {name!r} registered twice")
-    _REGISTRY[spec.name] = spec
-    _ALIASES.update({alias: spec.name for alias in spec.aliases})
+    _NAMES.update(dict.fromkeys((spec.name, *spec.aliases), spec))
     return spec
 
 
-def _load_all() -> None:
-    package = importlib.import_module(_TASKS)
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{_TASKS}.{module.name}")
+def _import(*modules: str) -> None:
+    """Import task modules by name (every one when none is named); importing one registers its specs."""
+    names = {module.name for module in pkgutil.iter_modules(importlib.import_module(_TASKS).__path__)}
+    for name in [m for m in modules if m in names] if modules else sorted(names):
+        importlib.import_module(f"{_TASKS}.{name}")
 
 
 def get_task(name: str) -> TaskSpec:
     """The task spec named ``name`` or one of its aliases; ``DataError`` listing the known tasks otherwise."""
-    if _ALIASES.get(name, name) not in _REGISTRY:
-        package = importlib.import_module(_TASKS)
-        if name in {m.name for m in pkgutil.iter_modules(package.__path__)}:
-            importlib.import_module(f"{_TASKS}.{name}")  # most tasks live in a module of their name
-        if _ALIASES.get(name, name) not in _REGISTRY:
-            _load_all()
-    try:
-        return _REGISTRY[_ALIASES.get(name, name)]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
-        raise DataError(f"unknown task {name!r}; known tasks: {known}") from None
+    for modules in ((name,), ()):  # most tasks live in a module of their name; else import them all
+        if name not in _NAMES:
+            _import(*modules)
+    if name not in _NAMES:
+        raise DataError(f"unknown task {name!r}; known tasks: {', '.join(sorted(all_tasks()))}")
+    return _NAMES[name]
 
 
 def all_tasks() -> dict[str, TaskSpec]:
     """Every registered task spec by name, sorted."""
-    _load_all()
-    return dict(sorted(_REGISTRY.items()))
+    _import()
+    return dict(sorted({spec.name: spec for spec in _NAMES.values()}.items()))

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 
+from cblight.option_types import PositiveInt, check_arguments
+
 __all__ = ["first_sentences", "sentence_spans", "split_first_sentence", "split_sentences"]
 
 # Word lists as strings for readability (hence the noqa). Titles and abbreviations count only when
@@ -54,33 +56,24 @@ _END = re.compile(r"(?:[.!?]+|…+)[.!?…]*['\"’”)\]]*(?=\s|$)")
 _PARAGRAPH = re.compile(r"\n[^\S\n]*\n")
 _ACRONYM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
 _OPENERS = "\"'“‘([{"
+# after a terminator: the whitespace, then any opening quotes and brackets, before the next word
+_GAP = re.compile(r"\s*[\"'“‘(\[{]*")
 _WORD = re.compile(r"[\w'’-]+")
 
 
-def _previous_token(text: str, pos: int) -> str:
-    start = pos
-    while start > 0 and not text[start - 1].isspace():
-        start -= 1
-    return text[start:pos].lstrip(_OPENERS)
-
-
 def _is_boundary(text: str, match: re.Match[str]) -> bool:
-    pos = match.end()
-    while pos < len(text) and text[pos].isspace():
-        pos += 1
-    if pos == len(text):
-        return True
-    while pos < len(text) and text[pos] in _OPENERS:
-        pos += 1
+    pos = _GAP.match(text, match.end()).end()  # always a match, maybe empty
     if pos == len(text):
         return True
     nxt = text[pos]
     if nxt.islower():
         return False
-    terminator = match.group(0)
-    if terminator.rstrip("'\"’”)]") != ".":
+    if match.group(0).rstrip("'\"’”)]") != ".":
         return True  # !, ?, ellipses: the case of the next word decides
-    prev = _previous_token(text, match.start())
+    start = match.start()
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    prev = text[start : match.start()].lstrip(_OPENERS)
     if not prev:
         return True
     low = prev.lower()
@@ -98,19 +91,14 @@ def _is_boundary(text: str, match: re.Match[str]) -> bool:
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` character offsets of each sentence, leading and trailing whitespace excluded."""
     ends = {m.end() for m in _END.finditer(text) if _is_boundary(text, m)}
-    ends |= {m.start() for m in _PARAGRAPH.finditer(text)}
-    ends.add(len(text))
-    spans = []
-    start = 0
+    ends |= {m.start() for m in _PARAGRAPH.finditer(text)} | {len(text)}
+    spans, start = [], 0
     for end in sorted(ends):
-        s, e = start, end
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
+        piece = text[start:end]
+        s, e = start + len(piece) - len(piece.lstrip()), start + len(piece.rstrip())
         if e > s:
             spans.append((s, e))
-        start = max(start, end)
+        start = end
     return spans
 
 
@@ -119,22 +107,14 @@ def split_sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in sentence_spans(text)]
 
 
-def first_sentences(text: str, n: int) -> str:
+def first_sentences(text: str, n: PositiveInt) -> str:
     """The text of the first ``n`` sentences, exactly as written (the whole text if it has fewer)."""
-    if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
-    spans = sentence_spans(text)
-    if not spans:
-        return ""
-    start, _ = spans[0]
-    _, end = spans[min(n, len(spans)) - 1]
-    return text[start:end]
+    check_arguments(first_sentences, {"n": n})
+    spans = sentence_spans(text)[:n]
+    return text[spans[0][0] : spans[-1][1]] if spans else ""
 
 
 def split_first_sentence(text: str) -> tuple[str, str]:
     """``(first sentence, rest)`` with ``first + rest == text.lstrip()``: the rest keeps its leading space."""
-    spans = sentence_spans(text)
-    if not spans:
-        return "", text
-    start, end = spans[0]
+    start, end = (sentence_spans(text) or [(0, 0)])[0]  # no sentence: an empty one at the start
     return text[start:end], text[end:]

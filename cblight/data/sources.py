@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cblight.data.examples import DataError
+from cblight.option_types import describe, fits
 
 
 class MissingDataError(DataError):
@@ -28,15 +29,14 @@ class SourceRecord:
     fields: Mapping[str, Any]
     where: str
 
-    def get(self, name: str, task: str, kinds: type | tuple[type, ...] = (str,)) -> Any:
-        """The field ``name``; a clear ``DataError`` when it is missing, null or of the wrong type."""
-        if name not in self.fields or self.fields[name] is None:
+    def get(self, name: str, task: str, hint: Any = str) -> Any:
+        """The field ``name``; a clear ``DataError`` when it is missing, null or not of type ``hint``."""
+        value = self.fields.get(name)
+        if value is None:
             raise DataError(f"{task}: record at {self.where} has no field {name!r}")
-        value = self.fields[name]
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _as_tuple(kinds)):
-            expected = " or ".join(t.__name__ for t in _as_tuple(kinds))
+        if not fits(hint, value):
             raise DataError(
-                f"{task}: field {name!r} at {self.where} should be {expected}, got {type(value).__name__} {value!r}"
+                f"{task}: field {name!r} at {self.where} should be {describe(hint)}, got {type(value).__name__} {value!r}"
             )
         return value
 
@@ -44,7 +44,7 @@ class SourceRecord:
     # ``DataError`` naming the task, the record (file and line, or hub row) and the field.
     def integer(self, name: str, task: str) -> int:
         """An integer field that may be stored as a number or as text (CSV cells)."""
-        value = self.get(name, task, (int, str))
+        value = self.get(name, task, int | str)
         try:
             return int(value)
         except ValueError:
@@ -56,7 +56,7 @@ class SourceRecord:
         """The answer index of a label written in any of ``spellings`` (``(label, index)`` pairs: hub ints,
         jsonl strings or booleans). Pairs, not a dict: ``False`` and ``0`` are equal keys in a dict, and a
         boolean label must match only a boolean spelling."""
-        value = self.get(name, task, (int, str, bool))
+        value = self.get(name, task, int | str | bool)
         key = value.strip() if isinstance(value, str) else value
         for candidate, index in spellings:
             if type(candidate) is type(key) and candidate == key:
@@ -71,7 +71,7 @@ class SourceRecord:
         self, name: str, task: str, keys: Sequence[str], normalize: Callable[[str], str] = str
     ) -> int:
         """Position of an answer key (``"A"``..) in ``keys``, after ``normalize`` (ARC's ``"1"`` -> ``"A"``)."""
-        value = normalize(str(self.get(name, task, (str, int))).strip())
+        value = normalize(str(self.get(name, task, str | int)).strip())
         if value not in keys:
             raise DataError(
                 f"{task}: field {name!r} at {self.where} is {value!r}, not one of the choice labels "
@@ -87,35 +87,23 @@ class SourceRecord:
         question = self.fields.get("question")
         if isinstance(question, dict):
             nested = SourceRecord(question, self.where)
-            stem = nested.get("stem", task)
-            choices = nested.get("choices", task, list)
-            texts, labels = [], []
-            for choice in choices:
-                if not isinstance(choice, dict) or "text" not in choice or "label" not in choice:
-                    raise DataError(
-                        f"{task}: question.choices at {self.where} should hold {{'text', 'label'}} objects"
-                    )
-                texts.append(choice["text"])
-                labels.append(str(choice["label"]))
-            self._some_choices(task, "question.choices", texts)
-            return stem, texts, labels
-        stem = self.get(stem_field, task)
-        choices = self.get("choices", task, dict)
-        texts, labels = choices.get("text"), choices.get("label")
-        if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
-            raise DataError(
-                f"{task}: field 'choices' at {self.where} should be {{'text': [...], 'label': [...]}} of equal length"
-            )
-        self._some_choices(task, "choices", texts)
-        return stem, [str(t) for t in texts], [str(lab) for lab in labels]
-
-    def _some_choices(self, task: str, field: str, texts: Sequence[Any]) -> None:
+            stem, choices = nested.get("stem", task), nested.get("choices", task, list)
+            if not all(isinstance(c, dict) and "text" in c and "label" in c for c in choices):
+                raise DataError(
+                    f"{task}: question.choices at {self.where} should hold {{'text', 'label'}} objects"
+                )
+            texts, labels = [c["text"] for c in choices], [c["label"] for c in choices]
+        else:
+            stem, choices = self.get(stem_field, task), self.get("choices", task, dict)
+            texts, labels = choices.get("text"), choices.get("label")
+            if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
+                raise DataError(
+                    f"{task}: field 'choices' at {self.where} should be {{'text': [...], 'label': [...]}} of equal length"
+                )
         if not texts:
+            field = "question.choices" if isinstance(question, dict) else "choices"
             raise DataError(f"{task}: field {field!r} at {self.where} has no choices (an empty list)")
-
-
-def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kinds if isinstance(kinds, tuple) else (kinds,)
+        return stem, [str(t) for t in texts], [str(lab) for lab in labels]
 
 
 Reader = Callable[[Path], list[SourceRecord]]
@@ -171,8 +159,15 @@ def read_csv(
         return records
 
 
-def read_parquet(path: Path) -> list[SourceRecord]:
-    """A parquet file as the Hub stores it (``<split>-00000-of-00001.parquet``): one record per row."""
+def read_records(path: Path) -> list[SourceRecord]:
+    """A local copy in the hub schema, by suffix: jsonl (one object per line), csv, or parquet as the Hub
+    stores it (``<split>-00000-of-00001.parquet``, one record per row)."""
+    if path.suffix in (".jsonl", ".json"):
+        return read_jsonl(path)
+    if path.suffix == ".csv":
+        return read_csv(path)
+    if path.suffix != ".parquet":
+        raise DataError(f"{path}: unknown file type {path.suffix!r} (expected .jsonl, .parquet or .csv)")
     import pyarrow.parquet as pq
 
     try:
@@ -180,17 +175,6 @@ def read_parquet(path: Path) -> list[SourceRecord]:
     except Exception as err:  # pyarrow raises several types for a corrupt or non-parquet file
         raise DataError(f"{path} is not a readable parquet file: {err}") from None
     return [SourceRecord(row, f"{path} row {i}") for i, row in enumerate(rows)]
-
-
-def read_records(path: Path) -> list[SourceRecord]:
-    """A local copy in the hub schema, by suffix: jsonl (one object per line), parquet, or csv."""
-    if path.suffix in (".jsonl", ".json"):
-        return read_jsonl(path)
-    if path.suffix == ".parquet":
-        return read_parquet(path)
-    if path.suffix == ".csv":
-        return read_csv(path)
-    raise DataError(f"{path}: unknown file type {path.suffix!r} (expected .jsonl, .parquet or .csv)")
 
 
 def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -238,53 +222,12 @@ class LocalFiles:
 
 @dataclass(frozen=True)
 class DataSource:
-    """Hub splits (logical split name -> ``HubSplit``) and the local layout of a benchmark."""
+    """Hub splits (logical split name -> ``HubSplit``) and the local layout of a benchmark; ``hub_refusal``,
+    when not empty, says why the hub copy cannot be loaded (e.g. a loading script) and what to do."""
 
     hub: Mapping[str, HubSplit] = field(default_factory=dict)
     local: LocalFiles | None = None
-    hub_refusal: str = (
-        ""  # non-empty when the hub copy cannot be loaded (e.g. a loading script): why and what to do
-    )
-
-
-def _hub_records(task: str, split: str, source: HubSplit) -> list[SourceRecord]:
-    import datasets
-
-    label = source.path + (f" ({source.name})" if source.name else "")
-    try:
-        ds = datasets.load_dataset(source.path, source.name, split=source.split)
-    except Exception as err:  # datasets raises many types (connection, not-found, script refusal)
-        text = str(err)
-        if "script" in text.lower():
-            why = "it needs a loading script, which datasets refuses"
-        else:
-            why = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
-        raise MissingDataError(
-            f"{task}: cannot load split {split!r} from {label}: {why}. Pass local copies with "
-            f"data_dir/data_files instead."
-        ) from None
-    return [SourceRecord(row, f"{label} {source.split} row {i}") for i, row in enumerate(ds)]
-
-
-def iter_candidates(local: LocalFiles, split: str, data_dir: Path) -> Iterator[Path]:
-    for pattern in local.files.get(split, ()):
-        yield from sorted(data_dir.glob(pattern))
-
-
-def _combined_records(task: str, split: str, local: LocalFiles, root: Path) -> list[SourceRecord]:
-    patterns = local.files[split]
-    missing = [p for p in patterns if not any(root.glob(p))]
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        hint = f" {local.hint}" if local.hint else ""
-        raise MissingDataError(
-            f"{task}: split {split!r} needs {len(patterns)} files in {root}; missing {shown}.{hint}"
-        )
-    records: list[SourceRecord] = []
-    for pattern in patterns:
-        for path in sorted(root.glob(pattern)):
-            records += read_local(local.reader, path, task)
-    return records
+    hub_refusal: str = ""
 
 
 def read_local(reader: Reader, path: Path, task: str) -> list[SourceRecord]:
@@ -312,27 +255,32 @@ def load_split_records(
 ) -> list[SourceRecord]:
     """Raw records of ``split``: from ``data_file``, else from ``data_dir``, else from the Hub."""
     local = source.local
+    if local is None and (data_file is not None or data_dir is not None):
+        raise DataError(f"{task}: this task has no local file reader; remove its data_dir/data_files")
     if data_file is not None:
         path = Path(data_file).expanduser()
         if not path.is_file():
             raise MissingDataError(f"{task}: data file for split {split!r} not found: {path}")
-        if local is None:
-            raise DataError(f"{task}: this task has no local file reader")
         return read_local(local.reader, path, task)
     if data_dir is not None:
         root = Path(data_dir).expanduser()
         if not root.is_dir():
             raise DataError(f"{task}: data_dir {root} is not a directory")
-        if local is None:
-            raise DataError(f"{task}: this task has no local file reader; remove its data_dir")
-        if local.combine and split in local.files:
-            return _combined_records(task, split, local, root)
-        for path in iter_candidates(local, split, root):
-            return read_local(local.reader, path, task)
-        looked = (
-            ", ".join(dict.fromkeys(local.files.get(split, ()))) or "nothing (no local layout for this split)"
-        )
+        patterns = local.files.get(split, ())
+        found = [sorted(root.glob(pattern)) for pattern in patterns]
         hint = f" {local.hint}" if local.hint else ""
+        if local.combine and split in local.files:
+            missing = [p for p, paths in zip(patterns, found, strict=True) if not paths]
+            if missing:
+                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                raise MissingDataError(
+                    f"{task}: split {split!r} needs {len(patterns)} files in {root}; missing {shown}.{hint}"
+                )
+            return [r for paths in found for path in paths for r in read_local(local.reader, path, task)]
+        for paths in found:
+            if paths:
+                return read_local(local.reader, paths[0], task)
+        looked = ", ".join(dict.fromkeys(patterns)) or "nothing (no local layout for this split)"
         raise MissingDataError(f"{task}: no file for split {split!r} in {root} (looked for {looked}).{hint}")
     if source.hub_refusal:
         raise MissingDataError(f"{task}: {source.hub_refusal}")
@@ -341,3 +289,22 @@ def load_split_records(
             f"{task}: split {split!r} is not available on the Hub; pass data_dir/data_files"
         )
     return _hub_records(task, split, source.hub[split])
+
+
+def _hub_records(task: str, split: str, hub: HubSplit) -> list[SourceRecord]:
+    """The records of a Hub split, through ``datasets.load_dataset``; the one place the Hub is read."""
+    import datasets
+
+    label = hub.path + (f" ({hub.name})" if hub.name else "")
+    try:
+        ds = datasets.load_dataset(hub.path, hub.name, split=hub.split)
+    except Exception as err:  # datasets raises many types (connection, not-found, script refusal)
+        text = str(err)
+        why = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+        if "script" in text.lower():
+            why = "it needs a loading script, which datasets refuses"
+        raise MissingDataError(
+            f"{task}: cannot load split {split!r} from {label}: {why}. Pass local copies with "
+            f"data_dir/data_files instead."
+        ) from None
+    return [SourceRecord(row, f"{label} {hub.split} row {i}") for i, row in enumerate(ds)]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cblight.data.spec import RenderContext
+from cblight.data.registry import RenderContext
 from cblight.scoring import ContinuationScore
 from cblight.served.client import CompletionClient, RequestCache, ServedModelError, ServerOptions
 

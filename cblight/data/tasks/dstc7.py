@@ -112,7 +112,7 @@ def read_dstc7(path: Path) -> list[SourceRecord]:
 
 
 def render(record: SourceRecord, idx: int, ctx: RenderContext) -> GenerationExample:
-    context = record.get("context", NAME, (str, list))
+    context = record.get("context", NAME, str | list)
     turns = split_turns(context) if isinstance(context, str) else [str(t).strip() for t in context]
     if not turns or not all(turns):
         raise DataError(f"{NAME}: record at {record.where} has an empty context or an empty turn")

@@ -26,7 +26,7 @@ MARKER = " TL;DR:"
 def _text(record: SourceRecord, names: tuple[str, ...], task: str, joiner: str) -> str:
     for name in names:
         if name in record.fields:
-            value = record.get(name, task, (str, list))
+            value = record.get(name, task, str | list)
             if isinstance(value, list):
                 if not all(isinstance(v, str) for v in value):
                     raise DataError(
