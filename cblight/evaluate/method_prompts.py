@@ -158,9 +158,6 @@ def method_prompts() -> dict[str, MethodPrompts]:
     }
 
 
-CHANNEL_TEMPLATES = 4
-
-
 def domain_premise(task: str, example: ChoiceExample, overrides: dict[str, str] | None = None) -> str:
     """PMI_DC's domain premise for ``example`` of ``task`` (an override first, then the table above)."""
     if overrides and task in overrides:
@@ -182,6 +179,4 @@ def channel_prefixes(task: str, template: int = 0) -> list[str]:
     prompts = method_prompts().get(task)
     if prompts is None or not prompts.channel_templates:
         raise DataError(f"{task}: the noisy-channel method has no label verbalisation for this task")
-    if not 0 <= template < len(prompts.channel_templates):
-        raise DataError(f"channel_template must be 0..{len(prompts.channel_templates) - 1}, got {template}")
     return [(prompts.channel_templates[template] % word).strip() for word in prompts.channel_words]
