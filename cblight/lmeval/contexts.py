@@ -27,7 +27,8 @@ from typing import Literal
 from cblight.errors import CblightError
 
 ShortContextMode = Literal["last_k", "empty", "premise_free"]
-SHORT_CONTEXT_MODES: tuple[str, ...] = ("last_k", "empty", "premise_free")
+#: The premise-free rules (``RULES``); ``last_k`` is token-level and is applied by the model.
+PremiseFreeRule = Literal["answer_cue", "question", "connector", "after_last_period", "empty", "last_k"]
 
 
 class ShortContextError(CblightError):
@@ -79,8 +80,7 @@ def empty(context: str) -> str:
     return ""
 
 
-#: Rules that turn a request's context into its premise-free context. ``last_k`` is token-level and is
-#: applied by the model (it needs the tokenizer and ``k``).
+#: Rules that turn a request's context into its premise-free context (``last_k`` needs the tokenizer and ``k``).
 RULES: dict[str, Callable[[str], str] | None] = {
     "answer_cue": answer_cue,
     "question": question,
@@ -121,26 +121,10 @@ TASK_RULES: dict[str, str] = {
 }
 
 
-def check_mode(mode: str) -> str:
-    if mode not in SHORT_CONTEXT_MODES:
-        raise ShortContextError(
-            f"short_context must be one of {', '.join(SHORT_CONTEXT_MODES)}; got {mode!r}"
-        )
-    return mode
-
-
-def check_rule(rule: str | None) -> str | None:
-    if rule is not None and rule not in RULES:
-        raise ShortContextError(f"premise_free_rule must be one of {', '.join(RULES)}; got {rule!r}")
-    return rule
-
-
 def rule_for(mode: str, task: str | None, forced_rule: str | None = None) -> str:
     """The rule that builds the short context of a request of ``task`` under ``mode``."""
-    if mode == "last_k":
-        return "last_k"
-    if mode == "empty":
-        return "empty"
+    if mode != "premise_free":
+        return mode  # last_k, empty
     if forced_rule is not None:
         return forced_rule
     if task in TASK_RULES:
