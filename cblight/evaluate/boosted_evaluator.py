@@ -34,12 +34,7 @@ from cblight.errors import ConfigError
 from cblight.evaluate.methods import MethodName, MethodOptions, not_applicable
 from cblight.evaluate.multiple_choice import MultipleChoice
 from cblight.evaluate.next_token import NextToken
-from cblight.evaluate.predictions import (
-    compare_accuracy_table,
-    comparison_payload,
-    summary_text,
-    write_task_files,
-)
+from cblight.evaluate.predictions import compare_accuracy_table, summary_text, write_task_files
 from cblight.evaluate.task_scoring import TaskScoring
 from cblight.evaluator import Evaluator
 from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
@@ -228,7 +223,7 @@ class BoostedEvaluator(Evaluator):
             report = role == "report"
             methods = [m for m in self.methods[1:] if report and not_applicable(m, split) is None]
             rule = rule_for(self.adaptive, split.task.kind) if report and self.adaptive else None
-            self._kinds[key] = KINDS[split.task.kind].for_run(self, split, methods, rule)
+            self._kinds[key] = KINDS[split.task.kind](self, split, methods, rule)
         return self._kinds[key]
 
     def check_tasks(self, datamodule: Any) -> None:
@@ -326,10 +321,9 @@ class BoostedEvaluator(Evaluator):
             if len(self.methods) > 1:
                 settings["methods"] = self.methods
             settings.update(self.backend.settings(self._scorer, self._resumed))
-            comparison = comparison_payload(self.results, self.methods, self.adaptive is not None)
+            table, comparison = summary_text(self.results, self.methods, self.adaptive is not None)
             if comparison is not None:
                 settings["comparison"] = comparison
-            table = summary_text(self.results, self.methods, self.adaptive is not None)
             path = self.write_results(settings, table)
             self.summary = (
                 f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"

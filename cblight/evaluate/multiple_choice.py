@@ -16,20 +16,13 @@ import torch
 from torch import nn
 
 from cblight.adaptive import choice_alphas, summary
-from cblight.boosting import binomial_stderr, choice_predictions, choice_scores, first_argmax
+from cblight.boosting import choice_predictions, choice_scores, first_argmax
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
 from cblight.evaluate.method_prompts import channel_prefixes, domain_premise, method_prompts
-from cblight.evaluate.methods import (
-    METHOD_FIELDS,
-    PREMISE_METHODS,
-    MethodOptions,
-    fixed_labels,
-    method_scores,
-    predictions,
-)
-from cblight.evaluate.task_scoring import Rows, TaskScoring
+from cblight.evaluate.methods import METHOD_FIELDS, PREMISE_METHODS, fixed_labels, method_scores, predictions
+from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
 from cblight.metrics.sweeps import ChoiceSweep
 from cblight.scoring import TextScorer
 
@@ -55,42 +48,17 @@ class MultipleChoice(TaskScoring):
     kind = "multiple_choice"
     record_fields = ("id", "input", "label", "ll_full", "ll_short", "n_tokens", "char_lengths")
 
-    def __init__(
-        self,
-        alphas: Sequence[float],
-        length_normalize: bool = False,
-        methods: Sequence[str] = (),
-        split: TaskSplit | None = None,
-        options: MethodOptions | None = None,
-        adaptive: str | None = None,
-    ):
-        self.alphas = list(alphas)
-        self.adaptive = adaptive
-        self.length_normalize = length_normalize
-        self.methods = [m for m in methods if m != "boost"]
-        self.task = split.task.name if split is not None else ""
-        if self.methods and split is None:
-            raise ValueError("comparison methods need the split they score")
-        self.options = options or (MethodOptions() if self.methods else None)
-        self.labels = fixed_labels(split) if "calibrate" in self.methods and split is not None else None
-        self.content_free = self.options.content_free("multiple_choice") if self.options else []
+    def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
+        super().__init__(run, split, methods, adaptive)
+        self.alphas = list(run.choice_alphas)
+        self.length_normalize = run.length_normalize
+        self.task = split.task.name
+        self.labels = fixed_labels(split) if "calibrate" in self.methods else None
+        self.content_free = self.options.content_free("multiple_choice")
         self.channel = (
-            channel_prefixes(self.task, self.options.channel_template)
-            if "channel" in self.methods and self.options
-            else []
+            channel_prefixes(self.task, self.options.channel_template) if "channel" in self.methods else []
         )
         self._cf: list[list[float]] | None = None
-
-    @classmethod
-    def for_run(
-        cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None
-    ) -> MultipleChoice:
-        return cls(run.choice_alphas, run.length_normalize, methods, split, run.method_options, adaptive)
-
-    @property
-    def _options(self) -> MethodOptions:
-        assert self.options is not None, "comparison methods were asked for without their options"
-        return self.options
 
     def _fits(self, record: dict[str, Any], example: Example) -> bool:
         n = len(example.choices) if isinstance(example, ChoiceExample) else -1
@@ -110,7 +78,7 @@ class MultipleChoice(TaskScoring):
 
     def _groups(self, method: str, ex: ChoiceExample) -> list[tuple[str, Sequence[str]]]:
         if method == "pmi_dc":
-            return [(domain_premise(self.task, ex, self._options.domain_premises), ex.choices)]
+            return [(domain_premise(self.task, ex, self.options.domain_premises), ex.choices)]
         if method == "pmi_empty":
             return [("", ex.choices)]
         if method == "calibrate":
@@ -218,7 +186,7 @@ class MultipleChoice(TaskScoring):
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         info = super().describe(split, requested)
         if "pmi_dc" in self.methods:
-            premises = {domain_premise(self.task, ex, self._options.domain_premises) for ex in split.examples}
+            premises = {domain_premise(self.task, ex, self.options.domain_premises) for ex in split.examples}
             info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
         if "calibrate" in self.methods:
             info["calibrate"]["content_free_inputs"] = self.content_free
@@ -246,32 +214,23 @@ class MultipleChoice(TaskScoring):
     def report(
         self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
-        n = int(out["ids"].numel())
         lengths = out["char_lengths"] if self.length_normalize else None
         preds = {
             name: choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
             for name, alpha in (("base", 0.0), ("pmi", -1.0))
         }
+        preds.update((m, predictions(out[f"method_{m}"])) for m in self.methods)
         labels = out["labels"]
-        report: dict[str, Any] = {"split": split.description, "n": n}
-        for name in ("base", "pmi"):
-            acc = float((preds[name] == labels).double().mean())
-            report[f"acc_{name}"] = acc
-            report[f"acc_{name}_stderr"] = binomial_stderr(acc, n)
-        for m in self.methods:
-            preds[m] = predictions(out[f"method_{m}"])
-            acc = float((preds[m] == labels).double().mean())
-            report[f"acc_{m}"] = acc
-            report[f"acc_{m}_stderr"] = binomial_stderr(acc, n)
+        report: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
+        for name, pred in preds.items():
+            report.update(accuracy(pred == labels, f"acc_{name}"))
         curve = out["acc"]
         oracle = first_argmax(curve)
-        report["oracle_alpha"] = self.alphas[oracle]
-        report["oracle_acc"] = float(curve[oracle])
+        report.update(oracle_alpha=self.alphas[oracle], oracle_acc=float(curve[oracle]))
         if selection is not None:
             alpha = selection["alpha_star"]
             preds["boosted"] = choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
-            acc = float((preds["boosted"] == labels).double().mean())
-            report.update(alpha_star=alpha, acc=acc, acc_stderr=binomial_stderr(acc, n))
+            report.update(alpha_star=alpha, **accuracy(preds["boosted"] == labels, "acc"))
         adaptive = None
         if (
             self.adaptive is not None
@@ -279,8 +238,7 @@ class MultipleChoice(TaskScoring):
             adaptive = choice_alphas(self.adaptive, out["ll_full"], out["ll_short"], self.alphas, lengths)
             scores = choice_scores(out["ll_full"], out["ll_short"], adaptive.view(-1, 1), lengths)
             preds["adaptive"] = scores.argmax(dim=-1)
-            acc = float((preds["adaptive"] == labels).double().mean())
-            report.update(acc_adaptive=acc, acc_adaptive_stderr=binomial_stderr(acc, n))
+            report.update(accuracy(preds["adaptive"] == labels, "acc_adaptive"))
             report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
         result = {
             "kind": "multiple_choice",

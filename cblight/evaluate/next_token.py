@@ -27,8 +27,8 @@ from cblight.boosting import (
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
-from cblight.evaluate.methods import MethodOptions, calibrated_next_token
-from cblight.evaluate.task_scoring import Rows, TaskScoring
+from cblight.evaluate.methods import calibrated_next_token
+from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
 from cblight.metrics.sweeps import NextTokenSweep
 from cblight.scoring import Scorer
 
@@ -55,30 +55,15 @@ class NextToken(TaskScoring):
     kind = "next_token"
     record_fields = ("id", "input", *NextTokenSweep.base_columns)
 
-    def __init__(
-        self,
-        ks: Sequence[int],
-        alphas: Sequence[float],
-        methods: Sequence[str] = (),
-        options: MethodOptions | None = None,
-        decode: Callable[[list[int]], str] | None = None,
-        adaptive: str | None = None,
-    ):
-        self.adaptive = adaptive
-        self.ks = list(ks)
-        self.alphas = list(alphas)
-        self.methods = [m for m in methods if m != "boost"]
-        self.options = options
-        self.decode = decode  # the tokenizer's, for the target tokens of the prediction rows
+    def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
+        super().__init__(run, split, methods, adaptive)
+        self.ks = list(run.ks)
+        self.alphas = list(run.next_token_alphas)
+        self.content_free = self.options.content_free("next_token")
+        self.decode: Callable[[list[int]], str] = (
+            run.decode_tokens
+        )  # the target tokens of the prediction rows
         self._cf: dict[str, torch.Tensor] = {}
-
-    @classmethod
-    def for_run(cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None) -> NextToken:
-        return cls(run.ks, run.next_token_alphas, methods, run.method_options, run.decode_tokens, adaptive)
-
-    @property
-    def content_free(self) -> list[str]:
-        return (self.options or MethodOptions()).content_free("next_token")
 
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
@@ -105,9 +90,7 @@ class NextToken(TaskScoring):
 
     def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, NextTokenExample)
-        return digest(
-            repr((ex.template, self.content_free, (self.options or MethodOptions()).calibrate_top_n))
-        )
+        return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
 
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         info = super().describe(split, requested)
@@ -135,8 +118,7 @@ class NextToken(TaskScoring):
             lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
             self._cf.update({t: lp[i] for i, t in enumerate(new)})
         cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
-        top_n = (self.options or MethodOptions()).calibrate_top_n
-        return calibrated_next_token(full, cf, top_n, reduce="min").tolist()
+        return calibrated_next_token(full, cf, self.options.calibrate_top_n, reduce="min").tolist()
 
     def score(
         self,
@@ -213,7 +195,7 @@ class NextToken(TaskScoring):
         passage's own ``jsd`` alpha, averaged at the end), the target's correctness, log-prob and rank under
         ``log f_max + alpha log f_k`` (normalised), and its correctness and log-prob on ``ADAPTIVE_GRID``."""
         prefix = scorer.encoder.prefix
-        ks = [unit_k([self._decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
+        ks = [unit_k([self.decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
         shorts = [short_context_ids(c, k, prefix) for c, k in zip(contexts, ks)]
         short = full.clone()  # a context no longer than its k: f_k == f_max
         todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
@@ -259,17 +241,14 @@ class NextToken(TaskScoring):
         self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
         n = int(out["ids"].numel())
-        acc_base = float(out["full_correct"].double().mean())
         report: dict[str, Any] = {
             "split": split.description,
             "n": n,
-            "acc_base": acc_base,
-            "acc_base_stderr": binomial_stderr(acc_base, n),
+            **accuracy(out["full_correct"], "acc_base"),
             "ppl_base": float(torch.exp(-out["full_log_prob"].double().mean())),
         }
         if "calibrate" in self.methods:  # Table 5's "Zhao et al." row
-            acc = float(out["calibrated_correct"].double().mean())
-            report.update(acc_calibrate=acc, acc_calibrate_stderr=binomial_stderr(acc, n))
+            report.update(accuracy(out["calibrated_correct"], "acc_calibrate"))
         ko, ao = divmod(first_argmax(out["acc"]), len(self.alphas))
         report.update(
             oracle_k=self.ks[ko], oracle_alpha=self.alphas[ao], oracle_acc=float(out["acc"][ko, ao])
@@ -277,12 +256,8 @@ class NextToken(TaskScoring):
         adaptive = self._adaptive_rows(out) if self.adaptive is not None else None
         if adaptive is not None:  # no labels: k from the input, alpha from the rule
             alpha, correct, log_prob, _ = adaptive
-            acc = float(correct.double().mean())
-            report.update(
-                acc_adaptive=acc,
-                acc_adaptive_stderr=binomial_stderr(acc, n),
-                ppl_adaptive=float(torch.exp(-log_prob.double().mean())),
-            )
+            report.update(accuracy(correct, "acc_adaptive"))
+            report["ppl_adaptive"] = float(torch.exp(-log_prob.double().mean()))
             k = out["adaptive_k"].double()
             report["adaptive"] = {
                 "rule": self.adaptive,
@@ -321,7 +296,7 @@ class NextToken(TaskScoring):
             row = {
                 "id": idx,
                 "target_id": target,
-                "target": self._decode([target]),
+                "target": self.decode([target]),
                 "full_rank": int(out["full_rank"][i]),
                 "full_log_prob": float(out["full_log_prob"][i]),
                 "correct_base": bool(out["full_correct"][i]),
@@ -331,7 +306,7 @@ class NextToken(TaskScoring):
             if "calibrate" in self.methods:
                 pred = int(out["calibrated_pred"][i])
                 row.update(
-                    pred_calibrate=self._decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
+                    pred_calibrate=self.decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
                 )
             if adaptive is not None:
                 alpha, correct, log_prob, rank = adaptive
@@ -370,8 +345,3 @@ class NextToken(TaskScoring):
         col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
         alpha = torch.full_like(out["adaptive_alpha"], ADAPTIVE_GRID[col])
         return alpha, out["adaptive_grid_correct"][:, col], out["adaptive_grid_log_prob"][:, col], None
-
-    def _decode(self, ids: list[int]) -> str:
-        if self.decode is None:
-            raise ValueError("NextToken needs the tokenizer's decode for its prediction rows")
-        return self.decode(ids)
