@@ -110,9 +110,8 @@ class MultipleChoice(TaskScoring):
         for i, ex in enumerate(choices):
             for part in self.missing(previous.get(ex.idx), ex):
                 if part == "boost":
-                    parts = [("full context", ex.context), ("premise-free context", ex.premise_free)]
-                    new = [(ctx, ex.choices) for _, ctx in parts]
-                    labels = [label for label, _ in parts]
+                    new = [(ex.context, ex.choices), (ex.premise_free, ex.choices)]
+                    labels = ["full context", "premise-free context"]
                 elif part == "calibrate":
                     need_cf = need_cf or self._cf is None
                     continue
@@ -133,31 +132,24 @@ class MultipleChoice(TaskScoring):
         if need_cf:
             self._cf = [[s.log_prob for s in row] for row in scores[len(scores) - len(self.content_free) :]]
         records: dict[int, dict[str, Any]] = {}
+        for ex in choices:  # the cached record of the same input keeps its valid parts
+            old = previous.get(ex.idx) or {}
+            keep = old.get("input") == self.input_digest(ex)
+            records[ex.idx] = (
+                {**old, "method_inputs": dict(old.get("method_inputs", {}))}
+                if keep
+                else {"method_inputs": {}}
+            )
         at = 0
         for i, part, n in slots:
-            ex = choices[i]
-            rec = records.get(ex.idx)
-            if rec is None:
-                old = previous.get(ex.idx)
-                keep = old is not None and old.get("input") == self.input_digest(ex)
-                rec = records[ex.idx] = dict(old) if keep and old else {}
-                rec["method_inputs"] = dict(rec.get("method_inputs", {}))
-            got = scores[at : at + n]
+            self._fill(records[choices[i].idx], part, choices[i], scores[at : at + n])
             at += n
-            self._fill(rec, part, ex, got)
-        for ex in choices:
-            if ex.idx not in records:  # only its calibration numbers were missing
-                records[ex.idx] = {
-                    **previous[ex.idx],
-                    "method_inputs": dict(previous[ex.idx]["method_inputs"]),
-                }
-            rec = records[ex.idx]
-            if "calibrate" in self.methods and rec.get("method_inputs", {}).get("calibrate") != (
-                self.method_digest("calibrate", ex)
-            ):
+        for ex in choices if "calibrate" in self.methods else ():  # task-level numbers, kept in every record
+            rec, inputs = records[ex.idx], self.method_digest("calibrate", ex)
+            if rec["method_inputs"].get("calibrate") != inputs:
                 assert self._cf is not None
                 rec["ll_cf"] = self._cf
-                rec.setdefault("method_inputs", {})["calibrate"] = self.method_digest("calibrate", ex)
+                rec["method_inputs"]["calibrate"] = inputs
         return [records[ex.idx] for ex in choices]
 
     def _fill(self, rec: dict[str, Any], part: str, ex: ChoiceExample, got: list[list[Any]]) -> None:

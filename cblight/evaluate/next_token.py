@@ -10,6 +10,7 @@ accuracy and perplexity over the whole grid from those numbers. With ``calibrate
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,10 +61,12 @@ class NextToken(TaskScoring):
         self.ks = list(run.ks)
         self.alphas = list(run.next_token_alphas)
         self.content_free = self.options.content_free("next_token")
-        self.decode: Callable[[list[int]], str] = (
-            run.decode_tokens
-        )  # the target tokens of the prediction rows
+        # the tokenizer's decode, for the target tokens of the prediction rows (the tokenizer loads later)
+        self.decode: Callable[[list[int]], str] = run.decode_tokens
         self._cf: dict[str, torch.Tensor] = {}
+        # what an adaptive record was scored under: the rule (jsd_mean's numbers are jsd's) and the unit
+        rule = "jsd" if adaptive == "jsd_mean" else adaptive
+        self.adaptive_key = f"{rule}@{NEXT_TOKEN_UNIT}" if adaptive is not None else None
 
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
@@ -80,14 +83,6 @@ class NextToken(TaskScoring):
     def new_sweep(self, split: TaskSplit) -> nn.Module:
         return NextTokenSweep(self.ks, self.alphas, methods=self.methods, adaptive=self.adaptive is not None)
 
-    @property
-    def adaptive_key(self) -> str | None:
-        """What an adaptive record was scored under: the rule and the short context's unit."""
-        if self.adaptive is None:
-            return None
-        per_passage = "jsd" if self.adaptive == "jsd_mean" else self.adaptive  # the same numbers
-        return f"{per_passage}@{NEXT_TOKEN_UNIT}"
-
     def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, NextTokenExample)
         return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
@@ -99,13 +94,11 @@ class NextToken(TaskScoring):
         return info
 
     def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
-        stale = super().missing(record, ex)
-        if not stale and self.adaptive is not None:
-            stale = (
-                []
-                if record is not None and record.get("adaptive_rule") == self.adaptive_key
-                else ["adaptive"]
-            )
+        stale = super().missing(record, ex) or (
+            self.adaptive is not None
+            and record is not None
+            and record.get("adaptive_rule") != self.adaptive_key
+        )
         return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
     def _calibrated(
@@ -142,25 +135,18 @@ class NextToken(TaskScoring):
         full_lp = full.gather(1, tgt[:, None]).squeeze(1)
         full_rank = (full > full_lp[:, None]).sum(-1) + 1
         full_correct = full.argmax(-1) == tgt
-        short_lp, short_rank, correct, log_prob, rank = [], [], [], [], []
+        per_k: dict[str, list[torch.Tensor]] = defaultdict(list)  # one column per k
         for k in self.ks:
             short = scorer.last_k_log_probs(contexts, k, full=full)
             s_lp = short.gather(1, tgt[:, None]).squeeze(1)
-            short_lp.append(s_lp)
-            short_rank.append((short > s_lp[:, None]).sum(-1) + 1)
+            per_k["short_log_prob"].append(s_lp)
+            per_k["short_rank"].append((short > s_lp[:, None]).sum(-1) + 1)
             sweep = next_token_alpha_sweep(full, short, tgt, alphas, "next_token")
-            correct.append(sweep["correct"])
-            log_prob.append(sweep["log_prob"])
-            rank.append(sweep["rank"])
+            for name in ("correct", "log_prob", "rank"):
+                per_k[f"boosted_{name}"].append(sweep[name].int() if name == "correct" else sweep[name])
         calibrated = self._calibrated(scorer, passages, full) if "calibrate" in self.methods else None
         adaptive = self._adaptive(scorer, contexts, full, tgt) if self.adaptive is not None else None
-        stack = {
-            "short_log_prob": torch.stack(short_lp, 1).tolist(),
-            "short_rank": torch.stack(short_rank, 1).tolist(),
-            "boosted_correct": torch.stack(correct, 1).int().tolist(),
-            "boosted_log_prob": torch.stack(log_prob, 1).tolist(),
-            "boosted_rank": torch.stack(rank, 1).tolist(),
-        }
+        stack = {name: torch.stack(columns, 1).tolist() for name, columns in per_k.items()}
         return [
             {
                 "id": ex.idx,
