@@ -58,18 +58,15 @@ def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option:
         value = default
     if hasattr(value, "as_dict"):  # a jsonargparse Namespace
         value = value.as_dict()
+    if isinstance(value, Mapping) and (unknown := set(value) - {"start", "stop", "step"}):
+        raise ConfigError(
+            f"{option}: unknown key {sorted(unknown)[0]!r} (the range form is start, stop, step)"
+        )
     try:
         if isinstance(value, Mapping):
-            unknown = set(value) - {"start", "stop", "step"}
-            if unknown:
-                raise ConfigError(
-                    f"{option}: unknown key {sorted(unknown)[0]!r} (the range form is start, stop, step)"
-                )
             value = AlphaGrid(**{k: float(v) for k, v in value.items()})
         values = value.values() if isinstance(value, AlphaGrid) else [float(v) for v in value]
     except (TypeError, ValueError) as err:
-        if isinstance(err, ConfigError):
-            raise
         raise ConfigError(f"{option}: {err}") from None
     if not values:
         raise ConfigError(f"{option}: the alpha grid is empty")
