@@ -278,12 +278,10 @@ class BoostedEvaluator(Evaluator):
             sweep = self.sweeps[f"val_{split.name}"]
             info = self._kind(split, "selection").select(split, sweep.shaped())
             self.selected[split.name] = info
-            logged = {
-                f"val/{self._key(split.name)}/acc": info["acc"],
-                f"val/{self._key(split.name)}/alpha_star": info["alpha_star"],
-            }
+            key = f"val/{self._key(split.name)}"
+            logged = {f"{key}/acc": info["acc"], f"{key}/alpha_star": info["alpha_star"]}
             if "k_star" in info:
-                logged[f"val/{self._key(split.name)}/k_star"] = float(info["k_star"])
+                logged[f"{key}/k_star"] = float(info["k_star"])
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             sweep.reset()
 

@@ -146,9 +146,7 @@ def compare_accuracy_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, 
         rows.append(row)
     if len(rows) > 1:
         avg: dict[str, Any] = {"task": "average"}
-        for key in rows[0]:
-            if key == "task":
-                continue
+        for key in list(rows[0])[1:]:  # after "task"
             values = [r[key] for r in rows if r[key] is not None]
             avg[key] = sum(values) / len(values) if len(values) == len(rows) else None
         rows.append(avg)

@@ -79,11 +79,12 @@ class TaskScoring(ABC):
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         """What ``results.json`` says about each requested comparison method: reported (with the strings
         it used) or why not."""
-        info: dict[str, Any] = {}
-        for m in requested:
-            reason = not_applicable(m, split)
-            info[m] = {"reported": True} if reason is None else {"reported": False, "not_applicable": reason}
-        return info
+        return {
+            m: {"reported": False, "not_applicable": reason}
+            if (reason := not_applicable(m, split))
+            else {"reported": True}
+            for m in requested
+        }
 
     # -- the cache ---------------------------------------------------------------------------------------
     def missing(self, record: dict[str, Any] | None, example: Example) -> list[str]:

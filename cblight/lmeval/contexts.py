@@ -75,18 +75,13 @@ def after_last_period(context: str) -> str:
     return premise_free(context)
 
 
-def empty(context: str) -> str:
-    """BOS/EOS alone, as lm-eval's unconditional requests (and cblight's StoryCloze)."""
-    return ""
-
-
 #: Rules that turn a request's context into its premise-free context (``last_k`` needs the tokenizer and ``k``).
 RULES: dict[str, Callable[[str], str] | None] = {
     "answer_cue": answer_cue,
     "question": question,
     "connector": connector,
     "after_last_period": after_last_period,
-    "empty": empty,
+    "empty": lambda context: "",  # BOS/EOS alone, as lm-eval's unconditional requests
     "last_k": None,
 }
 

@@ -181,18 +181,22 @@ class CblightLM(TemplateLM):
         return self.alpha != 0.0 or self.adaptive is not None
 
     def _rule(self, kind: str) -> str | None:
-        """The adaptive rule of a kind: ``multiple_choice`` for scores, ``next_token`` for greedy flags and
+        """The adaptive rule of a kind: ``multiple_choice`` for scores, ``next_token`` for greedy flags,
         ``generate_until``. ``auto`` is each kind's own; a rule named for scores keeps the flags of a
         multiple-choice task at ``jsd`` (they are no metric there); a named rule is never swapped for
-        another where it would make a metric: ``CblightError``."""
+        another where it would make a metric (scores, generations): ``CblightError``."""
         if self.adaptive is None:
             return None
+        valid, other, use = {
+            "multiple_choice": (CHOICE_RULES, "per-token", "loglikelihood scores"),
+            "generate_until": (TOKEN_RULES, "multiple-choice", "generate_until"),
+        }.get(kind, ((self.adaptive,), "", ""))
+        if self.adaptive not in ("auto", *valid):
+            raise CblightError(
+                f"adaptive_rule={self.adaptive} is a {other} rule: it does not apply to {use}; "
+                f"use auto or one of {', '.join(valid)}"
+            )
         if kind == "multiple_choice":
-            if self.adaptive != "auto" and self.adaptive not in CHOICE_RULES:
-                raise CblightError(
-                    f"adaptive_rule={self.adaptive} is a per-token rule: it does not apply to loglikelihood "
-                    f"scores; use auto or one of {', '.join(CHOICE_RULES)}"
-                )
             return AUTO[kind] if self.adaptive == "auto" else self.adaptive
         return self.adaptive if self.adaptive in TOKEN_RULES else "jsd"  # per position: no split mean
 
@@ -373,11 +377,6 @@ class CblightLM(TemplateLM):
         from cblight.generate import boosted_generate
         from cblight.options import Boosting, Sampling
 
-        if self.adaptive not in (None, "auto", *TOKEN_RULES):
-            raise CblightError(
-                f"adaptive_rule={self.adaptive} is a multiple-choice rule: it does not apply to generate_until; "
-                f"use auto or one of {', '.join(TOKEN_RULES)}"
-            )
         if self.boosted and self.short_context != "last_k":
             raise CblightError(
                 "generate_until boosts with short_context=last_k only (the paper's generation mode, §4.1); "
@@ -393,7 +392,7 @@ class CblightLM(TemplateLM):
             k=self.k,
             alpha=self.alpha,
             form=self.form,  # type: ignore[arg-type]
-            adaptive=self._rule("next_token"),
+            adaptive=self._rule("generate_until"),
         )
         for indices in groups.values():
             kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], DEFAULT_MAX_GEN_TOKS)
