@@ -233,9 +233,6 @@ class BoostedEvaluator(Evaluator):
                 except ValueError as err:
                     raise ConfigError(f"--model.adaptive: task {spec.name}: {err}") from None
 
-    def decode_tokens(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids)
-
     def check_checkpoint(self, path: str) -> Any:
         return self.backend.check_checkpoint(self, path)
 
@@ -324,9 +321,7 @@ class BoostedEvaluator(Evaluator):
                 f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"
             )
 
-    @classmethod
-    def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        return compare_accuracy_table(runs)
+    comparison_table = staticmethod(compare_accuracy_table)  # type: ignore[assignment]
 
     def _log_plot(self, task: str, path: Path) -> None:
         for logger in self.loggers:

@@ -62,7 +62,7 @@ class NextToken(TaskScoring):
         self.alphas = list(run.next_token_alphas)
         self.content_free = self.options.content_free("next_token")
         # the tokenizer's decode, for the target tokens of the prediction rows (the tokenizer loads later)
-        self.decode: Callable[[list[int]], str] = run.decode_tokens
+        self.decode: Callable[[list[int]], str] = lambda ids: run.tokenizer.decode(ids)
         self._cf: dict[str, torch.Tensor] = {}
         # what an adaptive record was scored under: the rule (jsd_mean's numbers are jsd's) and the unit
         rule = "jsd" if adaptive == "jsd_mean" else adaptive

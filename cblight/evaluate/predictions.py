@@ -64,12 +64,10 @@ def next_token_curves(
     """The lines worth drawing of a (k, alpha) accuracy grid: k* (bold), the report split's best k, the
     smallest and the largest k, and evenly spaced ones up to ``most``; k values whose curves coincide share
     one line (``k = 1, 2, 3``). Returns the curves by label and the label of k*'s line."""
-    picked = [k_star, oracle_k, ks[0], ks[-1]]
-    step = max(1, len(ks) // (most - 1))
-    picked += ks[::step]
-    chosen = [k for k in ks if k in set(picked)]
+    kept = {k_star, oracle_k, ks[0], ks[-1]}
+    chosen = [k for k in ks if k in kept or k in ks[:: max(1, len(ks) // (most - 1))]]
     while len(chosen) > most:  # drop the spaced ones nearest their neighbours, never k* or the best k
-        spare = [k for k in chosen if k not in (k_star, oracle_k, ks[0], ks[-1])]
+        spare = [k for k in chosen if k not in kept]
         if not spare:
             break
         chosen.remove(spare[len(spare) // 2])

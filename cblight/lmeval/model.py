@@ -349,23 +349,18 @@ class CblightLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         """Perplexity windows exactly as lm-eval's HF backend cuts them; never boosted."""
-        windows: list[tuple[list[int], list[int]]] = []
-        owners: list[int] = []
-        for i, req in enumerate(requests):
-            (text,) = req.args
-            for ctx, cont in map(
-                make_disjoint_window,
-                get_rolling_token_windows(
-                    token_list=self.tok_encode(text),
-                    prefix_token=self.prefix_token_id,
-                    max_seq_len=self.max_length,
-                    context_len=1,
-                ),
-            ):
-                windows.append((ctx, cont))
-                owners.append(i)
+        windows = [  # (request, (context, continuation))
+            (i, make_disjoint_window(window))
+            for i, req in enumerate(requests)
+            for window in get_rolling_token_windows(
+                token_list=self.tok_encode(req.args[0]),
+                prefix_token=self.prefix_token_id,
+                max_seq_len=self.max_length,
+                context_len=1,
+            )
+        ]
         totals = [0.0] * len(requests)
-        for owner, (ll, _) in zip(owners, self._plain(windows)):
+        for (owner, _), (ll, _) in zip(windows, self._plain([window for _, window in windows])):
             totals[owner] += ll
         for req, total in zip(requests, totals):
             self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
@@ -387,13 +382,8 @@ class CblightLM(TemplateLM):
         for i, req in enumerate(requests):
             groups[json.dumps(req.args[1], sort_keys=True, default=str)].append(i)
         out: list[str | None] = [None] * len(requests)
-        boosting = Boosting(
-            "last_k",
-            k=self.k,
-            alpha=self.alpha,
-            form=self.form,  # type: ignore[arg-type]
-            adaptive=self._rule("generate_until"),
-        )
+        rule = self._rule("generate_until")
+        boosting = Boosting("last_k", k=self.k, alpha=self.alpha, form=self.form, adaptive=rule)  # type: ignore[arg-type]
         for indices in groups.values():
             kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], DEFAULT_MAX_GEN_TOKS)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
