@@ -54,7 +54,6 @@ class MultipleChoice(TaskScoring):
         self.length_normalize = run.length_normalize
         self.task = split.task.name
         self.labels = fixed_labels(split) if "calibrate" in self.methods else None
-        self.content_free = self.options.content_free("multiple_choice")
         self.channel = (
             channel_prefixes(self.task, self.options.channel_template) if "channel" in self.methods else []
         )
@@ -188,11 +187,10 @@ class MultipleChoice(TaskScoring):
 
     def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
         sweep.update(
-            [r["id"] for r in records],
-            [r["label"] for r in records],
-            [r["ll_full"] for r in records],
-            [r["ll_short"] for r in records],
-            [r["char_lengths"] for r in records],
+            *(
+                [r[field] for r in records]
+                for field in ("id", "label", "ll_full", "ll_short", "char_lengths")
+            ),
             method_scores=[method_scores(self.methods, r) for r in records] if self.methods else None,
         )
 

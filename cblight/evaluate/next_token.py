@@ -60,7 +60,6 @@ class NextToken(TaskScoring):
         super().__init__(run, split, methods, adaptive)
         self.ks = list(run.ks)
         self.alphas = list(run.next_token_alphas)
-        self.content_free = self.options.content_free("next_token")
         # the tokenizer's decode, for the target tokens of the prediction rows (the tokenizer loads later)
         self.decode: Callable[[list[int]], str] = lambda ids: run.tokenizer.decode(ids)
         self._cf: dict[str, torch.Tensor] = {}

@@ -82,10 +82,7 @@ def _output_types(name: Any, manager: Any, seen: set[str] | None = None) -> dict
         return {name: cfg["output_type"]}
     members = cfg.get("task") if isinstance(cfg.get("task"), list) else []
     members = members or [n for n, e in manager.task_index.items() if name in (e.tags or ())]
-    found: dict[str, str] = {}
-    for member in members:
-        found.update(_output_types(member, manager, seen))
-    return found
+    return {task: kind for member in members for task, kind in _output_types(member, manager, seen).items()}
 
 
 def check_adaptive_rule(model_args: Any, tasks: list[Any], manager: Any) -> None:
