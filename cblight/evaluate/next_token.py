@@ -146,8 +146,9 @@ class NextToken(TaskScoring):
         calibrated = self._calibrated(scorer, passages, full) if "calibrate" in self.methods else None
         adaptive = self._adaptive(scorer, contexts, full, tgt) if self.adaptive is not None else None
         stack = {name: torch.stack(columns, 1).tolist() for name, columns in per_k.items()}
-        return [
-            {
+        records = []
+        for i, ex in enumerate(passages):
+            rec = {
                 "id": ex.idx,
                 "input": self.input_digest(ex),
                 "target": targets[i],
@@ -155,23 +156,14 @@ class NextToken(TaskScoring):
                 "full_rank": int(full_rank[i]),
                 "full_correct": int(full_correct[i]),
                 **{name: value[i] for name, value in stack.items()},
-                **(
-                    {
-                        "calibrated_pred": calibrated[i],
-                        "calibrated_correct": int(calibrated[i] == targets[i]),
-                        "method_inputs": {"calibrate": self.method_digest("calibrate", ex)},
-                    }
-                    if calibrated is not None
-                    else {}
-                ),
-                **(
-                    {"adaptive_rule": self.adaptive_key, **{k: v[i] for k, v in adaptive.items()}}
-                    if adaptive
-                    else {}
-                ),
             }
-            for i, ex in enumerate(passages)
-        ]
+            if calibrated is not None:
+                rec.update(calibrated_pred=calibrated[i], calibrated_correct=int(calibrated[i] == targets[i]))
+                rec["method_inputs"] = {"calibrate": self.method_digest("calibrate", ex)}
+            if adaptive:
+                rec.update(adaptive_rule=self.adaptive_key, **{k: v[i] for k, v in adaptive.items()})
+            records.append(rec)
+        return records
 
     def _adaptive(
         self, scorer: Scorer, contexts: list[list[int]], full: torch.Tensor, tgt: torch.Tensor
