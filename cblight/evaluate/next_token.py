@@ -63,9 +63,9 @@ class NextToken(TaskScoring):
         # the tokenizer's decode, for the target tokens of the prediction rows (the tokenizer loads later)
         self.decode: Callable[[list[int]], str] = lambda ids: run.tokenizer.decode(ids)
         self._cf: dict[str, torch.Tensor] = {}
-        # what an adaptive record was scored under: the rule (jsd_mean's numbers are jsd's) and the unit
-        rule = "jsd" if adaptive == "jsd_mean" else adaptive
-        self.adaptive_key = f"{rule}@{NEXT_TOKEN_UNIT}" if adaptive is not None else None
+        # the per-passage rule (jsd_mean's numbers are jsd's); a record is scored under it and the unit
+        self.token_rule = "jsd" if adaptive == "jsd_mean" else adaptive
+        self.adaptive_key = f"{self.token_rule}@{NEXT_TOKEN_UNIT}" if adaptive is not None else None
 
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
@@ -180,8 +180,7 @@ class NextToken(TaskScoring):
             short[torch.tensor(todo, device=full.device)] = scorer.next_token_log_probs(
                 [shorts[i] for i in todo]
             )
-        rule = "jsd" if self.adaptive == "jsd_mean" else self.adaptive or ""
-        alpha = token_alphas(rule, full, short, "next_token")
+        alpha = token_alphas(self.token_rule or "", full, short, "next_token")
         mixed = boosted_log_probs(full, short, alpha, "next_token")
         lp = mixed.gather(1, tgt[:, None])
         grid = next_token_alpha_sweep(full, short, tgt, torch.tensor(ADAPTIVE_GRID))
