@@ -155,9 +155,8 @@ class BoostedEvaluator(Evaluator):
         self.backend: LocalBackend | ServedBackend
         if backend == "openai":
             self.backend = ServedBackend(server or ServerOptions())
-            self.tokenizer_name = (
-                tokenizer  # the server tokenises; a local tokenizer only spells special tokens
-            )
+            # the server tokenises; a local tokenizer (optional) only spells special tokens
+            self.tokenizer_name = tokenizer
         elif server is not None:
             raise ConfigError("server options are for backend: openai (this run's backend is local)")
         else:

@@ -82,12 +82,9 @@ class MultipleChoice(TaskScoring):
             return [("", ex.choices)]
         if method == "calibrate":
             return self._cf_groups()
-        if method == "channel":
-            form = method_prompts()[self.task].channel_input
-            assert form is not None
-            x = " " + form(ex.context)
-            return [(prefix, [x]) for prefix in self.channel]
-        raise ValueError(method)
+        form = method_prompts()[self.task].channel_input  # channel: the input after each label
+        assert form is not None
+        return [(prefix, [" " + form(ex.context)]) for prefix in self.channel]
 
     def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, ChoiceExample)
@@ -124,8 +121,7 @@ class MultipleChoice(TaskScoring):
                 names += [f"{split.name} {ex.where} ({label})" for label in labels]
                 slots.append((i, part, len(new)))
         if need_cf:
-            cf = self._cf_groups()
-            groups += cf
+            groups += self._cf_groups()
             names += [f"{split.name} content-free input {c!r}" for c in self.content_free]
         scores = scorer.score_text(groups, names) if groups else []
         if need_cf:

@@ -22,12 +22,12 @@ is the same idea applied to lm-eval's prompt (the question without its passage o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 from cblight.errors import CblightError
 
 ShortContextMode = Literal["last_k", "empty", "premise_free"]
-#: The premise-free rules (``RULES``); ``last_k`` is token-level and is applied by the model.
+#: The premise-free rules: the text rules of ``RULES``, and ``last_k``, token-level, applied by the model.
 PremiseFreeRule = Literal["answer_cue", "question", "connector", "after_last_period", "empty", "last_k"]
 
 
@@ -75,14 +75,13 @@ def after_last_period(context: str) -> str:
     return premise_free(context)
 
 
-#: Rules that turn a request's context into its premise-free context (``last_k`` needs the tokenizer and ``k``).
-RULES: dict[str, Callable[[str], str] | None] = {
+#: Rules that turn a request's context into its premise-free context.
+RULES: dict[str, Callable[[str], str]] = {
     "answer_cue": answer_cue,
     "question": question,
     "connector": connector,
     "after_last_period": after_last_period,
     "empty": lambda context: "",  # BOS/EOS alone, as lm-eval's unconditional requests
-    "last_k": None,
 }
 
 #: lm-eval task name -> premise-free rule (docs/lmeval.md explains each choice).
@@ -127,14 +126,11 @@ def rule_for(mode: str, task: str | None, forced_rule: str | None = None) -> str
     known = ", ".join(sorted(TASK_RULES))
     raise ShortContextError(
         f"no premise-free context is defined for lm-eval task {task!r} (short_context=premise_free); "
-        f"tasks with a rule: {known}. Pass premise_free_rule=<{'|'.join(RULES)}> in --model_args, "
+        f"tasks with a rule: {known}. Pass premise_free_rule=<{'|'.join(get_args(PremiseFreeRule))}> in --model_args, "
         "or use short_context=last_k or short_context=empty"
     )
 
 
 def premise_free_text(rule: str, context: str) -> str:
     """The short context string of a text rule (``""`` stands for BOS/EOS alone)."""
-    fn = RULES.get(rule)
-    if fn is None:
-        raise ShortContextError(f"rule {rule!r} is not a text rule")
-    return fn(context)
+    return RULES[rule](context)
