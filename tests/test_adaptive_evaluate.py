@@ -167,8 +167,8 @@ def test_lambada_rows_match_a_naive_model_loop(runs, per_passage, tiny_gpt2_dir)
         ),
         (
             "nope",
-            "--model.adaptive must be one of auto, jsd, jsd_mean, residual, decorrelate, balance "
-            "(docs/adaptive.md) or null, got 'nope'",
+            "model.adaptive: expected 'auto' or 'jsd' or 'jsd_mean' or 'residual' or 'decorrelate' or 'balance', "
+            "got 'nope'",
         ),
     ],
 )

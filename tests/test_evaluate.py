@@ -325,7 +325,7 @@ def test_bad_input_is_one_clear_line(tiny_gpt2_dir, tmp_path, capsys):
         capsys,
         "alpha grid is empty",
     )
-    _bad([*model, "--data.tasks", "[lambada]", "--model.ks", "[0, 2]"], tmp_path, capsys, "integer >= 1")
+    _bad([*model, "--data.tasks", "[lambada]", "--model.ks", "[0, 2]"], tmp_path, capsys, "model.ks")
     _bad(
         [*model, "--data.tasks", "[lambada]", "--data.data_files", "{lambada: {test: /no/such.jsonl}}"],
         tmp_path,

@@ -442,8 +442,11 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
     [
         (["--model.methods", "[boost, pmi]"], "methods"),
         (["--model.methods", "[boost, channel, channel]"], "methods repeats a name"),
-        (["--model.method_options.channel_template", "4"], "method_options.channel_template must be 0..3"),
-        (["--model.method_options.calibrate_top_n", "-1"], "method_options.calibrate_top_n must be >= 0"),
+        (
+            ["--model.method_options.channel_template", "4"],
+            "model.method_options.channel_template: '4' is not",
+        ),
+        (["--model.method_options.calibrate_top_n", "-1"], "error: model.method_options.calibrate_top_n: "),
         (["--model.method_options.content_free_inputs", "[]"], "method_options.content_free_inputs is empty"),
     ],
 )

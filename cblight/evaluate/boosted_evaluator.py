@@ -26,25 +26,21 @@ from typing import Any, ClassVar, Literal
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
-from cblight.adaptive import RULES, rule_for
+from cblight.adaptive import RuleName, rule_for
 from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import Role, TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.errors import ConfigError
-from cblight.evaluate.methods import MethodName, MethodOptions, check_methods, not_applicable
+from cblight.evaluate.methods import MethodName, MethodOptions, not_applicable
 from cblight.evaluate.multiple_choice import MultipleChoice
 from cblight.evaluate.next_token import NextToken
-from cblight.evaluate.predictions import (
-    compare_accuracy_table,
-    comparison_payload,
-    summary_text,
-    write_task_files,
-)
+from cblight.evaluate.predictions import compare_accuracy_table, summary_text, write_task_files
 from cblight.evaluate.task_scoring import TaskScoring
 from cblight.evaluator import Evaluator
 from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
+from cblight.option_types import PositiveInt, check_arguments
 from cblight.runs import check_interrupt
-from cblight.scoring import BatchSize, Scorer, TextScorer
+from cblight.scoring import Scorer, TextScorer
 from cblight.served import ServedScorer, ServerOptions, check_served_splits, resumed_line
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
@@ -62,18 +58,15 @@ def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option:
         value = default
     if hasattr(value, "as_dict"):  # a jsonargparse Namespace
         value = value.as_dict()
+    if isinstance(value, Mapping) and (unknown := set(value) - {"start", "stop", "step"}):
+        raise ConfigError(
+            f"{option}: unknown key {sorted(unknown)[0]!r} (the range form is start, stop, step)"
+        )
     try:
         if isinstance(value, Mapping):
-            unknown = set(value) - {"start", "stop", "step"}
-            if unknown:
-                raise ConfigError(
-                    f"{option}: unknown key {sorted(unknown)[0]!r} (the range form is start, stop, step)"
-                )
             value = AlphaGrid(**{k: float(v) for k, v in value.items()})
         values = value.values() if isinstance(value, AlphaGrid) else [float(v) for v in value]
     except (TypeError, ValueError) as err:
-        if isinstance(err, ConfigError):
-            raise
         raise ConfigError(f"{option}: {err}") from None
     if not values:
         raise ConfigError(f"{option}: the alpha grid is empty")
@@ -138,14 +131,14 @@ class BoostedEvaluator(Evaluator):
         dtype: DTypeName = "float32",
         device_map: str | None = None,
         trust_remote_code: bool = False,
-        batch_size: BatchSize = "auto",
-        max_length: int | None = None,
+        batch_size: PositiveInt | Literal["auto"] = "auto",
+        max_length: PositiveInt | None = None,
         share_context: bool = True,
         choice_alphas: AlphaGrid | list[float] | None = None,
         next_token_alphas: AlphaGrid | list[float] | None = None,
-        ks: list[int] | None = None,
+        ks: list[PositiveInt] | None = None,
         length_normalize: bool = False,
-        adaptive: str | None = None,
+        adaptive: RuleName | None = None,
         methods: list[MethodName] | None = None,
         method_options: MethodOptions | None = None,
         backend: Literal["local", "openai"] = "local",
@@ -155,14 +148,15 @@ class BoostedEvaluator(Evaluator):
         plots: bool = True,
         run_label: str | None = None,
     ):
+        # the alpha grids are checked by _grid: a hyperparameter round trip (--compare) hands back a mapping
+        check_arguments(type(self).__init__, {k: v for k, v in locals().items() if not k.endswith("_alphas")})
         super().__init__(model, tokenizer, output_dir, overwrite, run_label)
         self.save_hyperparameters()
         self.backend: LocalBackend | ServedBackend
         if backend == "openai":
             self.backend = ServedBackend(server or ServerOptions())
-            self.tokenizer_name = (
-                tokenizer  # the server tokenises; a local tokenizer only spells special tokens
-            )
+            # the server tokenises; a local tokenizer (optional) only spells special tokens
+            self.tokenizer_name = tokenizer
         elif server is not None:
             raise ConfigError("server options are for backend: openai (this run's backend is local)")
         else:
@@ -172,27 +166,16 @@ class BoostedEvaluator(Evaluator):
         self.ks = list(ks) if ks is not None else list(DEFAULT_KS)
         if not self.ks:
             raise ConfigError("ks: the grid of short-context lengths is empty")
-        if any(int(k) != k or k < 1 for k in self.ks):
-            raise ConfigError(f"ks: every short-context length must be an integer >= 1, got {self.ks}")
         if len(set(self.ks)) != len(self.ks):
             raise ConfigError(f"ks repeats a value: {self.ks}")
-        if batch_size != "auto" and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ConfigError(
-                f"model.batch_size must be a positive integer or 'auto', got {batch_size!r} (sequences per "
-                "forward pass; data.batch_size is the examples per step)"
-            )
         if max_length is not None and backend == "local":  # past learned positions a run fails mid-way
             check_checkpoint_max_length(model, max_length, "model.max_length", revision, trust_remote_code)
         self.length_normalize = length_normalize
-        if adaptive is not None and adaptive not in RULES:
-            raise ConfigError(
-                f"--model.adaptive must be one of {', '.join(RULES)} (docs/adaptive.md) or null, got {adaptive!r}"
-            )
         self.adaptive = adaptive
-        self.methods = check_methods(methods) if methods else ["boost"]
+        if methods and len(set(methods)) != len(methods):
+            raise ConfigError(f"methods repeats a name: {list(methods)}")
+        self.methods = ["boost", *[m for m in methods or () if m != "boost"]]  # boost is always computed
         self.method_options = method_options
-        if method_options is not None:
-            method_options.check()
         self._scorer: TextScorer | None = None
         self._kinds: dict[tuple[Role, str], TaskScoring] = {}
         self.sweeps = nn.ModuleDict()
@@ -201,102 +184,53 @@ class BoostedEvaluator(Evaluator):
         self._resumed = 0  # examples an earlier run left in the per-example cache
 
     # -- setup ---------------------------------------------------------------------------------------------
-    def _signature(self, split: TaskSplit, role: Role) -> dict[str, Any]:
-        sig = self.cache_signature(split.name, split.split)
-        sig["max_length"] = self.hparams.max_length
-        sig.update(self.backend.signature)
-        sig.update(self._kind(split, role).signature())
-        return sig
-
-    def _cache_dir(self, split: TaskSplit) -> Path:
-        label = f"{split.split}-sample" if split.sampled_indices is not None else split.split
-        return self.output_dir / "cache" / split.name / label
-
     def setup(self, stage: str) -> None:
         if stage not in _STAGE_ROLE:
             raise ValueError(f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use evaluate.py)")
         role = _STAGE_ROLE[stage]
         dm = self._datamodule()
-        self._check_adaptive(dm.specs)
+        self.check_tasks(dm)
         self._clear_cache_once()
         splits = dm.loader_splits(role)
         self._splits[role] = splits
         pending = False
         for split in splits:
+            kind = self._kind(split, role)
             key = f"{_PREFIX[role]}_{split.name}"
             if key not in self.sweeps:
-                self.sweeps[key] = self._kind(split, role).new_sweep(split)
-            kind = self._kind(split, role)
-            cached = self._open_cache(
-                (role, split.name),
-                self._cache_dir(split),
-                self._signature(split, role),
-                kind.record_fields,
-            )
+                self.sweeps[key] = kind.new_sweep(split)
+            label = f"{split.split}-sample" if split.sampled_indices is not None else split.split
+            sig = {**self.cache_signature(split.name, split.split), "max_length": self.hparams.max_length}
+            sig.update(**self.backend.signature, **kind.signature())
+            path = self.output_dir / "cache" / split.name / label
+            cached = self._open_cache((role, split.name), path, sig, kind.record_fields)
             pending = pending or any(kind.missing(cached.get(ex.idx), ex) for ex in split.examples)
         self.backend.prepare(self, dm, splits, pending)
 
-    def _methods(self, split: TaskSplit, role: Role) -> list[str]:
-        """The comparison methods scored on ``split``: those that apply, on the reported split only (they
-        choose nothing on the selection split)."""
-        if role != "report":
-            return []
-        return [m for m in self.methods[1:] if not_applicable(m, split) is None]
-
     def _kind(self, split: TaskSplit, role: Role) -> TaskScoring:
-        """How examples of this split are scored, selected on and reported."""
+        """How examples of this split are scored, selected on and reported; the comparison methods that
+        apply and the label-free rule on the reported split only (they choose nothing)."""
         key = (role, split.name)
         if key not in self._kinds:
             if split.task.kind not in KINDS:
                 raise DataError(
                     f"{split.name}: tasks of kind {split.task.kind!r} are not evaluated by BoostedEvaluator"
                 )
-            scoring = KINDS[split.task.kind]
-            methods, adaptive = self._methods(split, role), self._adaptive_rule(split, role)
-            self._kinds[key] = scoring.for_run(self, split, methods, adaptive)
+            report = role == "report"
+            methods = [m for m in self.methods[1:] if report and not_applicable(m, split) is None]
+            rule = rule_for(self.adaptive, split.task.kind) if report and self.adaptive else None
+            self._kinds[key] = KINDS[split.task.kind](self, split, methods, rule)
         return self._kinds[key]
 
     def check_tasks(self, datamodule: Any) -> None:
         """Refuse, before any data or model is loaded (``runs.run_evaluation``), a label-free rule that does
         not apply to a task of the run."""
-        self._check_adaptive(getattr(datamodule, "specs", []))
-
-    def _check_adaptive(self, specs: Sequence[Any]) -> None:
-        for spec in specs if self.adaptive is not None else ():
+        for spec in getattr(datamodule, "specs", []) if self.adaptive is not None else ():
             if spec.kind in KINDS:
                 try:
                     rule_for(self.adaptive, spec.kind)
                 except ValueError as err:
                     raise ConfigError(f"--model.adaptive: task {spec.name}: {err}") from None
-
-    def _adaptive_rule(self, split: TaskSplit, role: Role) -> str | None:
-        """The label-free rule of this split's kind (reported splits only: it chooses nothing)."""
-        if self.adaptive is None or role != "report" or split.task.kind not in KINDS:
-            return None
-        return rule_for(self.adaptive, split.task.kind)  # checked in setup
-
-    def decode_tokens(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids)
-
-    def _check_lengths(self, splits: list[TaskSplit]) -> None:
-        """Refuse, before any model work, an answer that alone exceeds the model window."""
-        window = self.hparams.max_length or checkpoint_window(self.model_name, self.hparams.revision)
-        if window is None:
-            return
-        lengths: dict[str, int] = {}  # answer sets repeat across examples: tokenise each string once
-        for split in splits:
-            for ex in split.examples:
-                if not isinstance(ex, ChoiceExample):
-                    continue
-                for choice in ex.choices:
-                    if choice not in lengths:
-                        lengths[choice] = len(self.tokenizer(choice, add_special_tokens=False)["input_ids"])
-                    n = lengths[choice]
-                    if n > window:
-                        raise DataError(
-                            f"{split.name}: an answer at {ex.where} has {n} tokens, more than the model "
-                            f"window of {window} (answers are never cut; contexts are cut from the left)"
-                        )
 
     def check_checkpoint(self, path: str) -> Any:
         return self.backend.check_checkpoint(self, path)
@@ -307,7 +241,10 @@ class BoostedEvaluator(Evaluator):
             self._scorer = self.backend.connect(self)
         return self._scorer
 
-    def _records(self, role: Role, split: TaskSplit, batch: list[Any]) -> list[dict[str, Any]]:
+    def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
+        """Score the examples of ``batch`` the cache lacks, then feed every record to the split's sweep."""
+        check_interrupt()
+        split = self._splits[role][dataloader_idx]
         cached = self._cached[(role, split.name)]
         records: dict[int, dict[str, Any]] = {}
         todo = []
@@ -323,15 +260,7 @@ class BoostedEvaluator(Evaluator):
             fresh = kind.score(self.scorer, split, todo, cached)
             self._store((role, split.name), fresh)
             records.update((rec["id"], rec) for rec in fresh)
-        return [records[ex.idx] for ex in batch]
-
-    def _update(self, role: Role, split: TaskSplit, records: list[dict[str, Any]]) -> None:
-        self._kind(split, role).update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], records)
-
-    def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
-        check_interrupt()
-        split = self._splits[role][dataloader_idx]
-        self._update(role, split, self._records(role, split, batch))
+        kind.update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], [records[ex.idx] for ex in batch])
 
     def validation_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._step(batch, dataloader_idx, "selection")
@@ -345,12 +274,10 @@ class BoostedEvaluator(Evaluator):
             sweep = self.sweeps[f"val_{split.name}"]
             info = self._kind(split, "selection").select(split, sweep.shaped())
             self.selected[split.name] = info
-            logged = {
-                f"val/{self._key(split.name)}/acc": info["acc"],
-                f"val/{self._key(split.name)}/alpha_star": info["alpha_star"],
-            }
+            key = f"val/{self._key(split.name)}"
+            logged = {f"{key}/acc": info["acc"], f"{key}/alpha_star": info["alpha_star"]}
             if "k_star" in info:
-                logged[f"val/{self._key(split.name)}/k_star"] = float(info["k_star"])
+                logged[f"{key}/k_star"] = float(info["k_star"])
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             sweep.reset()
 
@@ -368,7 +295,7 @@ class BoostedEvaluator(Evaluator):
             logged = {
                 f"test/{self._key(split.name)}/{k}": float(v)
                 for k, v in result["report"].items()
-                if _is_number(v)
+                if type(v) in (int, float)  # not the split's name, the rule's summary, a bool
             }
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             if self.trainer.is_global_zero:
@@ -385,27 +312,20 @@ class BoostedEvaluator(Evaluator):
             if len(self.methods) > 1:
                 settings["methods"] = self.methods
             settings.update(self.backend.settings(self._scorer, self._resumed))
-            comparison = comparison_payload(self.results, self.methods, self.adaptive is not None)
+            table, comparison = summary_text(self.results, self.methods, self.adaptive is not None)
             if comparison is not None:
                 settings["comparison"] = comparison
-            table = summary_text(self.results, self.methods, self.adaptive is not None)
             path = self.write_results(settings, table)
             self.summary = (
                 f"Coherence boosting, {self.model_name} (accuracy in %)\n{table}\n\nresults: {path}"
             )
 
-    @classmethod
-    def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        return compare_accuracy_table(runs)
+    comparison_table = staticmethod(compare_accuracy_table)  # type: ignore[assignment]
 
     def _log_plot(self, task: str, path: Path) -> None:
         for logger in self.loggers:
             if hasattr(logger, "log_image"):  # WandbLogger
                 logger.log_image(key=f"test/{self._key(task)}/alpha_curve", images=[str(path)])
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class LocalBackend:
@@ -414,11 +334,25 @@ class LocalBackend:
     signature: ClassVar[dict[str, Any]] = {}
 
     def prepare(self, run: BoostedEvaluator, dm: Any, splits: list[TaskSplit], pending: bool) -> None:
-        """Before any model work: the tokenizer, answers longer than the window refused, the model loaded
-        when an example needs it."""
+        """Before any model work: the tokenizer, an answer that alone exceeds the model window refused, the
+        model loaded when an example needs it."""
         if run.tokenizer is None:
             run._load_tokenizer()
-            run._check_lengths(dm.loader_splits("selection") + dm.loader_splits("report"))
+            window = run.hparams.max_length or checkpoint_window(run.model_name, run.hparams.revision)
+            lengths: dict[str, int] = {}  # answer sets repeat across examples: tokenise each string once
+            for split in dm.loader_splits("selection") + dm.loader_splits("report") if window else ():
+                for ex in split.examples:
+                    for choice in ex.choices if isinstance(ex, ChoiceExample) else ():
+                        if choice not in lengths:
+                            lengths[choice] = len(
+                                run.tokenizer(choice, add_special_tokens=False)["input_ids"]
+                            )
+                        if lengths[choice] > window:
+                            raise DataError(
+                                f"{split.name}: an answer at {ex.where} has {lengths[choice]} tokens, more than "
+                                f"the model window of {window} (answers are never cut; contexts are cut from "
+                                "the left)"
+                            )
         if pending and run.model is None:
             run._load_model()
 

@@ -65,7 +65,6 @@ class MethodPrompts:
     """
 
     domain_premise: str | None
-    domain_source: str
     domain_rule: Callable[[ChoiceExample], str] | None = None
     content_free: Callable[[str], str] | None = None
     channel_templates: tuple[str, ...] = ()
@@ -79,13 +78,6 @@ def _last_word(example: ChoiceExample) -> str:
     return context[context.rfind(" ") :] if " " in context else " " + context
 
 
-def _connector(example: ChoiceExample) -> str:
-    return example.premise_free  # " because" / " so": Table 10 and Holtzman et al. alike
-
-
-_ENTAILMENT_SOURCE = "Holtzman et al. 2021 (uncond_premise), worded as the tail of cblight's prompt"
-
-
 @cache
 def method_prompts() -> dict[str, MethodPrompts]:
     """Each task's ``MethodPrompts``, built on first use (the SST and SuperGLUE task modules load then)."""
@@ -97,68 +89,60 @@ def method_prompts() -> dict[str, MethodPrompts]:
         "channel_input": lambda ctx: _strip(ctx, "", sst.PREMISE_FREE, "sst"),
     }
 
+    # The source of each domain premise is in the comment above its task.
     return {
-        "storycloze": MethodPrompts(
-            " The story continues:", "Holtzman et al. 2021 (load_examples_storycloze)"
-        ),
-        "hellaswag": MethodPrompts(
-            None, "Holtzman et al. 2021 (load_examples_hellaswag: the last word)", domain_rule=_last_word
-        ),
-        "copa": MethodPrompts(None, "paper Table 10 = Holtzman et al. 2021 (the connector)", _connector),
-        "csqa": MethodPrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
-        "openbookqa": MethodPrompts(" the answer is:", "paper Table 10 = Holtzman et al. 2021"),
-        "arc_easy": MethodPrompts(" Answer:", "paper Table 10"),
-        "arc_challenge": MethodPrompts(" Answer:", "paper Table 10"),
-        "piqa": MethodPrompts(" Answer:", "paper Table 10"),
-        "sst2": MethodPrompts(
-            sst.PREMISE_FREE, "paper Table 10", channel_words=("terrible", "great"), **sst_forms
-        ),
+        # Holtzman et al. 2021 (load_examples_storycloze)
+        "storycloze": MethodPrompts(" The story continues:"),
+        # Holtzman et al. 2021 (load_examples_hellaswag: the last word)
+        "hellaswag": MethodPrompts(None, domain_rule=_last_word),
+        # paper Table 10 = Holtzman et al. 2021 (the connector " because" / " so")
+        "copa": MethodPrompts(None, domain_rule=lambda example: example.premise_free),
+        # paper Table 10 = Holtzman et al. 2021
+        "csqa": MethodPrompts(" the answer is:"),
+        "openbookqa": MethodPrompts(" the answer is:"),
+        # paper Table 10, as for every task below unless said otherwise
+        "arc_easy": MethodPrompts(" Answer:"),
+        "arc_challenge": MethodPrompts(" Answer:"),
+        "piqa": MethodPrompts(" Answer:"),
+        "sst2": MethodPrompts(sst.PREMISE_FREE, channel_words=("terrible", "great"), **sst_forms),
         "sst5": MethodPrompts(
-            sst.PREMISE_FREE,
-            "paper Table 10",
-            channel_words=("terrible", "bad", "okay", "good", "great"),
-            **sst_forms,
+            sst.PREMISE_FREE, channel_words=("terrible", "bad", "okay", "good", "great"), **sst_forms
         ),
         "agnews": MethodPrompts(
             "\nTopic:",
-            "paper Table 10",
             content_free=lambda cf: f"Title: {cf}\nSummary: {cf}\nTopic:",
             channel_templates=_TOPIC_TEMPLATES,
             channel_words=("World", "Sports", "Business", "Technology"),
             channel_input=_agnews_input,
         ),
+        # paper Table 10 = Holtzman et al. 2021
         "trec": MethodPrompts(
             " The answer to this question will be",
-            "paper Table 10 = Holtzman et al. 2021",
             content_free=lambda cf: f"{cf} The answer to this question will be",
             channel_templates=_TREC_TEMPLATES,
             # trec.ANSWERS order: DESC, ENTY, LOC, NUM, ABBR, HUM (Min et al.'s words for those classes)
             channel_words=("Description", "Entity", "Location", "Number", "Expression", "Human"),
             channel_input=lambda ctx: _strip(ctx, "", " The answer to this question will be", "trec"),
         ),
+        # BoolQ and CB: Holtzman et al. 2021 (uncond_premise), worded as the tail of cblight's prompt
         "boolq": MethodPrompts(
             "\n The answer is:",
-            _ENTAILMENT_SOURCE,
             content_free=lambda cf: (
                 f"Title: {cf}\n Question: {superglue.boolq_question(cf)}?\n The answer is:"
             ),
         ),
+        # Holtzman et al. 2021 (load_examples_rte)
         "rte": MethodPrompts(
             " true or false?\n answer:",
-            "Holtzman et al. 2021 (load_examples_rte)",
             content_free=lambda cf: f"{cf}\n question: {cf} true or false?\n answer:",
         ),
         "cb": MethodPrompts(
             " true, false, or neither?\n The answer is:",
-            _ENTAILMENT_SOURCE,
             content_free=lambda cf: (
                 f" Given question: {cf} Is {cf} true, false, or neither?\n The answer is:"
             ),
         ),
     }
-
-
-CHANNEL_TEMPLATES = 4
 
 
 def domain_premise(task: str, example: ChoiceExample, overrides: dict[str, str] | None = None) -> str:
@@ -182,6 +166,4 @@ def channel_prefixes(task: str, template: int = 0) -> list[str]:
     prompts = method_prompts().get(task)
     if prompts is None or not prompts.channel_templates:
         raise DataError(f"{task}: the noisy-channel method has no label verbalisation for this task")
-    if not 0 <= template < len(prompts.channel_templates):
-        raise DataError(f"channel_template must be 0..{len(prompts.channel_templates) - 1}, got {template}")
     return [(prompts.channel_templates[template] % word).strip() for word in prompts.channel_words]

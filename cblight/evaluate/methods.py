@@ -54,10 +54,10 @@ import torch
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, NextTokenExample
 from cblight.errors import ConfigError
-from cblight.evaluate.method_prompts import CHANNEL_TEMPLATES, method_prompts
+from cblight.evaluate.method_prompts import method_prompts
+from cblight.option_types import NonNegativeInt, check_fields
 
 MethodName = Literal["boost", "pmi_dc", "pmi_empty", "calibrate", "channel"]
-METHODS: tuple[str, ...] = ("boost", "pmi_dc", "pmi_empty", "calibrate", "channel")
 # Zhao et al. 2021's content-free inputs: run_classification.py (averaged) and run_lama.py (minimum)
 CHOICE_CONTENT_FREE = ("N/A", "", "[MASK]")
 LAMA_CONTENT_FREE = ("[MASK]", "N/A", "BLANK")
@@ -79,16 +79,11 @@ class MethodOptions:
 
     domain_premises: dict[str, str] | None = None
     content_free_inputs: list[str] | None = None
-    calibrate_top_n: int = 100
-    channel_template: int = 0
+    calibrate_top_n: NonNegativeInt = 100
+    channel_template: Literal[0, 1, 2, 3] = 0
 
-    def check(self) -> None:
-        if self.calibrate_top_n < 0:
-            raise ConfigError(f"method_options.calibrate_top_n must be >= 0, got {self.calibrate_top_n}")
-        if not 0 <= self.channel_template < CHANNEL_TEMPLATES:
-            raise ConfigError(
-                f"method_options.channel_template must be 0..{CHANNEL_TEMPLATES - 1}, got {self.channel_template}"
-            )
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
         if self.content_free_inputs is not None and not self.content_free_inputs:
             raise ConfigError("method_options.content_free_inputs is empty")
 
@@ -96,16 +91,6 @@ class MethodOptions:
         if self.content_free_inputs is not None:
             return list(self.content_free_inputs)
         return list(LAMA_CONTENT_FREE if kind == "next_token" else CHOICE_CONTENT_FREE)
-
-
-def check_methods(methods: Sequence[str]) -> list[str]:
-    """The methods in the order given, ``boost`` first (always computed); unknown names refused."""
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ConfigError(f"methods: unknown {unknown}; choose from {list(METHODS)}")
-    if len(set(methods)) != len(methods):
-        raise ConfigError(f"methods repeats a name: {list(methods)}")
-    return ["boost", *[m for m in methods if m != "boost"]]
 
 
 def fixed_labels(split: TaskSplit) -> tuple[str, ...] | None:
@@ -133,14 +118,10 @@ def not_applicable(method: str, split: TaskSplit) -> str | None:
     if method == "calibrate":
         if prompts is None or prompts.content_free is None:
             return "contextual calibration needs one fixed label set and a content-free form of the prompt"
-        if fixed_labels(split) is None:
-            return "the examples do not share one label set"
-        return None
-    if method == "channel":
-        if prompts is None or not prompts.channel_templates:
-            return "Min et al. define channel verbalisers for SST-2, SST-5, AGNews and TREC only"
-        return None
-    raise ConfigError(f"unknown method {method!r}")
+        return "the examples do not share one label set" if fixed_labels(split) is None else None
+    if prompts is None or not prompts.channel_templates:  # channel
+        return "Min et al. define channel verbalisers for SST-2, SST-5, AGNews and TREC only"
+    return None
 
 
 PREMISE_METHODS = ("pmi_dc", "pmi_empty")
@@ -172,18 +153,16 @@ def method_scores(methods: Sequence[str], record: dict[str, Any]) -> dict[str, l
 # The maths
 
 
-def _missing(ll: torch.Tensor) -> torch.Tensor:
-    return torch.isneginf(ll)
-
-
 def pmi_scores(ll_full: torch.Tensor, ll_premise: torch.Tensor) -> torch.Tensor:
     """``log P(a | x) − log P(a | premise)`` (Holtzman et al. 2021 eq. 3), ``[N, C]`` float64.
 
     Missing choices (ragged choice counts, ``−inf`` in ``ll_full``) stay ``−inf``.
     """
     full = ll_full.double()
-    premise = torch.where(_missing(full), torch.zeros_like(full), ll_premise.double())
-    return torch.where(_missing(full), full, full - premise)
+    missing = torch.isneginf(full)
+    return torch.where(
+        missing, full, full - torch.where(missing, torch.zeros_like(full), ll_premise.double())
+    )
 
 
 def calibration_prior(ll_content_free: torch.Tensor, reduce: str = "mean") -> torch.Tensor:

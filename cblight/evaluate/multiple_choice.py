@@ -16,20 +16,13 @@ import torch
 from torch import nn
 
 from cblight.adaptive import choice_alphas, summary
-from cblight.boosting import binomial_stderr, choice_predictions, choice_scores, first_argmax
+from cblight.boosting import choice_predictions, choice_scores, first_argmax
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
 from cblight.evaluate.method_prompts import channel_prefixes, domain_premise, method_prompts
-from cblight.evaluate.methods import (
-    METHOD_FIELDS,
-    PREMISE_METHODS,
-    MethodOptions,
-    fixed_labels,
-    method_scores,
-    predictions,
-)
-from cblight.evaluate.task_scoring import Rows, TaskScoring
+from cblight.evaluate.methods import METHOD_FIELDS, PREMISE_METHODS, fixed_labels, method_scores, predictions
+from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
 from cblight.metrics.sweeps import ChoiceSweep
 from cblight.scoring import TextScorer
 
@@ -55,42 +48,16 @@ class MultipleChoice(TaskScoring):
     kind = "multiple_choice"
     record_fields = ("id", "input", "label", "ll_full", "ll_short", "n_tokens", "char_lengths")
 
-    def __init__(
-        self,
-        alphas: Sequence[float],
-        length_normalize: bool = False,
-        methods: Sequence[str] = (),
-        split: TaskSplit | None = None,
-        options: MethodOptions | None = None,
-        adaptive: str | None = None,
-    ):
-        self.alphas = list(alphas)
-        self.adaptive = adaptive
-        self.length_normalize = length_normalize
-        self.methods = [m for m in methods if m != "boost"]
-        self.task = split.task.name if split is not None else ""
-        if self.methods and split is None:
-            raise ValueError("comparison methods need the split they score")
-        self.options = options or (MethodOptions() if self.methods else None)
-        self.labels = fixed_labels(split) if "calibrate" in self.methods and split is not None else None
-        self.content_free = self.options.content_free("multiple_choice") if self.options else []
+    def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
+        super().__init__(run, split, methods, adaptive)
+        self.alphas = list(run.choice_alphas)
+        self.length_normalize = run.length_normalize
+        self.task = split.task.name
+        self.labels = fixed_labels(split) if "calibrate" in self.methods else None
         self.channel = (
-            channel_prefixes(self.task, self.options.channel_template)
-            if "channel" in self.methods and self.options
-            else []
+            channel_prefixes(self.task, self.options.channel_template) if "channel" in self.methods else []
         )
         self._cf: list[list[float]] | None = None
-
-    @classmethod
-    def for_run(
-        cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None
-    ) -> MultipleChoice:
-        return cls(run.choice_alphas, run.length_normalize, methods, split, run.method_options, adaptive)
-
-    @property
-    def _options(self) -> MethodOptions:
-        assert self.options is not None, "comparison methods were asked for without their options"
-        return self.options
 
     def _fits(self, record: dict[str, Any], example: Example) -> bool:
         n = len(example.choices) if isinstance(example, ChoiceExample) else -1
@@ -110,17 +77,14 @@ class MultipleChoice(TaskScoring):
 
     def _groups(self, method: str, ex: ChoiceExample) -> list[tuple[str, Sequence[str]]]:
         if method == "pmi_dc":
-            return [(domain_premise(self.task, ex, self._options.domain_premises), ex.choices)]
+            return [(domain_premise(self.task, ex, self.options.domain_premises), ex.choices)]
         if method == "pmi_empty":
             return [("", ex.choices)]
         if method == "calibrate":
             return self._cf_groups()
-        if method == "channel":
-            form = method_prompts()[self.task].channel_input
-            assert form is not None
-            x = " " + form(ex.context)
-            return [(prefix, [x]) for prefix in self.channel]
-        raise ValueError(method)
+        form = method_prompts()[self.task].channel_input  # channel: the input after each label
+        assert form is not None
+        return [(prefix, [" " + form(ex.context)]) for prefix in self.channel]
 
     def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, ChoiceExample)
@@ -142,9 +106,8 @@ class MultipleChoice(TaskScoring):
         for i, ex in enumerate(choices):
             for part in self.missing(previous.get(ex.idx), ex):
                 if part == "boost":
-                    parts = [("full context", ex.context), ("premise-free context", ex.premise_free)]
-                    new = [(ctx, ex.choices) for _, ctx in parts]
-                    labels = [label for label, _ in parts]
+                    new = [(ex.context, ex.choices), (ex.premise_free, ex.choices)]
+                    labels = ["full context", "premise-free context"]
                 elif part == "calibrate":
                     need_cf = need_cf or self._cf is None
                     continue
@@ -158,38 +121,30 @@ class MultipleChoice(TaskScoring):
                 names += [f"{split.name} {ex.where} ({label})" for label in labels]
                 slots.append((i, part, len(new)))
         if need_cf:
-            cf = self._cf_groups()
-            groups += cf
+            groups += self._cf_groups()
             names += [f"{split.name} content-free input {c!r}" for c in self.content_free]
         scores = scorer.score_text(groups, names) if groups else []
         if need_cf:
             self._cf = [[s.log_prob for s in row] for row in scores[len(scores) - len(self.content_free) :]]
         records: dict[int, dict[str, Any]] = {}
+        for ex in choices:  # the cached record of the same input keeps its valid parts
+            old = previous.get(ex.idx) or {}
+            keep = old.get("input") == self.input_digest(ex)
+            records[ex.idx] = (
+                {**old, "method_inputs": dict(old.get("method_inputs", {}))}
+                if keep
+                else {"method_inputs": {}}
+            )
         at = 0
         for i, part, n in slots:
-            ex = choices[i]
-            rec = records.get(ex.idx)
-            if rec is None:
-                old = previous.get(ex.idx)
-                keep = old is not None and old.get("input") == self.input_digest(ex)
-                rec = records[ex.idx] = dict(old) if keep and old else {}
-                rec["method_inputs"] = dict(rec.get("method_inputs", {}))
-            got = scores[at : at + n]
+            self._fill(records[choices[i].idx], part, choices[i], scores[at : at + n])
             at += n
-            self._fill(rec, part, ex, got)
-        for ex in choices:
-            if ex.idx not in records:  # only its calibration numbers were missing
-                records[ex.idx] = {
-                    **previous[ex.idx],
-                    "method_inputs": dict(previous[ex.idx]["method_inputs"]),
-                }
-            rec = records[ex.idx]
-            if "calibrate" in self.methods and rec.get("method_inputs", {}).get("calibrate") != (
-                self.method_digest("calibrate", ex)
-            ):
+        for ex in choices if "calibrate" in self.methods else ():  # task-level numbers, kept in every record
+            rec, inputs = records[ex.idx], self.method_digest("calibrate", ex)
+            if rec["method_inputs"].get("calibrate") != inputs:
                 assert self._cf is not None
                 rec["ll_cf"] = self._cf
-                rec.setdefault("method_inputs", {})["calibrate"] = self.method_digest("calibrate", ex)
+                rec["method_inputs"]["calibrate"] = inputs
         return [records[ex.idx] for ex in choices]
 
     def _fill(self, rec: dict[str, Any], part: str, ex: ChoiceExample, got: list[list[Any]]) -> None:
@@ -218,7 +173,7 @@ class MultipleChoice(TaskScoring):
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         info = super().describe(split, requested)
         if "pmi_dc" in self.methods:
-            premises = {domain_premise(self.task, ex, self._options.domain_premises) for ex in split.examples}
+            premises = {domain_premise(self.task, ex, self.options.domain_premises) for ex in split.examples}
             info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
         if "calibrate" in self.methods:
             info["calibrate"]["content_free_inputs"] = self.content_free
@@ -228,11 +183,10 @@ class MultipleChoice(TaskScoring):
 
     def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
         sweep.update(
-            [r["id"] for r in records],
-            [r["label"] for r in records],
-            [r["ll_full"] for r in records],
-            [r["ll_short"] for r in records],
-            [r["char_lengths"] for r in records],
+            *(
+                [r[field] for r in records]
+                for field in ("id", "label", "ll_full", "ll_short", "char_lengths")
+            ),
             method_scores=[method_scores(self.methods, r) for r in records] if self.methods else None,
         )
 
@@ -246,32 +200,23 @@ class MultipleChoice(TaskScoring):
     def report(
         self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
-        n = int(out["ids"].numel())
         lengths = out["char_lengths"] if self.length_normalize else None
         preds = {
             name: choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
             for name, alpha in (("base", 0.0), ("pmi", -1.0))
         }
+        preds.update((m, predictions(out[f"method_{m}"])) for m in self.methods)
         labels = out["labels"]
-        report: dict[str, Any] = {"split": split.description, "n": n}
-        for name in ("base", "pmi"):
-            acc = float((preds[name] == labels).double().mean())
-            report[f"acc_{name}"] = acc
-            report[f"acc_{name}_stderr"] = binomial_stderr(acc, n)
-        for m in self.methods:
-            preds[m] = predictions(out[f"method_{m}"])
-            acc = float((preds[m] == labels).double().mean())
-            report[f"acc_{m}"] = acc
-            report[f"acc_{m}_stderr"] = binomial_stderr(acc, n)
+        report: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
+        for name, pred in preds.items():
+            report.update(accuracy(pred == labels, f"acc_{name}"))
         curve = out["acc"]
         oracle = first_argmax(curve)
-        report["oracle_alpha"] = self.alphas[oracle]
-        report["oracle_acc"] = float(curve[oracle])
+        report.update(oracle_alpha=self.alphas[oracle], oracle_acc=float(curve[oracle]))
         if selection is not None:
             alpha = selection["alpha_star"]
             preds["boosted"] = choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
-            acc = float((preds["boosted"] == labels).double().mean())
-            report.update(alpha_star=alpha, acc=acc, acc_stderr=binomial_stderr(acc, n))
+            report.update(alpha_star=alpha, **accuracy(preds["boosted"] == labels, "acc"))
         adaptive = None
         if (
             self.adaptive is not None
@@ -279,8 +224,7 @@ class MultipleChoice(TaskScoring):
             adaptive = choice_alphas(self.adaptive, out["ll_full"], out["ll_short"], self.alphas, lengths)
             scores = choice_scores(out["ll_full"], out["ll_short"], adaptive.view(-1, 1), lengths)
             preds["adaptive"] = scores.argmax(dim=-1)
-            acc = float((preds["adaptive"] == labels).double().mean())
-            report.update(acc_adaptive=acc, acc_adaptive_stderr=binomial_stderr(acc, n))
+            report.update(accuracy(preds["adaptive"] == labels, "acc_adaptive"))
             report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
         result = {
             "kind": "multiple_choice",

@@ -10,6 +10,7 @@ accuracy and perplexity over the whole grid from those numbers. With ``calibrate
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,8 +28,8 @@ from cblight.boosting import (
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
-from cblight.evaluate.methods import MethodOptions, calibrated_next_token
-from cblight.evaluate.task_scoring import Rows, TaskScoring
+from cblight.evaluate.methods import calibrated_next_token
+from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
 from cblight.metrics.sweeps import NextTokenSweep
 from cblight.scoring import Scorer
 
@@ -55,30 +56,16 @@ class NextToken(TaskScoring):
     kind = "next_token"
     record_fields = ("id", "input", *NextTokenSweep.base_columns)
 
-    def __init__(
-        self,
-        ks: Sequence[int],
-        alphas: Sequence[float],
-        methods: Sequence[str] = (),
-        options: MethodOptions | None = None,
-        decode: Callable[[list[int]], str] | None = None,
-        adaptive: str | None = None,
-    ):
-        self.adaptive = adaptive
-        self.ks = list(ks)
-        self.alphas = list(alphas)
-        self.methods = [m for m in methods if m != "boost"]
-        self.options = options
-        self.decode = decode  # the tokenizer's, for the target tokens of the prediction rows
+    def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
+        super().__init__(run, split, methods, adaptive)
+        self.ks = list(run.ks)
+        self.alphas = list(run.next_token_alphas)
+        # the tokenizer's decode, for the target tokens of the prediction rows (the tokenizer loads later)
+        self.decode: Callable[[list[int]], str] = lambda ids: run.tokenizer.decode(ids)
         self._cf: dict[str, torch.Tensor] = {}
-
-    @classmethod
-    def for_run(cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None) -> NextToken:
-        return cls(run.ks, run.next_token_alphas, methods, run.method_options, run.decode_tokens, adaptive)
-
-    @property
-    def content_free(self) -> list[str]:
-        return (self.options or MethodOptions()).content_free("next_token")
+        # the per-passage rule (jsd_mean's numbers are jsd's); a record is scored under it and the unit
+        self.token_rule = "jsd" if adaptive == "jsd_mean" else adaptive
+        self.adaptive_key = f"{self.token_rule}@{NEXT_TOKEN_UNIT}" if adaptive is not None else None
 
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
@@ -95,19 +82,9 @@ class NextToken(TaskScoring):
     def new_sweep(self, split: TaskSplit) -> nn.Module:
         return NextTokenSweep(self.ks, self.alphas, methods=self.methods, adaptive=self.adaptive is not None)
 
-    @property
-    def adaptive_key(self) -> str | None:
-        """What an adaptive record was scored under: the rule and the short context's unit."""
-        if self.adaptive is None:
-            return None
-        per_passage = "jsd" if self.adaptive == "jsd_mean" else self.adaptive  # the same numbers
-        return f"{per_passage}@{NEXT_TOKEN_UNIT}"
-
     def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, NextTokenExample)
-        return digest(
-            repr((ex.template, self.content_free, (self.options or MethodOptions()).calibrate_top_n))
-        )
+        return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
 
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         info = super().describe(split, requested)
@@ -116,13 +93,11 @@ class NextToken(TaskScoring):
         return info
 
     def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
-        stale = super().missing(record, ex)
-        if not stale and self.adaptive is not None:
-            stale = (
-                []
-                if record is not None and record.get("adaptive_rule") == self.adaptive_key
-                else ["adaptive"]
-            )
+        stale = super().missing(record, ex) or (
+            self.adaptive is not None
+            and record is not None
+            and record.get("adaptive_rule") != self.adaptive_key
+        )
         return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
     def _calibrated(
@@ -135,8 +110,7 @@ class NextToken(TaskScoring):
             lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
             self._cf.update({t: lp[i] for i, t in enumerate(new)})
         cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
-        top_n = (self.options or MethodOptions()).calibrate_top_n
-        return calibrated_next_token(full, cf, top_n, reduce="min").tolist()
+        return calibrated_next_token(full, cf, self.options.calibrate_top_n, reduce="min").tolist()
 
     def score(
         self,
@@ -160,27 +134,21 @@ class NextToken(TaskScoring):
         full_lp = full.gather(1, tgt[:, None]).squeeze(1)
         full_rank = (full > full_lp[:, None]).sum(-1) + 1
         full_correct = full.argmax(-1) == tgt
-        short_lp, short_rank, correct, log_prob, rank = [], [], [], [], []
+        per_k: dict[str, list[torch.Tensor]] = defaultdict(list)  # one column per k
         for k in self.ks:
             short = scorer.last_k_log_probs(contexts, k, full=full)
             s_lp = short.gather(1, tgt[:, None]).squeeze(1)
-            short_lp.append(s_lp)
-            short_rank.append((short > s_lp[:, None]).sum(-1) + 1)
+            per_k["short_log_prob"].append(s_lp)
+            per_k["short_rank"].append((short > s_lp[:, None]).sum(-1) + 1)
             sweep = next_token_alpha_sweep(full, short, tgt, alphas, "next_token")
-            correct.append(sweep["correct"])
-            log_prob.append(sweep["log_prob"])
-            rank.append(sweep["rank"])
+            for name in ("correct", "log_prob", "rank"):
+                per_k[f"boosted_{name}"].append(sweep[name].int() if name == "correct" else sweep[name])
         calibrated = self._calibrated(scorer, passages, full) if "calibrate" in self.methods else None
         adaptive = self._adaptive(scorer, contexts, full, tgt) if self.adaptive is not None else None
-        stack = {
-            "short_log_prob": torch.stack(short_lp, 1).tolist(),
-            "short_rank": torch.stack(short_rank, 1).tolist(),
-            "boosted_correct": torch.stack(correct, 1).int().tolist(),
-            "boosted_log_prob": torch.stack(log_prob, 1).tolist(),
-            "boosted_rank": torch.stack(rank, 1).tolist(),
-        }
-        return [
-            {
+        stack = {name: torch.stack(columns, 1).tolist() for name, columns in per_k.items()}
+        records = []
+        for i, ex in enumerate(passages):
+            rec = {
                 "id": ex.idx,
                 "input": self.input_digest(ex),
                 "target": targets[i],
@@ -188,23 +156,14 @@ class NextToken(TaskScoring):
                 "full_rank": int(full_rank[i]),
                 "full_correct": int(full_correct[i]),
                 **{name: value[i] for name, value in stack.items()},
-                **(
-                    {
-                        "calibrated_pred": calibrated[i],
-                        "calibrated_correct": int(calibrated[i] == targets[i]),
-                        "method_inputs": {"calibrate": self.method_digest("calibrate", ex)},
-                    }
-                    if calibrated is not None
-                    else {}
-                ),
-                **(
-                    {"adaptive_rule": self.adaptive_key, **{k: v[i] for k, v in adaptive.items()}}
-                    if adaptive
-                    else {}
-                ),
             }
-            for i, ex in enumerate(passages)
-        ]
+            if calibrated is not None:
+                rec.update(calibrated_pred=calibrated[i], calibrated_correct=int(calibrated[i] == targets[i]))
+                rec["method_inputs"] = {"calibrate": self.method_digest("calibrate", ex)}
+            if adaptive:
+                rec.update(adaptive_rule=self.adaptive_key, **{k: v[i] for k, v in adaptive.items()})
+            records.append(rec)
+        return records
 
     def _adaptive(
         self, scorer: Scorer, contexts: list[list[int]], full: torch.Tensor, tgt: torch.Tensor
@@ -213,7 +172,7 @@ class NextToken(TaskScoring):
         passage's own ``jsd`` alpha, averaged at the end), the target's correctness, log-prob and rank under
         ``log f_max + alpha log f_k`` (normalised), and its correctness and log-prob on ``ADAPTIVE_GRID``."""
         prefix = scorer.encoder.prefix
-        ks = [unit_k([self._decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
+        ks = [unit_k([self.decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
         shorts = [short_context_ids(c, k, prefix) for c, k in zip(contexts, ks)]
         short = full.clone()  # a context no longer than its k: f_k == f_max
         todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
@@ -221,8 +180,7 @@ class NextToken(TaskScoring):
             short[torch.tensor(todo, device=full.device)] = scorer.next_token_log_probs(
                 [shorts[i] for i in todo]
             )
-        rule = "jsd" if self.adaptive == "jsd_mean" else self.adaptive or ""
-        alpha = token_alphas(rule, full, short, "next_token")
+        alpha = token_alphas(self.token_rule or "", full, short, "next_token")
         mixed = boosted_log_probs(full, short, alpha, "next_token")
         lp = mixed.gather(1, tgt[:, None])
         grid = next_token_alpha_sweep(full, short, tgt, torch.tensor(ADAPTIVE_GRID))
@@ -259,17 +217,14 @@ class NextToken(TaskScoring):
         self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
         n = int(out["ids"].numel())
-        acc_base = float(out["full_correct"].double().mean())
         report: dict[str, Any] = {
             "split": split.description,
             "n": n,
-            "acc_base": acc_base,
-            "acc_base_stderr": binomial_stderr(acc_base, n),
+            **accuracy(out["full_correct"], "acc_base"),
             "ppl_base": float(torch.exp(-out["full_log_prob"].double().mean())),
         }
         if "calibrate" in self.methods:  # Table 5's "Zhao et al." row
-            acc = float(out["calibrated_correct"].double().mean())
-            report.update(acc_calibrate=acc, acc_calibrate_stderr=binomial_stderr(acc, n))
+            report.update(accuracy(out["calibrated_correct"], "acc_calibrate"))
         ko, ao = divmod(first_argmax(out["acc"]), len(self.alphas))
         report.update(
             oracle_k=self.ks[ko], oracle_alpha=self.alphas[ao], oracle_acc=float(out["acc"][ko, ao])
@@ -277,12 +232,8 @@ class NextToken(TaskScoring):
         adaptive = self._adaptive_rows(out) if self.adaptive is not None else None
         if adaptive is not None:  # no labels: k from the input, alpha from the rule
             alpha, correct, log_prob, _ = adaptive
-            acc = float(correct.double().mean())
-            report.update(
-                acc_adaptive=acc,
-                acc_adaptive_stderr=binomial_stderr(acc, n),
-                ppl_adaptive=float(torch.exp(-log_prob.double().mean())),
-            )
+            report.update(accuracy(correct, "acc_adaptive"))
+            report["ppl_adaptive"] = float(torch.exp(-log_prob.double().mean()))
             k = out["adaptive_k"].double()
             report["adaptive"] = {
                 "rule": self.adaptive,
@@ -321,7 +272,7 @@ class NextToken(TaskScoring):
             row = {
                 "id": idx,
                 "target_id": target,
-                "target": self._decode([target]),
+                "target": self.decode([target]),
                 "full_rank": int(out["full_rank"][i]),
                 "full_log_prob": float(out["full_log_prob"][i]),
                 "correct_base": bool(out["full_correct"][i]),
@@ -331,7 +282,7 @@ class NextToken(TaskScoring):
             if "calibrate" in self.methods:
                 pred = int(out["calibrated_pred"][i])
                 row.update(
-                    pred_calibrate=self._decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
+                    pred_calibrate=self.decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
                 )
             if adaptive is not None:
                 alpha, correct, log_prob, rank = adaptive
@@ -370,8 +321,3 @@ class NextToken(TaskScoring):
         col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
         alpha = torch.full_like(out["adaptive_alpha"], ADAPTIVE_GRID[col])
         return alpha, out["adaptive_grid_correct"][:, col], out["adaptive_grid_log_prob"][:, col], None
-
-    def _decode(self, ids: list[int]) -> str:
-        if self.decode is None:
-            raise ValueError("NextToken needs the tokenizer's decode for its prediction rows")
-        return self.decode(ids)

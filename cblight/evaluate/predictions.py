@@ -26,44 +26,36 @@ def write_task_files(
     model_name: str,
     plots: bool,
 ) -> dict[str, Path]:
-    """Predictions (and the alpha plot with ``plots``) of one task; paths recorded in ``result["files"]``."""
-    written: dict[str, Path] = {}
-    written["predictions"] = atomic_write_jsonl(
-        output_dir / "predictions" / f"{split.name}.{split.split}.jsonl", rows
-    )
-    if plots:
-        written["plot"] = write_alpha_plot(
-            output_dir / "plots" / f"{split.name}.png", split, result, model_name
+    """Predictions (and with ``plots`` the accuracy-vs-alpha plot: the reported and selection curves of a
+    multiple-choice task, a next-token task's curves per k) of one task; paths recorded in
+    ``result["files"]``."""
+    written = {
+        "predictions": atomic_write_jsonl(
+            output_dir / "predictions" / f"{split.name}.{split.split}.jsonl", rows
         )
-    result["files"] = {key: str(path.relative_to(output_dir)) for key, path in written.items()}
-    return written
-
-
-def write_alpha_plot(path: Path, split: TaskSplit, result: dict[str, Any], model_name: str) -> Path:
-    sweep = result["sweep"]
-    report = result["report"]
-    if result["kind"] == "multiple_choice":
-        curves = {f"{split.split} (reported)": sweep["report_acc"]}
-        if sweep["selection_acc"] is not None:
-            curves[f"{result['selection']['split']} (alpha selection)"] = sweep["selection_acc"]
-        return save_alpha_plot(
-            path,
+    }
+    if plots:
+        sweep, report = result["sweep"], result["report"]
+        if result["kind"] == "multiple_choice":
+            highlight = f"{split.split} (reported)"
+            curves = {highlight: sweep["report_acc"]}
+            if sweep["selection_acc"] is not None:
+                curves[f"{result['selection']['split']} (alpha selection)"] = sweep["selection_acc"]
+        else:
+            k_star = report.get("k_star", report["oracle_k"])
+            curves, highlight = next_token_curves(
+                sweep["ks"], sweep["report_acc"], k_star, report["oracle_k"]
+            )
+        written["plot"] = save_alpha_plot(
+            output_dir / "plots" / f"{split.name}.png",
             f"{split.task.title}: accuracy vs alpha ({model_name})",
             sweep["alphas"],
             curves,
-            highlight=f"{split.split} (reported)",
+            highlight=highlight,
             chosen_alpha=report.get("alpha_star"),
         )
-    k_star = report.get("k_star", report["oracle_k"])
-    curves, highlight = next_token_curves(sweep["ks"], sweep["report_acc"], k_star, report["oracle_k"])
-    return save_alpha_plot(
-        path,
-        f"{split.task.title}: accuracy vs alpha ({model_name})",
-        sweep["alphas"],
-        curves,
-        highlight=highlight,
-        chosen_alpha=report.get("alpha_star"),
-    )
+    result["files"] = {key: str(path.relative_to(output_dir)) for key, path in written.items()}
+    return written
 
 
 def next_token_curves(
@@ -72,12 +64,10 @@ def next_token_curves(
     """The lines worth drawing of a (k, alpha) accuracy grid: k* (bold), the report split's best k, the
     smallest and the largest k, and evenly spaced ones up to ``most``; k values whose curves coincide share
     one line (``k = 1, 2, 3``). Returns the curves by label and the label of k*'s line."""
-    picked = [k_star, oracle_k, ks[0], ks[-1]]
-    step = max(1, len(ks) // (most - 1))
-    picked += ks[::step]
-    chosen = [k for k in ks if k in set(picked)]
+    kept = {k_star, oracle_k, ks[0], ks[-1]}
+    chosen = [k for k in ks if k in kept or k in ks[:: max(1, len(ks) // (most - 1))]]
     while len(chosen) > most:  # drop the spaced ones nearest their neighbours, never k* or the best k
-        spare = [k for k in chosen if k not in (k_star, oracle_k, ks[0], ks[-1])]
+        spare = [k for k in chosen if k not in kept]
         if not spare:
             break
         chosen.remove(spare[len(spare) // 2])
@@ -93,71 +83,45 @@ def next_token_curves(
     return curves, highlight
 
 
-def summary_text(results: dict[str, Any], methods: Sequence[str] = (), adaptive: bool = False) -> str:
-    """The printed summary of a run (and ``results.json``'s ``summary``): one row per task (with a label-free
-    rule, its accuracy and mean alpha after alpha*'s); with comparison methods, the layout of Tables 5, 11
-    and 12 below it (``comparison_table``)."""
-    headers = SUMMARY_HEADERS
-    rows = [summary_row(task, result) for task, result in results.items()]
-    if adaptive:
-        at = SUMMARY_HEADERS.index("k*") + 1
-        headers = [*SUMMARY_HEADERS[:at], "acc@adaptive", "adaptive alpha (mean)", *SUMMARY_HEADERS[at:]]
-        for row, result in zip(rows, results.values()):
-            report = result["report"]
-            row[at:at] = [_pct(report.get("acc_adaptive")), (report.get("adaptive") or {}).get("alpha_mean")]
-    table = format_table(headers, rows)
-    extra = [m for m in methods if m != "boost"]
-    if extra:
-        headers, rows = comparison_table(results, extra, adaptive)
-        table += "\n\nComparison with other inference methods (paper Tables 5, 11, 12; '-': not applicable)\n"
-        table += format_table(headers, rows)
-    return table
-
-
-def comparison_payload(
-    results: dict[str, Any], methods: Sequence[str], adaptive: bool = False
-) -> dict[str, Any] | None:
-    """``results.json``'s ``comparison``: the Tables 5/11/12 layout as headers, rows and text."""
-    extra = [m for m in methods if m != "boost"]
-    if not extra:
-        return None
-    headers, rows = comparison_table(results, extra, adaptive)
-    return {
-        "headers": headers,
-        "rows": [dict(zip(headers, row)) for row in rows],
-        "table": format_table(headers, rows),
-    }
-
-
 # column name of each comparison method in the paper's Tables 5, 11 and 12
 METHOD_COLUMNS = {"pmi_dc": "PMI", "pmi_empty": "PMI (empty)", "calibrate": "CC", "channel": "Channel"}
 
 
-def comparison_table(
-    results: dict[str, Any], methods: Sequence[str], adaptive: bool = False
-) -> tuple[list[str], list[list[Any]]]:
-    """One row per task in the layout of Tables 11/12 (``f_max``, PMI, CC, Channel, Ours = boosting at
-    alpha*) and Table 5 for LAMA (``f_max``, CC, Ours with k*); accuracies in %, ``None`` ("-") where a
-    method does not apply to the task; with a label-free rule, its column ``Adaptive`` last."""
-    headers = ["task", "n", "f_max", *(METHOD_COLUMNS[m] for m in methods), "Ours", "alpha*", "k*"]
-    if adaptive:
-        headers.append("Adaptive")
+def summary_text(
+    results: dict[str, Any], methods: Sequence[str] = (), adaptive: bool = False
+) -> tuple[str, dict[str, Any] | None]:
+    """The printed summary of a run (and ``results.json``'s ``summary``): one row per task (with a label-free
+    rule, its accuracy and mean alpha after alpha*'s); with comparison methods, the layout of Tables 5, 11
+    and 12 below it, also returned as ``results.json``'s ``comparison`` (headers, rows and text; ``None``
+    without comparison methods). That layout is one row per task of ``f_max``, PMI, CC, Channel, Ours =
+    boosting at alpha* (Tables 11/12) or ``f_max``, CC, Ours with k* (Table 5, LAMA); accuracies in %,
+    ``None`` ("-") where a method does not apply to the task; with a label-free rule, its column
+    ``Adaptive`` last."""
+    headers = [*SUMMARY_HEADERS[:-1], *(["acc@adaptive", "adaptive alpha (mean)"] if adaptive else ())]
+    headers.append(SUMMARY_HEADERS[-1])
     rows = []
     for task, result in results.items():
         report = result["report"]
-        row = [
-            task,
-            report["n"],
-            _pct(report.get("acc_base")),
-            *(_pct(report.get(f"acc_{m}")) for m in methods),
-            _pct(report.get("acc")),
-            report.get("alpha_star"),
-            report.get("k_star"),
-        ]
+        row = [task, report["split"], report["n"], _pct(report.get("acc_base")), _pct(report.get("acc_pmi"))]
+        row += [_pct(report.get("acc")), report.get("alpha_star"), report.get("k_star")]
         if adaptive:
-            row.append(_pct(report.get("acc_adaptive")))
-        rows.append(row)
-    return headers, rows
+            row += [_pct(report.get("acc_adaptive")), (report.get("adaptive") or {}).get("alpha_mean")]
+        rows.append([*row, (result.get("selection") or {}).get("split")])
+    table = format_table(headers, rows)
+    extra = [m for m in methods if m != "boost"]
+    if not extra:
+        return table, None
+    headers = ["task", "n", "f_max", *(METHOD_COLUMNS[m] for m in extra), "Ours", "alpha*", "k*"]
+    headers += ["Adaptive"] if adaptive else []
+    rows = []
+    for task, result in results.items():
+        report = result["report"]
+        accuracies = [_pct(report.get(key)) for key in ["acc_base", *(f"acc_{m}" for m in extra), "acc"]]
+        row = [task, report["n"], *accuracies, report.get("alpha_star"), report.get("k_star")]
+        rows.append([*row, _pct(report.get("acc_adaptive"))] if adaptive else row)
+    comparison = format_table(headers, rows)
+    table += f"\n\nComparison with other inference methods (paper Tables 5, 11, 12; '-': not applicable)\n{comparison}"
+    return table, {"headers": headers, "rows": [dict(zip(headers, row)) for row in rows], "table": comparison}
 
 
 def _pct(value: Any) -> float | None:
@@ -174,36 +138,18 @@ def compare_accuracy_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, 
         row: dict[str, Any] = {"task": task}
         for label in labels:
             report = runs[label][task]["report"]
-            row[f"{label}"] = _pct(report.get("acc_base"))
+            row[label] = _pct(report.get("acc_base"))
             row[f"{label} + CB"] = _pct(report.get("acc"))
             row[f"{label} alpha*"] = report.get("alpha_star")
         rows.append(row)
     if len(rows) > 1:
         avg: dict[str, Any] = {"task": "average"}
-        for key in rows[0]:
-            if key == "task":
-                continue
+        for key in list(rows[0])[1:]:  # after "task"
             values = [r[key] for r in rows if r[key] is not None]
             avg[key] = sum(values) / len(values) if len(values) == len(rows) else None
         rows.append(avg)
     headers = list(rows[0])
     return format_table(headers, [[r[h] for h in headers] for r in rows]), rows
-
-
-def summary_row(task: str, result: dict[str, Any]) -> list[Any]:
-    report = result["report"]
-    selection = result.get("selection") or {}
-    return [
-        task,
-        report["split"],
-        report["n"],
-        _pct(report.get("acc_base")),
-        _pct(report.get("acc_pmi")),
-        _pct(report.get("acc")),
-        report.get("alpha_star"),
-        report.get("k_star"),
-        selection.get("split"),
-    ]
 
 
 def save_alpha_plot(
@@ -214,7 +160,6 @@ def save_alpha_plot(
     *,
     highlight: str | None = None,
     chosen_alpha: float | None = None,
-    ylabel: str = "accuracy (%)",
 ) -> Path:
     """Accuracy vs alpha, as the paper's Figures 2 and 4-6: red line at alpha = 0 (the base model), blue at
     alpha = -1 (unconditional normalisation), and the chosen alpha* marked. The legend sits outside the
@@ -247,7 +192,7 @@ def save_alpha_plot(
     if values and all(v == 0 for v in values):
         ax.text(0.5, 0.5, "every accuracy is 0%", transform=ax.transAxes, ha="center", color="gray")
     ax.set_xlabel("alpha")
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel("accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

@@ -24,9 +24,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from cblight.boosting import binomial_stderr
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import Example
+from cblight.evaluate.methods import MethodOptions, not_applicable
 from cblight.scoring import TextScorer
 
 Rows = list[dict[str, Any]]
@@ -35,20 +37,30 @@ Rows = list[dict[str, Any]]
 class TaskScoring(ABC):
     """One task kind's scoring, sweep, selection and report (see the module docstring).
 
-    ``signature`` holds the settings that change the cached numbers (a cache written under others is
+    A kind scores ``split`` with the grids and method options of ``run`` (a ``BoostedEvaluator``), the
+    comparison ``methods`` beside boosting and the label-free rule ``adaptive`` (both on the reported split
+    only). ``signature`` holds the settings that change the cached numbers (a cache written under others is
     refused); ``record_fields`` are the keys every record of this kind must carry (a cache row without
-    them is corrupt and recomputed); ``methods`` are the comparison methods scored beside boosting.
+    them is corrupt and recomputed).
     """
 
     kind: ClassVar[str] = ""
     record_fields: ClassVar[tuple[str, ...]] = ("id", "input")
-    methods: Sequence[str] = ()
 
-    @classmethod
-    @abstractmethod
-    def for_run(cls, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None) -> TaskScoring:
-        """This kind's scoring of ``split`` with the grids and method options of ``run`` (a
-        ``BoostedEvaluator``)."""
+    def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
+        self.methods = list(methods)
+        self.adaptive = adaptive
+        self._options: MethodOptions | None = run.method_options
+
+    @property
+    def options(self) -> MethodOptions:
+        """The comparison methods' options: the run's, or their defaults (built only where a method runs)."""
+        return self._options or MethodOptions()
+
+    @property
+    def content_free(self) -> list[str]:
+        """Contextual calibration's content-free inputs for this kind of task."""
+        return self.options.content_free(self.kind)
 
     def signature(self) -> dict[str, Any]:
         return {}
@@ -77,13 +89,12 @@ class TaskScoring(ABC):
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         """What ``results.json`` says about each requested comparison method: reported (with the strings
         it used) or why not."""
-        from cblight.evaluate.methods import not_applicable
-
-        info: dict[str, Any] = {}
-        for m in requested:
-            reason = not_applicable(m, split)
-            info[m] = {"reported": True} if reason is None else {"reported": False, "not_applicable": reason}
-        return info
+        return {
+            m: {"reported": False, "not_applicable": reason}
+            if (reason := not_applicable(m, split))
+            else {"reported": True}
+            for m in requested
+        }
 
     # -- the cache ---------------------------------------------------------------------------------------
     def missing(self, record: dict[str, Any] | None, example: Example) -> list[str]:
@@ -128,3 +139,9 @@ class TaskScoring(ABC):
         if split.sampled_indices is not None:
             info["indices"] = split.sampled_indices
         return info
+
+
+def accuracy(correct: torch.Tensor, key: str) -> dict[str, float]:
+    """``{key: the mean of a 0/1 tensor, key_stderr: its binomial standard error}``."""
+    acc = float(correct.double().mean())
+    return {key: acc, f"{key}_stderr": binomial_stderr(acc, correct.numel())}

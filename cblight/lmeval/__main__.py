@@ -35,11 +35,11 @@ def model_args_help(prog: str = "cblight lmeval") -> str:
     about = {
         p.arg_name: " ".join((p.description or "").split()) for p in parse(CblightLM.__doc__ or "").params
     }
-    rows = []
-    for name, param in inspect.signature(CblightLM.__init__).parameters.items():
-        if name in about:
-            default = "none" if param.default is None else param.default
-            rows.append((f"{name}={default}", about[name]))
+    rows = [
+        (f"{name}={'none' if param.default is None else param.default}", about[name])
+        for name, param in inspect.signature(CblightLM.__init__).parameters.items()
+        if name in about
+    ]
     width = max(len(left) for left, _ in rows)
     lines = [
         f"{prog}: lm-evaluation-harness with cblight's model (docs/lmeval.md). Here --model defaults to cblight",
@@ -82,10 +82,7 @@ def _output_types(name: Any, manager: Any, seen: set[str] | None = None) -> dict
         return {name: cfg["output_type"]}
     members = cfg.get("task") if isinstance(cfg.get("task"), list) else []
     members = members or [n for n, e in manager.task_index.items() if name in (e.tags or ())]
-    found: dict[str, str] = {}
-    for member in members:
-        found.update(_output_types(member, manager, seen))
-    return found
+    return {task: kind for member in members for task, kind in _output_types(member, manager, seen).items()}
 
 
 def check_adaptive_rule(model_args: Any, tasks: list[Any], manager: Any) -> None:
@@ -117,33 +114,15 @@ def check_adaptive_rule(model_args: Any, tasks: list[Any], manager: Any) -> None
                 )
 
 
-def _unknown_tasks(config: Any) -> str | None:
-    """The line for ``--tasks`` naming a task lm-eval does not know, with the closest known names."""
-    import difflib
-
-    from lm_eval.tasks import TaskManager
-
-    names = (
-        config.tasks.split(",")
-        if isinstance(config.tasks, str)
-        else [t for task in config.tasks for t in (task.split(",") if isinstance(task, str) else [])]
-    )
-    manager = TaskManager(include_path=config.include_path)
-    known = manager.all_tasks
-    unknown = [n for n in names if not n.endswith(".yaml") and not manager.match_tasks([n])]
-    if not unknown:
-        return None
-    close = difflib.get_close_matches(unknown[0], known, n=3)
-    mean = f"; did you mean {' or '.join(close)}?" if close else ""
-    return f"--tasks: unknown task {unknown[0]!r}{mean} (cblight lmeval ls tasks lists them)"
-
-
 @contextmanager
 def one_line_task_errors() -> Iterator[None]:
     """lm-eval's own checks of ``--tasks`` (none given, an unknown name: a ``ValueError`` traceback) and the
     adaptive rule of ``--model cblight`` against the tasks' kinds, as one-line errors, all before the
     model loads."""
+    import difflib
+
     from lm_eval.config.evaluate_config import EvaluatorConfig
+    from lm_eval.tasks import TaskManager
 
     validate, process = EvaluatorConfig._validate_arguments, EvaluatorConfig.process_tasks
 
@@ -157,11 +136,18 @@ def one_line_task_errors() -> Iterator[None]:
     def checked_process(self: Any, metadata: Any = None) -> Any:
         try:
             manager = process(self, metadata)
-        except ValueError:
-            line = _unknown_tasks(self)
-            if line is None:
+        except ValueError:  # a name lm-eval does not know: the line names it and the closest known names
+            tasks = self.tasks.split(",") if isinstance(self.tasks, str) else self.tasks
+            names = [t for task in tasks if isinstance(task, str) for t in task.split(",")]
+            known = TaskManager(include_path=self.include_path)
+            unknown = [n for n in names if not n.endswith(".yaml") and not known.match_tasks([n])]
+            if not unknown:
                 raise
-            raise CblightError(line) from None
+            close = difflib.get_close_matches(unknown[0], known.all_tasks, n=3)
+            mean = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise CblightError(
+                f"--tasks: unknown task {unknown[0]!r}{mean} (cblight lmeval ls tasks lists them)"
+            ) from None
         if self.model == "cblight":
             check_adaptive_rule(self.model_args, self.tasks, manager)
         return manager
@@ -171,10 +157,6 @@ def one_line_task_errors() -> Iterator[None]:
         yield
     finally:
         EvaluatorConfig._validate_arguments, EvaluatorConfig.process_tasks = validate, process
-
-
-def _wants_help(args: list[str]) -> bool:
-    return any(a in ("-h", "--help") for a in args)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -188,7 +170,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from cblight.lmeval import TASKS_DIR
 
     listing = bool(args) and args[0] in ("ls", "validate")
-    if not listing and _wants_help(args):
+    if not listing and any(a in ("-h", "--help") for a in args):
         print(model_args_help(prog or "cblight lmeval"))
     if not listing and not _has(args, "--model"):
         args = ["--model", "cblight", *args]

@@ -22,12 +22,13 @@ is the same idea applied to lm-eval's prompt (the question without its passage o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 from cblight.errors import CblightError
 
 ShortContextMode = Literal["last_k", "empty", "premise_free"]
-SHORT_CONTEXT_MODES: tuple[str, ...] = ("last_k", "empty", "premise_free")
+#: The premise-free rules: the text rules of ``RULES``, and ``last_k``, token-level, applied by the model.
+PremiseFreeRule = Literal["answer_cue", "question", "connector", "after_last_period", "empty", "last_k"]
 
 
 class ShortContextError(CblightError):
@@ -74,20 +75,13 @@ def after_last_period(context: str) -> str:
     return premise_free(context)
 
 
-def empty(context: str) -> str:
-    """BOS/EOS alone, as lm-eval's unconditional requests (and cblight's StoryCloze)."""
-    return ""
-
-
-#: Rules that turn a request's context into its premise-free context. ``last_k`` is token-level and is
-#: applied by the model (it needs the tokenizer and ``k``).
-RULES: dict[str, Callable[[str], str] | None] = {
+#: Rules that turn a request's context into its premise-free context.
+RULES: dict[str, Callable[[str], str]] = {
     "answer_cue": answer_cue,
     "question": question,
     "connector": connector,
     "after_last_period": after_last_period,
-    "empty": empty,
-    "last_k": None,
+    "empty": lambda context: "",  # BOS/EOS alone, as lm-eval's unconditional requests
 }
 
 #: lm-eval task name -> premise-free rule (docs/lmeval.md explains each choice).
@@ -121,26 +115,10 @@ TASK_RULES: dict[str, str] = {
 }
 
 
-def check_mode(mode: str) -> str:
-    if mode not in SHORT_CONTEXT_MODES:
-        raise ShortContextError(
-            f"short_context must be one of {', '.join(SHORT_CONTEXT_MODES)}; got {mode!r}"
-        )
-    return mode
-
-
-def check_rule(rule: str | None) -> str | None:
-    if rule is not None and rule not in RULES:
-        raise ShortContextError(f"premise_free_rule must be one of {', '.join(RULES)}; got {rule!r}")
-    return rule
-
-
 def rule_for(mode: str, task: str | None, forced_rule: str | None = None) -> str:
     """The rule that builds the short context of a request of ``task`` under ``mode``."""
-    if mode == "last_k":
-        return "last_k"
-    if mode == "empty":
-        return "empty"
+    if mode != "premise_free":
+        return mode  # last_k, empty
     if forced_rule is not None:
         return forced_rule
     if task in TASK_RULES:
@@ -148,14 +126,11 @@ def rule_for(mode: str, task: str | None, forced_rule: str | None = None) -> str
     known = ", ".join(sorted(TASK_RULES))
     raise ShortContextError(
         f"no premise-free context is defined for lm-eval task {task!r} (short_context=premise_free); "
-        f"tasks with a rule: {known}. Pass premise_free_rule=<{'|'.join(RULES)}> in --model_args, "
+        f"tasks with a rule: {known}. Pass premise_free_rule=<{'|'.join(get_args(PremiseFreeRule))}> in --model_args, "
         "or use short_context=last_k or short_context=empty"
     )
 
 
 def premise_free_text(rule: str, context: str) -> str:
     """The short context string of a text rule (``""`` stands for BOS/EOS alone)."""
-    fn = RULES.get(rule)
-    if fn is None:
-        raise ShortContextError(f"rule {rule!r} is not a text rule")
-    return fn(context)
+    return RULES[rule](context)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
 import lm_eval.models  # noqa: F401  (registers lm-eval's own models before ours)
 import torch
@@ -49,57 +49,25 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from cblight.adaptive import AUTO, CHOICE_RULES, RULES, TOKEN_RULES
+from cblight.adaptive import AUTO, CHOICE_RULES, TOKEN_RULES, RuleName
 from cblight.boosting import short_context_ids
 from cblight.errors import CblightError
 from cblight.lmeval.contexts import (
+    PremiseFreeRule,
     ShortContextError,
-    check_mode,
-    check_rule,
+    ShortContextMode,
     premise_free_text,
     rule_for,
 )
-from cblight.lmeval.pairs import adaptive_scores, score_pairs
+from cblight.lmeval.pairs import Pair, question_alphas, score_pairs
+from cblight.models import DTypeName
+from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
 from cblight.scoring import Encoder, Scorer
 
 log = logging.getLogger(__name__)
 
 CACHE_STAMP_KEY = "__cblight_model_args__"
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HF backend default
-
-
-def _batch_size(value: Any) -> int | str:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    text = str(value)
-    if text.startswith("auto"):
-        return "auto"
-    if text.isdigit() and int(text) >= 1:
-        return int(text)
-    raise CblightError(f"batch_size must be a positive integer or 'auto', got {value!r}")
-
-
-def _number(name: str, value: Any) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise CblightError(f"{name} must be a number, got {value!r}") from None
-    if out != out or out in (float("inf"), float("-inf")):
-        raise CblightError(f"{name} must be finite, got {value!r}")
-    return out
-
-
-def _unknown_model_args(names: list[str]) -> str:
-    import inspect
-
-    from cblight.suggest import closest
-
-    known = [p for p in inspect.signature(CblightLM.__init__).parameters if p not in ("self", "unused")]
-    close = closest(names[0], known)
-    mean = f"; did you mean {close}?" if close else ""
-    return (
-        f"unknown --model_args for model cblight: {', '.join(names)}{mean} (cblight lmeval --help lists them)"
-    )
 
 
 @register_model("cblight")
@@ -133,53 +101,52 @@ class CblightLM(TemplateLM):
         self,
         pretrained: Any = "gpt2",
         tokenizer: Any = None,
-        alpha: float | str = 0.0,
-        k: int = 32,
-        adaptive_rule: str = "auto",
-        short_context: str = "last_k",
-        premise_free_rule: str | None = None,
-        form: str = "next_token",
-        dtype: str = "float32",
+        alpha: FiniteFloat | Literal["adaptive"] = 0.0,
+        k: PositiveInt = 32,
+        adaptive_rule: RuleName = "auto",
+        short_context: ShortContextMode = "last_k",
+        premise_free_rule: PremiseFreeRule | None = None,
+        form: Literal["next_token", "generation"] = "next_token",
+        dtype: DTypeName = "float32",
         device: str | None = None,
-        batch_size: int | str = 16,
+        batch_size: PositiveInt | Literal["auto"] = 16,
         max_batch_size: int | None = None,
-        max_length: int | None = None,
+        max_length: PositiveInt | None = None,
         revision: str | None = None,
         trust_remote_code: bool = False,
         **unused: Any,
     ):
         super().__init__()
         if unused:
-            raise CblightError(_unknown_model_args(sorted(unused)))
-        self.adaptive: str | None = None
-        if alpha == "adaptive":
-            if adaptive_rule not in RULES:
-                raise CblightError(f"adaptive_rule must be one of {', '.join(RULES)}, got {adaptive_rule!r}")
-            self.adaptive, alpha = adaptive_rule, 0.0
-        elif adaptive_rule != "auto":
+            from cblight.suggest import closest
+
+            close = closest(min(unused), [p for p in type(self).__init__.__annotations__ if p != "unused"])
+            raise CblightError(
+                f"unknown --model_args for model cblight: {', '.join(sorted(unused))}"
+                f"{f'; did you mean {close}?' if close else ''} (cblight lmeval --help lists them)"
+            )
+        if isinstance(batch_size, str) and batch_size.startswith("auto"):  # lm-eval's auto:N
+            batch_size = "auto"
+        elif isinstance(batch_size, str) and batch_size.isdigit():  # lm-eval's --batch_size is text
+            batch_size = int(batch_size)
+        check_arguments(type(self).__init__, locals(), CblightError)
+        if alpha != "adaptive" and adaptive_rule != "auto":
             raise CblightError(f"adaptive_rule={adaptive_rule} needs alpha=adaptive (got alpha={alpha})")
-        self.alpha = _number("alpha", alpha)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise CblightError(f"k must be an integer >= 1, got {k!r}")
+        self.adaptive = adaptive_rule if alpha == "adaptive" else None
+        self.alpha = 0.0 if alpha == "adaptive" else float(alpha)
         self.k = k
-        self.short_context = check_mode(short_context)
-        self.premise_free_rule = check_rule(premise_free_rule)
-        if form not in ("next_token", "generation"):
-            raise CblightError(f"form must be 'next_token' or 'generation', got {form!r}")
+        self.short_context = short_context
+        self.premise_free_rule = premise_free_rule
         self.form = form
         if isinstance(pretrained, str):
             from cblight.models import load_causal_lm, load_tokenizer
 
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
             model = load_causal_lm(
-                pretrained,
-                dtype=dtype,  # type: ignore[arg-type]
-                device=device,
-                revision=revision,
-                trust_remote_code=trust_remote_code,
+                pretrained, dtype=dtype, device=device, revision=revision, trust_remote_code=trust_remote_code
             )
-            tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, str) else None
-            if tok is None:
+            tok = tokenizer
+            if isinstance(tokenizer, str | None):
                 tok = load_tokenizer(
                     tokenizer or pretrained, revision=revision, trust_remote_code=trust_remote_code
                 )
@@ -194,7 +161,7 @@ class CblightLM(TemplateLM):
             self.model_name = getattr(model.config, "_name_or_path", type(model).__name__)
         self.model = model
         self.tokenizer = tok
-        self.scorer = Scorer(model, tok, batch_size=_batch_size(batch_size), max_length=max_length)  # type: ignore[arg-type]
+        self.scorer = Scorer(model, tok, batch_size=batch_size, max_length=max_length)
         self.prefix = Encoder(tok).prefix
         self._settings = {
             "model": str(self.model_name),
@@ -214,18 +181,22 @@ class CblightLM(TemplateLM):
         return self.alpha != 0.0 or self.adaptive is not None
 
     def _rule(self, kind: str) -> str | None:
-        """The adaptive rule of a kind: ``multiple_choice`` for scores, ``next_token`` for greedy flags and
+        """The adaptive rule of a kind: ``multiple_choice`` for scores, ``next_token`` for greedy flags,
         ``generate_until``. ``auto`` is each kind's own; a rule named for scores keeps the flags of a
         multiple-choice task at ``jsd`` (they are no metric there); a named rule is never swapped for
-        another where it would make a metric: ``CblightError``."""
+        another where it would make a metric (scores, generations): ``CblightError``."""
         if self.adaptive is None:
             return None
+        valid, other, use = {
+            "multiple_choice": (CHOICE_RULES, "per-token", "loglikelihood scores"),
+            "generate_until": (TOKEN_RULES, "multiple-choice", "generate_until"),
+        }.get(kind, ((self.adaptive,), "", ""))
+        if self.adaptive not in ("auto", *valid):
+            raise CblightError(
+                f"adaptive_rule={self.adaptive} is a {other} rule: it does not apply to {use}; "
+                f"use auto or one of {', '.join(valid)}"
+            )
         if kind == "multiple_choice":
-            if self.adaptive != "auto" and self.adaptive not in CHOICE_RULES:
-                raise CblightError(
-                    f"adaptive_rule={self.adaptive} is a per-token rule: it does not apply to loglikelihood "
-                    f"scores; use auto or one of {', '.join(CHOICE_RULES)}"
-                )
             return AUTO[kind] if self.adaptive == "auto" else self.adaptive
         return self.adaptive if self.adaptive in TOKEN_RULES else "jsd"  # per position: no split mean
 
@@ -323,15 +294,17 @@ class CblightLM(TemplateLM):
         # blocks of requests in lm-eval's order (a question's choices stay together), with a progress bar
         block = 32 * self.scorer.rows_per_batch
         out: list[tuple[float, bool]] = []
-        pairs: list[tuple[float, float | None, bool]] = []
+        pairs: list[Pair] = []
         for lo in tqdm(range(0, len(encoded), block), desc="cblight loglikelihood", disable=disable_tqdm):
-            part = encoded[lo : lo + block]
-            if self.adaptive is not None:
-                pairs += self._pairs(part, shorts[lo : lo + block], 0.0)
+            if self.boosted:
+                pairs += self._pairs(encoded[lo : lo + block], shorts[lo : lo + block])
             else:
-                out += self._boosted(part, shorts[lo : lo + block]) if self.boosted else self._plain(part)
-        if self.adaptive is not None:
-            out = adaptive_scores(requests, pairs, choice_rule or "")
+                out += self._plain(encoded[lo : lo + block])
+        if self.boosted:  # ll_full + alpha · ll_short, alpha each question's own with alpha=adaptive
+            alphas = (
+                question_alphas(requests, pairs, choice_rule) if choice_rule else [self.alpha] * len(pairs)
+            )
+            out = [(f if s is None else f + a * s, greedy) for (f, s, greedy), a in zip(pairs, alphas)]
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
         return out
@@ -351,21 +324,11 @@ class CblightLM(TemplateLM):
                 out[i] = (s.log_prob, s.is_greedy)
         return out  # type: ignore[return-value]
 
-    def _boosted(
-        self, encoded: list[tuple[list[int], list[int]]], shorts: list[tuple[list[int], list[int]] | None]
-    ) -> list[tuple[float, bool]]:
-        """``ll_full + alpha · ll_short`` per request (see ``_pairs``)."""
-        return [
-            (full if short is None else full + self.alpha * short, greedy)
-            for full, short, greedy in self._pairs(encoded, shorts, self.alpha)
-        ]
-
     def _pairs(
         self,
         encoded: list[tuple[list[int], list[int]]],
         shorts: list[tuple[list[int], list[int]] | None],
-        alpha: float,
-    ) -> list[tuple[float, float | None, bool]]:
+    ) -> list[Pair]:
         """``(ll_full, ll_short, is_greedy)`` per request (``ll_short`` ``None``: not boosted). Where the short
         request continues with the same tokens (nearly always) both are scored as a pair, with the greedy
         flag under the boosted distribution; a short context that splits the continuation into other tokens
@@ -375,10 +338,10 @@ class CblightLM(TemplateLM):
             (ctx, s[0] if (s is not None and ok) else None, cont)
             for (ctx, cont), s, ok in zip(encoded, shorts, same)
         ]
-        scores = score_pairs(self.scorer, paired, alpha, self._rule("next_token"))
+        scores = score_pairs(self.scorer, paired, self.alpha, self._rule("next_token"))
         odd = [i for i, ok in enumerate(same) if not ok]
         alone = dict(zip(odd, self._plain([shorts[i] for i in odd]))) if odd else {}  # type: ignore[misc]
-        return [(s.full, alone[i][0] if i in alone else s.short, s.is_greedy) for i, s in enumerate(scores)]
+        return [(f, alone[i][0] if i in alone else s, greedy) for i, (f, s, greedy) in enumerate(scores)]
 
     def _loglikelihood_tokens(self, requests: list[Any], **kwargs: Any) -> list[tuple[float, bool]]:
         """Token-level requests ``((context, continuation), context_ids, continuation_ids)``, unboosted."""
@@ -386,23 +349,18 @@ class CblightLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         """Perplexity windows exactly as lm-eval's HF backend cuts them; never boosted."""
-        windows: list[tuple[list[int], list[int]]] = []
-        owners: list[int] = []
-        for i, req in enumerate(requests):
-            (text,) = req.args
-            for ctx, cont in map(
-                make_disjoint_window,
-                get_rolling_token_windows(
-                    token_list=self.tok_encode(text),
-                    prefix_token=self.prefix_token_id,
-                    max_seq_len=self.max_length,
-                    context_len=1,
-                ),
-            ):
-                windows.append((ctx, cont))
-                owners.append(i)
+        windows = [  # (request, (context, continuation))
+            (i, make_disjoint_window(window))
+            for i, req in enumerate(requests)
+            for window in get_rolling_token_windows(
+                token_list=self.tok_encode(req.args[0]),
+                prefix_token=self.prefix_token_id,
+                max_seq_len=self.max_length,
+                context_len=1,
+            )
+        ]
         totals = [0.0] * len(requests)
-        for owner, (ll, _) in zip(owners, self._plain(windows)):
+        for (owner, _), (ll, _) in zip(windows, self._plain([window for _, window in windows])):
             totals[owner] += ll
         for req, total in zip(requests, totals):
             self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
@@ -414,11 +372,6 @@ class CblightLM(TemplateLM):
         from cblight.generate import boosted_generate
         from cblight.options import Boosting, Sampling
 
-        if self.adaptive not in (None, "auto", *TOKEN_RULES):
-            raise CblightError(
-                f"adaptive_rule={self.adaptive} is a multiple-choice rule: it does not apply to generate_until; "
-                f"use auto or one of {', '.join(TOKEN_RULES)}"
-            )
         if self.boosted and self.short_context != "last_k":
             raise CblightError(
                 "generate_until boosts with short_context=last_k only (the paper's generation mode, §4.1); "
@@ -429,14 +382,8 @@ class CblightLM(TemplateLM):
         for i, req in enumerate(requests):
             groups[json.dumps(req.args[1], sort_keys=True, default=str)].append(i)
         out: list[str | None] = [None] * len(requests)
-        rows_per_batch = self.scorer.rows_per_batch
-        boosting = Boosting(
-            "last_k",
-            k=self.k,
-            alpha=self.alpha,
-            form=self.form,  # type: ignore[arg-type]
-            adaptive=self._rule("next_token"),
-        )
+        rule = self._rule("generate_until")
+        boosting = Boosting("last_k", k=self.k, alpha=self.alpha, form=self.form, adaptive=rule)  # type: ignore[arg-type]
         for indices in groups.values():
             kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], DEFAULT_MAX_GEN_TOKS)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
@@ -453,8 +400,8 @@ class CblightLM(TemplateLM):
                 )
             rows = {i: self.tok_encode(requests[i].args[0])[-room:] for i in indices}
             order = sorted(indices, key=lambda i: -len(rows[i]))  # as lm-eval: longest first
-            for lo in range(0, len(order), rows_per_batch):
-                chunk = order[lo : lo + rows_per_batch]
+            for lo in range(0, len(order), self.scorer.rows_per_batch):
+                chunk = order[lo : lo + self.scorer.rows_per_batch]
                 prompts = [rows[i] for i in chunk]
                 width = max(len(p) for p in prompts)
                 result = boosted_generate(

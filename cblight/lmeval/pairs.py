@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,25 +24,15 @@ from cblight.boosting import AlphaGrid, boosted_log_probs, log_softmax32, mix_lo
 from cblight.scoring import Scorer
 
 Item = tuple[Sequence[int], Sequence[int] | None, Sequence[int]]
-
-
-@dataclass(frozen=True)
-class PairScore:
-    """``full``/``short``: summed log-likelihoods (``short`` is ``None`` for items without a short context);
-    ``is_greedy``: greedy under the boosted distribution (under ``f`` alone when there is no short context)."""
-
-    full: float
-    short: float | None
-    is_greedy: bool
-
-    def boosted(self, alpha: float) -> float:
-        return self.full if self.short is None else self.full + alpha * self.short
+#: ``(log f(cont | context), log f(cont | short) or None without a short context, is_greedy)``: greedy under
+#: the boosted distribution (under ``f`` alone when there is no short context)
+Pair = tuple[float, float | None, bool]
 
 
 @torch.no_grad()
 def score_pairs(
     scorer: Scorer, items: Sequence[Item], alpha: float, token_rule: str | None = None
-) -> list[PairScore]:
+) -> list[Pair]:
     """Scores of every item (see the module docstring), in order. An item's rows always share a chunk (so
     no distribution outlives its chunk); chunks hold at most ``scorer.rows_per_batch`` rows (one item at
     least), longest first. Contexts are cut to the window as ``Scorer.truncate`` does. With ``token_rule``
@@ -54,19 +43,16 @@ def score_pairs(
         cont = list(cont)
         if not cont:
             raise ValueError(f"item {i} has an empty continuation")
-        rows, starts = [], []
-        for c in (ctx,) if short is None else (ctx, short):
-            cut = scorer.truncate(c, [cont])
-            rows.append(cut + cont[:-1])
-            starts.append(len(cut) - 1)
-        prepared.append((rows, starts, cont))
+        cuts = [scorer.truncate(c, [cont]) for c in ((ctx,) if short is None else (ctx, short))]
+        prepared.append(([cut + cont[:-1] for cut in cuts], [len(cut) - 1 for cut in cuts], cont))
     order = sorted(range(len(items)), key=lambda i: -max(len(r) for r in prepared[i][0]))
-    results: list[PairScore | None] = [None] * len(items)
-    limit = scorer.rows_per_batch
+    results: list[Pair | None] = [None] * len(items)
     start = 0
     while start < len(order):
         end, n_rows = start, 0
-        while end < len(order) and (end == start or n_rows + len(prepared[order[end]][0]) <= limit):
+        while end < len(order) and (
+            end == start or n_rows + len(prepared[order[end]][0]) <= scorer.rows_per_batch
+        ):
             n_rows += len(prepared[order[end]][0])
             end += 1
         chunk = order[start:end]
@@ -76,46 +62,37 @@ def score_pairs(
         lengths = [len(prepared[i][2]) for i in chunk for _ in prepared[i][0]]
         ids, mask = right_pad(rows, scorer.pad_id, scorer.device)
         logits = scorer.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        width = max(lengths)
         index = torch.tensor(
-            [[s + min(j, n - 1) for j in range(width)] for s, n in zip(starts, lengths)], device=logits.device
+            [[s + min(j, n - 1) for j in range(max(lengths))] for s, n in zip(starts, lengths)],
+            device=logits.device,
         )
         picked = log_softmax32(logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1])))
         r = 0
-        for i in chunk:
+        for i in chunk:  # each item's rows: [len(cont), V] log-probs after the full (and the short) context
             cont = prepared[i][2]
-            n = len(prepared[i][0])
-            results[i] = _finish([picked[r + j, : len(cont)] for j in range(n)], cont, alpha, token_rule)
-            r += n
+            target = torch.tensor(cont, device=picked.device)
+            lps = [picked[r + j, : len(cont)] for j in range(len(prepared[i][0]))]
+            r += len(lps)
+            sums = [float(lp.gather(1, target[:, None]).double().sum()) for lp in lps]
+            if len(lps) == 1:
+                boosted = lps[0]
+            elif token_rule is not None:
+                boosted = boosted_log_probs(*lps, token_alphas(token_rule, *lps, "next_token"))
+            else:
+                boosted = mix_log_probs(lps, [1.0, alpha])
+            results[i] = (
+                sums[0],
+                sums[1] if len(sums) > 1 else None,
+                bool((boosted.argmax(-1) == target).all()),
+            )
     return results  # type: ignore[return-value]
 
 
-def _finish(
-    log_probs: list[torch.Tensor], cont: list[int], alpha: float, token_rule: str | None = None
-) -> PairScore:
-    """Sums and the greedy flag of one item from its rows' ``[len(cont), V]`` log-probs."""
-    target = torch.tensor(cont, device=log_probs[0].device)
-    full = log_probs[0]
-    full_sum = float(full.gather(1, target[:, None]).double().sum())
-    if len(log_probs) == 1:
-        return PairScore(full_sum, None, bool((full.argmax(-1) == target).all()))
-    short = log_probs[1]
-    short_sum = float(short.gather(1, target[:, None]).double().sum())
-    if token_rule is not None:
-        boosted = boosted_log_probs(full, short, token_alphas(token_rule, full, short, "next_token"))
-    else:
-        boosted = mix_log_probs([full, short], [1.0, alpha])
-    return PairScore(full_sum, short_sum, bool((boosted.argmax(-1) == target).all()))
-
-
-def adaptive_scores(
-    requests: Sequence[Any], pairs: Sequence[tuple[float, float | None, bool]], rule: str
-) -> list[tuple[float, bool]]:
-    """``(ll_full + alpha_q · ll_short, is_greedy)`` per lm-eval request, ``alpha_q`` its question's alpha under
-    a multiple-choice rule of ``cblight.adaptive`` (docs/adaptive.md) computed from the question's own
-    requests (lm-eval's ``doc_id`` within its task, choices in ``idx`` order); the transductive rules see a
-    task's questions together. ``pairs`` are ``(ll_full, ll_short, is_greedy)``; requests without a short
-    score (``ll_short`` ``None``) keep ``ll_full``."""
+def question_alphas(requests: Sequence[Any], pairs: Sequence[Pair], rule: str) -> list[float]:
+    """Each lm-eval request's alpha: its question's alpha under a multiple-choice rule of ``cblight.adaptive``
+    (docs/adaptive.md) computed from the question's own requests (lm-eval's ``doc_id`` within its task,
+    choices in ``idx`` order); the transductive rules see a task's questions together. Requests without a
+    short score keep 0."""
     alpha = [0.0] * len(requests)
     tasks: dict[Any, dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, (req, (_, short, _)) in enumerate(zip(requests, pairs)):
@@ -133,7 +110,4 @@ def adaptive_scores(
         for n, a in enumerate(choice_alphas(rule, full, short, grid).tolist()):
             for i in rows[n]:
                 alpha[i] = a
-    return [
-        (full if short is None else full + a * short, greedy)
-        for (full, short, greedy), a in zip(pairs, alpha)
-    ]
+    return alpha
