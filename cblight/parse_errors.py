@@ -1,19 +1,11 @@
 """A command line or config that does not parse, said in one line (docs/errors.md).
 
-jsonargparse reports a bad option as a nested dump that runs to 95 lines for one misspelt key. A cblight
-parser (``OneLineErrors``) records what it declares: each option's type, read from the signatures it adds
-(``add_class_arguments`` and the like) and from ``add_argument``. When a parse fails, it reads the command
-line and its config files again against those declarations and prints the first fault as one line, with
-exit status 2: an unknown key with the closest valid one, a value with what its type accepts (in the words
-of ``cblight.option_types``, as the Python checker says them), a group of options given a value, a class
-that cannot be imported, a positional argument, subcommand or required option left out:
-
-    error: unknown option --model.choice_alpha; did you mean --model.choice_alphas?
-    error: model.boosting.alpha must be a finite number, got nan
-    error: configs/x.yaml line 4, column 5: did not find expected ',' or ']' (while parsing a flow sequence ...)
-
-A fault it does not find is said in jsonargparse's own first line; ``JSONARGPARSE_DEBUG=true`` gives
-jsonargparse's whole report as a traceback.
+jsonargparse reports a bad option as a nested dump of up to 95 lines. A cblight parser records each option's
+type as it declares it (from the signatures it adds, and ``add_argument``); when a parse fails, it reads the
+command line and its configs again against those types and prints the first fault, exit status 2: an
+unknown key and the closest valid one, a value and what its type accepts (``option_types.describe``, the
+Python checker's words), a group of options given a value, a class that cannot be imported, a missing
+argument. A fault it does not find is jsonargparse's first line; ``JSONARGPARSE_DEBUG=true`` gives it all.
 """
 
 from __future__ import annotations
@@ -25,6 +17,7 @@ import inspect
 import os
 import re
 import sys
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
@@ -33,21 +26,20 @@ from typing import Any, Literal, NoReturn
 import yaml
 from jsonargparse import ArgumentParser
 
-from cblight.option_types import describe
+from cblight.option_types import FiniteFloat, describe
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
 __all__ = ["OneLineErrors", "Parser", "check_flow_mappings", "one_line", "run_subcommands"]
 
-# the parser whose parse_args runs, and its command line
 _PARSING: ContextVar[tuple[Any, list[str]] | None] = ContextVar("cblight_parsing", default=None)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
-_NOT_KEYS = {"help", "config", "print_config"}
 _SCALARS = (int, float, str, bytes, bool, list, tuple, dict, set, os.PathLike, enum.Enum)
+_FLOW_KEY_WITHOUT_SPACE = re.compile(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])")
 
 
 class OneLineErrors:
     """Mixin of a jsonargparse ``ArgumentParser`` (put it first): a parse error becomes one line. It keeps
-    ``declared`` (each option key and its type), ``required_params`` and ``subcommands``."""
+    ``declared`` (option key: type), ``required_params`` (name: positional?) and ``subcommands``."""
 
     @property
     def declared(self) -> dict[str, Any]:
@@ -56,11 +48,9 @@ class OneLineErrors:
     def _declare(
         self, owner: Any, prefix: str | None, kwargs: dict[str, Any], function: bool = False
     ) -> None:
-        method = not function and not inspect.isclass(owner)
-        for name, (hint, required) in _params(owner, method).items():
-            if name in (kwargs.get("skip") or ()):
-                continue
-            self.declared[f"{prefix}.{name}" if prefix else name] = hint
+        for name, (hint, required) in _params(owner, not function and not inspect.isclass(owner)).items():
+            if name not in (kwargs.get("skip") or ()):
+                self.declared[f"{prefix}.{name}" if prefix else name] = hint
             if required and function:
                 self.__dict__.setdefault("required_params", {})[name] = kwargs.get("as_positional", False)
 
@@ -80,17 +70,13 @@ class OneLineErrors:
         self.declared[nested_key] = typing.Union[base] if isinstance(base, tuple) else base  # noqa: UP007
         return super().add_subclass_arguments(base, nested_key, *args, **kwargs)  # type: ignore[misc]
 
-    def add_function_arguments(
-        self, fn: Any, nested_key: str | None = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        self._declare(fn, nested_key, kwargs, function=True)
-        return super().add_function_arguments(fn, nested_key, *args, **kwargs)  # type: ignore[misc]
+    def add_function_arguments(self, fn: Any, nested_key: str | None = None, *a: Any, **kw: Any) -> Any:
+        self._declare(fn, nested_key, kw, function=True)
+        return super().add_function_arguments(fn, nested_key, *a, **kw)  # type: ignore[misc]
 
-    def add_method_arguments(
-        self, cls: Any, method: str, nested_key: str | None = None, *a: Any, **k: Any
-    ) -> Any:
-        self._declare(getattr(cls, method), nested_key, k)
-        return super().add_method_arguments(cls, method, nested_key, *a, **k)  # type: ignore[misc]
+    def add_method_arguments(self, cls: Any, method: str, key: str | None = None, *a: Any, **kw: Any) -> Any:
+        self._declare(getattr(cls, method), key, kw)
+        return super().add_method_arguments(cls, method, key, *a, **kw)  # type: ignore[misc]
 
     def add_subcommands(self, *args: Any, **kwargs: Any) -> Any:
         self.subcommands = super().add_subcommands(*args, **kwargs)  # type: ignore[misc]
@@ -98,12 +84,11 @@ class OneLineErrors:
 
     def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
         argv = list(map(str, sys.argv[1:] if args is None else args))
-        said = check_flow_mappings(argv) or _config_shape(argv)
-        if said:
-            _refuse(said)
+        configs = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-c", "--config")]
+        said = check_flow_mappings(argv) or next(filter(None, (_read(p)[1] for p in configs)), None)
         token = _PARSING.set((self, argv))
         try:
-            return super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
+            return _refuse(said) if said else super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
         finally:
             _PARSING.reset(token)
 
@@ -111,8 +96,11 @@ class OneLineErrors:
         # jsonargparse's inner parsers raise (the outer one reports), and its debug mode wants the traceback
         if os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true" or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
-        parser, argv = _PARSING.get() or (self, [])
-        _refuse(one_line(message, parser, argv))
+        _refuse(one_line(message, *(_PARSING.get() or (self, []))))
+
+
+class Parser(OneLineErrors, ArgumentParser):
+    """jsonargparse's ``ArgumentParser`` with one-line errors (``auto_cli(..., parser_class=Parser)``)."""
 
 
 def _refuse(line: str) -> NoReturn:
@@ -120,32 +108,22 @@ def _refuse(line: str) -> NoReturn:
     raise SystemExit(2)
 
 
-class Parser(OneLineErrors, ArgumentParser):
-    """jsonargparse's ``ArgumentParser`` with one-line errors (``auto_cli(..., parser_class=Parser)``)."""
-
-
-def run_subcommands(
-    commands: dict[str, Any], argv: list[str] | None, prog: str | None, description: str
-) -> int:
-    """A command of subcommands (``cblight data list|peek``): each a function whose docstring and signature
-    jsonargparse turns into its options, returning the text to print. Returns the exit status: 0, or 2 for
-    a parse error or bad input (one line)."""
+def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
+    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
+    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
     from jsonargparse import auto_cli
 
     from cblight.errors import exit_on_bad_input
 
-    def run() -> Any:
-        return auto_cli(commands, args=argv, prog=prog, description=description, parser_class=Parser)
-
     try:
-        print(exit_on_bad_input(run))
+        print(
+            exit_on_bad_input(
+                lambda: auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
+            )
+        )
     except SystemExit as stop:  # --help (0), a parse error or bad input (2)
         return stop.code if isinstance(stop.code, int) else 0
     return 0
-
-
-# -- checks of the command line before it is parsed ------------------------------------------------------------
-_FLOW_KEY_WITHOUT_SPACE = re.compile(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])")
 
 
 def check_flow_mappings(args: Sequence[str]) -> str | None:
@@ -162,37 +140,34 @@ def check_flow_mappings(args: Sequence[str]) -> str | None:
     return None
 
 
-def _config_paths(args: Sequence[str]) -> list[str]:
-    """The files of ``-c``/``--config`` options on a command line."""
-    paths = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg in ("-c", "--config")]
-    return paths + [arg.split("=", 1)[1] for arg in args if arg.startswith(("--config=", "-c="))]
-
-
-def _config_shape(args: Sequence[str]) -> str | None:
-    """A config file holds a mapping of options (``model: {...}``): a list or a lone value is refused naming
-    the file. A file YAML cannot read is left to the parse, which names the line."""
-    for path in _config_paths(args):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                content = yaml.load(handle, Loader=_LOADER)
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            continue
+def _read(path: str) -> tuple[Any, str | None]:
+    """A config file's mapping of options, or what is wrong with the file (missing, not YAML, not a mapping)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = yaml.load(handle, Loader=_LOADER)
+    except OSError:
+        return None, f"-c/--config: File does not exist: {path!r}"
+    except yaml.MarkedYAMLError as bad:
+        mark, start = bad.problem_mark, bad.context_mark
+        where = (
+            f" ({bad.context} that starts at line {start.line + 1}, column {start.column + 1})"
+            if start
+            else ""
+        )
+        return None, f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}"
+    if not isinstance(content, dict):
+        got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
         if content is None:
-            return f"{path}: the config file is empty; it must be a mapping of options (key: value)"
-        if not isinstance(content, dict):
-            got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
-            return f"{path}: the config file must be a mapping of options (key: value), got {got}"
-    return None
+            return None, f"{path}: the config file is empty; it must be a mapping of options (key: value)"
+        return None, f"{path}: the config file must be a mapping of options (key: value), got {got}"
+    return content, None
 
 
-# -- the input read against the declarations -------------------------------------------------------------------
 def one_line(message: str, parser: Any, argv: Sequence[str]) -> str:
     """The first fault of ``argv`` (parsed by ``parser``), else jsonargparse's ``message``, as one line."""
     try:
         said = _first_fault(parser, list(argv))
     except Exception:  # a declaration this reading does not follow: jsonargparse's own words
-        if os.environ.get("CBLIGHT_DEBUG_PARSE"):
-            raise
         said = None
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [message]
     return said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])
@@ -200,82 +175,52 @@ def one_line(message: str, parser: Any, argv: Sequence[str]) -> str:
 
 def _first_fault(parser: Any, argv: list[str]) -> str | None:
     given: set[str] = set()
-    positionals = [n for n, positional in getattr(parser, "required_params", {}).items() if positional]
     subcommand, i = None, 0
     while i < len(argv):
         token, i = argv[i], i + 1
         name, eq, text = token.lstrip("-").partition("=")
         if not token.startswith("-") or re.fullmatch(r"-[\d.]+", token):  # an argument, not an option
-            if getattr(parser, "subcommands", None) is not None and subcommand is None:
-                choices = list(parser.subcommands.choices)
-                if token not in choices:
-                    close = closest(token, choices)
-                    mean = f"; did you mean {close!r}?" if close else ""
-                    return f"unknown subcommand {token!r}{mean} (choose from {', '.join(choices)})"
+            choices = list((getattr(parser, "subcommands", None) and parser.subcommands.choices) or [])
+            if choices and subcommand is None and token not in choices:
+                mean = f"; did you mean {closest(token, choices)!r}?" if closest(token, choices) else ""
+                return f"unknown subcommand {token!r}{mean} (choose from {', '.join(choices)})"
+            if choices and subcommand is None:
                 subcommand, parser = token, parser.subcommands.choices[token]
-                positionals = [
-                    n for n, positional in getattr(parser, "required_params", {}).items() if positional
-                ]
-            elif positionals:
-                given.add(positionals.pop(0))
+            elif set(_needed(parser, True)) - given:
+                given.add(next(n for n in _needed(parser, True) if n not in given))
             else:
                 return f"unexpected argument {token!r}: options are written --name value ({_prog(parser)} --help lists them)"
             continue
         if not eq and i < len(argv) and not argv[i].startswith("--") and argv[i] != "-c":
             text, i = argv[i], i + 1
-        if name in ("c", "config"):
-            said = _config_fault(parser, text, given)
-        elif name in ("h", "help") or name.endswith(".help") or name.startswith("no_"):
+        if name in ("h", "help") or name.endswith(".help") or name.startswith("no_"):
             continue
-        elif getattr(parser, "required_params", {}).get(name):
+        if name in _needed(parser, True):
             return _positional(parser, name, name)
-        else:
-            said = _check(parser, name, _load(text), True, text, given)
-        if said:
-            return said
+        content = _read(text)[0] or {} if name in ("c", "config") else {name: _load(text)}
+        for key, value in content.items():
+            said = _check(parser, str(key), value, name not in ("c", "config"), text, given)
+            if said:
+                return said
     if getattr(parser, "subcommands", None) is not None and subcommand is None:
         return f"a subcommand is needed: {' or '.join(parser.subcommands.choices)} ({_prog(parser)} --help lists them)"
-    for name, positional in getattr(parser, "required_params", {}).items():
-        if name not in given and positional:
-            return f"{_prog(parser)} needs its argument {name.upper()}: usage: {_usage(parser)} ({_prog(parser)} --help)"
-        if name not in given:
-            return f"--{name} is required ({_prog(parser)} --help lists the options)"
-    return None
-
-
-def _config_fault(parser: Any, path: str, given: set[str]) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            content = yaml.load(handle, Loader=_LOADER)
-    except OSError:
-        return f"-c/--config: File does not exist: {path!r}"
-    except yaml.MarkedYAMLError as bad:
-        mark, start = bad.problem_mark, bad.context_mark
-        line = f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}"
-        return line + (
-            f" ({bad.context} that starts at line {start.line + 1}, column {start.column + 1})"
-            if start
-            else ""
-        )
-    for key, value in content.items():
-        said = _check(parser, str(key), value, False, None, given)
-        if said:
-            return said
+    for name in [n for n in _needed(parser, True) if n not in given]:
+        return f"{_prog(parser)} needs its argument {name.upper()}: usage: {_usage(parser)} ({_prog(parser)} --help)"
+    for name in [n for n in _needed(parser, False) if n not in given]:
+        return f"--{name} is required ({_prog(parser)} --help lists the options)"
     return None
 
 
 def _check(parser: Any, key: str, value: Any, typed: bool, text: str | None, given: set[str]) -> str | None:
-    """The fault of option ``key`` given ``value`` (``text`` as typed), or None."""
+    """The fault of option ``key`` given ``value`` (``text`` as typed on the command line), or None."""
+    text = text if typed else None
     if (
         isinstance(value, Mapping)
         and parser.declared.get(key) is None
         and any(k.startswith(f"{key}.") for k in parser.declared)
     ):
-        for name, item in value.items():  # a group of options in a config (``data: {tasks: [copa]}``)
-            said = _check(parser, f"{key}.{name}", item, False, None, given)
-            if said:
-                return said
-        return None
+        faults = (_check(parser, f"{key}.{name}", item, False, None, given) for name, item in value.items())
+        return next(filter(None, faults), None)  # a group of options in a config (``data: {tasks: [copa]}``)
     parts = key.split(".")
     heads = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
     head = next((h for h in heads if parser.declared.get(h) is not None), None)  # the nearest typed one
@@ -297,21 +242,21 @@ def _check(parser: Any, key: str, value: Any, typed: bool, text: str | None, giv
 
 
 def _value_fault(parser: Any, key: str, hint: Any, value: Any, typed: bool, text: str | None) -> str | None:
-    dashes = "--" if typed else ""
-    bases = _bases(hint)
-    children = _children(hint, value)
+    bases, children = _bases(hint), _children(hint, value)
     if isinstance(value, Mapping) and children is not None:
         inner = value.get("init_args") if isinstance(value.get("init_args"), Mapping) else {}
-        items = {**{f"init_args.{k}": v for k, v in inner.items()}, **value}
-        for name, item in items.items():
+        for name, item in {**{f"init_args.{k}": v for k, v in inner.items()}, **value}.items():
+            within, _, option = name.rpartition(".")
             if name in ("class_path", "init_args", "dict_kwargs"):
                 continue
-            if name.rpartition(".")[2] not in children:
-                known = {
-                    f"{key}.{name.rpartition('.')[0]}.{c}".replace("..", "."): h for c, h in children.items()
-                }
-                return _unknown(parser, f"{key}.{name}", False, known)
-            said = _value_fault(parser, f"{key}.{name}", children[name.rpartition(".")[2]], item, False, None)
+            if option not in children:
+                return _unknown(
+                    parser,
+                    f"{key}.{name}",
+                    False,
+                    {".".join(filter(None, (key, within, c))): 0 for c in children},
+                )
+            said = _value_fault(parser, f"{key}.{name}", children[option], item, False, None)
             if said:
                 return said
         return None
@@ -325,23 +270,23 @@ def _value_fault(parser: Any, key: str, hint: Any, value: Any, typed: bool, text
         (typing.get_args(m)[0] for m in _members(hint) if _origin(m) is list and typing.get_args(m)), None
     )
     if isinstance(value, list) and element is not None:
-        for n, item in enumerate(value):
-            said = _value_fault(parser, f"{key}[{n}]", element, item, False, None)
-            if said:
-                return said
+        faults = (
+            _value_fault(parser, f"{key}[{n}]", element, item, False, None) for n, item in enumerate(value)
+        )
+        said = next(filter(None, faults), None)
+        if said:
+            return said
     if _fits(hint, value, text):
         return None
     if _groups(hint) and len(_members(hint)) == 1:
-        return _group_given_a_value(key, _params(_groups(hint)[0]), text or str(value), dashes)
-    return f"{key} must be {describe(hint)}, got {_shown(value)}"
-
-
-def _leaf(key: str, value: Any) -> str:
-    """The key of the first option under ``key`` in a config's mapping ``value`` (``modle: {model: ...}``)."""
-    while isinstance(value, Mapping) and value:
-        name = next(iter(value))
-        key, value = f"{key}.{name}", value[name]
-    return key
+        return _group_given_a_value(key, _params(_groups(hint)[0]), text or str(value), "--" if typed else "")
+    shown = (
+        repr(float(value))
+        if isinstance(value, str) and value.lower().lstrip("+-.") in ("nan", "inf")
+        else repr(value)
+    )
+    finite = shown in ("nan", "inf", "-inf") and hint is float  # jsonargparse reads no such float from text
+    return f"{key} must be {describe(FiniteFloat if finite else hint)}, got {shown}"
 
 
 def _group_given_a_value(key: str, children: dict[str, tuple[Any, bool]], value: str, dashes: str) -> str:
@@ -362,17 +307,19 @@ def _group_given_a_value(key: str, children: dict[str, tuple[Any, bool]], value:
 
 def _takes(hint: Any, value: str) -> bool:
     """Whether a Literal among ``hint``'s members holds ``value``, or it is a bool and ``value`` one."""
-    if hint is bool:
-        return value.lower() in ("true", "false")
     if typing.get_origin(hint) is Literal:
         return value in [str(v) for v in typing.get_args(hint)]
-    return any(_takes(member, value) for member in _members(hint) if member is not hint)
+    return (
+        value.lower() in ("true", "false")
+        if hint is bool
+        else any(_takes(m, value) for m in _members(hint) if m is not hint)
+    )
 
 
 def _unknown(parser: Any, key: str, typed: bool, near: dict[str, Any]) -> str:
     dashes = "--" if typed else ""
     found = closest_keys(key, _keys(parser) | set(near))
-    if found and getattr(parser, "required_params", {}).get(found[0]):
+    if found and found[0] in _needed(parser, True):
         return _positional(parser, key, found[0])
     if found:
         return f"unknown option {dashes}{key}; did you mean {' or '.join(dashes + k for k in found)}?"
@@ -386,7 +333,11 @@ def _positional(parser: Any, option: str, name: str) -> str:
 
 def _keys(parser: Any) -> set[str]:
     """Every option key the parser accepts, dotted: its declarations, and the options of their groups."""
-    todo = [(k, h, _class_given(parser, k)) for k, h in parser.declared.items() if k not in _NOT_KEYS]
+    todo = [
+        (k, h, _class_given(parser, k))
+        for k, h in parser.declared.items()
+        if k not in ("help", "config", "print_config")
+    ]
     keys: set[str] = set()
     while todo:
         key, hint, value = todo.pop()
@@ -395,39 +346,44 @@ def _keys(parser: Any) -> set[str]:
     return keys
 
 
-# -- types -----------------------------------------------------------------------------------------------------
+def _leaf(key: str, value: Any) -> str:
+    """The key of the first option under ``key`` in a config's mapping ``value`` (``modle: {model: ...}``)."""
+    while isinstance(value, Mapping) and value:
+        key, value = f"{key}.{next(iter(value))}", value[next(iter(value))]
+    return key
+
+
+def _needed(parser: Any, positional: bool) -> list[str]:
+    return [n for n, p in getattr(parser, "required_params", {}).items() if p == positional]
+
+
 def _params(owner: Any, method: bool = False) -> dict[str, tuple[Any, bool]]:
-    """``{parameter: (its type, whether it is required)}`` of a function, a ``method`` (``self`` left out)
-    or a class's ``__init__``."""
+    """``{parameter: (type, required?)}`` of a function, a ``method`` (no ``self``), or a class's init."""
     function = owner.__init__ if inspect.isclass(owner) else owner
     try:
         hints = typing.get_type_hints(function)
     except Exception:  # an annotation that does not resolve here: untyped
         hints = {}
-    skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    parameters = list(inspect.signature(function).parameters.values())[
+    kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    params = list(inspect.signature(function).parameters.values())[
         1 if method or inspect.isclass(owner) else 0 :
     ]
-    return {p.name: (hints.get(p.name), p.default is p.empty) for p in parameters if p.kind not in skip}
+    return {p.name: (hints.get(p.name), p.default is p.empty) for p in params if p.kind not in kinds}
 
 
 def _children(hint: Any, value: Any) -> dict[str, Any] | None:
     """The options under a value of type ``hint``: a dataclass's fields, or the init parameters of the class
     that ``value`` names (``class_path``) among hint's subclasses; None for a type without options."""
     groups = _groups(hint)
-    named = value.get("class_path") if hasattr(value, "get") else value if isinstance(value, str) else None
+    named = value.get("class_path") if hasattr(value, "get") else value
     cls = groups[0] if groups else class_named(named, _bases(hint)) if isinstance(named, str) else None
     return {name: h for name, (h, _) in _params(cls).items()} if cls is not None else None
 
 
 def _class_given(parser: Any, key: str) -> Any:
-    """The class path given for a subclass option ``key`` (``--model NAME``), else its default."""
+    """The class given for a subclass option ``key`` (``--model NAME``), else its default."""
     argv = (_PARSING.get() or (None, []))[1]
-    named = [
-        argv[i + 1]
-        for i, arg in enumerate(argv[:-1])
-        if arg == f"--{key}" and not argv[i + 1].startswith("{")
-    ]
+    named = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == f"--{key}" and argv[i + 1][:1] != "{"]
     if named or not _bases(parser.declared.get(key)):
         return named[-1] if named else None
     try:
@@ -438,13 +394,16 @@ def _class_given(parser: Any, key: str) -> Any:
 
 def _members(hint: Any) -> list[Any]:
     """The types a value of ``hint`` may have (a Union's members, None left out)."""
-    args = typing.get_args(hint) if _origin(hint) is typing.Union else (hint,)
-    return [a for a in args if a is not type(None) and a is not None]
+    return [
+        a
+        for a in (typing.get_args(hint) if _origin(hint) is typing.Union else (hint,))
+        if a not in (None, type(None))
+    ]
 
 
 def _origin(hint: Any) -> Any:
     origin = typing.get_origin(hint)
-    return typing.Union if origin is getattr(__import__("types"), "UnionType", None) else origin
+    return typing.Union if origin is getattr(types, "UnionType", None) else origin
 
 
 def _groups(hint: Any) -> list[type]:
@@ -483,21 +442,12 @@ def _load(text: str) -> Any:
         return text
 
 
-def _shown(value: Any) -> str:
-    """A value as the checker shows it: a repr, with nan and inf as numbers (YAML 1.1 reads them as text)."""
-    if isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
-        return repr(float(value))
-    return repr(value)
-
-
 def _prog(parser: Any) -> str:
-    """The command as typed: ``cblight data peek`` (argparse's subcommand prog says ``cblight data [options]
-    peek``; ``cblight tune`` runs LightningCLI's ``fit`` without the word)."""
+    """The command as typed: ``cblight data peek`` (not argparse's ``cblight data [options] peek``, nor
+    ``cblight tune fit``: ``cblight tune`` runs LightningCLI's ``fit`` without the word)."""
     prog = str(getattr(parser, "prog", "") or "").replace(" [options]", "")
     return prog[: -len(" fit")] if prog.startswith("cblight tune") and prog.endswith(" fit") else prog
 
 
 def _usage(parser: Any) -> str:
-    """One line: the command, its positional arguments, ``[options]``."""
-    positional = [n.upper() for n, positional in getattr(parser, "required_params", {}).items() if positional]
-    return " ".join([_prog(parser), *positional, "[options]"])
+    return " ".join([_prog(parser), *(n.upper() for n in _needed(parser, True)), "[options]"])
