@@ -21,7 +21,6 @@ import importlib.util
 import inspect
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -271,7 +270,9 @@ def options_help(cls: type, key: str, title: str) -> str:
     """``--<key>.*`` options of ``cls`` with their types, defaults and docstring text, as jsonargparse
     formats them (``docstring-parser`` reads the ``Args:`` section), under ``title``."""
     parser = ArgumentParser(formatter_class=_HelpFormatter, add_help=False, usage="-")
-    parser.add_class_arguments(cls, key, as_group=False)  # under the parser's own title, without --<key> CONFIG
+    parser.add_class_arguments(
+        cls, key, as_group=False
+    )  # under the parser's own title, without --<key> CONFIG
     text = parser.format_help()
     return title + ":" + text[text.index("\n\n") + 2 :].split(":", 1)[1].rstrip() + "\n"
 
@@ -315,7 +316,6 @@ def build_evaluate_cli(
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
     nested_help(sys.argv[1:] if args is None else args, default_class, prog or _prog())
-    warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     quiet_library_notices()
     check_config_command(
         sys.argv[1:] if args is None else args, "generate" if default_class == GENERATOR else "evaluate"

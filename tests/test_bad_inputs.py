@@ -105,10 +105,13 @@ def test_nan_and_inf_alphas_are_refused(option, value, message, tmp_path, capsys
 @pytest.mark.parametrize(
     ("decodings", "message"),
     [
-        ("[{name: b, boosting: {alpha: .nan}}]", "alpha must be a finite number"),
+        (
+            "[{name: b, boosting: {alpha: .nan}}]",
+            "model.decodings[0].boosting.alpha must be a finite number, got nan",
+        ),
         (
             "[{name: t, sampling: {do_sample: true, temperature: .nan}}]",
-            "sampling.temperature must be a number > 0",
+            "model.decodings[0].sampling.temperature must be a number > 0 or null, got nan",
         ),
         (
             "[{name: t, sampling: {do_sample: true, temperature: .inf}}]",
@@ -116,7 +119,7 @@ def test_nan_and_inf_alphas_are_refused(option, value, message, tmp_path, capsys
         ),
         (
             "[{name: p, sampling: {do_sample: true, top_p: .nan}}]",
-            "sampling.top_p must be a number in (0, 1]",
+            "model.decodings[0].sampling.top_p must be a number in (0, 1] or null, got nan",
         ),
     ],
 )

@@ -28,6 +28,8 @@ from tests.conftest import EVAL_QUIET_CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "cblight" / "assets" / "demo_data"
+# a subprocess imports this checkout first, then what PYTHONPATH held (CI's oldest jsonargparse)
+SEARCH_PATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -265,12 +267,23 @@ def test_one_line_in_a_fresh_process(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
-        env={**OFFLINE, "PYTHONPATH": str(ROOT)},
+        env={**OFFLINE, "PYTHONPATH": SEARCH_PATH},
     )
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "error: unknown option --model.choice_alpha; did you mean --model.choice_alphas?"
     ]
+
+
+def test_a_subprocess_imports_this_jsonargparse():
+    """CI runs these tests again with the oldest allowed jsonargparse first on PYTHONPATH (.ci/run): the
+    commands run as subprocesses import it too."""
+    import jsonargparse
+
+    code = "import jsonargparse; print(jsonargparse.__version__)"
+    env = {**OFFLINE, "PYTHONPATH": SEARCH_PATH}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert done.stdout.strip() == jsonargparse.__version__
 
 
 def test_closest_prefers_the_same_letters_on_a_tie():
@@ -434,7 +447,7 @@ def test_a_cblight_evaluate_run_prints_no_library_noise(tiny64, tmp_path):
             "--model.ks", "[1, 2]", "--model.plots", "false",
             *EVAL_QUIET_CPU,
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**OFFLINE, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**OFFLINE, "PYTHONPATH": SEARCH_PATH},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "results.json").exists()
