@@ -145,8 +145,13 @@ def _read(path: str) -> tuple[Any, str | None]:
     try:
         with open(path, encoding="utf-8") as handle:
             content = yaml.load(handle, Loader=_LOADER)
-    except OSError:
-        return None, f"-c/--config: File does not exist: {path!r}"
+    except OSError:  # jsonargparse also takes a config written out as the option's value
+        content = _load(path)
+        return (
+            (content, None)
+            if isinstance(content, dict)
+            else (None, f"-c/--config: File does not exist: {path!r}")
+        )
     except yaml.MarkedYAMLError as bad:
         mark, start = bad.problem_mark, bad.context_mark
         where = (
