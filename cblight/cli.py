@@ -21,7 +21,6 @@ import importlib.util
 import inspect
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -32,11 +31,11 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from cblight.data.datamodule import EvalDataModule
-from cblight.errors import CblightError, exit_on_bad_input
+from cblight.errors import ConfigError, exit_on_bad_input
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
 from cblight.notices import quiet_library_notices
-from cblight.parse_errors import OneLineErrors, check_flow_mappings
+from cblight.parse_errors import OneLineErrors
 from cblight.runs import (
     OutputLock,
     check_output_dir,
@@ -46,17 +45,12 @@ from cblight.runs import (
 )
 
 __all__ = [
-    "check_flow_mappings",
     "evaluate_cli",
     "exit_on_bad_input",
     "generate_cli",
     "train_cli",
     "tune_cli",
 ]
-
-
-class CLIConfigError(CblightError):
-    """A command-line or config option that cannot work."""
 
 
 def _class_paths(value: Any) -> list[str]:
@@ -81,7 +75,7 @@ def check_wandb_available(logger_config: Any) -> None:
     """Refuse a W&B logger when the ``wandb`` package is missing (Lightning would fail later, deep inside)."""
     wants_wandb = any("wandb" in path.lower() for path in _class_paths(logger_config))
     if wants_wandb and importlib.util.find_spec("wandb") is None:
-        raise CLIConfigError(
+        raise ConfigError(
             "W&B logging was asked for (trainer.logger holds a WandbLogger, e.g. via -c configs/logger/wandb.yaml) "
             "but the wandb package is not installed: pip install 'cblight[wandb]' (or drop the W&B logger)"
         )
@@ -93,20 +87,20 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
         return
     path = Path(ckpt_path).expanduser()
     if not path.exists():
-        raise CLIConfigError(f"ckpt_path {str(ckpt_path)!r} does not exist")
+        raise ConfigError(f"ckpt_path {str(ckpt_path)!r} does not exist")
     if path.is_dir():
         hint = (
             " (it is a Hugging Face model directory: pass it as the model path, e.g. --model.model, not ckpt_path)"
             if (path / "config.json").exists()
             else ""
         )
-        raise CLIConfigError(
+        raise ConfigError(
             f"ckpt_path {str(ckpt_path)!r} is a directory, not a Lightning checkpoint file{hint}"
         )
     import zipfile
 
     if not zipfile.is_zipfile(path):
-        raise CLIConfigError(
+        raise ConfigError(
             f"ckpt_path {str(ckpt_path)!r} is not a Lightning checkpoint (not a torch.save zip archive)"
         )
 
@@ -180,7 +174,7 @@ def check_config_command(args: Sequence[str], command: str) -> None:
                 None,
             )
             if owner and owner != command and {owner, command} != {"evaluate", "generate"}:
-                raise CLIConfigError(
+                raise ConfigError(
                     f"{path} is a cblight {owner} config (its model.class_path is {named}): use cblight {owner} "
                     f"-c {path}"
                 )
@@ -190,7 +184,7 @@ def check_config_command(args: Sequence[str], command: str) -> None:
         foreign = sorted(keys - _init_keys(COMMAND_MODULES[command]))
         for owner, module in COMMAND_MODULES.items():
             if foreign and owner != command and keys <= _init_keys(module):
-                raise CLIConfigError(
+                raise ConfigError(
                     f"{path} is a cblight {owner} config (model.{foreign[0]} is an option of "
                     f"{module.rpartition('.')[2]}, not of {COMMAND_MODULES[command].rpartition('.')[2]}): use "
                     f"cblight {owner} -c {path}"
@@ -276,13 +270,11 @@ def options_help(cls: type, key: str, title: str) -> str:
     """``--<key>.*`` options of ``cls`` with their types, defaults and docstring text, as jsonargparse
     formats them (``docstring-parser`` reads the ``Args:`` section), under ``title``."""
     parser = ArgumentParser(formatter_class=_HelpFormatter, add_help=False, usage="-")
-    parser.add_class_arguments(cls, key)
-    for group in parser._action_groups:
-        group._group_actions = [a for a in group._group_actions if a.dest != key]  # not --<key> CONFIG
-        if group._group_actions:
-            group.title, title = title, f"{title} (more)"
+    parser.add_class_arguments(
+        cls, key, as_group=False
+    )  # under the parser's own title, without --<key> CONFIG
     text = parser.format_help()
-    return text[text.index("\n\n") + 2 :].rstrip() + "\n"
+    return title + ":" + text[text.index("\n\n") + 2 :].split(":", 1)[1].rstrip() + "\n"
 
 
 def evaluate_help(default_class: str) -> str:
@@ -324,9 +316,7 @@ def build_evaluate_cli(
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
     nested_help(sys.argv[1:] if args is None else args, default_class, prog or _prog())
-    warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     quiet_library_notices()
-    check_flow_mappings(sys.argv[1:] if args is None else args)
     check_config_command(
         sys.argv[1:] if args is None else args, "generate" if default_class == GENERATOR else "evaluate"
     )
@@ -470,7 +460,6 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.coherence_tuning import CoherenceTuning
     from cblight.tune.prompt_data import PromptDataModule
 
-    check_flow_mappings(sys.argv[1:] if args is None else list(args))
     check_config_command(sys.argv[1:] if args is None else list(args), "tune")
     quiet_library_notices()
     locks: list[Any] = []

@@ -36,15 +36,12 @@ class RunInterrupted(BaseException):
         return 128 + self.signum
 
 
-def _bad_input(err: BaseException) -> CblightError | None:
+def _bad_input(err: BaseException | None) -> CblightError | None:
     """The ``CblightError`` behind ``err``: jsonargparse wraps errors raised while it instantiates a class."""
-    seen: BaseException | None = err
     for _ in range(20):
-        if seen is None:
-            return None
-        if isinstance(seen, CblightError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
+        if err is None or isinstance(err, CblightError):
+            return err
+        err = err.__cause__ or err.__context__
     return None
 
 
@@ -65,23 +62,3 @@ def exit_on_bad_input(fn: Any) -> Any:
             raise
         print(f"error: {bad}", file=sys.stderr)
         raise SystemExit(2) from None
-
-
-def run_subcommands(
-    commands: dict[str, Any], argv: list[str] | None, prog: str | None, description: str
-) -> int:
-    """A command of subcommands (``cblight data list|peek``, ``cblight zoo list|convert|path``): each a
-    function whose docstring and signature jsonargparse turns into its options, returning the text to
-    print. Returns the exit status, as a script would: 0, or 2 for a parse error or bad input (one line)."""
-    from jsonargparse import auto_cli
-
-    from cblight.parse_errors import Parser
-
-    def run() -> Any:
-        return auto_cli(commands, args=argv, prog=prog, description=description, parser_class=Parser)
-
-    try:
-        print(exit_on_bad_input(run))
-    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
-        return stop.code if isinstance(stop.code, int) else 0
-    return 0

@@ -1,487 +1,458 @@
 """A command line or config that does not parse, said in one line (docs/errors.md).
 
-jsonargparse reports a bad option as a nested dump (the Union subtypes it tried, the class paths, the value
-given) that runs to 95 lines for one misspelt key. ``OneLineErrors`` is the ``error`` of every cblight
-parser (LightningCLI's, through ``cblight.cli``; ``auto_cli``'s and the demo's, through ``Parser``): it reads
-that report and prints one line naming the key and the fix, then exits with status 2:
-
-    error: unknown option --model.choice_alpha; did you mean --model.choice_alphas?
-    error: model.dtype: 'float64' is not one of 'auto', 'float32', 'bfloat16', 'float16'
-    error: configs/x.yaml line 4, column 5: did not find expected ',' or ']' (while parsing a flow sequence ...)
-
-The closest valid key comes from ``cblight.suggest`` (difflib over the keys the parser, or the class named
-by the value's ``class_path``, accepts). ``JSONARGPARSE_DEBUG=true`` gives jsonargparse's whole report as a
-traceback.
+jsonargparse reports a bad option as a nested dump of up to 95 lines. A cblight parser records each option's
+type as it declares it (from the signatures it adds, and ``add_argument``); when a parse fails, it reads the
+command line and its configs again against those types and prints the first fault, exit status 2: an
+unknown key and the closest valid one, a value and what its type accepts (``option_types.describe``, the
+Python checker's words), a group of options given a value, a class that cannot be imported, a missing
+argument. A fault it does not find is jsonargparse's first line; ``JSONARGPARSE_DEBUG=true`` gives it all.
 """
 
 from __future__ import annotations
 
-import ast
+import collections.abc
+import dataclasses
+import enum
+import inspect
 import os
 import re
 import sys
-from collections.abc import Sequence
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, get_args, get_origin
+from typing import Any, Literal, NoReturn
 
 import yaml
 from jsonargparse import ArgumentParser
 
-from cblight.suggest import class_keys, closest, closest_keys, parser_keys, subclass_names
+from cblight.option_types import FiniteFloat, describe
+from cblight.suggest import class_named, closest, closest_keys, subclasses
 
-__all__ = ["OneLineErrors", "Parser", "check_flow_mappings", "one_line"]
+__all__ = ["OneLineErrors", "Parser", "check_flow_mappings", "one_line", "run_subcommands"]
 
-# the config file being read, for a YAML error's file name (jsonargparse parses its text as "<unicode string>")
-_CONFIG_FILE: ContextVar[str | None] = ContextVar("cblight_config_file", default=None)
-# the command line being parsed: whether a key was typed as --a.b or written in a config
-_ARGV: ContextVar[tuple[str, ...]] = ContextVar("cblight_argv", default=())
-_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
-# lines of a report that describe the value or the type tried, not a fault
-_CONTEXT_LINES = ("Subtypes:", "Errors:", "Given value", "Subclass types expect")
-_TYPE_WORDS = {
-    "int": "an integer",
-    "float": "a number",
-    "bool": "true or false",
-    "str": "a string",
-    "list": "a list",
-    "dict": "a mapping",
-    "NoneType": "null",
-}
+_PARSING: ContextVar[tuple[Any, list[str]] | None] = ContextVar("cblight_parsing", default=None)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
+_SCALARS = (int, float, str, bytes, bool, list, tuple, dict, set, os.PathLike, enum.Enum)
+_FLOW_KEY_WITHOUT_SPACE = re.compile(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])")
 
 
 class OneLineErrors:
-    """Mixin of a jsonargparse ``ArgumentParser`` (put it first): a parse error becomes one line."""
+    """Mixin of a jsonargparse ``ArgumentParser`` (put it first): a parse error becomes one line. It keeps
+    ``declared`` (option key: type), ``required_params`` (name: positional?) and ``subcommands``."""
+
+    @property
+    def declared(self) -> dict[str, Any]:
+        return self.__dict__.setdefault("_declared", {})
+
+    def _declare(
+        self, owner: Any, prefix: str | None, kwargs: dict[str, Any], function: bool = False
+    ) -> None:
+        for name, (hint, required) in _params(owner, not function and not inspect.isclass(owner)).items():
+            if name not in (kwargs.get("skip") or ()):
+                self.declared[f"{prefix}.{name}" if prefix else name] = hint
+            if required and function:
+                self.__dict__.setdefault("required_params", {})[name] = kwargs.get("as_positional", False)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        action = super().add_argument(*args, **kwargs)  # type: ignore[misc]
+        # jsonargparse gives a parser's argument groups this method too: the parser keeps the declaration
+        declared = vars(getattr(self, "parser", self)).setdefault("_declared", {})
+        if kwargs.get("type") is not None or action.dest not in declared:
+            declared[action.dest] = kwargs.get("type")
+        return action
+
+    def add_class_arguments(self, cls: Any, nested_key: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        self._declare(cls, nested_key, kwargs)
+        return super().add_class_arguments(cls, nested_key, *args, **kwargs)  # type: ignore[misc]
+
+    def add_subclass_arguments(self, base: Any, nested_key: str, *args: Any, **kwargs: Any) -> Any:
+        self.declared[nested_key] = typing.Union[base] if isinstance(base, tuple) else base  # noqa: UP007
+        return super().add_subclass_arguments(base, nested_key, *args, **kwargs)  # type: ignore[misc]
+
+    def add_function_arguments(self, fn: Any, nested_key: str | None = None, *a: Any, **kw: Any) -> Any:
+        self._declare(fn, nested_key, kw, function=True)
+        return super().add_function_arguments(fn, nested_key, *a, **kw)  # type: ignore[misc]
+
+    def add_method_arguments(self, cls: Any, method: str, key: str | None = None, *a: Any, **kw: Any) -> Any:
+        self._declare(getattr(cls, method), key, kw)
+        return super().add_method_arguments(cls, method, key, *a, **kw)  # type: ignore[misc]
+
+    def add_subcommands(self, *args: Any, **kwargs: Any) -> Any:
+        self.subcommands = super().add_subcommands(*args, **kwargs)  # type: ignore[misc]
+        return self.subcommands
+
+    def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        argv = list(map(str, sys.argv[1:] if args is None else args))
+        configs = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-c", "--config")]
+        said = check_flow_mappings(argv) or next(filter(None, (_read(p)[1] for p in configs)), None)
+        token = _PARSING.set((self, argv))
+        try:
+            return _refuse(said) if said else super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
+        finally:
+            _PARSING.reset(token)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         # jsonargparse's inner parsers raise (the outer one reports), and its debug mode wants the traceback
-        debug = os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true"
-        if debug or not self.exit_on_error:  # type: ignore[attr-defined]
+        if os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true" or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
-        parser = getattr(ex, "subcommand_parser", None) or self
-        said = _cause(ex, "one_line")
-        print(
-            f"error: {said.one_line if said is not None else one_line(message, parser, ex)}", file=sys.stderr
-        )
-        raise SystemExit(2)
-
-    def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        token = _ARGV.set(tuple(map(str, sys.argv[1:] if args is None else args)))
-        try:
-            return super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
-        finally:
-            _ARGV.reset(token)
-
-    def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _CONFIG_FILE.set(str(path))
-        try:
-            check_config_shape(path)
-            return super().parse_path(path, *args, **kwargs)  # type: ignore[misc]
-        finally:
-            _CONFIG_FILE.reset(token)
-
-
-class ConfigShapeError(TypeError):
-    """A config file that is not a mapping of options; ``one_line`` is what the command prints."""
-
-    def __init__(self, one_line: str):
-        super().__init__(one_line)
-        self.one_line = one_line
-
-
-_SHAPES = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false"}
-
-
-def check_config_shape(path: Any) -> None:
-    """A config file holds a mapping of options (``model: {...}``); a list or a lone value is refused naming
-    the file (jsonargparse says ``Unexpected config: <the text>``). A file YAML cannot read is left to the
-    parser, which names the line."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            content = yaml.safe_load(handle)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return
-    if content is None:
-        raise ConfigShapeError(
-            f"{path}: the config file is empty; it must be a mapping of options (key: value)"
-        )
-    if not isinstance(content, dict):
-        got = _SHAPES.get(type(content), type(content).__name__)
-        raise ConfigShapeError(
-            f"{path}: the config file must be a mapping of options (key: value), got {got}"
-        )
+        _refuse(one_line(message, *(_PARSING.get() or (self, []))))
 
 
 class Parser(OneLineErrors, ArgumentParser):
     """jsonargparse's ``ArgumentParser`` with one-line errors (``auto_cli(..., parser_class=Parser)``)."""
 
 
-_UNLOADABLE = re.compile(r"Unable to load config ['\"](.*)['\"]$")
-_FLOW_KEY_WITHOUT_SPACE = re.compile(r"[{,]\s*[A-Za-z_][\w.-]*:(?=[^\s,}])")
+def _refuse(line: str) -> NoReturn:
+    print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2)
 
 
-def check_flow_mappings(args: Sequence[str]) -> None:
-    """A mapping option written ``{rte:/path}`` is YAML's ``{"rte:/path": null}``, which parses: say what YAML
-    wants, as a parse error (one line, exit status 2), before jsonargparse reads it."""
+def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
+    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
+    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
+    from jsonargparse import auto_cli
+
+    from cblight.errors import exit_on_bad_input
+
+    try:
+        print(
+            exit_on_bad_input(
+                lambda: auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
+            )
+        )
+    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
+        return stop.code if isinstance(stop.code, int) else 0
+    return 0
+
+
+def check_flow_mappings(args: Sequence[str]) -> str | None:
+    """A mapping option written ``{rte:/path}`` is YAML's ``{"rte:/path": null}``, which parses: what YAML
+    wants instead, or None."""
     for i, arg in enumerate(args):
         value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
         if value.lstrip().startswith("{") and _FLOW_KEY_WITHOUT_SPACE.search(value):
             option = (
                 args[i - 1] if i and value is arg and args[i - 1].startswith("--") else arg.split("=", 1)[0]
             )
-            fixed = re.sub(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])", r"\1: ", value)
-            print(
-                f"error: {option} {value!r}: in a YAML mapping each key needs a space after its colon; "
-                f"write {fixed!r}",
-                file=sys.stderr,
-            )
-            raise SystemExit(2)
+            fixed = _FLOW_KEY_WITHOUT_SPACE.sub(r"\1: ", value)
+            return f"{option} {value!r}: in a YAML mapping each key needs a space after its colon; write {fixed!r}"
+    return None
 
 
-def one_line(message: str, parser: Any = None, ex: BaseException | None = None) -> str:
-    """jsonargparse's error ``message`` (raised by ``parser``, caused by ``ex``) as one line."""
+def _read(path: str) -> tuple[Any, str | None]:
+    """A config file's mapping of options, or what is wrong with the file (missing, not YAML, not a mapping)."""
     try:
-        line = _explain(message, parser, ex)
-    except Exception:  # a report of a shape not met before: all of it, on one line, rather than a traceback
-        line = None
-    return line or " ".join(message.split())
+        with open(path, encoding="utf-8") as handle:
+            content = yaml.load(handle, Loader=_LOADER)
+    except OSError:  # jsonargparse also takes a config written out as the option's value
+        content = _load(path)
+        return (
+            (content, None)
+            if isinstance(content, dict)
+            else (None, f"-c/--config: File does not exist: {path!r}")
+        )
+    except yaml.MarkedYAMLError as bad:
+        mark, start = bad.problem_mark, bad.context_mark
+        where = (
+            f" ({bad.context} that starts at line {start.line + 1}, column {start.column + 1})"
+            if start
+            else ""
+        )
+        return None, f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}"
+    if not isinstance(content, dict):
+        got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
+        if content is None:
+            return None, f"{path}: the config file is empty; it must be a mapping of options (key: value)"
+        return None, f"{path}: the config file must be a mapping of options (key: value), got {got}"
+    return content, None
 
 
-# ---------------------------------------------------------------------------------------------------------
-# What the report says
+def one_line(message: str, parser: Any, argv: Sequence[str]) -> str:
+    """The first fault of ``argv`` (parsed by ``parser``), else jsonargparse's ``message``, as one line."""
+    try:
+        said = _first_fault(parser, list(argv))
+    except Exception:  # a declaration this reading does not follow: jsonargparse's own words
+        said = None
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [message]
+    return said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])
 
 
-def _explain(message: str, parser: Any, ex: BaseException | None) -> str | None:
-    text = message.strip()
-    hint = _help_hint(parser)
-    if text.startswith("Problems parsing config"):
-        return _yaml_error(text, ex)
-    m = re.match(r"unrecognized arguments: (.*)", text, re.S)
-    if m:
-        return _unrecognized(m.group(1).split(), parser, hint)
-    m = re.match(r"the following arguments are required: (.*)", text)
-    if m:
-        dests = [name.strip() for name in m.group(1).split(",")]
-        found = [_find_action(parser, dest) for dest in dests]
-        missing = [(sub, action) for sub, action in found if action is not None and not action.option_strings]
-        if missing:  # positional arguments, written without a --name
-            sub = missing[0][0]
-            names = " ".join(_metavar(action) for _, action in missing)
-            return f"{_prog(sub)} needs its argument {names}: usage: {_usage(sub)} ({_prog(sub)} --help)"
-        names = [f"--{dest}" for dest in dests]
-        verb = "is" if len(names) == 1 else "are"
-        return f"{', '.join(names)} {verb} required ({hint} lists the options)"
-    m = re.match(r"argument (\w+): invalid choice: '([^']*)' \(choose from (.*)\)", text)
-    if m:
-        choices = re.findall(r"'([^']*)'", m.group(3))
-        close = closest(m.group(2), choices)
-        mean = f"; did you mean {close!r}?" if close else ""
-        return f"unknown {m.group(1)} {m.group(2)!r}{mean} (choose from {', '.join(choices)})"
-    m = re.match(r'expected "(\w+)" to be one of \{(.*)\}, but it was not provided', text)
-    if m:
-        return f"a {m.group(1)} is needed: {' or '.join(m.group(2).split(','))} ({hint} lists them)"
-    finding = _best(_findings(_tree(text), [], None, None))
-    if finding is None:
+def _first_fault(parser: Any, argv: list[str]) -> str | None:
+    given: set[str] = set()
+    subcommand, i = None, 0
+    while i < len(argv):
+        token, i = argv[i], i + 1
+        name, eq, text = token.lstrip("-").partition("=")
+        if not token.startswith("-") or re.fullmatch(r"-[\d.]+", token):  # an argument, not an option
+            choices = list((getattr(parser, "subcommands", None) and parser.subcommands.choices) or [])
+            if choices and subcommand is None and token not in choices:
+                mean = f"; did you mean {closest(token, choices)!r}?" if closest(token, choices) else ""
+                return f"unknown subcommand {token!r}{mean} (choose from {', '.join(choices)})"
+            if choices and subcommand is None:
+                subcommand, parser = token, parser.subcommands.choices[token]
+            elif set(_needed(parser, True)) - given:
+                given.add(next(n for n in _needed(parser, True) if n not in given))
+            else:
+                return f"unexpected argument {token!r}: options are written --name value ({_prog(parser)} --help lists them)"
+            continue
+        if not eq and i < len(argv) and not argv[i].startswith("--") and argv[i] != "-c":
+            text, i = argv[i], i + 1
+        if name in ("h", "help") or name.endswith(".help") or name.startswith("no_"):
+            continue
+        if name in _needed(parser, True):
+            return _positional(parser, name, name)
+        content = _read(text)[0] or {} if name in ("c", "config") else {name: _load(text)}
+        for key, value in content.items():
+            said = _check(parser, str(key), value, name not in ("c", "config"), text, given)
+            if said:
+                return said
+    if getattr(parser, "subcommands", None) is not None and subcommand is None:
+        return f"a subcommand is needed: {' or '.join(parser.subcommands.choices)} ({_prog(parser)} --help lists them)"
+    for name in [n for n in _needed(parser, True) if n not in given]:
+        return f"{_prog(parser)} needs its argument {name.upper()}: usage: {_usage(parser)} ({_prog(parser)} --help)"
+    for name in [n for n in _needed(parser, False) if n not in given]:
+        return f"--{name} is required ({_prog(parser)} --help lists the options)"
+    return None
+
+
+def _check(parser: Any, key: str, value: Any, typed: bool, text: str | None, given: set[str]) -> str | None:
+    """The fault of option ``key`` given ``value`` (``text`` as typed on the command line), or None."""
+    text = text if typed else None
+    if (
+        isinstance(value, Mapping)
+        and parser.declared.get(key) is None
+        and any(k.startswith(f"{key}.") for k in parser.declared)
+    ):
+        faults = (_check(parser, f"{key}.{name}", item, False, None, given) for name, item in value.items())
+        return next(filter(None, faults), None)  # a group of options in a config (``data: {tasks: [copa]}``)
+    parts = key.split(".")
+    heads = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+    head = next((h for h in heads if parser.declared.get(h) is not None), None)  # the nearest typed one
+    if head is None:
+        return None if key in parser.declared else _unknown(parser, _leaf(key, value), typed, {})
+    hint, path = parser.declared[head], head
+    if key == head and isinstance(value, Mapping) and "class_path" not in value and _bases(hint):
+        named = _class_given(parser, key)  # the options of the class given before, or of the default
+        value = {"class_path": named.get("class_path") if hasattr(named, "get") else named, **value}
+    for part in parts[len(head.split(".")) :]:
+        children = _children(hint, _class_given(parser, path) if path == head else None)
+        if children is None or part not in children:
+            return _unknown(
+                parser, _leaf(key, value), typed, {f"{path}.{c}": h for c, h in (children or {}).items()}
+            )
+        hint, path = children[part], f"{path}.{part}"
+    given.add(key)
+    return _value_fault(parser, key, hint, value, typed, text)
+
+
+def _value_fault(parser: Any, key: str, hint: Any, value: Any, typed: bool, text: str | None) -> str | None:
+    bases, children = _bases(hint), _children(hint, value)
+    if isinstance(value, Mapping) and children is not None:
+        inner = value.get("init_args") if isinstance(value.get("init_args"), Mapping) else {}
+        for name, item in {**{f"init_args.{k}": v for k, v in inner.items()}, **value}.items():
+            within, _, option = name.rpartition(".")
+            if name in ("class_path", "init_args", "dict_kwargs"):
+                continue
+            if option not in children:
+                return _unknown(
+                    parser,
+                    f"{key}.{name}",
+                    False,
+                    {".".join(filter(None, (key, within, c))): 0 for c in children},
+                )
+            said = _value_fault(parser, f"{key}.{name}", children[option], item, False, None)
+            if said:
+                return said
         return None
-    return finding.render(parser, hint, _given_option(text))
+    if isinstance(value, str) and bases and not _groups(hint):
+        if class_named(value, bases) is not None or _fits(hint, value, text):
+            return None
+        close = closest(value, [c.__name__ for c in subclasses(bases)])
+        mean = f"; did you mean {close}?" if close else ""
+        return f"{key}: no class {value!r} can be imported{mean} (a class name or a dotted path)"
+    element = next(
+        (typing.get_args(m)[0] for m in _members(hint) if _origin(m) is list and typing.get_args(m)), None
+    )
+    if isinstance(value, list) and element is not None:
+        faults = (
+            _value_fault(parser, f"{key}[{n}]", element, item, False, None) for n, item in enumerate(value)
+        )
+        said = next(filter(None, faults), None)
+        if said:
+            return said
+    if _fits(hint, value, text):
+        return None
+    if _groups(hint) and len(_members(hint)) == 1:
+        return _group_given_a_value(key, _params(_groups(hint)[0]), text or str(value), "--" if typed else "")
+    shown = (
+        repr(float(value))
+        if isinstance(value, str) and value.lower().lstrip("+-.") in ("nan", "inf")
+        else repr(value)
+    )
+    finite = shown in ("nan", "inf", "-inf") and hint is float  # jsonargparse reads no such float from text
+    return f"{key} must be {describe(FiniteFloat if finite else hint)}, got {shown}"
+
+
+def _group_given_a_value(key: str, children: dict[str, tuple[Any, bool]], value: str, dashes: str) -> str:
+    """``--model.teacher live``: the group's option that takes such a value (a Literal's value, a flag's
+    true/false, else its one string option), else the group's options; or a file not read as its config."""
+    if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
+        why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
+        return f"{dashes}{key}: cannot read {value!r} as a config of its options ({why})"
+    names = sorted(children)
+    taking = [n for n in names if _takes(children[n][0], value)] or [
+        n for n in names if children[n][0] is str
+    ]
+    what = f"{dashes}{key} is a group of options ({', '.join(names)}), not a value"
+    if 1 <= len(taking) <= 3:
+        return f"{what}; did you mean {' or '.join(f'{dashes}{key}.{n} {value}' for n in taking)}?"
+    return f"{what}; set one of them, e.g. {dashes}{key}.{names[0]} VALUE" if names else what
+
+
+def _takes(hint: Any, value: str) -> bool:
+    """Whether a Literal among ``hint``'s members holds ``value``, or it is a bool and ``value`` one."""
+    if typing.get_origin(hint) is Literal:
+        return value in [str(v) for v in typing.get_args(hint)]
+    return (
+        value.lower() in ("true", "false")
+        if hint is bool
+        else any(_takes(m, value) for m in _members(hint) if m is not hint)
+    )
+
+
+def _unknown(parser: Any, key: str, typed: bool, near: dict[str, Any]) -> str:
+    dashes = "--" if typed else ""
+    found = closest_keys(key, _keys(parser) | set(near))
+    if found and found[0] in _needed(parser, True):
+        return _positional(parser, key, found[0])
+    if found:
+        return f"unknown option {dashes}{key}; did you mean {' or '.join(dashes + k for k in found)}?"
+    return f"unknown option {dashes}{key} ({_prog(parser)} --help lists the options)"
+
+
+def _positional(parser: Any, option: str, name: str) -> str:
+    usage = f"usage: {_usage(parser)}"
+    return f"unknown option --{option}: {name.upper()} is a positional argument, given without an option name: {usage}"
+
+
+def _keys(parser: Any) -> set[str]:
+    """Every option key the parser accepts, dotted: its declarations, and the options of their groups."""
+    todo = [
+        (k, h, _class_given(parser, k))
+        for k, h in parser.declared.items()
+        if k not in ("help", "config", "print_config")
+    ]
+    keys: set[str] = set()
+    while todo:
+        key, hint, value = todo.pop()
+        keys.add(key)
+        todo += [(f"{key}.{c}", h, None) for c, h in (_children(hint, value) or {}).items()]
+    return keys
+
+
+def _leaf(key: str, value: Any) -> str:
+    """The key of the first option under ``key`` in a config's mapping ``value`` (``modle: {model: ...}``)."""
+    while isinstance(value, Mapping) and value:
+        key, value = f"{key}.{next(iter(value))}", value[next(iter(value))]
+    return key
+
+
+def _needed(parser: Any, positional: bool) -> list[str]:
+    return [n for n, p in getattr(parser, "required_params", {}).items() if p == positional]
+
+
+def _params(owner: Any, method: bool = False) -> dict[str, tuple[Any, bool]]:
+    """``{parameter: (type, required?)}`` of a function, a ``method`` (no ``self``), or a class's init."""
+    function = owner.__init__ if inspect.isclass(owner) else owner
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # an annotation that does not resolve here: untyped
+        hints = {}
+    kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    params = list(inspect.signature(function).parameters.values())[
+        1 if method or inspect.isclass(owner) else 0 :
+    ]
+    return {p.name: (hints.get(p.name), p.default is p.empty) for p in params if p.kind not in kinds}
+
+
+def _children(hint: Any, value: Any) -> dict[str, Any] | None:
+    """The options under a value of type ``hint``: a dataclass's fields, or the init parameters of the class
+    that ``value`` names (``class_path``) among hint's subclasses; None for a type without options."""
+    groups = _groups(hint)
+    named = value.get("class_path") if hasattr(value, "get") else value
+    cls = groups[0] if groups else class_named(named, _bases(hint)) if isinstance(named, str) else None
+    return {name: h for name, (h, _) in _params(cls).items()} if cls is not None else None
+
+
+def _class_given(parser: Any, key: str) -> Any:
+    """The class given for a subclass option ``key`` (``--model NAME``), else its default."""
+    argv = (_PARSING.get() or (None, []))[1]
+    named = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == f"--{key}" and argv[i + 1][:1] != "{"]
+    if named or not _bases(parser.declared.get(key)):
+        return named[-1] if named else None
+    try:
+        return parser.get_default(key)
+    except KeyError:  # an option without a default
+        return None
+
+
+def _members(hint: Any) -> list[Any]:
+    """The types a value of ``hint`` may have (a Union's members, None left out)."""
+    return [
+        a
+        for a in (typing.get_args(hint) if _origin(hint) is typing.Union else (hint,))
+        if a not in (None, type(None))
+    ]
+
+
+def _origin(hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    return typing.Union if origin is getattr(types, "UnionType", None) else origin
+
+
+def _groups(hint: Any) -> list[type]:
+    """The dataclasses among ``hint``'s members: groups of options (``--model.boosting.alpha``)."""
+    return [m for m in _members(hint) if dataclasses.is_dataclass(m) and inspect.isclass(m)]
+
+
+def _bases(hint: Any) -> list[type]:
+    """The classes among ``hint``'s members that a class path names a subclass of (``Callable[..., C]``: C)."""
+    found = [typing.get_args(m)[-1] if _origin(m) is collections.abc.Callable else m for m in _members(hint)]
+    return [
+        c
+        for c in found
+        if inspect.isclass(c) and not issubclass(c, _SCALARS) and not dataclasses.is_dataclass(c)
+    ]
+
+
+def _fits(hint: Any, value: Any, text: str | None) -> bool:
+    """Whether jsonargparse accepts ``value`` (``text`` as typed) for an option of type ``hint``."""
+    check = ArgumentParser(exit_on_error=False)
+    try:
+        check.add_argument("--v", type=hint)
+    except Exception:  # a type jsonargparse does not take as an option's type: nothing to say
+        return True
+    try:
+        check.parse_args([f"--v={text}"]) if text is not None else check.parse_object({"v": value})
+    except (Exception, SystemExit):
+        return False
+    return True
+
+
+def _load(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
 def _prog(parser: Any) -> str:
-    """The command as typed: ``cblight data peek`` (argparse's subcommand prog says ``cblight data [options]
-    peek``; ``cblight tune`` runs LightningCLI's ``fit`` without the word)."""
+    """The command as typed: ``cblight data peek`` (not argparse's ``cblight data [options] peek``, nor
+    ``cblight tune fit``: ``cblight tune`` runs LightningCLI's ``fit`` without the word)."""
     prog = str(getattr(parser, "prog", "") or "").replace(" [options]", "")
     return prog[: -len(" fit")] if prog.startswith("cblight tune") and prog.endswith(" fit") else prog
 
 
-def _help_hint(parser: Any) -> str:
-    prog = _prog(parser)
-    return f"{prog} --help" if prog else "--help"
-
-
-def _find_action(parser: Any, dest: str) -> tuple[Any, Any]:
-    """``(the parser or subcommand parser holding it, the action)`` of a dotted ``dest`` (``convert.name``:
-    the ``name`` of subcommand ``convert``); ``(parser, None)`` when none holds it."""
-    for action in getattr(parser, "_actions", []):
-        if action.dest == dest:
-            return parser, action
-        for name, sub in (getattr(action, "_name_parser_map", None) or {}).items():
-            if dest.startswith(name + "."):
-                return _find_action(sub, dest[len(name) + 1 :])
-    return parser, None
-
-
-def _metavar(action: Any) -> str:
-    return str(action.metavar or action.dest.rpartition(".")[2].upper())
-
-
 def _usage(parser: Any) -> str:
-    """One line: the command, its positional arguments, ``[options]``."""
-    positional = [_metavar(a) for a in parser._actions if not a.option_strings and a.dest != "subcommand"]
-    return " ".join([_prog(parser), *positional, "[options]"])
-
-
-def _unrecognized(tokens: list[str], parser: Any, hint: str) -> str:
-    option = next((t for t in tokens if t.startswith("-")), None)
-    if option is None:
-        return f"unexpected argument {tokens[0]!r}: options are written --name value ({hint} lists them)"
-    key = option.split("=", 1)[0].lstrip("-")
-    suggestions = closest_keys(key, parser_keys(parser))
-    if suggestions:
-        holder, action = _find_action(parser, suggestions[0])
-        if action is not None and not action.option_strings:
-            return (
-                f"unknown option --{key}: {_metavar(action)} is a positional argument, given without an "
-                f"option name: usage: {_usage(holder)}"
-            )
-    return f"unknown option --{key}{_did_you_mean(suggestions, '--', hint)}"
-
-
-def _did_you_mean(suggestions: list[str], dashes: str, hint: str) -> str:
-    if not suggestions:
-        return f" ({hint} lists the options)"
-    return f"; did you mean {' or '.join(dashes + s for s in suggestions)}?"
-
-
-def _yaml_error(text: str, ex: BaseException | None) -> str:
-    where = _CONFIG_FILE.get() or "the config"
-    mark_error = _cause(ex, "problem_mark")
-    if mark_error is not None and mark_error.problem_mark is not None:
-        mark = mark_error.problem_mark
-        line = f"{where} line {mark.line + 1}, column {mark.column + 1}: {mark_error.problem}"
-        context, start = mark_error.context, mark_error.context_mark
-        if context and start is not None:
-            line += f" ({context} that starts at line {start.line + 1}, column {start.column + 1})"
-        return line
-    detail = " ".join(text.split(":", 1)[1].replace('in "<unicode string>",', "").split())
-    return f"{where}: {detail}"
-
-
-def _cause(ex: BaseException | None, attribute: str) -> Any:
-    seen = 0
-    while ex is not None and seen < 20:
-        if hasattr(ex, attribute):
-            return ex
-        ex, seen = ex.__cause__ or ex.__context__, seen + 1
-    return None
-
-
-def _given_option(text: str) -> str | None:
-    """The dotted option of a report about ``--a.b VALUE`` typed on the command line (not a config key)."""
-    top = re.match(r'Parser key "([^"]+)":', text)
-    nested = re.search(r"\n  Given value: NestedArg\(key='([^']+)'", text)
-    return f"{top.group(1)}.{nested.group(1)}" if top and nested else None
-
-
-# -- the report as a tree of lines ---------------------------------------------------------------------------
-@dataclass
-class _Node:
-    text: str
-    indent: int
-    children: list[_Node] = field(default_factory=list)
-
-
-def _tree(text: str) -> list[_Node]:
-    """Lines nested by indentation; a ``- item`` line's own continuation lines are its children."""
-    root = _Node("", -1)
-    stack = [root]
-    for raw in text.splitlines():
-        if not raw.strip():
-            continue
-        indent = len(raw) - len(raw.lstrip())
-        body = raw.strip()
-        if body.startswith("- "):
-            body = body[2:]
-        while stack[-1].indent >= indent:
-            stack.pop()
-        node = _Node(body, indent)
-        stack[-1].children.append(node)
-        stack.append(node)
-    return root.children
-
-
-@dataclass
-class _Finding:
-    """One thing wrong: ``kind`` ('unknown', 'choice', 'type', 'import', 'union', 'text') at ``path``."""
-
-    kind: str
-    path: list[str]
-    rank: int
-    value: str | None = None
-    allowed: list[Any] = field(default_factory=list)
-    expected: list[str] = field(default_factory=list)
-    class_path: str | None = None
-    bases: list[str] = field(default_factory=list)
-    text: str = ""
-
-    @property
-    def key(self) -> str:
-        return ".".join(self.path)
-
-    def render(self, parser: Any, hint: str, typed: str | None) -> str:
-        key = self.key
-        if self.kind == "unknown":
-            keys = class_keys(self.class_path, self.path[:-1]) if self.class_path else parser_keys(parser)
-            suggestions = closest_keys(key, keys)
-            dashes = "--" if typed == key else ""
-            if suggestions:
-                return f"unknown option {dashes}{key}{_did_you_mean(suggestions, dashes, hint)}"
-            names = sorted(k.rpartition(".")[2] for k in keys)
-            if self.class_path and names and len(names) <= 12:  # e.g. the base class of an optimizer
-                return f"unknown option {dashes}{key}: {self.class_path} takes {', '.join(names)}"
-            return f"unknown option {dashes}{key} ({hint} lists the options)"
-        if self.kind == "group":
-            return _group_given_a_value(parser, key, str(self.value))
-        if self.kind == "choice":
-            allowed = ", ".join(repr(a) for a in self.allowed)
-            return f"{key}: {self.value!r} is not one of {allowed}"
-        if self.kind in ("type", "union"):
-            words = [_type_words(e) for e in self.expected]
-            words = [w for w in dict.fromkeys(words) if w != "null"] or words
-            if "a number" in words and str(self.value).strip().lower() in _NON_FINITE:
-                return f"{key} must be a finite number, got {self.value}"
-            return f"{key}: expected {' or '.join(words)}, got {self.value!r}"
-        if self.kind == "import":
-            close = closest(str(self.value), subclass_names(self.bases))
-            mean = f"; did you mean {close}?" if close else ""
-            return f"{key}: no class {self.value!r} can be imported{mean} (a class name or a dotted path)"
-        where = {"config": "-c/--config"}.get(key, key)
-        return f"{where}: {self.text}" if where else self.text
-
-
-def _group_given_a_value(parser: Any, key: str, value: str) -> str:
-    """``--model.teacher live``: the group's option that takes such a value (a Literal's value, a flag's
-    true/false, else its one string option), else the group's options."""
-    dashes = "--" if f"--{key}" in _ARGV.get() else ""
-    if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
-        why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
-        return f"{dashes}{key}: cannot read {value!r} as a config of its options ({why})"
-    leaves = sorted(k for k in parser_keys(parser) if k.startswith(key + "."))
-    hints = {k: getattr(_find_action(parser, k)[1], "_typehint", None) for k in leaves}
-    taking = [k for k in leaves if _takes(hints[k], value)] or [k for k in leaves if hints[k] is str]
-    what = f"{dashes}{key} is a group of options ({', '.join(k.rpartition('.')[2] for k in leaves)}), not a value"
-    if 1 <= len(taking) <= 3:
-        return f"{what}; did you mean {' or '.join(f'{dashes}{k} {value}' for k in taking)}?"
-    return f"{what}; set one of them, e.g. {dashes}{leaves[0]} VALUE" if leaves else what
-
-
-def _takes(typehint: Any, value: str) -> bool:
-    """Whether a Literal among ``typehint``'s members holds ``value``, or it is a bool and ``value`` one."""
-    if typehint is bool:
-        return value.lower() in ("true", "false")
-    if get_origin(typehint) is Literal:
-        return value in [str(v) for v in get_args(typehint)]
-    return any(_takes(member, value) for member in get_args(typehint) if get_origin(typehint) is not Literal)
-
-
-def _best(findings: list[_Finding]) -> _Finding | None:
-    return max(findings, key=lambda f: (f.rank, len(f.path)), default=None)
-
-
-def _findings(
-    nodes: list[_Node], path: list[str], class_path: str | None, bases: list[str] | None
-) -> list[_Finding]:
-    """What the sibling lines ``nodes`` say went wrong at ``path`` (inside ``class_path``, if any)."""
-    found: list[_Finding] = []
-    given = next((n.text.split(": ", 1)[1] for n in nodes if n.text.startswith("Given value: ")), None)
-    subtypes = next((n.text for n in nodes if n.text.startswith("Subtypes: ")), None)
-    for node in nodes:
-        text = node.text
-        if text.startswith(_CONTEXT_LINES):
-            continue
-        m = re.match(r'Parser key "([^"]+)":\s*(.*)', text)
-        if m:
-            inner = [*path, *m.group(1).split(".")]
-            unloadable = _UNLOADABLE.match(m.group(2))
-            if unloadable:
-                found.append(_Finding("group", inner, 3, value=unloadable.group(1)))
-            elif m.group(2):
-                found.append(_Finding("text", inner, 1, text=m.group(2)))
-            found.extend(_findings(node.children, inner, None, None))
-            continue
-        m = re.match(r"Problem with given class_path '([^']+)':", text)
-        if m:
-            found.extend(_findings(node.children, path, m.group(1), None))
-            continue
-        if text == "Does not validate against any of the Union subtypes":
-            found.extend(_union(nodes, path, given, subtypes))
-            continue
-        found.extend(_leaf(node, path, class_path, bases or _dotted_names(subtypes)))
-    return found
-
-
-def _union(siblings: list[_Node], path: list[str], given: str | None, subtypes: str | None) -> list[_Finding]:
-    """The union's most telling branch, or (when each branch only says what it expected) all of them."""
-    errors = next((n for n in siblings if n.text == "Errors:"), None)
-    branches = errors.children if errors is not None else []
-    bases = _dotted_names(subtypes)
-    found = [f for branch in branches for f in _findings([branch], path, None, bases)]
-    best = _best(found)
-    if best is not None and (best.rank >= 2 or len(best.path) > len(path)):
-        return [best]
-    expected = [f.expected[0] for f in found if f.kind == "type" and f.expected]
-    if expected:
-        return [_Finding("union", path, 1, value=given, expected=expected)]
-    return found
-
-
-def _leaf(node: _Node, path: list[str], class_path: str | None, bases: list[str]) -> list[_Finding]:
-    text = node.text
-    m = re.search(r"Option '([^']+)' is not accepted", text)
-    if m:
-        # a callable given as {class_path, init_args} (an optimizer): the key lives under init_args
-        callable_class = re.search(r"Namespace\(class_path='([^']+)'", text)
-        if callable_class:
-            return [
-                _Finding("unknown", [*path, "init_args", m.group(1)], 4, class_path=callable_class.group(1))
-            ]
-        return [_Finding("unknown", [*path, *m.group(1).split(".")], 4, class_path=class_path)]
-    m = re.match(r"(?:Group|Subcommand) '([^']+)' does not accept option '([^']+)'", text)
-    if m:
-        prefix = m.group(1).split(".") if text.startswith("Group") else []
-        return [_Finding("unknown", [*path, *prefix, *m.group(2).split(".")], 4)]
-    m = re.match(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)", text, re.S)
-    if m:
-        return [_Finding("choice", path, 4, value=m.group(2), allowed=_literal_values(m.group(1)))]
-    m = re.match(r"Expected a (.*?)\. Got value: (.*)", text, re.S)
-    if m:
-        return [_Finding("type", path, 3, value=m.group(2), expected=[m.group(1)])]
-    m = re.match(r"Expected a (<class '[^']+'>|typing\..*)$", text)
-    if m:
-        rank = -1 if m.group(1) == "<class 'NoneType'>" else 0
-        return [_Finding("type", path, rank, expected=[m.group(1)])]
-    m = _UNLOADABLE.match(text)
-    if m:  # a scalar given to a group of options (a dataclass), read as a config file's path
-        inner = _findings(node.children, path, class_path, bases)
-        return inner + ([_Finding("group", path, 3, value=m.group(1))] if path else [])
-    m = re.match(r"Expected a dot import path string: (.*)", text)
-    if m:
-        return [_Finding("import", path, 3, value=m.group(1), bases=bases)]
-    m = re.match(r"Not a valid subclass of .*\. Got value: ", text)
-    if m:  # the value does not have the class's shape at all: another branch says more
-        return [_Finding("text", path, 0, text=text)]
-    return [_Finding("text", path, 0, text=" ".join(text.split()))]
-
-
-def _type_words(expected: str) -> str:
-    m = re.fullmatch(r"<class '(?:[\w.]+\.)?(\w+)'>", expected)
-    if m:
-        return _TYPE_WORDS.get(m.group(1), m.group(1))
-    m = re.fullmatch(r"typing\.Literal\[(.*)\]", expected)
-    if m:
-        return " or ".join(repr(v) for v in _literal_values(m.group(1)))
-    return expected
-
-
-def _literal_values(text: str) -> list[Any]:
-    """The values of ``Literal[<text>]`` as jsonargparse prints them (reprs; an enum's stays text)."""
-    try:
-        return list(ast.literal_eval(f"[{text}]"))
-    except (ValueError, SyntaxError):
-        return [v.strip() for v in text.split(",")]
-
-
-def _dotted_names(subtypes: str | None) -> list[str]:
-    """The dotted class names in a report's ``Subtypes: [...]`` line (the bases a class path may name)."""
-    if not subtypes:
-        return []
-    return re.findall(r"(?<![\w.])((?:[A-Za-z_]\w*\.)+[A-Z]\w*)", subtypes)
+    return " ".join([_prog(parser), *(n.upper() for n in _needed(parser, True)), "[options]"])

@@ -105,16 +105,22 @@ def test_nan_and_inf_alphas_are_refused(option, value, message, tmp_path, capsys
 @pytest.mark.parametrize(
     ("decodings", "message"),
     [
-        ("[{name: b, boosting: {alpha: .nan}}]", "alpha must be a finite number"),
+        (
+            "[{name: b, boosting: {alpha: .nan}}]",
+            "model.decodings[0].boosting.alpha must be a finite number, got nan",
+        ),
         (
             "[{name: t, sampling: {do_sample: true, temperature: .nan}}]",
-            "temperature must be a finite number",
+            "model.decodings[0].sampling.temperature must be a number > 0 or null, got nan",
         ),
         (
             "[{name: t, sampling: {do_sample: true, temperature: .inf}}]",
             "temperature must be a finite number",
         ),
-        ("[{name: p, sampling: {do_sample: true, top_p: .nan}}]", "top_p must be a finite number"),
+        (
+            "[{name: p, sampling: {do_sample: true, top_p: .nan}}]",
+            "model.decodings[0].sampling.top_p must be a number in (0, 1] or null, got nan",
+        ),
     ],
 )
 def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, capsys, no_loading):
@@ -130,9 +136,9 @@ def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, ca
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("--model.boosting.alpha", "alpha must be a finite number, got nan"),
-        ("--model.sampling.temperature", "temperature must be a finite number, got nan"),
-        ("--model.sampling.top_p", "top_p must be a finite number, got nan"),
+        ("--model.boosting.alpha", "model.boosting.alpha must be a finite number, got nan"),
+        ("--model.sampling.temperature", "model.sampling.temperature must be a number > 0 or null, got nan"),
+        ("--model.sampling.top_p", "model.sampling.top_p must be a number in (0, 1] or null, got nan"),
     ],
 )
 def test_nan_in_tuning_options_is_refused(option, message, capsys, no_loading, monkeypatch):
@@ -395,8 +401,8 @@ def test_yaml_mapping_without_a_space_after_the_colon(args, fixed, tmp_path, cap
 
 
 def test_yaml_hint_leaves_valid_mappings_alone():
-    from cblight.cli import check_flow_mappings
+    from cblight.parse_errors import check_flow_mappings
 
-    check_flow_mappings(
+    assert not check_flow_mappings(
         ["--compare", "{base: gpt2, tuned: hf://org/model}", "--data.data_dirs", "{lama: C:/x}"]
     )

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from transformers import AutoModelForCausalLM
 
-from cblight.cli import CLIConfigError, train_cli
+from cblight.cli import train_cli
+from cblight.errors import ConfigError
 from cblight.options import Boosting
 from cblight.tune.coherence_tuning import CoherenceTuning
 
@@ -205,7 +206,7 @@ def test_wandb_without_the_package_fails_before_any_work(monkeypatch):
         importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
     )
     # The model path does not exist either: the W&B check must come first.
-    with pytest.raises(CLIConfigError, match="wandb package is not installed"):
+    with pytest.raises(ConfigError, match="wandb package is not installed"):
         train_cli(args=["fit", "-c", CONFIG, "-c", WANDB, "--model.model", "/does/not/exist"])
 
 
@@ -216,7 +217,7 @@ def test_bad_checkpoint_paths_fail_before_any_work(tiny_gpt2_dir, tmp_path):
         (tiny_gpt2_dir, "Hugging Face model directory"),
         (tmp_path / "notes.ckpt", "not a Lightning checkpoint"),
     ]:
-        with pytest.raises(CLIConfigError, match=message):
+        with pytest.raises(ConfigError, match=message):
             train_cli(
                 args=["fit", "-c", CONFIG, "--model.model", "/does/not/exist", "--ckpt_path", str(ckpt)]
             )

@@ -17,7 +17,7 @@ import sys
 
 from cblight.data.examples import ChoiceExample, NextTokenExample
 from cblight.data.registry import TaskKind, TaskSpec, all_tasks, get_task
-from cblight.errors import CblightError, run_subcommands
+from cblight.errors import CblightError
 from cblight.option_types import PositiveInt
 
 
@@ -128,6 +128,8 @@ def peek(
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight data list|peek ...`` (the arguments come from ``sys.argv`` unless given)."""
+    from cblight.parse_errors import run_subcommands
+
     return run_subcommands({"list": list_tasks, "peek": peek}, argv, prog, __doc__.split("\n\n")[0])
 
 
