@@ -92,7 +92,7 @@ def describe(hint: Any) -> str:
     if _restricted(hint):
         return f"{_WORDS[hint._type]} ({hint.__name__})"
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
+        return ("one of " if len(args) > 1 else "") + ", ".join(repr(a) for a in args)
     if origin in (Union, types.UnionType):
         kept = [a for a in args if a is not type(None)]
         words = " or ".join(describe(a) for a in kept)

@@ -111,7 +111,7 @@ def test_nan_and_inf_alphas_are_refused(option, value, message, tmp_path, capsys
         ),
         (
             "[{name: t, sampling: {do_sample: true, temperature: .nan}}]",
-            "model.decodings[0].sampling.temperature must be a number > 0 or null, got nan",
+            "model.decodings[0].sampling.temperature must be a finite number > 0 or null, got nan",
         ),
         (
             "[{name: t, sampling: {do_sample: true, temperature: .inf}}]",
@@ -137,7 +137,7 @@ def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, ca
     ("option", "message"),
     [
         ("--model.boosting.alpha", "model.boosting.alpha must be a finite number, got nan"),
-        ("--model.sampling.temperature", "model.sampling.temperature must be a number > 0 or null, got nan"),
+        ("--model.sampling.temperature", "model.sampling.temperature must be a finite number > 0 or null, got nan"),
         ("--model.sampling.top_p", "model.sampling.top_p must be a number in (0, 1] or null, got nan"),
     ],
 )

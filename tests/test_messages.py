@@ -97,6 +97,10 @@ COMMAND_LINE = [
     ),
     (["evaluate", "--model.dtype", "float64"], f"error: model.dtype must be one of {DTYPES}, got 'float64'"),
     (
+        ["tune", "--model.boosting.adaptive", "kl"],
+        "error: model.boosting.adaptive must be one of 'jsd', 'residual' or null, got 'kl'",
+    ),
+    (
         ["evaluate", "--model.methods", "[boost, pmi]"],
         "error: model.methods[1] must be one of 'boost', 'pmi_dc', 'pmi_empty', 'calibrate', 'channel', got 'pmi'",
     ),
@@ -110,7 +114,7 @@ COMMAND_LINE = [
     ),
     (
         ["evaluate", "--model.batch_size", "lots"],
-        "error: model.batch_size must be an integer or one of 'auto', got 'lots'",
+        "error: model.batch_size must be an integer >= 1 or 'auto', got 'lots'",
     ),
     (["evaluate", "--data.taks", "[copa]"], "error: unknown option --data.taks; did you mean --data.tasks?"),
     (["evaluate", "--trainer.max_steps", "abc"], "error: trainer.max_steps must be an integer, got 'abc'"),
