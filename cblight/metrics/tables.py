@@ -97,9 +97,8 @@ class TextSuite(_Suite):
         ids: Sequence[int] | None = None,
     ) -> None:
         docs = as_token_lists(generations, "generations")
-        self.lr.update(docs)
-        self.zipf.update(docs)
-        self.rep.update(docs)
+        for metric in (self.lr, self.zipf, self.rep):
+            metric.update(docs)
         self.self_bleu.update(docs, ids)
         self.sensitivity.update(list(full_log_probs), list(short_log_probs))
 
@@ -138,9 +137,8 @@ class DialogSuite(_Suite):
         self.length = ResponseLength(normalize)
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        self.nist.update(hypotheses, references)
-        self.bleu.update(hypotheses, references)
-        self.meteor.update(hypotheses, references)
+        for metric in (self.nist, self.bleu, self.meteor):
+            metric.update(hypotheses, references)
         self.diversity.update(hypotheses)
         self.length.update(hypotheses)
 
