@@ -199,16 +199,11 @@ def generation_table(
 
 
 def dialog_table(
-    hypotheses: Sequence[str],
-    references: Sequence[Sequence[str]],
-    *,
-    normalize: Normalize = "dstc",
-    meteor: MeteorRoute = "auto",
-    use_synonyms: bool | None = None,
-    n_refs: int | None = None,
+    hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any
 ) -> dict[str, Any]:
-    """Table 3's columns for one set of responses against their reference lists (see ``DialogSuite``)."""
-    suite = DialogSuite(normalize, meteor, use_synonyms, n_refs)
+    """Table 3's columns for one set of responses against their reference lists; ``options``: the
+    keywords of ``DialogSuite`` (``normalize``, ``meteor``, ``use_synonyms``, ``n_refs``)."""
+    suite = DialogSuite(**options)
     suite.update(hypotheses, references)
     return suite.compute()
 
