@@ -4,6 +4,8 @@ Each class reduces its states across processes (sums, or the corpus itself where
 needs it), and each has a functional form. ``cblight.metrics.tables`` gives the paper's Tables 2 and 3.
 """
 
+import types as _types
+
 from cblight.metrics.coherence import ContextSensitivity as ContextSensitivity
 from cblight.metrics.coherence import context_sensitivity as context_sensitivity
 from cblight.metrics.coherence import generated_token_log_probs as generated_token_log_probs
@@ -39,3 +41,8 @@ from cblight.metrics.text_stats import long_range_repetition as long_range_repet
 from cblight.metrics.text_stats import repetition_rate as repetition_rate
 from cblight.metrics.text_stats import self_bleu as self_bleu
 from cblight.metrics.text_stats import zipf_coefficient as zipf_coefficient
+
+# the public API: every name imported above (the submodules, bound by those imports, are not part of it)
+__all__ = sorted(
+    n for n, v in globals().items() if not n.startswith("_") and not isinstance(v, _types.ModuleType)
+)
