@@ -174,25 +174,9 @@ def _flat(values: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def context_sensitivity(
-    model: Any,
-    contexts: TokenDocs,
-    generations: TokenDocs,
-    *,
-    k: PositiveInt = SHORT_CONTEXT,
-    prefix: Sequence[int] = (),
-    batch_size: PositiveInt = 8,
-    chunk_size: PositiveInt | None = None,
-    pad_id: int = 0,
+    model: Any, contexts: TokenDocs, generations: TokenDocs, **options: Any
 ) -> dict[str, float]:
-    """``{"ltf", "delta", "ppl"}`` of generated documents under ``model`` (LTF and delta as fractions)."""
-    scored = generated_token_log_probs(
-        model,
-        contexts,
-        generations,
-        k=k,
-        prefix=prefix,
-        batch_size=batch_size,
-        chunk_size=chunk_size,
-        pad_id=pad_id,
-    )
+    """``{"ltf", "delta", "ppl"}`` of generated documents under ``model`` (LTF and delta as fractions);
+    ``options``: the keywords of ``generated_token_log_probs`` (``k``, ``prefix``, ``batch_size``, ...)."""
+    scored = generated_token_log_probs(model, contexts, generations, **options)
     return score_once(ContextSensitivity(), [f for f, _ in scored], [s for _, s in scored])

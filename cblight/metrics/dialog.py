@@ -53,11 +53,7 @@ def _tweet_tokenizer() -> Any:
 @lru_cache(maxsize=1 << 16)  # a suite's five metrics clean the same texts: once is enough
 def dstc_clean(text: str) -> str:
     """DSTC7's text cleaning (DialoGPT ``dstc/tokenizers.py`` ``clean_str``), re-implemented."""
-    words = []
-    for word in text.lower().split():
-        at = word.find("http")
-        words.append((word[:at] + " __url__" if at >= 0 else word).strip())
-    text = " ".join(words)
+    text = re.sub(r"http\S*", " __url__", " ".join(text.lower().split()))  # a word from "http" on is a URL
     text = re.sub(r"\[([^\]]*)\] \( *__url__ *\)", r"\1", text)  # markdown links keep their label
     # the URL marker survives the character filter as upper-case "URL" (the text is lower-case by now)
     text = text.replace("__url__", "URL")

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib.util
 import math
 import shutil
@@ -84,21 +85,22 @@ def _field(text: str) -> str:
 
 
 class MeteorJar:
-    """One METEOR 1.5 process in ``-stdio`` mode with DSTC7's options (``-l en -norm``, 1 GB heap)."""
+    """One METEOR 1.5 process in ``-stdio`` mode with DSTC7's options (``-l en -norm``, 1 GB heap), started
+    on first use and stopped at exit."""
 
     def __init__(self, jar: Path, java: str = "java", heap: str = "1g"):
         self.jar = Path(jar)
         self.command = [java, f"-Xmx{heap}", "-Dfile.encoding=UTF-8", "-jar", str(self.jar)]
         self.command += ["-", "-", "-stdio", "-l", "en", "-norm"]
         self._proc: subprocess.Popen | None = None
-        self._stderr: Any = None
         self._lock = threading.Lock()
+        atexit.register(self.close)
 
     def corpus_score(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
         """The jar's corpus score of hypotheses (strings) against their lists of references."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
-                # stderr to a file (closed in close()), not a pipe nobody reads, which could fill
+                # stderr to a file, not a pipe nobody reads, which could fill
                 self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
                 self._proc = subprocess.Popen(
                     self.command,
@@ -117,17 +119,17 @@ class MeteorJar:
             # the jar answers EVAL with one score per segment, then the aggregate
             return float(self._ask("EVAL ||| " + " ||| ".join(stats), lines=len(stats) + 1))
 
-    def close(self) -> None:
-        with self._lock:
-            if self._proc is not None and self._proc.stdin is not None:
-                self._proc.stdin.close()
-                try:
-                    self._proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
-                    self._proc.wait()
-                self._proc = None
-                self._stderr.close()
+    def close(self) -> str:
+        """Stop the process (it holds no state worth a clean exit); the last lines it wrote to stderr."""
+        if self._proc is None:
+            return ""
+        self._proc.kill()
+        self._proc.wait()
+        self._proc = None
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode("utf-8", "replace").strip().splitlines()[-3:]
+        self._stderr.close()
+        return " | ".join(tail)
 
     def _ask(self, line: str, lines: int = 1) -> str:
         """Send one line; the last of the ``lines`` answer lines."""
@@ -140,30 +142,14 @@ class MeteorJar:
                 if not answer:
                     raise BrokenPipeError
         except (BrokenPipeError, OSError):
-            self._proc.kill()
-            self._proc.wait()
-            self._stderr.seek(0)
-            tail = self._stderr.read().decode("utf-8", "replace").strip().splitlines()[-3:]
-            self._proc = None
-            raise RuntimeError(f"the METEOR 1.5 jar stopped ({' | '.join(tail) or 'no message'})") from None
+            raise RuntimeError(f"the METEOR 1.5 jar stopped ({self.close() or 'no message'})") from None
         return answer.strip()
 
 
-_JARS: dict[Path, MeteorJar] = {}
-
-
-def meteor_jar(jar: str | None = None) -> MeteorJar:
-    """The process-wide ``MeteorJar`` for ``jar`` (default: pycocoevalcap's), started on first use."""
-    resolve_meteor_route("official", jar)
-    path = Path(jar) if jar is not None else find_meteor_jar()
-    assert path is not None
-    return _JARS.setdefault(path, MeteorJar(path, java=shutil.which("java") or "java"))
-
-
-@atexit.register
-def _close_jars() -> None:
-    for runner in _JARS.values():
-        runner.close()
+@functools.cache
+def meteor_jar(jar: Path) -> MeteorJar:
+    """The process-wide ``MeteorJar`` of the jar at ``jar``."""
+    return MeteorJar(jar, java=shutil.which("java") or "java")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -190,7 +176,7 @@ class Meteor(DialogCorpus):
     ):
         super().__init__(normalize, n_refs, **kwargs)
         resolve_meteor_route("official", jar)
-        self.jar = jar
+        self.jar = Path(jar) if jar is not None else find_meteor_jar()
 
     def compute(self) -> torch.Tensor:
         hyps, refs = self.read_corpus("METEOR")

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from cblight.metrics.coherence import SHORT_CONTEXT, ContextSensitivity, generated_token_log_probs
+from cblight.metrics.coherence import ContextSensitivity, generated_token_log_probs
 from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, NGramDiversity, Normalize, ResponseLength
 from cblight.metrics.dialog_meteor import Meteor, MeteorRoute, NltkMeteor, resolve_meteor_route
 from cblight.metrics.rouge import ROUGE
@@ -97,9 +97,8 @@ class TextSuite(_Suite):
         ids: Sequence[int] | None = None,
     ) -> None:
         docs = as_token_lists(generations, "generations")
-        self.lr.update(docs)
-        self.zipf.update(docs)
-        self.rep.update(docs)
+        for metric in (self.lr, self.zipf, self.rep):
+            metric.update(docs)
         self.self_bleu.update(docs, ids)
         self.sensitivity.update(list(full_log_probs), list(short_log_probs))
 
@@ -138,9 +137,8 @@ class DialogSuite(_Suite):
         self.length = ResponseLength(normalize)
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        self.nist.update(hypotheses, references)
-        self.bleu.update(hypotheses, references)
-        self.meteor.update(hypotheses, references)
+        for metric in (self.nist, self.bleu, self.meteor):
+            metric.update(hypotheses, references)
         self.diversity.update(hypotheses)
         self.length.update(hypotheses)
 
@@ -178,39 +176,30 @@ def generation_table(
     contexts: TokenDocs,
     generations: TokenDocs,
     *,
-    prefix: Sequence[int] = (),
     eos_token_id: int | None = None,
-    k: int = SHORT_CONTEXT,
     self_bleu_samples: int | None = 1000,
     seed: int = 0,
-    batch_size: int = 8,
-    pad_id: int = 0,
+    **options: Any,
 ) -> dict[str, float]:
     """Table 2's columns for one set of completions (or the human continuations) under ``model``.
 
-    ``contexts``: prompt ids as the model read them (special prefix included, see ``prefix``);
-    ``generations``: the continuation ids; ``eos_token_id``: dropped from a generation's end before
-    the repetition test (GPT-2: 50256).
+    ``contexts``: prompt ids as the model read them (special prefix included); ``generations``: the
+    continuation ids; ``eos_token_id``: dropped from a generation's end before the repetition test
+    (GPT-2: 50256); ``options``: the keywords of ``generated_token_log_probs`` (``k``, ``prefix``,
+    ``batch_size``, ...).
     """
-    scored = generated_token_log_probs(
-        model, contexts, generations, k=k, prefix=prefix, batch_size=batch_size, pad_id=pad_id
-    )
+    scored = generated_token_log_probs(model, contexts, generations, **options)
     suite = TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples, seed=seed)
     suite.update(generations, [f for f, _ in scored], [s for _, s in scored])
     return suite.compute()
 
 
 def dialog_table(
-    hypotheses: Sequence[str],
-    references: Sequence[Sequence[str]],
-    *,
-    normalize: Normalize = "dstc",
-    meteor: MeteorRoute = "auto",
-    use_synonyms: bool | None = None,
-    n_refs: int | None = None,
+    hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any
 ) -> dict[str, Any]:
-    """Table 3's columns for one set of responses against their reference lists (see ``DialogSuite``)."""
-    suite = DialogSuite(normalize, meteor, use_synonyms, n_refs)
+    """Table 3's columns for one set of responses against their reference lists; ``options``: the
+    keywords of ``DialogSuite`` (``normalize``, ``meteor``, ``use_synonyms``, ``n_refs``)."""
+    suite = DialogSuite(**options)
     suite.update(hypotheses, references)
     return suite.compute()
 

@@ -118,10 +118,8 @@ class ZipfCoefficient(RaggedMetric):
 
     def compute(self) -> torch.Tensor:
         """Minus the least-squares slope of log frequency on log rank over the ``top`` most frequent types."""
-        _, counts = torch.unique(
-            torch.tensor(self.read_longs("tokens"), dtype=torch.long), return_counts=True
-        )
-        freqs = np.sort(np.asarray(counts.tolist(), dtype=np.float64))[::-1][: self.top]
+        counts = Counter(self.read_longs("tokens")).values()
+        freqs = np.sort(np.fromiter(counts, dtype=np.float64))[::-1][: self.top]
         if freqs.size < 2:
             raise ValueError(f"the Zipf fit needs at least 2 distinct tokens, the corpus has {freqs.size}")
         x = np.log(np.arange(1, freqs.size + 1, dtype=np.float64))
