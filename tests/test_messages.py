@@ -154,7 +154,7 @@ COMMAND_LINE = [
         "error: model.optimizer: no class 'Adamm' can be imported; did you mean Adam? (a class name or a dotted path)",
     ),
     (["contrast", "--contxt", "x"], "error: unknown option --contxt; did you mean --context?"),
-    (["contrast", "--context", "x", "--k", "two"], "error: k must be an integer, got 'two'"),
+    (["contrast", "--context", "x", "--k", "two"], "error: k must be an integer >= 1, got 'two'"),
     (
         ["contrast", "--context", "x", "--dtype", "float64"],
         f"error: dtype must be one of {DTYPES}, got 'float64'",
