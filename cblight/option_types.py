@@ -89,8 +89,10 @@ def describe(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint in _WORDS:
         return _WORDS[hint]
-    if _restricted(hint):
-        return f"{_WORDS[hint._type]} ({hint.__name__})"
+    if _restricted(hint) and hasattr(hint, "_restrictions"):  # restricted_number_type's: "an integer >= 2"
+        signs = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
+        bounds = f" {hint._join} ".join(f"{signs[op.__name__]} {ref}" for op, ref in hint._restrictions)
+        return f"{_WORDS[hint._type]} {bounds}"
     if origin is Literal:
         return ("one of " if len(args) > 1 else "") + ", ".join(repr(a) for a in args)
     if origin in (Union, types.UnionType):
