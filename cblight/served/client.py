@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cblight.errors import CblightError, ConfigError
+from cblight.option_types import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +63,18 @@ class ServerOptions:
 
     base_url: str = "http://127.0.0.1:8000/v1"
     api_key_env: str | None = "OPENAI_API_KEY"
-    concurrency: int = 8
-    max_retries: int = 5
-    backoff: float = 1.0
-    max_backoff: float = 30.0
-    timeout: float = 120.0
+    concurrency: PositiveInt = 8
+    max_retries: NonNegativeInt = 5
+    backoff: NonNegativeFloat = 1.0
+    max_backoff: NonNegativeFloat = 30.0
+    timeout: PositiveFloat = 120.0
     request_cache: str | None = None
     check_alignment: bool = True
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"server.base_url must be an http(s) URL, got {self.base_url!r}")
-        if self.concurrency < 1:
-            raise ConfigError(f"server.concurrency must be at least 1, got {self.concurrency}")
-        if self.max_retries < 0 or self.backoff < 0 or self.max_backoff < 0 or self.timeout <= 0:
-            raise ConfigError("server.max_retries, backoff and max_backoff must be >= 0 and timeout > 0")
 
 
 class _Retryable(Exception):
@@ -163,7 +161,6 @@ class CompletionClient:
     def __init__(
         self, options: ServerOptions, cache: RequestCache | None = None, sleep: Callable = time.sleep
     ):
-        options.check()
         self.options = options
         self.base_url = options.base_url.rstrip("/")
         self.cache = cache
@@ -274,39 +271,22 @@ class CompletionClient:
         return answer
 
     def complete_many(self, bodies: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every request, ``options.concurrency`` at a time, answers in order. The first failure cancels
-        what has not started and is raised; answers already received stay in the cache."""
-        out: list[dict[str, Any] | None] = [None] * len(bodies)
-        todo: list[int] = []
-        first: dict[str, int] = {}  # identical requests (e.g. a PMI premise equal to the premise-free
-        same: list[tuple[int, int]] = []  # context) are sent once
-        for i, body in enumerate(bodies):
-            key = RequestCache.key(body)
-            if key in first:
-                same.append((i, first[key]))
-                continue
-            first[key] = i
-            hit = self.cache.get(body) if self.cache is not None else None
-            if hit is None:
-                todo.append(i)
-            else:
-                out[i] = hit
-                self.cache_hits += 1
-        if todo:
-            with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(todo))) as pool:
-                futures = {pool.submit(self.complete, bodies[i]): i for i in todo}
-                done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-                failed = [f.exception() for f in done if f.exception() is not None]
-                if failed:
-                    for future in pending:
-                        future.cancel()  # those already running finish (and are cached) before the raise
-                    raise failed[0]
-                for future in done:
-                    out[futures[future]] = future.result()
-        for i, j in same:
-            out[i] = out[j]
-        assert all(answer is not None for answer in out)
-        return out  # type: ignore[return-value]
+        """Every request, ``options.concurrency`` at a time, answers in order; identical requests (e.g. a PMI
+        premise equal to the premise-free context) are asked once. The first failure cancels what has not
+        started and is raised; answers already received stay in the cache."""
+        unique = {RequestCache.key(body): body for body in bodies}
+        if not unique:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(unique))) as pool:
+            futures = {pool.submit(self.complete, body): key for key, body in unique.items()}
+            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f.exception() for f in done if f.exception() is not None]
+            if failed:
+                for future in pending:
+                    future.cancel()  # those already running finish (and are cached) before the raise
+                raise failed[0]
+        answers = {futures[f]: f.result() for f in done}
+        return [answers[RequestCache.key(body)] for body in bodies]
 
     def model_ids(self) -> list[str] | None:
         """The model names ``GET /models`` lists; ``None`` when the server has no such endpoint."""
