@@ -190,14 +190,14 @@ def prepare_prompts(
     if room is not None and room < 1:
         raise BoostingError(f"no room for a prompt: max_new_tokens leaves {room} tokens of the model window")
 
-    patterns: list[list[int] | None] = []
-    for rule, _ in experts.experts:
-        if isinstance(rule, AfterSeparator):
-            patterns.append(separator_ids(tokenizer, rule.separator))
-        elif isinstance(rule, AfterMarker):
-            patterns.append(marker_ids(tokenizer, rule.marker))
-        else:
-            patterns.append(None)
+    patterns = [
+        separator_ids(tokenizer, rule.separator)
+        if isinstance(rule, AfterSeparator)
+        else marker_ids(tokenizer, rule.marker)
+        if isinstance(rule, AfterMarker)
+        else None
+        for rule, _ in experts.experts
+    ]
 
     def anchors_of(row: list[int], index: int) -> list[int | None]:
         n_prefix = len(prefix) if has_prefix(row, prefix) else 0
@@ -212,7 +212,7 @@ def prepare_prompts(
             marks = [
                 a
                 for (rule, _), a in zip(experts.experts, anchors_of(row, i))
-                if isinstance(rule, AfterMarker) and a is not None
+                if isinstance(rule, AfterMarker)
             ]
             row = fit_row(row, room, prefix, keep_from=min(marks) if marks else None, index=i)
         fitted.append(row)
@@ -222,15 +222,13 @@ def prepare_prompts(
     width = ids.shape[1]
     starts = [width - len(r) for r in fitted]
     per_row = [anchors_of(r, i) for i, r in enumerate(fitted)]
-    anchors: list[torch.Tensor | None] = []
-    for e, (rule, _) in enumerate(experts.experts):
-        if isinstance(rule, LastTokens):
-            anchors.append(None)
-        else:
-            anchors.append(torch.tensor([s + a[e] for s, a in zip(starts, per_row)], dtype=torch.long))
+    anchors = tuple(
+        None if isinstance(rule, LastTokens) else torch.tensor([s + a[e] for s, a in zip(starts, per_row)])
+        for e, (rule, _) in enumerate(experts.experts)
+    )
     info = RowInfo(
         content_start=torch.tensor(starts, dtype=torch.long),
         has_prefix=torch.tensor([has_prefix(r, prefix) for r in fitted], dtype=torch.bool),
-        anchors=tuple(anchors),
+        anchors=anchors,
     )
     return PreparedPrompts(experts, fitted, ids, mask, tuple(prefix), info)
