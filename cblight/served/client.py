@@ -80,15 +80,13 @@ class ServerOptions:
 class _Retryable(Exception):
     def __init__(self, what: str, retry_after: float | None = None):
         super().__init__(what)
-        self.what = what
         self.retry_after = retry_after
 
 
 def _retry_after(err: urllib.error.HTTPError) -> float | None:
-    value = err.headers.get("Retry-After") if err.headers else None
     try:
-        return float(value) if value is not None else None
-    except ValueError:
+        return float(err.headers["Retry-After"])  # a missing header is None: a TypeError
+    except (TypeError, ValueError):
         return None
 
 
@@ -171,18 +169,15 @@ class CompletionClient:
         self.reached = False  # a server listened at base_url earlier in this client's life
         self._count = threading.Lock()
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        env = self.options.api_key_env
-        if env and os.environ.get(env):
-            headers["Authorization"] = f"Bearer {os.environ[env]}"
-        return headers
-
     def _send(self, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
+        env = self.options.api_key_env
+        headers = {"Content-Type": "application/json"}
+        if env and os.environ.get(env):
+            headers["Authorization"] = f"Bearer {os.environ[env]}"
         data = None if body is None else json.dumps(body).encode("utf-8")
         request = urllib.request.Request(
-            url, data=data, headers=self._headers(), method="GET" if body is None else "POST"
+            url, data=data, headers=headers, method="GET" if body is None else "POST"
         )
         with self._count:
             self.requests_sent += 1
@@ -197,7 +192,6 @@ class CompletionClient:
             if err.code in (408, 429) or err.code >= 500:
                 raise _Retryable(status, _retry_after(err)) from None
             if err.code in (401, 403):
-                env = self.options.api_key_env
                 hint = f"set ${env}" if env else "set server.api_key_env to the variable holding the key"
                 raise ServedModelError(f"{url} refused the request ({status}); {hint}") from None
             raise ServedModelError(f"{url} answered {status}") from None
@@ -249,11 +243,11 @@ class CompletionClient:
                 delay *= random.uniform(0.5, 1.0)
                 with self._count:
                     self.retries += 1
-                log.warning("%s%s: %s; retrying in %.1f s", self.base_url, path, err.what, delay)
+                log.warning("%s%s: %s; retrying in %.1f s", self.base_url, path, err, delay)
                 self._sleep(delay)
         elapsed = time.monotonic() - started
         raise ServedModelError(
-            f"{self.base_url}{path}: {last.what}, {attempts} attempts over {elapsed:.0f} s "
+            f"{self.base_url}{path}: {last}, {attempts} attempts over {elapsed:.0f} s "
             f"(server.max_retries={self.options.max_retries}); nothing was scored from the failed request"
         )
 
