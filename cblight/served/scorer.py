@@ -214,13 +214,9 @@ class ServedScorer:
         bodies, spans = [], []
         for g, (context, continuations) in enumerate(groups):
             for continuation in continuations:
-                n_space = len(context) - len(context.rstrip(" "))
-                ctx, cont = (
-                    context[: len(context) - n_space],
-                    context[len(context) - n_space :] + continuation,
-                )
-                bodies.append(self._body(ctx + cont, echo=True))
-                spans.append((g, cont, ctx + cont))
+                cont = context[len(context.rstrip(" ")) :] + continuation  # the context's trailing spaces
+                bodies.append(self._body(context + continuation, echo=True))
+                spans.append((g, cont, context + continuation))
         answers = self.client.complete_many(bodies)
         out: list[list[ContinuationScore]] = [[] for _ in groups]
         for (g, cont, prompt), answer in zip(spans, answers):
