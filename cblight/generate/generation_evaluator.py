@@ -52,12 +52,13 @@ GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary", "al
 
 @dataclass
 class GenerationTask:
-    """One task of a generation run: its split, the table it fills and its rows."""
+    """One task of a generation run: its split, the table it fills and its rows (the run's decodings, then
+    ``None``, the human row, when the task has human text to score)."""
 
     split: TaskSplit
     table: Table
     max_new_tokens: int
-    decodings: list[Decoding]
+    rows: list[Decoding | None]
 
 
 class BoostedGenerationEvaluator(Evaluator):
@@ -138,12 +139,9 @@ class BoostedGenerationEvaluator(Evaluator):
             metrics_model=self.hparams.metrics_model or self.model_name,
             short_window=self.hparams.short_window,
         )
-        if decoding is not None:
-            sig["decoding"] = decoding.signature()
-        else:
-            sig.pop("seed")
-            sig["decoding"] = "human"
-        return sig
+        if decoding is None:  # the human row draws nothing
+            del sig["seed"]
+        return {**sig, "decoding": decoding.signature() if decoding is not None else "human"}
 
     def setup(self, stage: str) -> None:
         if stage != "test":
@@ -166,11 +164,12 @@ class BoostedGenerationEvaluator(Evaluator):
             elif any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
                 table = "dialog"
             max_new = self.hparams.max_new_tokens or spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-            task = GenerationTask(split, table, max_new, self.decodings)
+            human = self.hparams.human and any(
+                isinstance(ex, GenerationExample) and ex.human for ex in split.examples
+            )
+            task = GenerationTask(split, table, max_new, [*self.decodings, *([None] if human else [])])
             self._tasks.append(task)
-            for decoding in [*task.decodings, None]:
-                if decoding is None and not self._scores_human(task):
-                    continue
+            for decoding in task.rows:
                 slug = decoding.slug if decoding is not None else "human"
                 suite_key = self._suite_key(split.name, slug)
                 if suite_key not in self.suites:  # the dialog suite resolves the METEOR route
@@ -201,24 +200,18 @@ class BoostedGenerationEvaluator(Evaluator):
         index = next((i for i, d in enumerate(self.decodings) if d.slug == slug), "human")
         return f"{task}__{index}"
 
-    def _scores_human(self, task: GenerationTask) -> bool:
-        return bool(self.hparams.human) and any(
-            isinstance(ex, GenerationExample) and ex.human for ex in task.split.examples
-        )
-
     # -- one batch -----------------------------------------------------------------------------------------
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
         batches = self.trainer.num_test_batches
         total = batches[dataloader_idx] if isinstance(batches, list) and batches else "?"
-        rows: list[Decoding | None] = [*task.decodings, None] if self._scores_human(task) else task.decodings
-        for i, decoding in enumerate(rows, 1):
+        for i, decoding in enumerate(task.rows, 1):
             if decoding is not None:
                 check_interrupt()
                 show_progress(
                     self.trainer,
                     f"{task.split.name} batch {batch_idx + 1}/{total} ({len(batch)} prompts): "
-                    f"decoding {i}/{len(task.decodings)} {decoding.name!r}",
+                    f"decoding {i}/{len(self.decodings)} {decoding.name!r}",
                 )
             records = self._records(task, decoding, batch)
             if not records:
@@ -341,12 +334,12 @@ class BoostedGenerationEvaluator(Evaluator):
         blocks = []
         for task in self._tasks:
             name = task.split.name
-            rows = {decoding.name: self._compute(name, decoding.slug) for decoding in task.decodings}
-            human = self._compute(name, "human") if self._scores_human(task) else None
-            columns = list(self.suites[self._suite_key(name, task.decodings[0].slug)].columns)
+            rows = {decoding.name: self._compute(name, decoding.slug) for decoding in self.decodings}
+            human = self._compute(name, "human") if task.rows[-1] is None else None
+            columns = list(self.suites[self._suite_key(name, self.decodings[0].slug)].columns)
             logged = {
                 f"test/{self._key(name)}/{d.slug}/{col}": float(rows[d.name][col])
-                for d in task.decodings
+                for d in self.decodings
                 for col in columns
             }
             if human is not None:
@@ -360,7 +353,7 @@ class BoostedGenerationEvaluator(Evaluator):
                 "columns": columns,
                 "rows": rows,
                 "human": human,
-                "decodings": {d.name: d.describe() for d in task.decodings},
+                "decodings": {d.name: d.describe() for d in self.decodings},
             }
             if self.trainer.is_global_zero:
                 self._write_task_files(task, result)
@@ -402,7 +395,7 @@ class BoostedGenerationEvaluator(Evaluator):
         from every rank's shard of the cache), an adaptive row's alpha statistics, W&B samples and Figure 3."""
         name = task.split.name
         files: dict[str, str] = {}
-        for decoding in task.decodings:
+        for decoding in self.decodings:
             cache = self.output_dir / "cache" / name / decoding.slug
             records = RecordCache(cache, self._signature(task, decoding)).load()
             rows = [
@@ -444,7 +437,7 @@ class BoostedGenerationEvaluator(Evaluator):
         result["files"] = files
         if self.hparams.plots and self.grid is not None:
             plot = self.output_dir / "plots" / f"{name}_figure3.png"
-            save_figure3(plot, task.split.task.title, self.grid, task.decodings, result)
+            save_figure3(plot, task.split.task.title, self.grid, self.decodings, result)
             files["figure3"] = str(plot.relative_to(self.output_dir))
 
     # -- comparisons of several checkpoints (``--compare``) ------------------------------------------------
