@@ -114,11 +114,7 @@ def boosted_generate(
     ``decoder="processor"`` uses the logits-processor path even without beams (same results, one extra
     forward per step for the short contexts).
     """
-    check_arguments(
-        boosted_generate,
-        {"boosting": boosting, "sampling": sampling, "max_new_tokens": max_new_tokens, "decoder": decoder},
-        BoostingError,
-    )
+    check_arguments(boosted_generate, locals(), BoostingError)
     loose = [k for k in _BOOSTING_KEYS if k in generate_kwargs]
     if loose:
         raise BoostingError(
