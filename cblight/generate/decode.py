@@ -321,10 +321,8 @@ class BoostingLogitsProcessor(LogitsProcessor):
         before = input_ids[:, :-1]
         if torch.equal(before, self._last):
             return None
-        width0 = self.prompts.width
-        group = torch.arange(input_ids.shape[0], device=input_ids.device) // (
-            input_ids.shape[0] // len(self.prompts.rows)
-        )
+        n, width0 = input_ids.shape[0], self.prompts.width
+        group = torch.arange(n, device=input_ids.device) // (n // len(self.prompts.rows))  # each row's prompt
         same = (before[:, None, width0:] == self._last[None, :, width0:]).all(-1) & (
             group[:, None] == group[None, :]
         )
