@@ -142,13 +142,10 @@ def _rows_from(prompts: Prompts, attention_mask: torch.Tensor | None, enc: Encod
     if isinstance(prompts, torch.Tensor):
         if prompts.dim() != 2:
             raise BoostingError(f"input_ids must be [batch, length], got shape {tuple(prompts.shape)}")
-        if attention_mask is None:
-            return [list(map(int, r)) for r in prompts.tolist()]
-        if attention_mask.shape != prompts.shape:
+        mask = torch.ones_like(prompts) if attention_mask is None else attention_mask
+        if mask.shape != prompts.shape:
             raise BoostingError("attention_mask must have the shape of input_ids")
-        return [
-            [int(t) for t, m in zip(r, mr) if m] for r, mr in zip(prompts.tolist(), attention_mask.tolist())
-        ]
+        return [[int(t) for t, m in zip(r, mr) if m] for r, mr in zip(prompts.tolist(), mask.tolist())]
     if isinstance(prompts, str):
         raise BoostingError("prompts must be a list of strings (or token-id rows), not one string")
     rows: list[list[int]] = []
