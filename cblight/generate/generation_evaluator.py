@@ -374,12 +374,9 @@ class BoostedGenerationEvaluator(Evaluator):
             blocks.append(block)
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
-            settings = {
-                "metrics_model": self.hparams.metrics_model or self.model_name,
-                "seed": self.hparams.seed,
-            }
             text = "\n\n".join(blocks)
-            path = self.write_results(settings, text)
+            metrics_model = self.hparams.metrics_model or self.model_name
+            path = self.write_results({"metrics_model": metrics_model, "seed": self.hparams.seed}, text)
             self.summary = (
                 f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
             )
