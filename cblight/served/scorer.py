@@ -135,9 +135,14 @@ class ServedScorer:
         """A scorer for ``model`` at ``options.base_url`` whose server passed the checks (model name, and
         the alignment canary unless switched off); answers cached in ``options.request_cache`` or
         ``cache_path``."""
-        cache = RequestCache(options.request_cache or cache_path)
-        scorer = cls(CompletionClient(options, cache), model)
-        scorer.check_model()
+        scorer = cls(CompletionClient(options, RequestCache(options.request_cache or cache_path)), model)
+        # a model name the server does not list is refused: llama-cpp-python silently answers with its
+        # default model whatever the name
+        ids = scorer.client.model_ids()
+        if ids is not None and model not in ids:
+            raise ServedModelError(
+                f"model {model!r} is not served at {scorer.client.base_url} (it serves: {', '.join(ids) or 'nothing'})"
+            )
         if options.check_alignment:
             scorer.check_alignment()
         return scorer
@@ -160,15 +165,6 @@ class ServedScorer:
         if echo:
             body["echo"] = True
         return body
-
-    def check_model(self) -> None:
-        """Refuse a model name the server does not list (llama-cpp-python silently answers with its
-        default model whatever the name)."""
-        ids = self.client.model_ids()
-        if ids is not None and self.model not in ids:
-            raise ServedModelError(
-                f"model {self.model!r} is not served at {self.client.base_url} (it serves: {', '.join(ids) or 'nothing'})"
-            )
 
     def check_alignment(self) -> dict[str, Any]:
         """The canary of the module docstring; returns what it compared, or raises ``ServedModelError``."""
