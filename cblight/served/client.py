@@ -129,28 +129,25 @@ class RequestCache:
     def key(body: dict[str, Any]) -> str:
         return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """One statement under the lock, committed (``with`` a connection commits)."""
+        with self._lock, self._db:
+            return self._db.execute(sql, args).fetchall()
+
     def get(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (self.key(body),)).fetchone()
-        return json.loads(row[0]) if row else None
+        rows = self._query("SELECT answer FROM answers WHERE key = ?", (self.key(body),))
+        return json.loads(rows[0][0]) if rows else None
 
     def put(self, body: dict[str, Any], answer: dict[str, Any]) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
-                (self.key(body), json.dumps(body, sort_keys=True), json.dumps(answer)),
-            )
-            self._db.commit()
+        row = (self.key(body), json.dumps(body, sort_keys=True), json.dumps(answer))
+        self._query("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)", row)
 
     def items(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """Every cached ``(request, answer)``."""
-        with self._lock:
-            rows = self._db.execute("SELECT request, answer FROM answers").fetchall()
-        return [(json.loads(request), json.loads(answer)) for request, answer in rows]
+        return [(json.loads(r), json.loads(a)) for r, a in self._query("SELECT request, answer FROM answers")]
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
+        return int(self._query("SELECT COUNT(*) FROM answers")[0][0])
 
 
 class CompletionClient:
