@@ -124,10 +124,9 @@ def boosted_generate(
     if sampling is not None and given:
         raise BoostingError(f"pass {given[0]} inside sampling=Sampling(...) or on its own, not both")
     if sampling is None:
-        seed = generate_kwargs.pop("seed", None)
-        sampling = Sampling.from_generate_kwargs(generate_kwargs)
-        if seed is not None:
-            sampling = replace(sampling, seed=seed)
+        sampling = replace(
+            Sampling.from_generate_kwargs(generate_kwargs), seed=generate_kwargs.pop("seed", None)
+        )
     try:
         device = model.get_input_embeddings().weight.device
     except AttributeError:
@@ -158,21 +157,17 @@ def boosted_generate(
         streamer=streamer,
     )
     # the beam count generate will use: the keyword, else a passed config, else the checkpoint's
-    beams = kwargs.get("num_beams")
-    for config in (kwargs.get("generation_config"), getattr(model, "generation_config", None)):
-        if beams is None and getattr(config, "num_beams", None) is not None:
-            beams = config.num_beams
-    beams = 1 if beams is None else int(beams)
+    configs = (kwargs.get("generation_config"), getattr(model, "generation_config", None))
+    given_beams = (kwargs.get("num_beams"), *(getattr(c, "num_beams", None) for c in configs))
+    beams = int(next((b for b in given_beams if b is not None), 1))
     boosted: BoostingLogitsProcessor | FusedBoostedDecoding | None = None
-    if prepared.experts.is_plain:
-        pass
-    elif beams > 1 or decoder == "processor":
+    if not prepared.experts.is_plain and (beams > 1 or decoder == "processor"):
         from transformers import LogitsProcessorList
 
         user = list(kwargs.pop("logits_processor", None) or [])
         boosted = BoostingLogitsProcessor(model, prepared)
         kwargs["logits_processor"] = LogitsProcessorList([boosted, *user])
-    else:
+    elif not prepared.experts.is_plain:
         boosted = kwargs["custom_generate"] = FusedBoostedDecoding(prepared, streamer=streamer)
 
     was_training = model.training
@@ -194,10 +189,8 @@ def boosted_generate(
     eos = set() if eos is None else {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}
     if tokenizer.eos_token_id is not None and "eos_token_id" not in generate_kwargs:
         eos.add(int(tokenizer.eos_token_id))
-    tokens: list[list[int]] = []
-    for row in out.sequences[:, prepared.width :].tolist():
-        cut = next((i for i, t in enumerate(row) if t in eos), len(row))
-        tokens.append(row[:cut])
+    rows = out.sequences[:, prepared.width :].tolist()
+    tokens = [next((row[:i] for i, t in enumerate(row) if t in eos), row) for row in rows]
     texts = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
     alphas = None
     if boosted is not None and prepared.experts.adaptive is not None and beams == 1 and boosted.alphas:
@@ -248,10 +241,8 @@ class FusedBoostedDecoding:
         if mask is None:
             mask = torch.ones_like(input_ids)
         info = self.prompts.rows_for(n_rows, input_ids.device)
-        pad = getattr(generation_config, "_pad_token_tensor", None)  # set by generate from pad/EOS
-        if pad is None:
-            pad = generation_config.pad_token_id
-        pad_id = int(torch.as_tensor(pad).reshape(-1)[0]) if pad is not None else 0
+        pad = generation_config._pad_token_tensor  # set by generate from pad/EOS
+        pad_id = int(pad.reshape(-1)[0]) if pad is not None else 0
         has_eos = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
 
         rows = CachedRows(model, pad_id)
