@@ -96,15 +96,14 @@ def _server_message(err: urllib.error.HTTPError) -> str:
     except (OSError, HTTPException):
         return ""
     try:
-        parsed = json.loads(body)
+        detail = json.loads(body)
     except ValueError:
         return body.strip()[:200]
-    if isinstance(parsed, dict):
-        detail = parsed.get("error", parsed.get("detail", parsed))
-        if isinstance(detail, dict):
-            detail = detail.get("message", detail)
-        return str(detail)[:200]
-    return str(parsed)[:200]
+    if isinstance(detail, dict):  # OpenAI's {"error": {"message": ...}}, FastAPI's {"detail": ...}
+        detail = detail.get("error", detail.get("detail", detail))
+    if isinstance(detail, dict):
+        detail = detail.get("message", detail)
+    return str(detail)[:200]
 
 
 class RequestCache:

@@ -110,11 +110,11 @@ def echoed_continuation(
             "gets none; llama-cpp-python gives none to the token right after BOS), so an empty context "
             "cannot be scored on this server"
         )
-    greedy = True
-    for i in range(first, n_prompt):
-        top = tops[i]
-        if isinstance(top, dict) and top and values[i] < max(top.values()) - 1e-6:
-            greedy = False
+    # greedy: no continuation token has a more likely alternative in the server's top-N
+    greedy = all(
+        not isinstance(top, dict) or not top or v >= max(top.values()) - 1e-6
+        for v, top in zip(picked, tops[first:n_prompt])
+    )
     return EchoedContinuation(
         tuple(tokens[first:n_prompt]), tuple(float(v) for v in picked), greedy, offsets[first] != boundary
     )
