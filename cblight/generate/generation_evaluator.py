@@ -136,13 +136,12 @@ class BoostedGenerationEvaluator(Evaluator):
         sig = self.cache_signature(task.split.name, task.split.split)
         sig.update(
             max_new_tokens=task.max_new_tokens,
-            seed=self.hparams.seed,
             metrics_model=self.hparams.metrics_model or self.model_name,
             short_window=self.hparams.short_window,
         )
-        if decoding is None:  # the human row draws nothing
-            del sig["seed"]
-        return {**sig, "decoding": decoding.signature() if decoding is not None else "human"}
+        if decoding is None:  # the human row draws nothing: no seed
+            return {**sig, "decoding": "human"}
+        return {**sig, "seed": self.hparams.seed, "decoding": decoding.signature()}
 
     def setup(self, stage: str) -> None:
         if stage != "test":
@@ -303,16 +302,14 @@ class BoostedGenerationEvaluator(Evaluator):
         scored = [r for r in fresh if r["tokens"]] if task.table == "text" else []
         if scored:
             name = self.hparams.metrics_model
-            if name is None or name == self.model_name:
-                if self.model is None:
-                    self._load_model()
-                metrics_lm = self.model
-            else:
-                if self._metrics_lm is None:
-                    self._metrics_lm = load_causal_lm(
-                        name, dtype=self.hparams.dtype, revision=self.hparams.revision
-                    ).to(self.device)
-                metrics_lm = self._metrics_lm
+            own = name is None or name == self.model_name
+            if own and self.model is None:
+                self._load_model()
+            elif not own and self._metrics_lm is None:
+                self._metrics_lm = load_causal_lm(
+                    name, dtype=self.hparams.dtype, revision=self.hparams.revision
+                ).to(self.device)
+            metrics_lm = self.model if own else self._metrics_lm
             log_probs = generated_token_log_probs(
                 metrics_lm,
                 [r["context"] for r in scored],
@@ -335,16 +332,18 @@ class BoostedGenerationEvaluator(Evaluator):
         blocks = []
         for task in self._tasks:
             name = task.split.name
-            rows = {decoding.name: self._compute(name, decoding.slug) for decoding in self.decodings}
-            human = self._compute(name, "human") if task.rows[-1] is None else None
+            # (name, slug, values) of every row of the table, the human row last
+            shown = [(d.name, d.slug, self._compute(name, d.slug)) for d in self.decodings]
+            if task.rows[-1] is None:
+                shown.append(("Human", "human", self._compute(name, "human")))
+            rows = {n: values for n, _, values in shown[: len(self.decodings)]}
+            human = shown[-1][2] if task.rows[-1] is None else None
             columns = list(self.suites[self._suite_key(name, self.decodings[0].slug)].columns)
             logged = {
-                f"test/{self._key(name)}/{d.slug}/{col}": float(rows[d.name][col])
-                for d in self.decodings
+                f"test/{self._key(name)}/{slug}/{col}": float(values[col])
+                for _, slug, values in shown
                 for col in columns
             }
-            if human is not None:
-                logged.update({f"test/{self._key(name)}/human/{col}": float(human[col]) for col in columns})
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
             result = self.results[name] = {
                 "table": task.table,
@@ -359,9 +358,7 @@ class BoostedGenerationEvaluator(Evaluator):
             if self.trainer.is_global_zero:
                 self._write_task_files(task, result)
             # the printed table: a line per decoding, then Human, then each adaptive row's alphas
-            table_rows = [[d, *(rows[d][c] for c in columns)] for d in rows]
-            if human is not None:
-                table_rows.append(["Human", *(human[c] for c in columns)])
+            table_rows = [[n, *(values[c] for c in columns)] for n, _, values in shown]
             titles = DIALOG_TITLES if task.table == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
             block = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n" + format_table(
                 ["decoding", *(titles.get(c, c) for c in columns)], table_rows
