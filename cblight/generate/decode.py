@@ -145,7 +145,7 @@ def boosted_generate(
     )
 
     kwargs = {**generate_kwargs, **sampling.generate_kwargs()}
-    streamer = kwargs.pop("streamer", None)
+    streamer = kwargs.get("streamer")
     if kwargs.get("pad_token_id") is None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         kwargs["pad_token_id"] = pad
@@ -154,7 +154,6 @@ def boosted_generate(
         attention_mask=prepared.attention_mask,
         max_new_tokens=max_new_tokens,
         return_dict_in_generate=True,
-        streamer=streamer,
     )
     # the beam count generate will use: the keyword, else a passed config, else the checkpoint's
     configs = (kwargs.get("generation_config"), getattr(model, "generation_config", None))
@@ -548,13 +547,10 @@ def _merge_left_padded(caches: Sequence[Any], width: int) -> Any | None:
             or any(type(la) is not DynamicLayer for la in layers)
         ):
             return None
-    data = []
-    for i in range(len(caches[0].layers)):
-        keys, values = [], []
-        for cache in caches:
-            k, v = cache.layers[i].keys, cache.layers[i].values
-            pad = width - k.shape[-2]
-            keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)) if pad else k)
-            values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)) if pad else v)
-        data.append((torch.cat(keys, dim=0), torch.cat(values, dim=0)))
+
+    def joined(i: int, name: str) -> torch.Tensor:  # layer i's keys or values of every cache, left-padded
+        parts = [getattr(cache.layers[i], name) for cache in caches]
+        return torch.cat([torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in parts])
+
+    data = [(joined(i, "keys"), joined(i, "values")) for i in range(len(caches[0].layers))]
     return DynamicCache(ddp_cache_data=data)
