@@ -203,8 +203,7 @@ class BoostedGenerationEvaluator(Evaluator):
     # -- one batch -----------------------------------------------------------------------------------------
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
-        batches = self.trainer.num_test_batches
-        total = batches[dataloader_idx] if isinstance(batches, list) and batches else "?"
+        total = self.trainer.num_test_batches[dataloader_idx]
         for i, decoding in enumerate(task.rows, 1):
             if decoding is not None:
                 check_interrupt()
@@ -454,10 +453,7 @@ def show_progress(trainer: Any, text: str) -> None:
     """Which decoding of which prompt batch runs now (one batch can take minutes): on Lightning's progress
     bar when it shows (tqdm's postfix, rich's description), else one log line per (batch, decoding)."""
     callback = trainer.progress_bar_callback
-    try:  # TQDMProgressBar raises while it has no test bar
-        bar = callback.test_progress_bar
-    except (AttributeError, TypeError, AssertionError):
-        bar = None
+    bar = getattr(callback, "_test_progress_bar", None)  # TQDMProgressBar's (its property raises while unset)
     if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
         bar.set_postfix_str(text, refresh=True)
     elif (
