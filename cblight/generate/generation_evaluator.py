@@ -247,9 +247,9 @@ class BoostedGenerationEvaluator(Evaluator):
         todo = [ex for ex in batch if ex.idx not in have and (decoding is not None or ex.human)]
         if not todo:
             return [have[ex.idx] for ex in batch if ex.idx in have]
-        if decoding is not None and self.model is None:
-            self._load_model()
-        window = None if self.model is not None else checkpoint_window(self.model_name, self.hparams.revision)
+        # the human row needs no model where the checkpoint's config gives the window
+        loaded = decoding is not None or self.model is not None
+        window = None if loaded else checkpoint_window(self.model_name, self.hparams.revision)
         if window is None:
             if self.model is None:
                 self._load_model()

@@ -181,11 +181,6 @@ def prepare_prompts(
     rows = _rows_from(prompts, attention_mask, enc)
     if not rows:
         raise BoostingError("no prompts to generate from")
-    for i, r in enumerate(rows):
-        if not r:
-            raise BoostingError(f"prompt {i} is empty (use Encoder.context('') for BOS/EOS alone)")
-    if room is not None and room < 1:
-        raise BoostingError(f"no room for a prompt: max_new_tokens leaves {room} tokens of the model window")
 
     patterns = [
         separator_ids(tokenizer, rule.separator)
@@ -205,7 +200,9 @@ def prepare_prompts(
 
     fitted: list[list[int]] = []
     for i, row in enumerate(rows):
-        if room is not None and len(row) > room:
+        if not row:
+            raise BoostingError(f"prompt {i} is empty (use Encoder.context('') for BOS/EOS alone)")
+        if room is not None and len(row) > room:  # fit_row refuses a room that holds no prompt token
             marks = [
                 a
                 for (rule, _), a in zip(experts.experts, anchors_of(row, i))
