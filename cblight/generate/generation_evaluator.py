@@ -169,11 +169,11 @@ class BoostedGenerationEvaluator(Evaluator):
             )
             task = GenerationTask(split, table, max_new, [*self.decodings, *([None] if human else [])])
             self._tasks.append(task)
-            for decoding in task.rows:
+            for i, decoding in enumerate(task.rows):
                 slug = decoding.slug if decoding is not None else "human"
-                suite_key = self._suite_key(split.name, slug)
-                if suite_key not in self.suites:  # the dialog suite resolves the METEOR route
-                    self.suites[suite_key] = (
+                # a suite per row, keyed by its position (ModuleDict keys may not hold the "." of alphas)
+                if f"{split.name}__{i}" not in self.suites:  # the dialog suite resolves the METEOR route
+                    self.suites[f"{split.name}__{i}"] = (
                         TextSuite(
                             eos_token_id=self.tokenizer.eos_token_id,
                             self_bleu_samples=self.hparams.self_bleu_samples,
@@ -195,11 +195,6 @@ class BoostedGenerationEvaluator(Evaluator):
         if pending and self.model is None:
             self._load_model()
 
-    def _suite_key(self, task: str, slug: str) -> str:
-        # ModuleDict keys may not hold "." (alphas do): key by the decoding's position instead
-        index = next((i for i, d in enumerate(self.decodings) if d.slug == slug), "human")
-        return f"{task}__{index}"
-
     # -- one batch -----------------------------------------------------------------------------------------
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
@@ -215,7 +210,7 @@ class BoostedGenerationEvaluator(Evaluator):
             records = self._records(task, decoding, batch)
             if not records:
                 continue
-            suite = self.suites[self._suite_key(task.split.name, decoding.slug if decoding else "human")]
+            suite = self.suites[f"{task.split.name}__{i - 1}"]
             examples = [task.split.by_idx[r["id"]] for r in records]
             if task.table == "text":
                 kept = [r for r in records if r["tokens"]]
@@ -332,12 +327,12 @@ class BoostedGenerationEvaluator(Evaluator):
         for task in self._tasks:
             name = task.split.name
             # (name, slug, values) of every row of the table, the human row last
-            shown = [(d.name, d.slug, self._compute(name, d.slug)) for d in self.decodings]
+            shown = [(d.name, d.slug, self._compute(f"{name}__{i}")) for i, d in enumerate(self.decodings)]
             if task.rows[-1] is None:
-                shown.append(("Human", "human", self._compute(name, "human")))
+                shown.append(("Human", "human", self._compute(f"{name}__{len(self.decodings)}")))
             rows = {n: values for n, _, values in shown[: len(self.decodings)]}
             human = shown[-1][2] if task.rows[-1] is None else None
-            columns = list(self.suites[self._suite_key(name, self.decodings[0].slug)].columns)
+            columns = list(self.suites[f"{name}__0"].columns)
             logged = {
                 f"test/{self._key(name)}/{slug}/{col}": float(values[col])
                 for _, slug, values in shown
@@ -378,8 +373,8 @@ class BoostedGenerationEvaluator(Evaluator):
                 f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
             )
 
-    def _compute(self, task: str, slug: str) -> dict[str, Any]:
-        suite = self.suites[self._suite_key(task, slug)]
+    def _compute(self, key: str) -> dict[str, Any]:
+        suite = self.suites[key]
         values = suite.compute()
         suite.reset()
         return values
