@@ -231,10 +231,8 @@ class CompletionClient:
                 last = err
                 if attempt + 1 == attempts:
                     break
-                delay = min(self.options.max_backoff, self.options.backoff * 2**attempt)
-                if err.retry_after is not None:
-                    delay = min(self.options.max_backoff, max(delay, err.retry_after))
-                delay *= random.uniform(0.5, 1.0)
+                wait = max(self.options.backoff * 2**attempt, err.retry_after or 0.0)  # Retry-After honoured
+                delay = min(self.options.max_backoff, wait) * random.uniform(0.5, 1.0)
                 with self._count:
                     self.retries += 1
                 log.warning("%s%s: %s; retrying in %.1f s", self.base_url, path, err, delay)
