@@ -539,14 +539,11 @@ def _merge_left_padded(caches: Sequence[Any], width: int) -> Any | None:
     padding is masked out). ``None`` when a cache is not a plain dynamic one (sliding windows, ...)."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    for cache in caches:
-        layers = getattr(cache, "layers", None)
-        if (
-            type(cache) is not DynamicCache
-            or not layers
-            or any(type(la) is not DynamicLayer for la in layers)
-        ):
-            return None
+    if not all(
+        type(c) is DynamicCache and c.layers and all(type(la) is DynamicLayer for la in c.layers)
+        for c in caches
+    ):
+        return None
 
     def joined(i: int, name: str) -> torch.Tensor:  # layer i's keys or values of every cache, left-padded
         parts = [getattr(cache.layers[i], name) for cache in caches]
