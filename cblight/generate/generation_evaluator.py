@@ -451,13 +451,8 @@ def show_progress(trainer: Any, text: str) -> None:
     bar = getattr(callback, "_test_progress_bar", None)  # TQDMProgressBar's (its property raises while unset)
     if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
         bar.set_postfix_str(text, refresh=True)
-    elif (
-        getattr(callback, "progress", None) is not None
-        and getattr(callback, "test_progress_bar_id", None) is not None
-    ):
-        callback.progress.update(
-            callback.test_progress_bar_id, description=f"Testing {text}"
-        )  # RichProgressBar
+    elif getattr(callback, "test_progress_bar_id", None) is not None:  # RichProgressBar, while it tests
+        callback.progress.update(callback.test_progress_bar_id, description=f"Testing {text}")
         callback.refresh()
     else:
         rank_zero_info(f"generation: {text}")
