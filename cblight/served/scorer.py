@@ -162,9 +162,7 @@ class ServedScorer:
         # max_tokens=1, not 0: llama-cpp-python reads 0 as "until the window is full"
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
         body["logprobs"] = self.top_logprobs
-        if echo:
-            body["echo"] = True
-        return body
+        return {**body, "echo": True} if echo else body
 
     def check_alignment(self) -> dict[str, Any]:
         """The canary of the module docstring; returns what it compared, or raises ``ServedModelError``."""
