@@ -198,7 +198,8 @@ class BoostedGenerationEvaluator(Evaluator):
     # -- one batch -----------------------------------------------------------------------------------------
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
-        total = self.trainer.num_test_batches[dataloader_idx]
+        batches = self.trainer.num_test_batches
+        total = batches[dataloader_idx] if isinstance(batches, list) and batches else "?"
         for i, decoding in enumerate(task.rows, 1):
             if decoding is not None:
                 check_interrupt()
@@ -448,7 +449,10 @@ def show_progress(trainer: Any, text: str) -> None:
     """Which decoding of which prompt batch runs now (one batch can take minutes): on Lightning's progress
     bar when it shows (tqdm's postfix, rich's description), else one log line per (batch, decoding)."""
     callback = trainer.progress_bar_callback
-    bar = getattr(callback, "_test_progress_bar", None)  # TQDMProgressBar's (its property raises while unset)
+    try:  # TQDMProgressBar raises while it has no test bar
+        bar = callback.test_progress_bar
+    except (AttributeError, TypeError, AssertionError):
+        bar = None
     if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
         bar.set_postfix_str(text, refresh=True)
     elif getattr(callback, "test_progress_bar_id", None) is not None:  # RichProgressBar, while it tests

@@ -172,7 +172,9 @@ class CompletionClient:
         if env and os.environ.get(env):
             headers["Authorization"] = f"Bearer {os.environ[env]}"
         data = None if body is None else json.dumps(body).encode("utf-8")
-        request = urllib.request.Request(url, data=data, headers=headers)  # POST with a body, else GET
+        request = urllib.request.Request(
+            url, data=data, headers=headers, method="GET" if body is None else "POST"
+        )
         with self._count:
             self.requests_sent += 1
         try:
