@@ -25,7 +25,6 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
-from cblight.adaptive import summary as alpha_summary
 from cblight.cache import RecordCache, digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
@@ -398,10 +397,20 @@ class BoostedGenerationEvaluator(Evaluator):
             if decoding.boosting is not None and decoding.boosting.adaptive is not None:
                 # mean, spread and range of the per-token alphas over the task (docs/adaptive.md)
                 values = [a for r in rows for a in r.get("alphas", [])]
+                stats = dict.fromkeys(("alpha_mean", "alpha_sd", "alpha_min", "alpha_max"), math.nan)
+                if values:
+                    mean = sum(values) / len(values)
+                    sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values))
+                    stats = {
+                        "alpha_mean": mean,
+                        "alpha_sd": sd,
+                        "alpha_min": min(values),
+                        "alpha_max": max(values),
+                    }
                 result.setdefault("adaptive", {})[decoding.name] = {
                     "rule": decoding.boosting.adaptive,
                     "tokens": len(values),
-                    **alpha_summary(torch.tensor(values, dtype=torch.float64)),
+                    **stats,
                 }
             if self.hparams.log_samples:
                 for logger in self.loggers:
