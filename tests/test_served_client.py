@@ -464,7 +464,7 @@ def test_server_options_are_checked(tmp_path, capsys):
 
     for extra, message in (
         (["--model.server.base_url", "127.0.0.1:8000"], "server.base_url must be an http(s) URL"),
-        (["--model.server.concurrency", "0"], "server.concurrency must be at least 1"),
+        (["--model.server.concurrency", "0"], "server.concurrency must be an integer >= 1"),
     ):
         with pytest.raises(SystemExit):
             evaluate_cli([*served_args("http://127.0.0.1:9/v1", tmp_path / "out"), *extra])

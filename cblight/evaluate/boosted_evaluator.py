@@ -385,7 +385,6 @@ class ServedBackend:
     signature: ClassVar[dict[str, Any]] = {"backend": "openai"}
 
     def __init__(self, server: ServerOptions):
-        server.check()
         self.server = server
 
     def prepare(self, run: BoostedEvaluator, dm: Any, splits: list[TaskSplit], pending: bool) -> None:

@@ -7,8 +7,12 @@ experiments of Tables 2 and 3 are ``cblight.generate.generation_evaluator``. See
 """
 
 from cblight.errors import BoostingError
-from cblight.generate.decode import BoostedGeneration, boosted_generate
-from cblight.generate.fused import FusedBoostedDecoding
+from cblight.generate.decode import (
+    BoostedGeneration,
+    BoostingLogitsProcessor,
+    FusedBoostedDecoding,
+    boosted_generate,
+)
 from cblight.generate.inputs import (
     PreparedPrompts,
     dialog_prompt,
@@ -16,7 +20,6 @@ from cblight.generate.inputs import (
     fit_row,
     prepare_prompts,
 )
-from cblight.generate.processor import BoostingLogitsProcessor
 from cblight.options import (
     MODES,
     AfterMarker,

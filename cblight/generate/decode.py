@@ -1,28 +1,55 @@
-"""``boosted_generate``: boosted decoding of a batch of prompts with any Hugging Face causal LM.
+"""Boosted decoding with any Hugging Face causal LM: ``boosted_generate``, the two decoders it runs inside
+``model.generate``, and the experts' model calls and mixture they share (paper eq. 1, §4).
 
-It validates the options, encodes and fits the prompts (``prepare_prompts``), and calls ``model.generate``:
-with the fused ``custom_generate`` loop by default, with ``BoostingLogitsProcessor`` inside generate's own
-beam search for ``num_beams > 1`` (or ``decoder="processor"``), and plainly when the boosting is the base
-model (``alpha = 0``). Eval mode, no gradients, left padding with explicit position ids, and an optional
-seed (pass a per-rank seed under DDP) that does not disturb the global random state.
+``boosted_generate`` checks the options, prepares the prompts (``cblight.generate.inputs``) and calls
+``model.generate``, in eval mode with no gradient and an optional seed that leaves the caller's random state
+alone:
+
+* ``FusedBoostedDecoding`` (the default): a ``custom_generate`` loop that keeps everything generate prepares
+  (generation config, ``num_return_sequences``, stopping criteria, warpers, user logits processors) and
+  replaces only the token loop. The full contexts and the growing short contexts (separator or marker plus
+  the text so far) are rows of **one** batch with one KV cache, so a dialog or summary step is one forward
+  of ``2N`` rows instead of two of ``N`` (transformers' CFG runs two; docs/design.md, "Speed floors");
+  last-``k`` windows are one extra batched ``k``-token forward per step with logits only at the end.
+* ``BoostingLogitsProcessor``, for beam search (``num_beams > 1``), ``decoder="processor"`` and users' own
+  ``generate`` calls: generate computes ``f_max`` with its own KV cache, the processor adds the short
+  experts. Generate runs it after its constraint processors (``bad_words_ids``, ``min_new_tokens``,
+  repetition penalties act on ``f_max``; their ``-inf`` vetoes survive mixing because ``f_max`` has a
+  positive weight). A processor never sees beam search's reordering, so before feeding the new tokens the
+  cached short contexts are matched to the rows they continue and reordered.
+
+Either way boosting comes **first** and every warper after it: temperature, top-k and top-p act on the
+boosted distribution (docs/design.md, "Mathematics"). With ``alpha = 0`` generate runs plainly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from numbers import Integral
 from typing import Any, Literal
 
 import torch
 
+from cblight.adaptive import token_alphas
+from cblight.batching import (
+    cache_argument,
+    last_position_log_probs,
+    left_pad,
+    output_cache,
+    positions_from_mask,
+)
+from cblight.boosting import boosted_log_probs, log_softmax32, product_of_experts
 from cblight.errors import BoostingError
-from cblight.generate.fused import FusedBoostedDecoding
-from cblight.generate.inputs import PreparedPrompts, Prompts, prepare_prompts
-from cblight.generate.processor import BoostingLogitsProcessor
+from cblight.generate.inputs import PreparedPrompts, Prompts, RowInfo, prepare_prompts
 from cblight.models import model_window
-from cblight.options import Boosting, Experts, Sampling
+from cblight.option_types import PositiveInt, check_arguments
+from cblight.options import Boosting, Experts, LastTokens, Sampling
+
+try:  # transformers' base class keeps isinstance checks in generate happy; the maths does not need it
+    from transformers import LogitsProcessor
+except ImportError:  # pragma: no cover
+    LogitsProcessor = object  # type: ignore[assignment,misc]
 
 Decoder = Literal["fused", "processor"]
 
@@ -52,69 +79,9 @@ class BoostedGeneration:
         return self.sequences[:, self.prompt_width :]
 
 
-# The six boosting options are fields of ``Boosting``, the sampling ones of ``Sampling``: given loose, they
-# are refused with the fix rather than passed to ``generate`` (which would ignore or misread them).
+# The boosting options are fields of ``Boosting``: given loose, they are refused with the fix rather than
+# passed to ``generate`` (which would ignore or misread them).
 _BOOSTING_KEYS = tuple(f.name for f in fields(Boosting))
-
-
-def _sampling(sampling: Sampling | None, kwargs: dict[str, Any]) -> Sampling:
-    loose = [k for k in _BOOSTING_KEYS if k in kwargs]
-    if loose:
-        raise BoostingError(
-            f"boosted_generate takes boosting=Boosting({loose[0]}=...), not {loose[0]}= on its own"
-        )
-    given = [k for k in (*Sampling.GENERATE_KEYS, "seed") if k in kwargs]
-    if sampling is not None and given:
-        raise BoostingError(f"pass {given[0]} inside sampling=Sampling(...) or on its own, not both")
-    if sampling is None:
-        seed = kwargs.pop("seed", None)
-        sampling = Sampling.from_generate_kwargs(kwargs)
-        if seed is not None:
-            sampling = replace(sampling, seed=seed)
-    if not isinstance(sampling, Sampling):
-        raise BoostingError(f"sampling must be a Sampling, got {type(sampling).__name__}")
-    for name, low in (("num_return_sequences", 1),):
-        value = kwargs.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < low):
-            raise BoostingError(f"{name} must be an integer >= {low}, got {value!r}")
-    return sampling
-
-
-def _device(model: Any) -> torch.device:
-    try:
-        return model.get_input_embeddings().weight.device
-    except AttributeError:
-        return next(model.parameters()).device
-
-
-@contextmanager
-def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
-    """Seed torch for one call without touching the caller's random state."""
-    if seed is None:
-        yield
-        return
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(int(seed))
-        yield
-
-
-def _num_beams(model: Any, kwargs: dict[str, Any]) -> int:
-    """The beam count generate will use: the keyword, else a passed config, else the checkpoint's."""
-    if kwargs.get("num_beams") is not None:
-        return int(kwargs["num_beams"])
-    for config in (kwargs.get("generation_config"), getattr(model, "generation_config", None)):
-        if getattr(config, "num_beams", None) is not None:
-            return int(config.num_beams)
-    return 1
-
-
-def _eos_ids(model: Any, tokenizer: Any, kwargs: dict[str, Any]) -> set[int]:
-    eos = kwargs.get("eos_token_id", getattr(model.generation_config, "eos_token_id", None))
-    ids = set() if eos is None else {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}
-    if tokenizer.eos_token_id is not None and "eos_token_id" not in kwargs:
-        ids.add(int(tokenizer.eos_token_id))
-    return ids
 
 
 def boosted_generate(
@@ -124,7 +91,7 @@ def boosted_generate(
     boosting: Boosting | Experts | None = None,
     sampling: Sampling | None = None,
     *,
-    max_new_tokens: int = 64,
+    max_new_tokens: PositiveInt = 64,
     attention_mask: torch.Tensor | None = None,
     max_length: int | None = None,
     decoder: Decoder = "fused",
@@ -147,12 +114,23 @@ def boosted_generate(
     ``decoder="processor"`` uses the logits-processor path even without beams (same results, one extra
     forward per step for the short contexts).
     """
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
-        raise BoostingError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if decoder not in ("fused", "processor"):
-        raise BoostingError(f"decoder must be 'fused' or 'processor', got {decoder!r}")
-    sampling = _sampling(sampling, generate_kwargs)
-    device = _device(model)
+    check_arguments(boosted_generate, locals(), BoostingError)
+    loose = [k for k in _BOOSTING_KEYS if k in generate_kwargs]
+    if loose:
+        raise BoostingError(
+            f"boosted_generate takes boosting=Boosting({loose[0]}=...), not {loose[0]}= on its own"
+        )
+    given = [k for k in (*Sampling.GENERATE_KEYS, "seed") if k in generate_kwargs]
+    if sampling is not None and given:
+        raise BoostingError(f"pass {given[0]} inside sampling=Sampling(...) or on its own, not both")
+    if sampling is None:
+        sampling = replace(
+            Sampling.from_generate_kwargs(generate_kwargs), seed=generate_kwargs.pop("seed", None)
+        )
+    try:
+        device = model.get_input_embeddings().weight.device
+    except AttributeError:
+        device = next(model.parameters()).device
     window = model_window(model, max_length)
     room = window - max_new_tokens
     if room < 1:
@@ -165,10 +143,9 @@ def boosted_generate(
         attention_mask=attention_mask,
         device=device,
     )
-    experts = prepared.experts
 
     kwargs = {**generate_kwargs, **sampling.generate_kwargs()}
-    streamer = kwargs.pop("streamer", None)
+    streamer = kwargs.get("streamer")
     if kwargs.get("pad_token_id") is None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         kwargs["pad_token_id"] = pad
@@ -177,39 +154,400 @@ def boosted_generate(
         attention_mask=prepared.attention_mask,
         max_new_tokens=max_new_tokens,
         return_dict_in_generate=True,
-        streamer=streamer,
     )
-    beams = _num_beams(model, kwargs)
+    # the beam count generate will use: the keyword, else a passed config, else the checkpoint's
+    configs = (kwargs.get("generation_config"), getattr(model, "generation_config", None))
+    given_beams = (kwargs.get("num_beams"), *(getattr(c, "num_beams", None) for c in configs))
+    beams = int(next((b for b in given_beams if b is not None), 1))
     boosted: BoostingLogitsProcessor | FusedBoostedDecoding | None = None
-    if experts.is_plain:
-        pass
-    elif beams > 1 or decoder == "processor":
+    if not prepared.experts.is_plain and (beams > 1 or decoder == "processor"):
         from transformers import LogitsProcessorList
 
         user = list(kwargs.pop("logits_processor", None) or [])
         boosted = BoostingLogitsProcessor(model, prepared)
         kwargs["logits_processor"] = LogitsProcessorList([boosted, *user])
-    else:
+    elif not prepared.experts.is_plain:
         boosted = kwargs["custom_generate"] = FusedBoostedDecoding(prepared, streamer=streamer)
 
     was_training = model.training
     model.eval()
+    seeded = sampling.seed is not None
     try:
-        with torch.no_grad(), _seeded(sampling.seed, device):
+        with (
+            torch.no_grad(),
+            torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=seeded),
+        ):
+            if seeded:
+                torch.manual_seed(int(sampling.seed))
             out = model.generate(**kwargs)
     finally:
         if was_training:
             model.train()
 
-    eos = _eos_ids(model, tokenizer, generate_kwargs)
-    width = prepared.width
-    tokens: list[list[int]] = []
-    for row in out.sequences[:, width:].tolist():
-        cut = next((i for i, t in enumerate(row) if t in eos), len(row))
-        tokens.append(row[:cut])
+    eos = generate_kwargs.get("eos_token_id", getattr(model.generation_config, "eos_token_id", None))
+    eos = set() if eos is None else {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}
+    if tokenizer.eos_token_id is not None and "eos_token_id" not in generate_kwargs:
+        eos.add(int(tokenizer.eos_token_id))
+    rows = out.sequences[:, prepared.width :].tolist()
+    tokens = [next((row[:i] for i, t in enumerate(row) if t in eos), row) for row in rows]
     texts = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens]
     alphas = None
-    if boosted is not None and experts.adaptive is not None and beams == 1 and boosted.alphas:
+    if boosted is not None and prepared.experts.adaptive is not None and beams == 1 and boosted.alphas:
         steps = torch.stack(boosted.alphas, 1).tolist()  # [N, steps]: row r's alpha at each step
         alphas = [row[: len(t)] for row, t in zip(steps, tokens)]
-    return BoostedGeneration(out.sequences, width, tokens, texts, out.scores, prepared, alphas)
+    return BoostedGeneration(out.sequences, prepared.width, tokens, texts, out.scores, prepared, alphas)
+
+
+class FusedBoostedDecoding:
+    """A ``custom_generate`` callable for one prompt batch, mixing the experts the batch was prepared for
+    (see the module docstring).
+
+    ``streamer`` is given here as well as to ``generate``: generate does not pass it on to a callable.
+    With an adaptive rule, ``alphas`` holds each step's per-row alphas (``[N]`` tensors, docs/adaptive.md).
+    """
+
+    def __init__(self, prompts: PreparedPrompts, streamer: Any = None):
+        self.prompts = prompts
+        self.streamer = streamer
+        self.alphas: list[torch.Tensor] = []
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        logits_processor: Any,
+        stopping_criteria: Any,
+        generation_config: Any,
+        synced_gpus: bool = False,
+        streamer: Any = None,
+        **model_kwargs: Any,
+    ) -> Any:
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+        if generation_config.num_beams not in (None, 1):
+            raise BoostingError(
+                "the fused boosted decoder does not do beam search; use BoostingLogitsProcessor with "
+                "generate's beam search (boosted_generate does this for num_beams > 1)"
+            )
+        if synced_gpus:
+            raise BoostingError("synced_gpus (FSDP / DeepSpeed ZeRO-3) is not supported by boosted decoding")
+        if input_ids.shape[1] != self.prompts.width:
+            raise BoostingError("FusedBoostedDecoding must be given the input_ids of its PreparedPrompts")
+        streamer = streamer if streamer is not None else self.streamer
+        n_rows = input_ids.shape[0]
+        mask = model_kwargs.get("attention_mask")
+        if mask is None:
+            mask = torch.ones_like(input_ids)
+        info = self.prompts.rows_for(n_rows, input_ids.device)
+        pad = generation_config._pad_token_tensor  # set by generate from pad/EOS
+        pad_id = int(pad.reshape(-1)[0]) if pad is not None else 0
+        has_eos = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
+
+        rows = CachedRows(model, pad_id)
+        lps = rows.prefill([(input_ids, mask), *short_groups(self.prompts, info, input_ids, pad_id)])
+        want = generation_config.return_dict_in_generate
+        scores_out: list[torch.Tensor] = []
+        logits_out: list[torch.Tensor] = []
+        unfinished = torch.ones(n_rows, dtype=torch.bool, device=input_ids.device)
+        while True:
+            boosted = boosted_scores(model, self.prompts, input_ids, info, lps[0], lps[1:], self.alphas)
+            scores = logits_processor(input_ids, boosted)
+            if want and generation_config.output_scores:
+                scores_out.append(scores)
+            if want and generation_config.output_logits:
+                logits_out.append(lps[0])
+            if generation_config.do_sample:
+                tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+            else:
+                tokens = torch.argmax(scores, dim=-1)
+            if has_eos:
+                tokens = torch.where(unfinished, tokens, torch.full_like(tokens, pad_id))
+            input_ids = torch.cat([input_ids, tokens[:, None]], dim=-1)
+            if streamer is not None:
+                streamer.put(tokens.cpu())
+            unfinished = unfinished & ~stopping_criteria(input_ids, tuple(scores_out))
+            if not bool(unfinished.any()):
+                break
+            lps = rows.step(tokens)
+        if streamer is not None:
+            streamer.end()
+        if not want:
+            return input_ids
+        return GenerateDecoderOnlyOutput(
+            sequences=input_ids,
+            scores=tuple(scores_out) if generation_config.output_scores else None,
+            logits=tuple(logits_out) if generation_config.output_logits else None,
+        )
+
+
+class BoostingLogitsProcessor(LogitsProcessor):
+    """Coherence boosting inside ``model.generate`` (greedy, sampling, beam search, streaming, ...).
+
+    Build one per prompt batch::
+
+        prompts = prepare_prompts(tokenizer, texts, boosting, room=window - max_new_tokens)
+        proc = BoostingLogitsProcessor(model, prompts)  # mixes the experts prompts was prepared for
+        model.generate(prompts.input_ids, attention_mask=prompts.attention_mask,
+                       logits_processor=[proc], max_new_tokens=..., do_sample=True, top_p=0.95)
+
+    ``reorders`` counts the steps at which beam search shuffled rows (and the short caches followed); with an
+    adaptive rule ``alphas`` holds each step's per-row alphas (``[N]`` tensors, docs/adaptive.md). Last-``k``
+    windows need no cache and work with anything generate does.
+    """
+
+    def __init__(self, model: Any, prompts: PreparedPrompts):
+        self.model = model
+        self.prompts = prompts
+        self.reorders = 0
+        self._rows: CachedRows | None = None
+        self._info: RowInfo | None = None
+        self._last: torch.Tensor | None = None
+        self.alphas: list[torch.Tensor] = []
+
+    def _parents(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """For each current row, the former row it extends by one token (``None``: nothing moved)."""
+        assert self._last is not None
+        before = input_ids[:, :-1]
+        if torch.equal(before, self._last):
+            return None
+        n, width0 = input_ids.shape[0], self.prompts.width
+        group = torch.arange(n, device=input_ids.device) // (n // len(self.prompts.rows))  # each row's prompt
+        same = (before[:, None, width0:] == self._last[None, :, width0:]).all(-1) & (
+            group[:, None] == group[None, :]
+        )
+        if not bool(same.any(dim=1).all()):
+            raise BoostingError(
+                "a row does not extend any row of the previous step: this generation method rewrites "
+                "sequences in a way the cached short context cannot follow"
+            )
+        return same.int().argmax(dim=1)
+
+    @torch.no_grad()
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        full = log_softmax32(scores)
+        width = input_ids.shape[1]
+        anchored: list[torch.Tensor] = []
+        if self._last is None or width == self.prompts.width:  # a new generate call
+            self._info = self.prompts.rows_for(input_ids.shape[0], input_ids.device)
+            self.alphas = []
+            groups = short_groups(self.prompts, self._info, input_ids, pad_id=0)  # any id fills padding
+            self._rows = CachedRows(self.model, 0) if groups else None
+            if self._rows is not None:
+                anchored = self._rows.prefill(groups)
+        else:
+            if width != self._last.shape[1] + 1:
+                raise BoostingError(
+                    f"the processor saw {self._last.shape[1]} then {width} tokens: boosting follows one token "
+                    "per step (assisted / speculative decoding is not supported)"
+                )
+            if self._rows is not None:
+                parents = self._parents(input_ids)
+                if parents is not None:
+                    self._rows.reorder(parents)
+                    self.reorders += 1
+                anchored = self._rows.step(input_ids[:, -1])
+        self._last = input_ids
+        assert self._info is not None
+        return boosted_scores(
+            self.model, self.prompts, input_ids, self._info, full, anchored, self.alphas
+        ).to(scores.dtype)
+
+
+# -- the experts: their model calls and their mixture per step ---------------------------------------------
+
+
+def boosted_scores(
+    model: Any,
+    prompts: PreparedPrompts,
+    input_ids: torch.Tensor,
+    info: RowInfo,
+    full: torch.Tensor,
+    anchored: Sequence[torch.Tensor],
+    trace: list[torch.Tensor],
+) -> torch.Tensor:
+    """``log_softmax(w_full log f_max + Σ w_i log f_i)`` (paper eq. 1) for the current rows, float32.
+
+    ``anchored`` holds ``log f`` of the anchored experts in expert order; last-``k`` experts are run here.
+    With an adaptive rule the two weights are ``two_expert_weights(alpha_r, form)`` with each row's own
+    ``alpha_r`` from the rule, and ``trace`` receives this step's alphas ``[N]``.
+    """
+    experts = prompts.experts
+    lps, weights = [full], [experts.full_weight]
+    it = iter(anchored)
+    for rule, weight in experts.active:
+        if isinstance(rule, LastTokens):
+            lps.append(window_log_probs(model, input_ids, info, prompts.prefix, rule.k, full))
+        else:
+            lps.append(next(it))
+        weights.append(weight)
+    if experts.adaptive is not None:
+        alpha = token_alphas(experts.adaptive, full, lps[1], experts.form)
+        trace.append(alpha)
+        return boosted_log_probs(full, lps[1], alpha, experts.form)
+    return mix_experts(lps, weights)
+
+
+def mix_experts(log_probs: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
+    """``product_of_experts`` (paper eq. 1) with a fast path for the usual case.
+
+    When no expert holds ``-inf`` (nothing has masked ``f_max``), the NaN-safe bookkeeping of
+    ``cblight.boosting.mix_log_probs`` is not needed: a weighted sum and one log-softmax give the same
+    numbers with a third of the passes over ``[N, vocab]``, which matters on CPU at every decoding step.
+    """
+    if all(bool(lp.amin() > -math.inf) for lp in log_probs):
+        total = log_probs[0] * weights[0]
+        for lp, w in zip(log_probs[1:], weights[1:]):
+            total.add_(lp, alpha=w)
+        return torch.log_softmax(total, dim=-1)
+    return product_of_experts(log_probs, weights)
+
+
+def window_log_probs(
+    model: Any, input_ids: torch.Tensor, info: RowInfo, prefix: Sequence[int], k: int, full: torch.Tensor
+) -> torch.Tensor:
+    """``log f_k`` at the end of every row of a left-padded ``input_ids`` ``[N, T]``: ``[N, V]`` float32.
+
+    A window starts at a new position every step, so no cache can be reused: one batched ``k``-token
+    forward, logits only at its last position, the window at positions ``0..k-1`` (after BOS where the
+    tokenizer adds one). Rows whose content is at most ``k`` tokens take ``full`` (``f_max``) itself.
+    """
+    width = input_ids.shape[1]
+    content = width - info.content_start - len(prefix) * info.has_prefix.long()
+    need = content > k
+    if not bool(need.any()):
+        return full
+    out: torch.Tensor | None = None
+    tail = input_ids[:, width - k :]
+    for with_prefix in (True, False):
+        rows = torch.nonzero(need & (info.has_prefix == with_prefix), as_tuple=True)[0]
+        if rows.numel() == 0:
+            continue
+        windows = tail.index_select(0, rows)
+        if with_prefix and prefix:
+            pre = torch.as_tensor(list(prefix), dtype=windows.dtype, device=windows.device)
+            windows = torch.cat([pre.view(1, -1).expand(rows.numel(), -1), windows], dim=1)
+        lp = last_position_log_probs(model, windows)
+        if rows.numel() == full.shape[0]:
+            return lp  # every row has a window: no copy of f_max needed
+        if out is None:
+            out = full.clone()
+        out[rows] = lp
+    assert out is not None
+    return out
+
+
+def short_groups(
+    prompts: PreparedPrompts, info: RowInfo, input_ids: torch.Tensor, pad_id: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Left-padded ``(ids, mask)`` of each active anchored expert's short contexts ``prefix + row[anchor:]``
+    (the separator or marker and what follows), in expert order, ready for ``CachedRows.prefill``."""
+    rows, flags = input_ids.tolist(), info.has_prefix.tolist()
+    groups = []
+    for (rule, weight), anchor in zip(prompts.experts.experts, info.anchors):
+        if weight != 0.0 and not isinstance(rule, LastTokens):
+            assert anchor is not None
+            contexts = [
+                (list(prompts.prefix) if flag else []) + row[a:]
+                for row, a, flag in zip(rows, anchor.tolist(), flags)
+            ]
+            groups.append(left_pad(contexts, pad_id, input_ids.device))
+    return groups
+
+
+class CachedRows:
+    """Groups of ``N`` growing contexts decoded together: one KV cache, one forward per step.
+
+    Every group (e.g. the full prompts, then the short contexts of each anchored expert) gains the same
+    token per row each step. Position ids count real tokens only, so a short context sits at positions
+    ``0..`` exactly as if it were the whole input, and left padding is invisible to absolute-position models.
+    ``reorder`` follows beam search's row shuffles.
+    """
+
+    def __init__(self, model: Any, pad_id: int):
+        self.model = model
+        self.pad_id = pad_id
+        supports = getattr(model, "_supports_logits_to_keep", None)
+        self.keep = {"logits_to_keep": 1} if callable(supports) and supports() else {}
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None
+        self.next_pos: torch.Tensor | None = None
+        self.groups = 0
+        self.rows = 0
+
+    def _run(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any = None) -> Any:
+        return self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            **{cache_argument(self.model): cache},
+            **self.keep,
+        )
+
+    def prefill(self, groups: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """Encode each group ``(ids [N, W_g], left-padded mask)``; returns ``log f`` ``[N, V]`` per group.
+
+        Each group runs at its own width (a short context is not padded to the prompt's length) and the
+        caches are then joined; models whose cache cannot be joined run one padded batch instead.
+        """
+        self.groups = len(groups)
+        self.rows = int(groups[0][0].shape[0])
+        width = max(int(ids.shape[1]) for ids, _ in groups)
+        outs = []
+        for ids, mask in groups:
+            pos = positions_from_mask(mask)
+            outs.append((self._run(ids, mask, pos), mask, pos))
+        if len(outs) == 1:
+            cache = output_cache(outs[0][0])
+        else:
+            cache = _merge_left_padded([output_cache(o) for o, _, _ in outs], width)
+        masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m, _ in outs]
+        self.mask = torch.cat(masks, dim=0)
+        self.next_pos = torch.cat([p[:, -1] + 1 for _, _, p in outs], dim=0)
+        if cache is None:
+            ids = torch.cat(
+                [torch.nn.functional.pad(i, (width - i.shape[1], 0), value=self.pad_id) for i, _ in groups]
+            )
+            out = self._run(ids, self.mask, positions_from_mask(self.mask))
+            self.cache = output_cache(out)
+            return list(log_softmax32(out.logits[:, -1, :]).split(self.rows, dim=0))
+        self.cache = cache
+        return [log_softmax32(o.logits[:, -1, :]) for o, _, _ in outs]
+
+    def step(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Append ``tokens`` ``[N]`` to every group; returns the next ``log f`` ``[N, V]`` per group."""
+        assert self.mask is not None and self.next_pos is not None
+        ids = tokens.repeat(self.groups).view(-1, 1)
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        out = self._run(ids, self.mask, self.next_pos.view(-1, 1), self.cache)
+        self.cache = output_cache(out)
+        self.next_pos = self.next_pos + 1
+        return list(log_softmax32(out.logits[:, -1, :]).split(self.rows, dim=0))
+
+    def reorder(self, parents: torch.Tensor) -> None:
+        """Row ``r`` of every group continues former row ``parents[r]`` (beam search)."""
+        assert self.mask is not None and self.next_pos is not None
+        index = torch.cat([parents + g * self.rows for g in range(self.groups)])
+        self.cache.reorder_cache(index)
+        self.mask = self.mask.index_select(0, index)
+        self.next_pos = self.next_pos.index_select(0, index)
+
+
+def _merge_left_padded(caches: Sequence[Any], width: int) -> Any | None:
+    """One ``DynamicCache`` holding the rows of several, each left-padded with zeros to ``width`` (the
+    padding is masked out). ``None`` when a cache is not a plain dynamic one (sliding windows, ...)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    if not all(
+        type(c) is DynamicCache and c.layers and all(type(la) is DynamicLayer for la in c.layers)
+        for c in caches
+    ):
+        return None
+
+    def joined(i: int, name: str) -> torch.Tensor:  # layer i's keys or values of every cache, left-padded
+        parts = [getattr(cache.layers[i], name) for cache in caches]
+        return torch.cat([torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in parts])
+
+    data = [(joined(i, "keys"), joined(i, "values")) for i in range(len(caches[0].layers))]
+    return DynamicCache(ddp_cache_data=data)

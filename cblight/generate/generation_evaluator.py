@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, TextSuite
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, model_window
+from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
 from cblight.results import atomic_write_jsonl, format_table, save_figure
 from cblight.runs import check_interrupt
 from cblight.scoring import Encoder
@@ -51,24 +52,13 @@ GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary", "al
 
 @dataclass
 class GenerationTask:
-    """One task of a generation run: its split, the table it fills and its rows."""
+    """One task of a generation run: its split, the table it fills and its rows (the run's decodings, then
+    ``None``, the human row, when the task has human text to score)."""
 
     split: TaskSplit
     table: Table
     max_new_tokens: int
-    decodings: list[Decoding] = field(default_factory=list)
-
-
-def table_of(split: TaskSplit) -> Table:
-    """The table a generation task fills: summaries, dialog (examples with turns) or text (WebText)."""
-    spec = split.task
-    if spec.kind != "generation":
-        raise DataError(f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator")
-    if spec.output_sentences:
-        return "summary"
-    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
-        return "dialog"
-    return "text"
+    rows: list[Decoding | None]
 
 
 class BoostedGenerationEvaluator(Evaluator):
@@ -95,7 +85,8 @@ class BoostedGenerationEvaluator(Evaluator):
             it can run, else nltk). ``official`` where it cannot run is refused when given; ``auto`` is
             resolved only when a dialog task is set up.
         human: also score the held-out human text (the "Human" row).
-        score_batch_size: documents per forward pass when scoring with the base LM.
+        score_batch_size: documents per forward pass of the metrics model when scoring with the base LM
+            (``data.batch_size`` is the prompts per generate call).
         output_dir: where generations, results, plots, cache and logs go (``{model}`` = the model's name).
         overwrite: discard the generation cache in ``output_dir`` instead of resuming from it.
         plots: write Figure 3 (metrics vs alpha per k, with the human line) when a grid is given.
@@ -114,32 +105,25 @@ class BoostedGenerationEvaluator(Evaluator):
         trust_remote_code: bool = False,
         decodings: list[Decoding] | None = None,
         grid: DecodingGrid | None = None,
-        max_new_tokens: int | None = None,
+        max_new_tokens: PositiveInt | None = None,
         seed: int = 1234,
         metrics_model: str | None = None,
-        short_window: int = 20,
-        self_bleu_samples: int | None = 1000,
+        short_window: PositiveInt = 20,
+        self_bleu_samples: PositiveInt | None = 1000,
         meteor: MeteorRoute = "auto",
         human: bool = True,
-        score_batch_size: int = 8,
+        score_batch_size: PositiveInt = 8,
         output_dir: str = "outputs/generation/{model}",
         overwrite: bool = False,
         plots: bool = True,
-        log_samples: int = 16,
+        log_samples: NonNegativeInt = 16,
         run_label: str | None = None,
     ):
         super().__init__(model, tokenizer, output_dir, overwrite, run_label)
         self.save_hyperparameters()
         self.decodings, self.grid = resolve_decodings(decodings, grid)
-        if max_new_tokens is not None and max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        if short_window < 1:
-            raise ConfigError(f"short_window must be at least 1, got {short_window}")
-        if score_batch_size < 1:
-            raise ConfigError(
-                f"model.score_batch_size must be at least 1, got {score_batch_size} (documents per forward "
-                "pass of the metrics model; data.batch_size is the prompts per generate call)"
-            )
+        # the rows come back from checkpoints as dicts: checked as the resolved dataclasses
+        check_arguments(type(self).__init__, {**self.hparams, "decodings": self.decodings, "grid": self.grid})
         if meteor == "official":  # asked for by name: refused here, before any work, where it cannot run
             resolve_meteor_route(meteor)
         self._metrics_lm: Any = None
@@ -151,16 +135,12 @@ class BoostedGenerationEvaluator(Evaluator):
         sig = self.cache_signature(task.split.name, task.split.split)
         sig.update(
             max_new_tokens=task.max_new_tokens,
-            seed=self.hparams.seed,
             metrics_model=self.hparams.metrics_model or self.model_name,
             short_window=self.hparams.short_window,
         )
-        if decoding is not None:
-            sig["decoding"] = decoding.signature()
-        else:
-            sig.pop("seed")
-            sig["decoding"] = "human"
-        return sig
+        if decoding is None:  # the human row draws nothing: no seed
+            return {**sig, "decoding": "human"}
+        return {**sig, "seed": self.hparams.seed, "decoding": decoding.signature()}
 
     def setup(self, stage: str) -> None:
         if stage != "test":
@@ -171,17 +151,37 @@ class BoostedGenerationEvaluator(Evaluator):
         self._tasks = []
         pending = False
         for split in dm.loader_splits("report"):
-            table = table_of(split)
-            max_new = self.hparams.max_new_tokens or split.task.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-            task = GenerationTask(split, table, max_new, self.decodings)
+            spec = split.task
+            if spec.kind != "generation":
+                raise DataError(
+                    f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator"
+                )
+            # the table it fills: summaries, dialog (examples with turns) or text (WebText)
+            table: Table = "text"
+            if spec.output_sentences:
+                table = "summary"
+            elif any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
+                table = "dialog"
+            max_new = self.hparams.max_new_tokens or spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+            human = self.hparams.human and any(
+                isinstance(ex, GenerationExample) and ex.human for ex in split.examples
+            )
+            task = GenerationTask(split, table, max_new, [*self.decodings, *([None] if human else [])])
             self._tasks.append(task)
-            for decoding in [*task.decodings, None]:
-                if decoding is None and not self._scores_human(task):
-                    continue
+            for i, decoding in enumerate(task.rows):
                 slug = decoding.slug if decoding is not None else "human"
-                suite_key = self._suite_key(split.name, slug)
-                if suite_key not in self.suites:
-                    self.suites[suite_key] = self._new_suite(table)
+                # a suite per row, keyed by its position (ModuleDict keys may not hold the "." of alphas)
+                if f"{split.name}__{i}" not in self.suites:  # the dialog suite resolves the METEOR route
+                    self.suites[f"{split.name}__{i}"] = (
+                        TextSuite(
+                            eos_token_id=self.tokenizer.eos_token_id,
+                            self_bleu_samples=self.hparams.self_bleu_samples,
+                        )
+                        if table == "text"
+                        else DialogSuite(meteor=self.hparams.meteor)
+                        if table == "dialog"
+                        else SummarySuite()
+                    )
                 cached = self._open_cache(
                     (split.name, slug),
                     self.output_dir / "cache" / split.name / slug,
@@ -194,43 +194,57 @@ class BoostedGenerationEvaluator(Evaluator):
         if pending and self.model is None:
             self._load_model()
 
-    def _new_suite(self, table: Table) -> nn.Module:
-        """The metric suite of a table: Table 2's (text), Table 3's (dialog, with the METEOR route, refused
-        here when an official METEOR cannot run) or ROUGE (summaries)."""
-        if table == "text":
-            return TextSuite(
-                eos_token_id=self.tokenizer.eos_token_id, self_bleu_samples=self.hparams.self_bleu_samples
-            )
-        if table == "dialog":
-            return DialogSuite(meteor=self.hparams.meteor)
-        return SummarySuite()
-
-    def _suite_key(self, task: str, slug: str) -> str:
-        # ModuleDict keys may not hold "." (alphas do): key by the decoding's position instead
-        index = next((i for i, d in enumerate(self.decodings) if d.slug == slug), "human")
-        return f"{task}__{index}"
-
-    def _scores_human(self, task: GenerationTask) -> bool:
-        return bool(self.hparams.human) and any(
-            isinstance(ex, GenerationExample) and ex.human for ex in task.split.examples
-        )
-
-    @property
-    def metrics_lm(self) -> Any:
-        """The base LM of perplexity, LTF and delta: ``metrics_model``, or the generating model itself."""
-        name = self.hparams.metrics_model
-        if name is None or name == self.model_name:
-            if self.model is None:
-                self._load_model()
-            return self.model
-        if self._metrics_lm is None:
-            self._metrics_lm = load_causal_lm(name, dtype=self.hparams.dtype, revision=self.hparams.revision)
-            self._metrics_lm.to(self.device)
-        return self._metrics_lm
-
     # -- one batch -----------------------------------------------------------------------------------------
-    def _prompt_ids(self, task: GenerationTask, examples: Sequence[GenerationExample]) -> list[list[int]]:
-        window = None if self.model is not None else checkpoint_window(self.model_name, self.hparams.revision)
+    def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
+        task = self._tasks[dataloader_idx]
+        batches = self.trainer.num_test_batches
+        total = batches[dataloader_idx] if isinstance(batches, list) and batches else "?"
+        for i, decoding in enumerate(task.rows, 1):
+            if decoding is not None:
+                check_interrupt()
+                show_progress(
+                    self.trainer,
+                    f"{task.split.name} batch {batch_idx + 1}/{total} ({len(batch)} prompts): "
+                    f"decoding {i}/{len(self.decodings)} {decoding.name!r}",
+                )
+            records = self._records(task, decoding, batch)
+            if not records:
+                continue
+            suite = self.suites[f"{task.split.name}__{i - 1}"]
+            examples = [task.split.by_idx[r["id"]] for r in records]
+            if task.table == "text":
+                kept = [r for r in records if r["tokens"]]
+                suite.update(
+                    [r["tokens"] for r in kept],
+                    [torch.tensor(r["lp_full"]) for r in kept],
+                    [torch.tensor(r["lp_short"]) for r in kept],
+                    ids=[r["id"] for r in kept],
+                )
+            elif task.table == "dialog":
+                suite.update([r["text"].strip() for r in records], [list(ex.references) for ex in examples])
+            else:
+                suite.update([r["summary"] for r in records], [list(ex.references) for ex in examples])
+
+    def _records(
+        self, task: GenerationTask, decoding: Decoding | None, batch: list[GenerationExample]
+    ) -> list[dict[str, Any]]:
+        """The batch's records of one row (``None``: the human row), from the cache or made now: generated
+        (or, for the human row, each held-out continuation cut to the generation length), and for Table 2
+        with the per-token ``log p_full`` / ``log p_short`` of their tokens under the base LM (perplexity,
+        LTF and delta), rounded to 6 decimals for the cache."""
+        key = (task.split.name, decoding.slug if decoding is not None else "human")
+        cached = self._cached[key]
+        have = {
+            ex.idx: cached[ex.idx]
+            for ex in batch
+            if cached.get(ex.idx, {}).get("input") == digest(ex.input_key())
+        }
+        todo = [ex for ex in batch if ex.idx not in have and (decoding is not None or ex.human)]
+        if not todo:
+            return [have[ex.idx] for ex in batch if ex.idx in have]
+        # the human row needs no model where the checkpoint's config gives the window
+        loaded = decoding is not None or self.model is not None
+        window = None if loaded else checkpoint_window(self.model_name, self.hparams.revision)
         if window is None:
             if self.model is None:
                 self._load_model()
@@ -240,284 +254,204 @@ class BoostedGenerationEvaluator(Evaluator):
             raise ConfigError(
                 f"max_new_tokens={task.max_new_tokens} leaves no room in the model window of {window}"
             )
-        return [fit_example(self.tokenizer, ex, budget) for ex in examples]
-
-    def _generate(
-        self, task: GenerationTask, decoding: Decoding, examples: list[GenerationExample]
-    ) -> list[dict[str, Any]]:
-        if self.model is None:
-            self._load_model()
-        prompts = self._prompt_ids(task, examples)
-        # seeded by the run's seed, the row and the batch's example ids: a rerun draws the same samples, and
-        # each process (holding other examples under DDP) other ones
-        key = f"{self.hparams.seed}|{decoding.slug}|{','.join(str(ex.idx) for ex in examples)}"
-        seed = zlib.crc32(key.encode("utf-8"))
-        try:
-            out = boosted_generate(
-                self.model,
-                self.tokenizer,
-                prompts,
-                decoding.boosting_for(task.table),
-                decoding.generate_sampling(seed),
-                max_new_tokens=task.max_new_tokens,
-            )
-        except CblightError as err:
-            raise type(err)(f"decoding {decoding.name!r}: {err}") from None
-        alphas = out.alphas or [None] * len(examples)
-        return [
-            generation_record(task, ex, prompt, tokens, text, row_alphas)
-            for ex, prompt, tokens, text, row_alphas in zip(
-                examples, out.prompts.rows, out.tokens, out.texts, alphas
-            )
-        ]
-
-    def _human(self, task: GenerationTask, examples: list[GenerationExample]) -> list[dict[str, Any]]:
-        """The "Human" row's records: each held-out continuation, cut to the generation length."""
-        enc = Encoder(self.tokenizer)
-        records = []
-        for ex, prompt in zip(examples, self._prompt_ids(task, examples)):
-            tokens = enc.body(ex.human or "")[: task.max_new_tokens]
-            records.append(generation_record(task, ex, prompt, tokens, self.tokenizer.decode(tokens)))
-        return records
-
-    def _add_log_probs(self, records: list[dict[str, Any]]) -> None:
-        """Per-token ``log p_full`` / ``log p_short`` of each record's tokens under the base LM (Table 2's
-        perplexity, LTF and delta), rounded to 6 decimals for the cache."""
-        todo = [r for r in records if r["tokens"] and "lp_full" not in r]
-        if not todo:
-            return
-        scored = generated_token_log_probs(
-            self.metrics_lm,
-            [r["context"] for r in todo],
-            [r["tokens"] for r in todo],
-            k=self.hparams.short_window,
-            prefix=Encoder(self.tokenizer).prefix,
-            batch_size=self.hparams.score_batch_size,
-            pad_id=int(self.tokenizer.pad_token_id or 0),
-        )
-        for r, (full, short) in zip(todo, scored):
-            r["lp_full"] = [round(x, 6) for x in full.tolist()]
-            r["lp_short"] = [round(x, 6) for x in short.tolist()]
-
-    def _records(
-        self, task: GenerationTask, decoding: Decoding | None, batch: list[GenerationExample]
-    ) -> list[dict[str, Any]]:
-        slug = decoding.slug if decoding is not None else "human"
-        key = (task.split.name, slug)
-        cached = self._cached[key]
-        have = {
-            ex.idx: cached[ex.idx]
-            for ex in batch
-            if cached.get(ex.idx, {}).get("input") == digest(ex.input_key())
-        }
-        todo = [ex for ex in batch if ex.idx not in have]
+        prompts = [fit_example(self.tokenizer, ex, budget) for ex in todo]
         if decoding is None:
-            todo = [ex for ex in todo if ex.human]
-        if todo:
-            fresh = self._generate(task, decoding, todo) if decoding is not None else self._human(task, todo)
-            if task.table == "text":
-                self._add_log_probs(fresh)
-            self._store(key, fresh)
-            have.update((rec["id"], rec) for rec in fresh)
+            enc = Encoder(self.tokenizer)
+            tokens = [enc.body(ex.human or "")[: task.max_new_tokens] for ex in todo]
+            texts = [self.tokenizer.decode(t) for t in tokens]
+            alphas: list[list[float] | None] = [None] * len(todo)
+        else:
+            # seeded by the run's seed, the row and the batch's example ids: a rerun draws the same samples,
+            # and each process (holding other examples under DDP) other ones
+            key_text = f"{self.hparams.seed}|{decoding.slug}|{','.join(str(ex.idx) for ex in todo)}"
+            try:
+                out = boosted_generate(
+                    self.model,
+                    self.tokenizer,
+                    prompts,
+                    decoding.boosting_for(task.table),
+                    decoding.generate_sampling(zlib.crc32(key_text.encode("utf-8"))),
+                    max_new_tokens=task.max_new_tokens,
+                )
+            except CblightError as err:
+                raise type(err)(f"decoding {decoding.name!r}: {err}") from None
+            prompts, tokens, texts = out.prompts.rows, out.tokens, out.texts
+            alphas = out.alphas or [None] * len(todo)
+        fresh = []
+        for ex, prompt, row_tokens, text, row_alphas in zip(todo, prompts, tokens, texts, alphas):
+            # what the metrics and generations/*.jsonl need; with an adaptive rule, each token's alpha
+            record: dict[str, Any] = {
+                "id": ex.idx,
+                "input": digest(ex.input_key()),
+                "prompt": ex.prompt,
+                "context": list(prompt),
+                "tokens": list(row_tokens),
+                "text": text,
+            }
+            if row_alphas is not None:
+                record["alphas"] = [round(a, 6) for a in row_alphas]
+            if task.table == "summary":
+                record["summary"] = first_sentences(text, task.split.task.output_sentences)
+            fresh.append(record)
+        scored = [r for r in fresh if r["tokens"]] if task.table == "text" else []
+        if scored:
+            name = self.hparams.metrics_model
+            own = name is None or name == self.model_name
+            if own and self.model is None:
+                self._load_model()
+            elif not own and self._metrics_lm is None:
+                self._metrics_lm = load_causal_lm(
+                    name, dtype=self.hparams.dtype, revision=self.hparams.revision
+                ).to(self.device)
+            metrics_lm = self.model if own else self._metrics_lm
+            log_probs = generated_token_log_probs(
+                metrics_lm,
+                [r["context"] for r in scored],
+                [r["tokens"] for r in scored],
+                k=self.hparams.short_window,
+                prefix=Encoder(self.tokenizer).prefix,
+                batch_size=self.hparams.score_batch_size,
+                pad_id=int(self.tokenizer.pad_token_id or 0),
+            )
+            for r, (full, short) in zip(scored, log_probs):
+                r["lp_full"] = [round(x, 6) for x in full.tolist()]
+                r["lp_short"] = [round(x, 6) for x in short.tolist()]
+        self._store(key, fresh)
+        have.update((rec["id"], rec) for rec in fresh)
         return [have[ex.idx] for ex in batch if ex.idx in have]
 
-    def _update(self, task: GenerationTask, slug: str, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        suite = self.suites[self._suite_key(task.split.name, slug)]
-        examples = [task.split.by_idx[r["id"]] for r in records]
-        if task.table == "text":
-            kept = [r for r in records if r["tokens"]]
-            suite.update(
-                [r["tokens"] for r in kept],
-                [torch.tensor(r["lp_full"]) for r in kept],
-                [torch.tensor(r["lp_short"]) for r in kept],
-                ids=[r["id"] for r in kept],
-            )
-        elif task.table == "dialog":
-            suite.update([r["text"].strip() for r in records], [list(ex.references) for ex in examples])
-        else:
-            suite.update([r["summary"] for r in records], [list(ex.references) for ex in examples])
-
-    def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
-        task = self._tasks[dataloader_idx]
-        for i, decoding in enumerate(task.decodings, 1):
-            check_interrupt()
-            self._progress(
-                task, batch_idx, f"decoding {i}/{len(task.decodings)} {decoding.name!r}", len(batch)
-            )
-            self._update(task, decoding.slug, self._records(task, decoding, batch))
-        if self._scores_human(task):
-            self._update(task, "human", self._records(task, None, batch))
-
-    def _progress(self, task: GenerationTask, batch_idx: int, what: str, prompts: int) -> None:
-        batches = self.trainer.num_test_batches
-        total = batches[self._tasks.index(task)] if isinstance(batches, list) and batches else "?"
-        show_progress(
-            self.trainer, f"{task.split.name} batch {batch_idx + 1}/{total} ({prompts} prompts): {what}"
-        )
-
-    # -- results -------------------------------------------------------------------------------------------
+    # -- results (rank 0 writes every file, atomically) ----------------------------------------------------
     def on_test_epoch_end(self) -> None:
         self.results = {}
         blocks = []
         for task in self._tasks:
             name = task.split.name
-            rows = {decoding.name: self._compute(name, decoding.slug) for decoding in task.decodings}
-            human = self._compute(name, "human") if self._scores_human(task) else None
-            columns = list(self.suites[self._suite_key(name, task.decodings[0].slug)].columns)
-            logged = {}
-            for decoding in task.decodings:
-                for col in columns:
-                    logged[f"test/{self._key(name)}/{decoding.slug}/{col}"] = float(rows[decoding.name][col])
-            if human is not None:
-                logged.update({f"test/{self._key(name)}/human/{col}": float(human[col]) for col in columns})
+            # (name, slug, values) of every row of the table, the human row last
+            shown = [(d.name, d.slug, self._compute(f"{name}__{i}")) for i, d in enumerate(self.decodings)]
+            if task.rows[-1] is None:
+                shown.append(("Human", "human", self._compute(f"{name}__{len(self.decodings)}")))
+            rows = {n: values for n, _, values in shown[: len(self.decodings)]}
+            human = shown[-1][2] if task.rows[-1] is None else None
+            columns = list(self.suites[f"{name}__0"].columns)
+            logged = {
+                f"test/{self._key(name)}/{slug}/{col}": float(values[col])
+                for _, slug, values in shown
+                for col in columns
+            }
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
-            result = self.results[name] = task_result(task, columns, rows, human)
+            result = self.results[name] = {
+                "table": task.table,
+                "split": task.split.split,
+                "n": len(task.split.examples),
+                "max_new_tokens": task.max_new_tokens,
+                "columns": columns,
+                "rows": rows,
+                "human": human,
+                "decodings": {d.name: d.describe() for d in self.decodings},
+            }
             if self.trainer.is_global_zero:
                 self._write_task_files(task, result)
-            blocks.append(task_block(task, result))
+            # the printed table: a line per decoding, then Human, then each adaptive row's alphas
+            table_rows = [[n, *(values[c] for c in columns)] for n, _, values in shown]
+            titles = DIALOG_TITLES if task.table == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
+            block = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n" + format_table(
+                ["decoding", *(titles.get(c, c) for c in columns)], table_rows
+            )
+            for decoding, s in result.get("adaptive", {}).items():
+                block += (
+                    f"\n{decoding}: adaptive rule {s['rule']}, alpha per token mean {s['alpha_mean']:.4f}, "
+                    f"sd {s['alpha_sd']:.4f}, min {s['alpha_min']:.4f}, max {s['alpha_max']:.4f} "
+                    f"({s['tokens']} tokens)"
+                )
+            blocks.append(block)
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
-            settings = {
-                "metrics_model": self.hparams.metrics_model or self.model_name,
-                "seed": self.hparams.seed,
-            }
             text = "\n\n".join(blocks)
-            path = self.write_results(settings, text)
+            metrics_model = self.hparams.metrics_model or self.model_name
+            path = self.write_results({"metrics_model": metrics_model, "seed": self.hparams.seed}, text)
             self.summary = (
                 f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
             )
 
+    def _compute(self, key: str) -> dict[str, Any]:
+        suite = self.suites[key]
+        values = suite.compute()
+        suite.reset()
+        return values
+
+    def _write_task_files(self, task: GenerationTask, result: dict[str, Any]) -> None:
+        """``generations/<task>/<decoding>.jsonl`` (per prompt of this run's split, what the metrics need,
+        from every rank's shard of the cache), an adaptive row's alpha statistics, W&B samples and Figure 3."""
+        name = task.split.name
+        files: dict[str, str] = {}
+        for decoding in self.decodings:
+            cache = self.output_dir / "cache" / name / decoding.slug
+            records = RecordCache(cache, self._signature(task, decoding)).load()
+            rows = [
+                {k: v for k, v in records[i].items() if k in GENERATION_FIELDS}
+                for i in sorted(records)
+                if i in task.split.by_idx
+            ]
+            path = self.output_dir / "generations" / name / f"{decoding.slug}.jsonl"
+            files[decoding.name] = str(atomic_write_jsonl(path, rows).relative_to(self.output_dir))
+            if decoding.boosting is not None and decoding.boosting.adaptive is not None:
+                # mean, spread and range of the per-token alphas over the task (docs/adaptive.md)
+                values = [a for r in rows for a in r.get("alphas", [])]
+                stats = dict.fromkeys(("alpha_mean", "alpha_sd", "alpha_min", "alpha_max"), math.nan)
+                if values:
+                    mean = sum(values) / len(values)
+                    sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values))
+                    stats = {
+                        "alpha_mean": mean,
+                        "alpha_sd": sd,
+                        "alpha_min": min(values),
+                        "alpha_max": max(values),
+                    }
+                result.setdefault("adaptive", {})[decoding.name] = {
+                    "rule": decoding.boosting.adaptive,
+                    "tokens": len(values),
+                    **stats,
+                }
+            if self.hparams.log_samples:
+                for logger in self.loggers:
+                    if hasattr(logger, "log_table"):  # WandbLogger
+                        logger.log_table(
+                            key=f"test/{self._key(name)}/{decoding.slug}/samples",
+                            columns=["id", "prompt", "text"],
+                            data=[
+                                [r["id"], r["prompt"][-500:], r["text"]]
+                                for r in rows[: self.hparams.log_samples]
+                            ],
+                        )
+        result["files"] = files
+        if self.hparams.plots and self.grid is not None:
+            plot = self.output_dir / "plots" / f"{name}_figure3.png"
+            save_figure3(plot, task.split.task.title, self.grid, self.decodings, result)
+            files["figure3"] = str(plot.relative_to(self.output_dir))
+
+    # -- comparisons of several checkpoints (``--compare``) ------------------------------------------------
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
         # perplexity, LTF and delta under the base LM (Table 2), unless the config names one
         return {} if hparams.get("metrics_model") else {"metrics_model": first}
 
     @classmethod
     def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        return compare_generation_table(runs)
-
-    def _compute(self, task: str, slug: str) -> dict[str, Any]:
-        suite = self.suites[self._suite_key(task, slug)]
-        values = suite.compute()
-        suite.reset()
-        return values
-
-    def _write_task_files(self, task: GenerationTask, result: dict[str, Any]) -> None:
-        name = task.split.name
-        files: dict[str, str] = {}
-        for decoding in task.decodings:
-            # every rank's shard: the cache directory, read afresh
-            records = RecordCache(
-                self.output_dir / "cache" / name / decoding.slug, self._signature(task, decoding)
-            )
-            path, rows = write_generations(self.output_dir, task, decoding, records.load())
-            files[decoding.name] = str(path.relative_to(self.output_dir))
-            if decoding.boosting is not None and decoding.boosting.adaptive is not None:
-                result.setdefault("adaptive", {})[decoding.name] = alpha_summary(decoding, rows)
-            log_samples(
-                self.loggers,
-                f"test/{self._key(name)}/{decoding.slug}/samples",
-                rows,
-                self.hparams.log_samples,
-            )
-        result["files"] = files
-        if self.hparams.plots and self.grid is not None:
-            plot = self.output_dir / "plots" / f"{name}_figure3.png"
-            save_figure3(plot, task.split.task.title, self.grid, task.decodings, result)
-            result["files"]["figure3"] = str(plot.relative_to(self.output_dir))
-
-
-def generation_record(
-    task: GenerationTask,
-    ex: GenerationExample,
-    prompt: list[int],
-    tokens: list[int],
-    text: str,
-    alphas: list[float] | None = None,
-) -> dict[str, Any]:
-    """The cache record of one generation: what the metrics and ``generations/*.jsonl`` need; with an
-    adaptive rule, the alpha of each generated token (docs/adaptive.md)."""
-    record: dict[str, Any] = {
-        "id": ex.idx,
-        "input": digest(ex.input_key()),
-        "prompt": ex.prompt,
-        "context": list(prompt),
-        "tokens": list(tokens),
-        "text": text,
-    }
-    if alphas is not None:
-        record["alphas"] = [round(a, 6) for a in alphas]
-    if task.table == "summary":
-        record["summary"] = first_sentences(text, task.split.task.output_sentences)
-    return record
-
-
-# -- what a run writes and prints (rank 0; every file atomically) -----------------------------------------
-
-
-def task_result(
-    task: GenerationTask, columns: list[str], rows: dict[str, dict[str, Any]], human: dict[str, Any] | None
-) -> dict[str, Any]:
-    """One task's entry of ``results.json``: a row of metric values per decoding, and the human row."""
-    return {
-        "table": task.table,
-        "split": task.split.split,
-        "n": len(task.split.examples),
-        "max_new_tokens": task.max_new_tokens,
-        "columns": columns,
-        "rows": rows,
-        "human": human,
-        "decodings": {d.name: d.describe() for d in task.decodings},
-    }
-
-
-def task_block(task: GenerationTask, result: dict[str, Any]) -> str:
-    """The printed table of one task: a line per decoding, then Human."""
-    columns, rows, human = result["columns"], result["rows"], result["human"]
-    table_rows = [[d, *(rows[d][c] for c in columns)] for d in rows]
-    if human is not None:
-        table_rows.append(["Human", *(human[c] for c in columns)])
-    title = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n"
-    titles = DIALOG_TITLES if result["table"] == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
-    block = title + format_table(["decoding", *(titles.get(c, c) for c in columns)], table_rows)
-    for name, s in result.get("adaptive", {}).items():
-        block += (
-            f"\n{name}: adaptive rule {s['rule']}, alpha per token mean {s['alpha_mean']:.4f}, "
-            f"sd {s['alpha_sd']:.4f}, min {s['alpha_min']:.4f}, max {s['alpha_max']:.4f} ({s['tokens']} tokens)"
-        )
-    return block
-
-
-def alpha_summary(decoding: Decoding, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean, spread and range of an adaptive decoding's per-token alphas (``results.json``'s
-    ``adaptive``; docs/adaptive.md), over every generated token of the task."""
-    values = [a for r in rows for a in r.get("alphas", [])]
-    assert decoding.boosting is not None
-    out: dict[str, Any] = {"rule": decoding.boosting.adaptive, "tokens": len(values)}
-    if not values:
-        return {
-            **out,
-            "alpha_mean": math.nan,
-            "alpha_sd": math.nan,
-            "alpha_min": math.nan,
-            "alpha_max": math.nan,
-        }
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values))
-    return {**out, "alpha_mean": mean, "alpha_sd": sd, "alpha_min": min(values), "alpha_max": max(values)}
-
-
-def write_generations(
-    output_dir: Path, task: GenerationTask, decoding: Decoding, records: dict[int, dict[str, Any]]
-) -> tuple[Path, list[dict[str, Any]]]:
-    """``generations/<task>/<decoding>.jsonl``: per prompt of this run's split, what the metrics need."""
-    ids = set(task.split.by_idx)
-    rows = [
-        {k: v for k, v in records[i].items() if k in GENERATION_FIELDS} for i in sorted(records) if i in ids
-    ]
-    path = output_dir / "generations" / task.split.name / f"{decoding.slug}.jsonl"
-    return atomic_write_jsonl(path, rows), rows
+        """Several checkpoints' runs in Table 2's layout: one row per (checkpoint, decoding) and the human
+        row, per task."""
+        blocks, rows = [], []
+        first = next(iter(runs.values()))
+        for task, result in first.items():
+            columns = result["columns"]
+            body = []
+            for label, run in runs.items():
+                for decoding, values in run[task]["rows"].items():
+                    rows.append({"task": task, "checkpoint": label, "decoding": decoding, **values})
+                    body.append([f"{label}: {decoding}", *(values[c] for c in columns)])
+            if result.get("human"):
+                rows.append({"task": task, "checkpoint": "human", "decoding": "human", **result["human"]})
+                body.append(["Human", *(result["human"][c] for c in columns)])
+            blocks.append(f"{task}\n" + format_table(["row", *columns], body))
+        return "\n\n".join(blocks), rows
 
 
 def show_progress(trainer: Any, text: str) -> None:
@@ -530,45 +464,11 @@ def show_progress(trainer: Any, text: str) -> None:
         bar = None
     if hasattr(bar, "set_postfix_str"):  # TQDMProgressBar
         bar.set_postfix_str(text, refresh=True)
-    elif (
-        getattr(callback, "progress", None) is not None
-        and getattr(callback, "test_progress_bar_id", None) is not None
-    ):
-        callback.progress.update(
-            callback.test_progress_bar_id, description=f"Testing {text}"
-        )  # RichProgressBar
+    elif getattr(callback, "test_progress_bar_id", None) is not None:  # RichProgressBar, while it tests
+        callback.progress.update(callback.test_progress_bar_id, description=f"Testing {text}")
         callback.refresh()
     else:
         rank_zero_info(f"generation: {text}")
-
-
-def log_samples(loggers: Any, key: str, rows: list[dict[str, Any]], n: int) -> None:
-    """The first ``n`` generations as a W&B table (loggers without ``log_table`` are skipped)."""
-    if n <= 0:
-        return
-    for logger in loggers:
-        if hasattr(logger, "log_table"):  # WandbLogger
-            data = [[r["id"], r["prompt"][-500:], r["text"]] for r in rows[:n]]
-            logger.log_table(key=key, columns=["id", "prompt", "text"], data=data)
-
-
-def compare_generation_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """Several checkpoints' runs (``--compare``) in Table 2's layout: one row per (checkpoint, decoding) and
-    the human row, per task."""
-    blocks, rows = [], []
-    first = next(iter(runs.values()))
-    for task, result in first.items():
-        columns = result["columns"]
-        body = []
-        for label, run in runs.items():
-            for decoding, values in run[task]["rows"].items():
-                rows.append({"task": task, "checkpoint": label, "decoding": decoding, **values})
-                body.append([f"{label}: {decoding}", *(values[c] for c in columns)])
-        if result.get("human"):
-            rows.append({"task": task, "checkpoint": "human", "decoding": "human", **result["human"]})
-            body.append(["Human", *(result["human"][c] for c in columns)])
-        blocks.append(f"{task}\n" + format_table(["row", *columns], body))
-    return "\n\n".join(blocks), rows
 
 
 def save_figure3(

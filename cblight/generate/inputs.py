@@ -142,13 +142,10 @@ def _rows_from(prompts: Prompts, attention_mask: torch.Tensor | None, enc: Encod
     if isinstance(prompts, torch.Tensor):
         if prompts.dim() != 2:
             raise BoostingError(f"input_ids must be [batch, length], got shape {tuple(prompts.shape)}")
-        if attention_mask is None:
-            return [list(map(int, r)) for r in prompts.tolist()]
-        if attention_mask.shape != prompts.shape:
+        mask = torch.ones_like(prompts) if attention_mask is None else attention_mask
+        if mask.shape != prompts.shape:
             raise BoostingError("attention_mask must have the shape of input_ids")
-        return [
-            [int(t) for t, m in zip(r, mr) if m] for r, mr in zip(prompts.tolist(), attention_mask.tolist())
-        ]
+        return [[int(t) for t, m in zip(r, mr) if m] for r, mr in zip(prompts.tolist(), mask.tolist())]
     if isinstance(prompts, str):
         raise BoostingError("prompts must be a list of strings (or token-id rows), not one string")
     rows: list[list[int]] = []
@@ -184,20 +181,15 @@ def prepare_prompts(
     rows = _rows_from(prompts, attention_mask, enc)
     if not rows:
         raise BoostingError("no prompts to generate from")
-    for i, r in enumerate(rows):
-        if not r:
-            raise BoostingError(f"prompt {i} is empty (use Encoder.context('') for BOS/EOS alone)")
-    if room is not None and room < 1:
-        raise BoostingError(f"no room for a prompt: max_new_tokens leaves {room} tokens of the model window")
 
-    patterns: list[list[int] | None] = []
-    for rule, _ in experts.experts:
-        if isinstance(rule, AfterSeparator):
-            patterns.append(separator_ids(tokenizer, rule.separator))
-        elif isinstance(rule, AfterMarker):
-            patterns.append(marker_ids(tokenizer, rule.marker))
-        else:
-            patterns.append(None)
+    patterns = [
+        separator_ids(tokenizer, rule.separator)
+        if isinstance(rule, AfterSeparator)
+        else marker_ids(tokenizer, rule.marker)
+        if isinstance(rule, AfterMarker)
+        else None
+        for rule, _ in experts.experts
+    ]
 
     def anchors_of(row: list[int], index: int) -> list[int | None]:
         n_prefix = len(prefix) if has_prefix(row, prefix) else 0
@@ -208,11 +200,13 @@ def prepare_prompts(
 
     fitted: list[list[int]] = []
     for i, row in enumerate(rows):
-        if room is not None and len(row) > room:
+        if not row:
+            raise BoostingError(f"prompt {i} is empty (use Encoder.context('') for BOS/EOS alone)")
+        if room is not None and len(row) > room:  # fit_row refuses a room that holds no prompt token
             marks = [
                 a
                 for (rule, _), a in zip(experts.experts, anchors_of(row, i))
-                if isinstance(rule, AfterMarker) and a is not None
+                if isinstance(rule, AfterMarker)
             ]
             row = fit_row(row, room, prefix, keep_from=min(marks) if marks else None, index=i)
         fitted.append(row)
@@ -222,15 +216,13 @@ def prepare_prompts(
     width = ids.shape[1]
     starts = [width - len(r) for r in fitted]
     per_row = [anchors_of(r, i) for i, r in enumerate(fitted)]
-    anchors: list[torch.Tensor | None] = []
-    for e, (rule, _) in enumerate(experts.experts):
-        if isinstance(rule, LastTokens):
-            anchors.append(None)
-        else:
-            anchors.append(torch.tensor([s + a[e] for s, a in zip(starts, per_row)], dtype=torch.long))
+    anchors = tuple(
+        None if isinstance(rule, LastTokens) else torch.tensor([s + a[e] for s, a in zip(starts, per_row)])
+        for e, (rule, _) in enumerate(experts.experts)
+    )
     info = RowInfo(
         content_start=torch.tensor(starts, dtype=torch.long),
         has_prefix=torch.tensor([has_prefix(r, prefix) for r in fitted], dtype=torch.bool),
-        anchors=tuple(anchors),
+        anchors=anchors,
     )
     return PreparedPrompts(experts, fitted, ids, mask, tuple(prefix), info)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from cblight.errors import ConfigError
+from cblight.option_types import FiniteFloat, NotEmptyStr, PositiveInt, check_fields
 from cblight.options import Boosting, Mode, Sampling
 
 Table = Literal["text", "dialog", "summary"]
@@ -35,9 +36,12 @@ class Decoding:
             default of 50), as the paper's pure sampling and nucleus rows.
     """
 
-    name: str = "greedy"
+    name: NotEmptyStr = "greedy"
     boosting: Boosting | None = None
     sampling: Sampling = field(default_factory=Sampling)
+
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
 
     @property
     def slug(self) -> str:
@@ -93,10 +97,15 @@ class DecodingGrid:
         sampling: how every row draws (``cblight.options.Sampling``).
     """
 
-    alphas: tuple[float, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
-    ks: tuple[int, ...] = (8, 16, 32, 64)
+    alphas: tuple[FiniteFloat, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
+    ks: tuple[PositiveInt, ...] = (8, 16, 32, 64)
     mode: GridMode = "auto"
     sampling: Sampling = field(default_factory=Sampling)
+
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
+        if not self.alphas:
+            raise ConfigError("grid.alphas: the alpha grid is empty")
 
     def decodings(self) -> list[Decoding]:
         out = []
@@ -119,23 +128,9 @@ def resolve_decodings(
             "model.decodings is empty and model.grid is null: no row to generate; name a decoding "
             "(e.g. --model.decodings '[{name: greedy}]') or a grid"
         )
-    rows = [_decoding(d) for d in ([Decoding()] if decodings is None else decodings)]
-    if isinstance(grid, dict):
-        grid = DecodingGrid(
-            **{
-                k: Sampling(**v)
-                if k == "sampling" and isinstance(v, dict)
-                else tuple(v)
-                if isinstance(v, list)
-                else v
-                for k, v in grid.items()
-            }
-        )
+    rows = [_from_dict(Decoding, d) for d in ([Decoding()] if decodings is None else decodings)]
+    grid = _from_dict(DecodingGrid, grid)
     if grid is not None:
-        if not grid.alphas:
-            raise ConfigError("grid.alphas: the alpha grid is empty")
-        if any(k < 1 for k in grid.ks):
-            raise ConfigError(f"grid.ks: every k must be >= 1, got {list(grid.ks)}")
         rows += grid.decodings()
     slugs = [d.slug for d in rows]
     if len(set(slugs)) != len(slugs):
@@ -143,12 +138,18 @@ def resolve_decodings(
     return rows, grid
 
 
-def _decoding(d: Decoding | dict[str, Any]) -> Decoding:
-    if isinstance(d, Decoding):
-        return d
-    d = dict(d)
-    if isinstance(d.get("boosting"), dict):
-        d["boosting"] = Boosting(**d["boosting"])
-    if isinstance(d.get("sampling"), dict):
-        d["sampling"] = Sampling(**d["sampling"])
-    return Decoding(**d)
+def _from_dict(cls: type, value: Any) -> Any:
+    """``value`` as a ``cls`` when it comes as a dict (its nested options and lists too)."""
+    if not isinstance(value, dict):
+        return value
+    nested = {"boosting": Boosting, "sampling": Sampling}
+    return cls(
+        **{
+            k: nested[k](**v)
+            if k in nested and isinstance(v, dict)
+            else tuple(v)
+            if isinstance(v, list)
+            else v
+            for k, v in value.items()
+        }
+    )

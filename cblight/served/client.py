@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cblight.errors import CblightError, ConfigError
+from cblight.option_types import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_fields
 
 log = logging.getLogger(__name__)
 
@@ -62,35 +63,30 @@ class ServerOptions:
 
     base_url: str = "http://127.0.0.1:8000/v1"
     api_key_env: str | None = "OPENAI_API_KEY"
-    concurrency: int = 8
-    max_retries: int = 5
-    backoff: float = 1.0
-    max_backoff: float = 30.0
-    timeout: float = 120.0
+    concurrency: PositiveInt = 8
+    max_retries: NonNegativeInt = 5
+    backoff: NonNegativeFloat = 1.0
+    max_backoff: NonNegativeFloat = 30.0
+    timeout: PositiveFloat = 120.0
     request_cache: str | None = None
     check_alignment: bool = True
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"server.base_url must be an http(s) URL, got {self.base_url!r}")
-        if self.concurrency < 1:
-            raise ConfigError(f"server.concurrency must be at least 1, got {self.concurrency}")
-        if self.max_retries < 0 or self.backoff < 0 or self.max_backoff < 0 or self.timeout <= 0:
-            raise ConfigError("server.max_retries, backoff and max_backoff must be >= 0 and timeout > 0")
 
 
 class _Retryable(Exception):
     def __init__(self, what: str, retry_after: float | None = None):
         super().__init__(what)
-        self.what = what
         self.retry_after = retry_after
 
 
 def _retry_after(err: urllib.error.HTTPError) -> float | None:
-    value = err.headers.get("Retry-After") if err.headers else None
     try:
-        return float(value) if value is not None else None
-    except ValueError:
+        return float(err.headers["Retry-After"])  # a missing header is None: a TypeError
+    except (TypeError, ValueError):
         return None
 
 
@@ -100,15 +96,14 @@ def _server_message(err: urllib.error.HTTPError) -> str:
     except (OSError, HTTPException):
         return ""
     try:
-        parsed = json.loads(body)
+        detail = json.loads(body)
     except ValueError:
         return body.strip()[:200]
-    if isinstance(parsed, dict):
-        detail = parsed.get("error", parsed.get("detail", parsed))
-        if isinstance(detail, dict):
-            detail = detail.get("message", detail)
-        return str(detail)[:200]
-    return str(parsed)[:200]
+    if isinstance(detail, dict):  # OpenAI's {"error": {"message": ...}}, FastAPI's {"detail": ...}
+        detail = detail.get("error", detail.get("detail", detail))
+    if isinstance(detail, dict):
+        detail = detail.get("message", detail)
+    return str(detail)[:200]
 
 
 class RequestCache:
@@ -133,28 +128,25 @@ class RequestCache:
     def key(body: dict[str, Any]) -> str:
         return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """One statement under the lock, committed (``with`` a connection commits)."""
+        with self._lock, self._db:
+            return self._db.execute(sql, args).fetchall()
+
     def get(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (self.key(body),)).fetchone()
-        return json.loads(row[0]) if row else None
+        rows = self._query("SELECT answer FROM answers WHERE key = ?", (self.key(body),))
+        return json.loads(rows[0][0]) if rows else None
 
     def put(self, body: dict[str, Any], answer: dict[str, Any]) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
-                (self.key(body), json.dumps(body, sort_keys=True), json.dumps(answer)),
-            )
-            self._db.commit()
+        row = (self.key(body), json.dumps(body, sort_keys=True), json.dumps(answer))
+        self._query("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)", row)
 
     def items(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """Every cached ``(request, answer)``."""
-        with self._lock:
-            rows = self._db.execute("SELECT request, answer FROM answers").fetchall()
-        return [(json.loads(request), json.loads(answer)) for request, answer in rows]
+        return [(json.loads(r), json.loads(a)) for r, a in self._query("SELECT request, answer FROM answers")]
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
+        return int(self._query("SELECT COUNT(*) FROM answers")[0][0])
 
 
 class CompletionClient:
@@ -163,7 +155,6 @@ class CompletionClient:
     def __init__(
         self, options: ServerOptions, cache: RequestCache | None = None, sleep: Callable = time.sleep
     ):
-        options.check()
         self.options = options
         self.base_url = options.base_url.rstrip("/")
         self.cache = cache
@@ -174,18 +165,15 @@ class CompletionClient:
         self.reached = False  # a server listened at base_url earlier in this client's life
         self._count = threading.Lock()
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        env = self.options.api_key_env
-        if env and os.environ.get(env):
-            headers["Authorization"] = f"Bearer {os.environ[env]}"
-        return headers
-
     def _send(self, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
+        env = self.options.api_key_env
+        headers = {"Content-Type": "application/json"}
+        if env and os.environ.get(env):
+            headers["Authorization"] = f"Bearer {os.environ[env]}"
         data = None if body is None else json.dumps(body).encode("utf-8")
         request = urllib.request.Request(
-            url, data=data, headers=self._headers(), method="GET" if body is None else "POST"
+            url, data=data, headers=headers, method="GET" if body is None else "POST"
         )
         with self._count:
             self.requests_sent += 1
@@ -200,7 +188,6 @@ class CompletionClient:
             if err.code in (408, 429) or err.code >= 500:
                 raise _Retryable(status, _retry_after(err)) from None
             if err.code in (401, 403):
-                env = self.options.api_key_env
                 hint = f"set ${env}" if env else "set server.api_key_env to the variable holding the key"
                 raise ServedModelError(f"{url} refused the request ({status}); {hint}") from None
             raise ServedModelError(f"{url} answered {status}") from None
@@ -246,17 +233,15 @@ class CompletionClient:
                 last = err
                 if attempt + 1 == attempts:
                     break
-                delay = min(self.options.max_backoff, self.options.backoff * 2**attempt)
-                if err.retry_after is not None:
-                    delay = min(self.options.max_backoff, max(delay, err.retry_after))
-                delay *= random.uniform(0.5, 1.0)
+                wait = max(self.options.backoff * 2**attempt, err.retry_after or 0.0)  # Retry-After honoured
+                delay = min(self.options.max_backoff, wait) * random.uniform(0.5, 1.0)
                 with self._count:
                     self.retries += 1
-                log.warning("%s%s: %s; retrying in %.1f s", self.base_url, path, err.what, delay)
+                log.warning("%s%s: %s; retrying in %.1f s", self.base_url, path, err, delay)
                 self._sleep(delay)
         elapsed = time.monotonic() - started
         raise ServedModelError(
-            f"{self.base_url}{path}: {last.what}, {attempts} attempts over {elapsed:.0f} s "
+            f"{self.base_url}{path}: {last}, {attempts} attempts over {elapsed:.0f} s "
             f"(server.max_retries={self.options.max_retries}); nothing was scored from the failed request"
         )
 
@@ -274,39 +259,22 @@ class CompletionClient:
         return answer
 
     def complete_many(self, bodies: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every request, ``options.concurrency`` at a time, answers in order. The first failure cancels
-        what has not started and is raised; answers already received stay in the cache."""
-        out: list[dict[str, Any] | None] = [None] * len(bodies)
-        todo: list[int] = []
-        first: dict[str, int] = {}  # identical requests (e.g. a PMI premise equal to the premise-free
-        same: list[tuple[int, int]] = []  # context) are sent once
-        for i, body in enumerate(bodies):
-            key = RequestCache.key(body)
-            if key in first:
-                same.append((i, first[key]))
-                continue
-            first[key] = i
-            hit = self.cache.get(body) if self.cache is not None else None
-            if hit is None:
-                todo.append(i)
-            else:
-                out[i] = hit
-                self.cache_hits += 1
-        if todo:
-            with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(todo))) as pool:
-                futures = {pool.submit(self.complete, bodies[i]): i for i in todo}
-                done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-                failed = [f.exception() for f in done if f.exception() is not None]
-                if failed:
-                    for future in pending:
-                        future.cancel()  # those already running finish (and are cached) before the raise
-                    raise failed[0]
-                for future in done:
-                    out[futures[future]] = future.result()
-        for i, j in same:
-            out[i] = out[j]
-        assert all(answer is not None for answer in out)
-        return out  # type: ignore[return-value]
+        """Every request, ``options.concurrency`` at a time, answers in order; identical requests (e.g. a PMI
+        premise equal to the premise-free context) are asked once. The first failure cancels what has not
+        started and is raised; answers already received stay in the cache."""
+        unique = {RequestCache.key(body): body for body in bodies}
+        if not unique:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(unique))) as pool:
+            futures = {pool.submit(self.complete, body): key for key, body in unique.items()}
+            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f.exception() for f in done if f.exception() is not None]
+            if failed:
+                for future in pending:
+                    future.cancel()  # those already running finish (and are cached) before the raise
+                raise failed[0]
+        answers = {futures[f]: f.result() for f in done}
+        return [answers[RequestCache.key(body)] for body in bodies]
 
     def model_ids(self) -> list[str] | None:
         """The model names ``GET /models`` lists; ``None`` when the server has no such endpoint."""

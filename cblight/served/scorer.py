@@ -110,11 +110,11 @@ def echoed_continuation(
             "gets none; llama-cpp-python gives none to the token right after BOS), so an empty context "
             "cannot be scored on this server"
         )
-    greedy = True
-    for i in range(first, n_prompt):
-        top = tops[i]
-        if isinstance(top, dict) and top and values[i] < max(top.values()) - 1e-6:
-            greedy = False
+    # greedy: no continuation token has a more likely alternative in the server's top-N
+    greedy = all(
+        not isinstance(top, dict) or not top or v >= max(top.values()) - 1e-6
+        for v, top in zip(picked, tops[first:n_prompt])
+    )
     return EchoedContinuation(
         tuple(tokens[first:n_prompt]), tuple(float(v) for v in picked), greedy, offsets[first] != boundary
     )
@@ -135,9 +135,14 @@ class ServedScorer:
         """A scorer for ``model`` at ``options.base_url`` whose server passed the checks (model name, and
         the alignment canary unless switched off); answers cached in ``options.request_cache`` or
         ``cache_path``."""
-        cache = RequestCache(options.request_cache or cache_path)
-        scorer = cls(CompletionClient(options, cache), model)
-        scorer.check_model()
+        scorer = cls(CompletionClient(options, RequestCache(options.request_cache or cache_path)), model)
+        # a model name the server does not list is refused: llama-cpp-python silently answers with its
+        # default model whatever the name
+        ids = scorer.client.model_ids()
+        if ids is not None and model not in ids:
+            raise ServedModelError(
+                f"model {model!r} is not served at {scorer.client.base_url} (it serves: {', '.join(ids) or 'nothing'})"
+            )
         if options.check_alignment:
             scorer.check_alignment()
         return scorer
@@ -157,18 +162,7 @@ class ServedScorer:
         # max_tokens=1, not 0: llama-cpp-python reads 0 as "until the window is full"
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
         body["logprobs"] = self.top_logprobs
-        if echo:
-            body["echo"] = True
-        return body
-
-    def check_model(self) -> None:
-        """Refuse a model name the server does not list (llama-cpp-python silently answers with its
-        default model whatever the name)."""
-        ids = self.client.model_ids()
-        if ids is not None and self.model not in ids:
-            raise ServedModelError(
-                f"model {self.model!r} is not served at {self.client.base_url} (it serves: {', '.join(ids) or 'nothing'})"
-            )
+        return {**body, "echo": True} if echo else body
 
     def check_alignment(self) -> dict[str, Any]:
         """The canary of the module docstring; returns what it compared, or raises ``ServedModelError``."""
@@ -214,13 +208,9 @@ class ServedScorer:
         bodies, spans = [], []
         for g, (context, continuations) in enumerate(groups):
             for continuation in continuations:
-                n_space = len(context) - len(context.rstrip(" "))
-                ctx, cont = (
-                    context[: len(context) - n_space],
-                    context[len(context) - n_space :] + continuation,
-                )
-                bodies.append(self._body(ctx + cont, echo=True))
-                spans.append((g, cont, ctx + cont))
+                cont = context[len(context.rstrip(" ")) :] + continuation  # the context's trailing spaces
+                bodies.append(self._body(context + continuation, echo=True))
+                spans.append((g, cont, context + continuation))
         answers = self.client.complete_many(bodies)
         out: list[list[ContinuationScore]] = [[] for _ in groups]
         for (g, cont, prompt), answer in zip(spans, answers):
