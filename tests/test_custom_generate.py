@@ -132,7 +132,7 @@ def test_bad_input_is_one_clear_error(tiny_lm):
     inputs = inputs_for(tok, "last_k")
     with pytest.raises(BoostingError, match="needs the tokenizer"):
         model.generate(**inputs, custom_generate=str(ROOT), trust_remote_code=True, boost_alpha=-0.5)
-    with pytest.raises(BoostingError, match="Boosting.mode must be one of .last_k., .response."):
+    with pytest.raises(BoostingError, match=r"Boosting\.mode must be one of .last_k., .response."):
         hub_style(model, tok, inputs, boost_mode="window", boost_alpha=-0.5, max_new_tokens=2)
     with pytest.raises(BoostingError, match="leaves no new tokens after the"):
         hub_style(model, tok, inputs, boost_alpha=-0.5, max_length=3)
