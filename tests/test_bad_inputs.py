@@ -137,7 +137,10 @@ def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, ca
     ("option", "message"),
     [
         ("--model.boosting.alpha", "model.boosting.alpha must be a finite number, got nan"),
-        ("--model.sampling.temperature", "model.sampling.temperature must be a finite number > 0 or null, got nan"),
+        (
+            "--model.sampling.temperature",
+            "model.sampling.temperature must be a finite number > 0 or null, got nan",
+        ),
         ("--model.sampling.top_p", "model.sampling.top_p must be a number in (0, 1] or null, got nan"),
     ],
 )
