@@ -281,9 +281,7 @@ def balance_alpha(
         raise ValueError("no questions to balance")
     ranks = prior_ranks(ll_short, ll_full)  # [N, C]
     counts = mask.sum(-1)
-    expected = torch.zeros(c, dtype=torch.float64)
-    for r in range(c):
-        expected[r] = ((counts > r).double() / counts.clamp_min(1).double()).mean()
+    expected = torch.stack([((counts > r).double() / counts.clamp_min(1).double()).mean() for r in range(c)])
     preds = choice_predictions(ll_full, ll_short, grid, lengths)  # [A, N]
     pred_rank = ranks.unsqueeze(0).expand(grid.numel(), -1, -1).gather(-1, preds.unsqueeze(-1)).squeeze(-1)
     hist = torch.nn.functional.one_hot(pred_rank, c).double().mean(1)  # [A, C]

@@ -224,14 +224,15 @@ def check_max_length(cfg: Any, max_length: int, option: str = "max_length", name
     """A ``max_length`` past the window a model's config declares: refused for learned absolute positions
     (an index out of range deep inside the forward pass otherwise), one warning for rotary or ALiBi
     positions, which extrapolate beyond the window they were trained on. ``name``: the model as the user
-    named it (default: the config's path)."""
+    named it (default: the config's path). ``cfg`` ``None`` (a config that cannot be read, left to the
+    model's load to report): only ``max_length >= 2`` is checked."""
+    if max_length < 2:
+        raise ConfigError(f"{option} must be at least 2, got {max_length}")
     found = _config_window(cfg)
     if found is None or max_length <= found[1]:
         return
-    (attr, window), where = (
-        found,
-        getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model"),
-    )
+    attr, window = found
+    where = getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model")
     name = name or where
     encoding = position_encoding(cfg)
     if encoding == "absolute":
@@ -253,8 +254,6 @@ def model_window(model: Any, override: int | None = None) -> int:
     """The longest input the model accepts (its position-embedding size), or ``override`` (checked against
     it: ``check_max_length``)."""
     if override is not None:
-        if override < 2:
-            raise ConfigError(f"max_length must be at least 2, got {override}")
         check_max_length(model.config, int(override))
         return int(override)
     return (_config_window(model.config) or ("", 2048))[1]
@@ -291,12 +290,10 @@ def check_checkpoint_max_length(
 ) -> None:
     """``check_max_length`` from a checkpoint's config, before its weights load; a config that cannot be
     read is left to the model's load to report."""
-    if max_length < 2:
-        raise ConfigError(f"{option} must be at least 2, got {max_length}")
     try:
         config = checkpoint_config(name, revision, trust_remote_code)
     except ModelLoadError:
-        return
+        config = None
     check_max_length(config, max_length, option, name)
 
 
