@@ -323,17 +323,8 @@ def list_models() -> str:
     return "\n".join(lines)
 
 
-def convert_command(name: str) -> str:
-    """Convert a model now (an existing conversion is verified first); prints its directory.
-
-    Args:
-        name: ``offline:<name>`` or ``<name>``.
-    """
-    return str(resolve(name))
-
-
 def path_command(name: str) -> str:
-    """The directory of a model's conversion (converting it first if needed).
+    """The directory of a model's conversion, converted now if needed (an existing one is verified first).
 
     Args:
         name: ``offline:<name>`` or ``<name>``.
@@ -346,7 +337,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from cblight.errors import run_subcommands
 
     return run_subcommands(
-        {"list": list_models, "convert": convert_command, "path": path_command},
+        {"list": list_models, "convert": path_command, "path": path_command},
         argv,
         prog,
         __doc__.split("\n\n")[0],
