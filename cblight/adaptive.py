@@ -39,6 +39,7 @@ rule is tested against a hand computation (tests/test_adaptive.py).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -332,18 +333,10 @@ def unit_k(pieces: Sequence[str], unit: Unit = "sentence") -> int:
     if not pieces:
         return 1
     pattern = _SENTENCE_END if unit == "sentence" else _CLAUSE_END
-    text = "".join(pieces)
     # ends followed by nothing but whitespace do not open a new unit: look for the last end before the
     # final non-space character
-    body = text.rstrip()
-    ends = [m.end() for m in pattern.finditer(body)]
+    ends = [m.end() for m in pattern.finditer("".join(pieces).rstrip())]
     if not ends:
         return len(pieces)
-    cut = ends[-1]
-    starts = []
-    at = 0
-    for piece in pieces:
-        starts.append(at)
-        at += len(piece)
-    k = sum(1 for s in starts if s >= cut)
-    return max(k, 1)
+    starts = itertools.accumulate((len(p) for p in pieces[:-1]), initial=0)  # where each piece starts
+    return max(sum(s >= ends[-1] for s in starts), 1)
