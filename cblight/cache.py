@@ -157,13 +157,9 @@ class RecordCache:
         """Add rows (each with its checksum) to this process's shard, all or none of them."""
         if not records:
             return
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise write_failure(self.dir, err) from None
         meta = self.dir / "meta.json"
         if not meta.exists():
-            atomic_write_json(meta, self.signature)
+            atomic_write_json(meta, self.signature)  # makes the directory
         lines = []
         for rec in records:
             row = jsonable(dict(rec))
