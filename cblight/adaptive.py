@@ -166,12 +166,10 @@ def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_t
     return -a if form == "generation" else -a / (1.0 + a)
 
 
-def residual_alpha(
-    full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token", floor: float = -0.9
-) -> torch.Tensor:
+def residual_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
     """Per row ``[N]``: ``-beta`` with ``beta = Cov_p(log f_max, log f_short) / Var_p(log f_short)`` under
     ``p = f_max`` (the weighted least-squares slope of the full prediction on the short one), clipped to
-    ``[floor, 0]`` in the next-token form (a negative slope means the short expert does not echo the full one:
+    ``[-0.9, 0]`` in the next-token form (a negative slope means the short expert does not echo the full one:
     no boosting), then turned into ``form``. Where ``f_short`` is flat under ``p`` (``Var = 0``, e.g.
     identical one-hot experts) the slope is taken as 1 only if the experts are identical, else 0."""
     full64, short64 = full.double(), short.double()
@@ -186,7 +184,7 @@ def residual_alpha(
     cov = (w * (f - f_mean) * (s - s_mean)).sum(-1)
     var = (w * (s - s_mean) ** 2).sum(-1)
     beta = torch.where(var > 1e-12, cov / var.clamp_min(1e-12), torch.zeros_like(var))
-    alpha = (-beta).clamp(min=floor, max=0.0).to(torch.float32)
+    alpha = (-beta).clamp(min=-0.9, max=0.0).to(torch.float32)
     return alpha_in_form(alpha, form)
 
 

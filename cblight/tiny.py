@@ -8,7 +8,6 @@ written with ``save_pretrained`` so every consumer loads them through ``from_pre
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +65,10 @@ def _save(model: Any, tok: Any, out_dir: str | Path) -> Path:
 
 
 def build_tiny_llama(
-    out_dir: str | Path,
-    corpus: Iterable[str] = (),
-    *,
-    hidden_size: int = 32,
-    num_layers: int = 2,
-    max_positions: int = 256,
-    seed: int = 0,
+    out_dir: str | Path, *, hidden_size: int = 32, num_layers: int = 2, seed: int = 0
 ) -> Path:
     """A random Llama (rotary positions, grouped-query attention) with a byte-level BPE tokenizer trained
-    on ``corpus``, which starts every encoding with ``<s>`` as Llama's does."""
+    on a short corpus, which starts every encoding with ``<s>`` as Llama's does."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -87,7 +80,7 @@ def build_tiny_llama(
         special_tokens=["<s>", "</s>", "<unk>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    core.train_from_iterator((list(corpus) or [_DEFAULT_CORPUS]) * 4, trainer=trainer)
+    core.train_from_iterator([_DEFAULT_CORPUS] * 4, trainer=trainer)
     core.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", core.token_to_id("<s>"))]
     )
@@ -102,10 +95,10 @@ def build_tiny_llama(
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=max_positions,
+        max_position_embeddings=256,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    tok.model_max_length = max_positions
+    tok.model_max_length = 256
     return _save(LlamaForCausalLM(config), tok, out_dir)

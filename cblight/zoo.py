@@ -19,7 +19,6 @@ Adding a model is one ``OfflineModel`` entry in ``OFFLINE_MODELS``.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
+from huggingface_hub.utils.sha import sha_fileobj
 
 from cblight.errors import CblightError
 
@@ -156,12 +156,9 @@ def _installed_parts(entry: OfflineModel) -> list[Path]:
     return paths
 
 
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
+def _sha256(path: Path) -> str:
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return sha_fileobj(f).hex()
 
 
 def _say(message: str) -> None:
