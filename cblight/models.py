@@ -38,11 +38,6 @@ class ModelLoadError(CblightError):
     """A model or tokenizer path that cannot be loaded."""
 
 
-# files a tokenizer saved with ``save_pretrained`` (or shipped by a Hub repo) holds; a slow tokenizer's
-# vocabulary (``*.model``: SentencePiece, ``*.tiktoken``) needs sentencepiece or tiktoken to be converted
-_SLOW_VOCABULARY = (".model", ".tiktoken")
-
-
 def _first_line(err: Exception) -> str:
     """The first non-empty line of an exception's text: transformers' messages run over several lines."""
     return next((line.strip() for line in str(err).splitlines() if line.strip()), "")
@@ -54,7 +49,8 @@ def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
     if path.is_dir():
         files = sorted(p.name for p in path.iterdir())
         shown = files[:8] + (["..."] if len(files) > 8 else [])
-        slow = [f for f in files if f.endswith(_SLOW_VOCABULARY)]
+        # a slow tokenizer's vocabulary (SentencePiece, tiktoken) needs sentencepiece or tiktoken to convert
+        slow = [f for f in files if f.endswith((".model", ".tiktoken"))]
         text = str(err).lower()
         if kind == "tokenizer" and slow and ("sentencepiece" in text or "tiktoken" in text):
             # the only case transformers' sentencepiece/tiktoken hint is about: a slow vocabulary to convert
@@ -184,12 +180,9 @@ def load_causal_lm(
     return model
 
 
-_WINDOW_ATTRS = ("n_positions", "max_position_embeddings", "n_ctx", "seq_length", "max_sequence_length")
-
-
 def _config_window(cfg: Any) -> tuple[str, int] | None:
     """The config attribute that declares the model's window, and the window."""
-    for attr in _WINDOW_ATTRS:
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx", "seq_length", "max_sequence_length"):
         value = getattr(cfg, attr, None)
         if isinstance(value, int) and value > 0:
             return attr, value

@@ -199,10 +199,8 @@ def resolve(name: str) -> Path:
     target = model_dir(entry)
     if target.is_dir() and _VERIFIED.get(str(target)) == _stamp(target):
         return target
-    lock = cache_root() / "models" / f".{entry.name}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
     # one converter at a time per model (DDP ranks and parallel runs all resolve the same name)
-    with FileLock(lock):
+    with FileLock(cache_root() / "models" / f".{entry.name}.lock"):  # makes the directory
         problem = check_converted(target, entry) if target.exists() else "not converted yet"
         if problem is not None:
             if target.exists():
