@@ -57,7 +57,6 @@ __all__ = [
     "NEXT_TOKEN_UNIT",
     "RULES",
     "TOKEN_RULES",
-    "UNITS",
     "ChoiceRule",
     "NextTokenRule",
     "RuleName",
@@ -92,7 +91,6 @@ TOKEN_RULES: tuple[str, ...] = get_args(TokenRule)  #: the values of ``TokenRule
 NEXT_TOKEN_RULES: tuple[str, ...] = get_args(NextTokenRule)  #: the values of ``NextTokenRule``
 CHOICE_RULES: tuple[str, ...] = get_args(ChoiceRule)  #: the values of ``ChoiceRule``
 RULES: tuple[str, ...] = get_args(RuleName)  #: the values of ``RuleName``
-UNITS: tuple[str, ...] = get_args(Unit)  #: the values of ``Unit``
 #: the rule ``auto`` stands for, per task kind (the measurements behind the choice are in docs/adaptive.md)
 AUTO = {"multiple_choice": "decorrelate", "next_token": "jsd_mean"}
 NEXT_TOKEN_UNIT: Unit = "sentence"  #: the short context of next-token rules, the input's last sentence
@@ -114,14 +112,8 @@ def rule_for(name: str, kind: str) -> str:
 def summary(alphas: torch.Tensor) -> dict[str, float]:
     """Mean, standard deviation (population), minimum and maximum of per-example or per-token alphas."""
     a = alphas.double().reshape(-1)
-    if a.numel() == 0:
-        return {"alpha_mean": math.nan, "alpha_sd": math.nan, "alpha_min": math.nan, "alpha_max": math.nan}
-    return {
-        "alpha_mean": float(a.mean()),
-        "alpha_sd": float(a.std(unbiased=False)),
-        "alpha_min": float(a.min()),
-        "alpha_max": float(a.max()),
-    }
+    stats = (a.mean(), a.std(unbiased=False), a.min(), a.max()) if a.numel() else (math.nan,) * 4
+    return dict(zip(("alpha_mean", "alpha_sd", "alpha_min", "alpha_max"), map(float, stats)))
 
 
 _LN2 = math.log(2.0)
