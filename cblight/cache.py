@@ -144,13 +144,8 @@ class RecordCache:
                     atomic_write_text(shard, "".join(kept))
                 else:
                     action = "ignored; their examples are recomputed unless another row holds them"
-                log.warning(
-                    "cache %s: %d corrupt row(s) %s (%s)",
-                    shard,
-                    len(bad),
-                    action,
-                    "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else ""),
-                )
+                shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+                log.warning("cache %s: %d corrupt row(s) %s (%s)", shard, len(bad), action, shown)
         return out
 
     def append(self, records: Sequence[Mapping[str, Any]]) -> None:

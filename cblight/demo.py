@@ -156,19 +156,18 @@ def summary(ranks: dict[str, int], lam: dict[str, Any], mc: dict[str, Any], gen:
 
     lines = [f"Figure 1: rank of ' metre' under full / short / boosted: {ranks['full']} / {ranks['short']} / "
              f"{ranks['boosted']}"]  # fmt: skip
-    rows = []
-    for task, result in {**lam, **mc}.items():
-        rep = result["report"]
-        rows.append(
-            [
-                task,
-                rep["n"],
-                f"{_pct(rep['acc_base'])} ± {_pct(rep['acc_base_stderr'])}",
-                f"{_pct(rep.get('acc'))} ± {_pct(rep.get('acc_stderr'))}",
-                rep.get("alpha_star"),
-                rep.get("k_star", "-"),
-            ]
-        )
+    reports = {task: result["report"] for task, result in {**lam, **mc}.items()}
+    rows = [
+        [
+            task,
+            rep["n"],
+            f"{_pct(rep['acc_base'])} ± {_pct(rep['acc_base_stderr'])}",
+            f"{_pct(rep.get('acc'))} ± {_pct(rep.get('acc_stderr'))}",
+            rep.get("alpha_star"),
+            rep.get("k_star", "-"),
+        ]
+        for task, rep in reports.items()
+    ]
     lines.append(format_table(["task", "n", "acc base %", "acc boosted %", "alpha*", "k*"], rows))
     cols = ("ppl", "ltf", "delta", "rep", "lr_50")
     body = [[f"{row['checkpoint']}: {row['decoding']}", *(row.get(c) for c in cols)] for row in gen["rows"]]
