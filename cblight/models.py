@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 import torch
 
+from cblight import zoo  # ``offline:<name>``: the zoo is consulted for those names only
 from cblight.errors import CblightError, ConfigError
 from cblight.option_types import check_arguments
-from cblight.zoo import PREFIX as OFFLINE  # ``offline:<name>``: the zoo is consulted for those names only
+from cblight.zoo import PREFIX as OFFLINE
 
 __all__ = [
     "DTypeName",
@@ -103,8 +104,6 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
     """``name`` as ``from_pretrained`` takes it: an ``offline:<name>`` becomes its converted directory."""
     if not name.startswith(OFFLINE):
         return name
-    from cblight import zoo
-
     if revision is not None:
         raise ModelLoadError(
             f"{name} is an offline model (a fixed converted file): it has no revision {revision!r}"
@@ -156,11 +155,8 @@ def load_causal_lm(
     from transformers import AutoModelForCausalLM
 
     check_arguments(load_causal_lm, {"dtype": dtype})
-    if name.startswith(OFFLINE):
-        from cblight import zoo
-
-        if dtype in zoo.lookup(name).unsupported_dtypes:
-            raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
+    if name.startswith(OFFLINE) and dtype in zoo.lookup(name).unsupported_dtypes:
+        raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
     name = resolve_model_path(name, revision)
     given = {"device_map": device_map, "attn_implementation": attn_implementation}
     kwargs: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
