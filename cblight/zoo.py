@@ -33,7 +33,7 @@ from pathlib import Path
 from filelock import FileLock
 from huggingface_hub.utils.sha import sha_fileobj
 
-from cblight.errors import CblightError
+from cblight.errors import CblightError, run_subcommands
 
 PREFIX = "offline:"
 PROBE_TEXT = "The capital of France is"
@@ -329,8 +329,6 @@ def path_command(name: str) -> str:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight zoo list|convert|path`` (the arguments come from ``sys.argv`` unless given)."""
-    from cblight.errors import run_subcommands
-
     return run_subcommands(
         {"list": list_models, "convert": path_command, "path": path_command},
         argv,
