@@ -155,11 +155,10 @@ class RecordCache:
         meta = self.dir / "meta.json"
         if not meta.exists():
             atomic_write_json(meta, self.signature)  # makes the directory
-        lines = []
-        for rec in records:
-            row = jsonable(dict(rec))
-            row["checksum"] = _row_checksum(row)
-            lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+        rows = [jsonable(dict(rec)) for rec in records]
+        lines = [
+            json.dumps({**row, "checksum": _row_checksum(row)}, ensure_ascii=False) + "\n" for row in rows
+        ]
         data = "".join(lines).encode("utf-8")
         try:
             fd = os.open(self.shard, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
