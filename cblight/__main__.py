@@ -19,6 +19,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from cblight import __version__
+
 __all__ = ["COMMANDS", "main"]
 
 
@@ -46,8 +48,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def command_help() -> str:
-    from cblight import __version__
-
     width = max(map(len, COMMANDS))
     rows = [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
     return "\n".join(
@@ -91,8 +91,6 @@ def _run(args: list[str]) -> int:
         print(command_help())
         return 0
     if args[0] in ("-V", "--version"):
-        from cblight import __version__
-
         print(f"cblight {__version__}")
         return 0
     name, rest = args[0], args[1:]

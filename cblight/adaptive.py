@@ -39,6 +39,7 @@ rule is tested against a hand computation (tests/test_adaptive.py).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -56,7 +57,6 @@ __all__ = [
     "NEXT_TOKEN_UNIT",
     "RULES",
     "TOKEN_RULES",
-    "UNITS",
     "ChoiceRule",
     "NextTokenRule",
     "RuleName",
@@ -91,7 +91,6 @@ TOKEN_RULES: tuple[str, ...] = get_args(TokenRule)  #: the values of ``TokenRule
 NEXT_TOKEN_RULES: tuple[str, ...] = get_args(NextTokenRule)  #: the values of ``NextTokenRule``
 CHOICE_RULES: tuple[str, ...] = get_args(ChoiceRule)  #: the values of ``ChoiceRule``
 RULES: tuple[str, ...] = get_args(RuleName)  #: the values of ``RuleName``
-UNITS: tuple[str, ...] = get_args(Unit)  #: the values of ``Unit``
 #: the rule ``auto`` stands for, per task kind (the measurements behind the choice are in docs/adaptive.md)
 AUTO = {"multiple_choice": "decorrelate", "next_token": "jsd_mean"}
 NEXT_TOKEN_UNIT: Unit = "sentence"  #: the short context of next-token rules, the input's last sentence
@@ -113,14 +112,8 @@ def rule_for(name: str, kind: str) -> str:
 def summary(alphas: torch.Tensor) -> dict[str, float]:
     """Mean, standard deviation (population), minimum and maximum of per-example or per-token alphas."""
     a = alphas.double().reshape(-1)
-    if a.numel() == 0:
-        return {"alpha_mean": math.nan, "alpha_sd": math.nan, "alpha_min": math.nan, "alpha_max": math.nan}
-    return {
-        "alpha_mean": float(a.mean()),
-        "alpha_sd": float(a.std(unbiased=False)),
-        "alpha_min": float(a.min()),
-        "alpha_max": float(a.max()),
-    }
+    stats = (a.mean(), a.std(unbiased=False), a.min(), a.max()) if a.numel() else (math.nan,) * 4
+    return dict(zip(("alpha_mean", "alpha_sd", "alpha_min", "alpha_max"), map(float, stats)))
 
 
 _LN2 = math.log(2.0)
@@ -165,12 +158,10 @@ def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_t
     return -a if form == "generation" else -a / (1.0 + a)
 
 
-def residual_alpha(
-    full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token", floor: float = -0.9
-) -> torch.Tensor:
+def residual_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
     """Per row ``[N]``: ``-beta`` with ``beta = Cov_p(log f_max, log f_short) / Var_p(log f_short)`` under
     ``p = f_max`` (the weighted least-squares slope of the full prediction on the short one), clipped to
-    ``[floor, 0]`` in the next-token form (a negative slope means the short expert does not echo the full one:
+    ``[-0.9, 0]`` in the next-token form (a negative slope means the short expert does not echo the full one:
     no boosting), then turned into ``form``. Where ``f_short`` is flat under ``p`` (``Var = 0``, e.g.
     identical one-hot experts) the slope is taken as 1 only if the experts are identical, else 0."""
     full64, short64 = full.double(), short.double()
@@ -185,7 +176,7 @@ def residual_alpha(
     cov = (w * (f - f_mean) * (s - s_mean)).sum(-1)
     var = (w * (s - s_mean) ** 2).sum(-1)
     beta = torch.where(var > 1e-12, cov / var.clamp_min(1e-12), torch.zeros_like(var))
-    alpha = (-beta).clamp(min=floor, max=0.0).to(torch.float32)
+    alpha = (-beta).clamp(min=-0.9, max=0.0).to(torch.float32)
     return alpha_in_form(alpha, form)
 
 
@@ -281,9 +272,7 @@ def balance_alpha(
         raise ValueError("no questions to balance")
     ranks = prior_ranks(ll_short, ll_full)  # [N, C]
     counts = mask.sum(-1)
-    expected = torch.zeros(c, dtype=torch.float64)
-    for r in range(c):
-        expected[r] = ((counts > r).double() / counts.clamp_min(1).double()).mean()
+    expected = torch.stack([((counts > r).double() / counts.clamp_min(1).double()).mean() for r in range(c)])
     preds = choice_predictions(ll_full, ll_short, grid, lengths)  # [A, N]
     pred_rank = ranks.unsqueeze(0).expand(grid.numel(), -1, -1).gather(-1, preds.unsqueeze(-1)).squeeze(-1)
     hist = torch.nn.functional.one_hot(pred_rank, c).double().mean(1)  # [A, C]
@@ -334,18 +323,10 @@ def unit_k(pieces: Sequence[str], unit: Unit = "sentence") -> int:
     if not pieces:
         return 1
     pattern = _SENTENCE_END if unit == "sentence" else _CLAUSE_END
-    text = "".join(pieces)
     # ends followed by nothing but whitespace do not open a new unit: look for the last end before the
     # final non-space character
-    body = text.rstrip()
-    ends = [m.end() for m in pattern.finditer(body)]
+    ends = [m.end() for m in pattern.finditer("".join(pieces).rstrip())]
     if not ends:
         return len(pieces)
-    cut = ends[-1]
-    starts = []
-    at = 0
-    for piece in pieces:
-        starts.append(at)
-        at += len(piece)
-    k = sum(1 for s in starts if s >= cut)
-    return max(k, 1)
+    starts = itertools.accumulate((len(p) for p in pieces[:-1]), initial=0)  # where each piece starts
+    return max(sum(s >= ends[-1] for s in starts), 1)

@@ -64,12 +64,9 @@ def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[
     return ids.to(device), mask.to(device)
 
 
-def positions_from_mask(mask: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
-    """Position ids that count only real tokens, so a left-padded row starts at position 0 (or ``offset``)."""
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)
-    if offset is not None:
-        pos = pos + offset.view(-1, 1)
-    return pos
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count only real tokens, so a left-padded row starts at position 0."""
+    return (mask.cumsum(-1) - 1).clamp_min(0)
 
 
 def last_position_log_probs(

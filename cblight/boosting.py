@@ -197,24 +197,20 @@ def next_token_alpha_sweep(
     short = short.float()
     finite = bool(torch.isfinite(full).all()) and bool(torch.isfinite(short).all())
     tgt = targets.to(full.device).view(-1, 1)
-    correct, log_prob, rank = [], [], []
+    out: dict[str, list[torch.Tensor]] = {"correct": [], "log_prob": [], "rank": []}
     for alpha in alphas.tolist():
         w_full, w_short = two_expert_weights(alpha, form)
         if finite:
             scores = torch.add(full if w_full == 1.0 else full * w_full, short, alpha=w_short)
             target_score = scores.gather(1, tgt)
-            log_prob.append(target_score.squeeze(1) - torch.logsumexp(scores, dim=-1))
+            out["log_prob"].append(target_score.squeeze(1) - torch.logsumexp(scores, dim=-1))
         else:
             scores = mix_log_probs([full, short], (w_full, w_short))
             target_score = scores.gather(1, tgt)
-            log_prob.append(normalize_log_scores(scores).gather(1, tgt).squeeze(1))
-        correct.append(scores.argmax(dim=-1) == tgt.squeeze(1))
-        rank.append((scores > target_score).sum(dim=-1) + 1)
-    return {
-        "correct": torch.stack(correct, 1),
-        "log_prob": torch.stack(log_prob, 1),
-        "rank": torch.stack(rank, 1),
-    }
+            out["log_prob"].append(normalize_log_scores(scores).gather(1, tgt).squeeze(1))
+        out["correct"].append(scores.argmax(dim=-1) == tgt.squeeze(1))
+        out["rank"].append((scores > target_score).sum(dim=-1) + 1)
+    return {name: torch.stack(columns, 1) for name, columns in out.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -144,31 +144,21 @@ class RecordCache:
                     atomic_write_text(shard, "".join(kept))
                 else:
                     action = "ignored; their examples are recomputed unless another row holds them"
-                log.warning(
-                    "cache %s: %d corrupt row(s) %s (%s)",
-                    shard,
-                    len(bad),
-                    action,
-                    "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else ""),
-                )
+                shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+                log.warning("cache %s: %d corrupt row(s) %s (%s)", shard, len(bad), action, shown)
         return out
 
     def append(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Add rows (each with its checksum) to this process's shard, all or none of them."""
         if not records:
             return
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise write_failure(self.dir, err) from None
         meta = self.dir / "meta.json"
         if not meta.exists():
-            atomic_write_json(meta, self.signature)
-        lines = []
-        for rec in records:
-            row = jsonable(dict(rec))
-            row["checksum"] = _row_checksum(row)
-            lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+            atomic_write_json(meta, self.signature)  # makes the directory
+        rows = [jsonable(dict(rec)) for rec in records]
+        lines = [
+            json.dumps({**row, "checksum": _row_checksum(row)}, ensure_ascii=False) + "\n" for row in rows
+        ]
         data = "".join(lines).encode("utf-8")
         try:
             fd = os.open(self.shard, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from cblight.boosting import boosted_log_probs, short_context_ids
-from cblight.errors import ConfigError
-from cblight.models import DTypeName
+from cblight.errors import ConfigError, exit_on_bad_input
+from cblight.models import DTypeName, load_causal_lm, load_tokenizer
 from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
 from cblight.scoring import Encoder, Scorer
 
@@ -170,8 +170,6 @@ def contrast_command(
         dtype: model weights dtype.
         device: e.g. cuda; default CPU.
     """
-    from cblight.models import load_causal_lm, load_tokenizer
-
     check_texts(context, target)  # before the model is loaded
     tok = load_tokenizer(model)
     contrast_ids(Encoder(tok), context, target)  # the token counts, before the model too
@@ -196,7 +194,6 @@ def main(args: list[str] | None = None, prog: str | None = None) -> None:
     """``cblight contrast --context TEXT ...`` (``args`` default to ``sys.argv[1:]``)."""
     from jsonargparse import auto_cli
 
-    from cblight.errors import exit_on_bad_input
     from cblight.parse_errors import Parser
 
     exit_on_bad_input(

@@ -156,19 +156,18 @@ def summary(ranks: dict[str, int], lam: dict[str, Any], mc: dict[str, Any], gen:
 
     lines = [f"Figure 1: rank of ' metre' under full / short / boosted: {ranks['full']} / {ranks['short']} / "
              f"{ranks['boosted']}"]  # fmt: skip
-    rows = []
-    for task, result in {**lam, **mc}.items():
-        rep = result["report"]
-        rows.append(
-            [
-                task,
-                rep["n"],
-                f"{_pct(rep['acc_base'])} ± {_pct(rep['acc_base_stderr'])}",
-                f"{_pct(rep.get('acc'))} ± {_pct(rep.get('acc_stderr'))}",
-                rep.get("alpha_star"),
-                rep.get("k_star", "-"),
-            ]
-        )
+    reports = {task: result["report"] for task, result in {**lam, **mc}.items()}
+    rows = [
+        [
+            task,
+            rep["n"],
+            f"{_pct(rep['acc_base'])} ± {_pct(rep['acc_base_stderr'])}",
+            f"{_pct(rep.get('acc'))} ± {_pct(rep.get('acc_stderr'))}",
+            rep.get("alpha_star"),
+            rep.get("k_star", "-"),
+        ]
+        for task, rep in reports.items()
+    ]
     lines.append(format_table(["task", "n", "acc base %", "acc boosted %", "alpha*", "k*"], rows))
     cols = ("ppl", "ltf", "delta", "rep", "lr_50")
     body = [[f"{row['checkpoint']}: {row['decoding']}", *(row.get(c) for c in cols)] for row in gen["rows"]]
@@ -176,28 +175,19 @@ def summary(ranks: dict[str, int], lam: dict[str, Any], mc: dict[str, Any], gen:
     return "\n\n".join(lines)
 
 
-_STARTUP_NOTES = (
-    "GPU available",
-    "TPU available",
-    "HPU available",
-    "💡 Tip",
-    "Seed set to",
-    "The following callbacks returned",
-    "`Trainer.fit` stopped",
-)
-
-
 def _not_a_startup_note(record: logging.LogRecord) -> bool:
-    """Drops Lightning's per-Trainer start-up notes; keeps everything else it logs at INFO, such as each
-    run's results table (``cblight.runs`` prints it through Lightning's rank-zero logger)."""
-    return not str(record.getMessage()).lstrip().startswith(_STARTUP_NOTES)
+    """Drops the Trainer's notes that ``quiet_library_notices`` leaves to every other run (its callbacks,
+    why fitting stopped); keeps everything else Lightning logs at INFO, such as each run's results table
+    (``cblight.runs`` prints it through Lightning's rank-zero logger)."""
+    notes = ("The following callbacks returned", "`Trainer.fit` stopped")
+    return not str(record.getMessage()).lstrip().startswith(notes)
 
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Keep the demo's output to its steps, tables and progress bars: Lightning's start-up notes (devices,
-    seeds, tips), transformers' weight-loading bars and the warning about calling the CLIs from Python go.
-    Everything is put back afterwards (the tests run the demo inside their own process)."""
+    seeds, tips, callbacks, stops), transformers' weight-loading bars and the warning about calling the CLIs
+    from Python go. Everything is put back afterwards (the tests run the demo inside their own process)."""
     # Lightning adds its handlers when first imported: import it, then filter what they print
     import lightning.pytorch  # noqa: F401
     from transformers.utils import logging as hf_logging

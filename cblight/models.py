@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 import torch
 
+from cblight import zoo  # ``offline:<name>``: the zoo is consulted for those names only
 from cblight.errors import CblightError, ConfigError
 from cblight.option_types import check_arguments
-from cblight.zoo import PREFIX as OFFLINE  # ``offline:<name>``: the zoo is consulted for those names only
+from cblight.zoo import PREFIX as OFFLINE
 
 __all__ = [
     "DTypeName",
@@ -38,11 +39,6 @@ class ModelLoadError(CblightError):
     """A model or tokenizer path that cannot be loaded."""
 
 
-# files a tokenizer saved with ``save_pretrained`` (or shipped by a Hub repo) holds; a slow tokenizer's
-# vocabulary (``*.model``: SentencePiece, ``*.tiktoken``) needs sentencepiece or tiktoken to be converted
-_SLOW_VOCABULARY = (".model", ".tiktoken")
-
-
 def _first_line(err: Exception) -> str:
     """The first non-empty line of an exception's text: transformers' messages run over several lines."""
     return next((line.strip() for line in str(err).splitlines() if line.strip()), "")
@@ -54,7 +50,8 @@ def _explain(kind: str, name: str, err: Exception) -> ModelLoadError:
     if path.is_dir():
         files = sorted(p.name for p in path.iterdir())
         shown = files[:8] + (["..."] if len(files) > 8 else [])
-        slow = [f for f in files if f.endswith(_SLOW_VOCABULARY)]
+        # a slow tokenizer's vocabulary (SentencePiece, tiktoken) needs sentencepiece or tiktoken to convert
+        slow = [f for f in files if f.endswith((".model", ".tiktoken"))]
         text = str(err).lower()
         if kind == "tokenizer" and slow and ("sentencepiece" in text or "tiktoken" in text):
             # the only case transformers' sentencepiece/tiktoken hint is about: a slow vocabulary to convert
@@ -107,8 +104,6 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
     """``name`` as ``from_pretrained`` takes it: an ``offline:<name>`` becomes its converted directory."""
     if not name.startswith(OFFLINE):
         return name
-    from cblight import zoo
-
     if revision is not None:
         raise ModelLoadError(
             f"{name} is an offline model (a fixed converted file): it has no revision {revision!r}"
@@ -160,11 +155,8 @@ def load_causal_lm(
     from transformers import AutoModelForCausalLM
 
     check_arguments(load_causal_lm, {"dtype": dtype})
-    if name.startswith(OFFLINE):
-        from cblight import zoo
-
-        if dtype in zoo.lookup(name).unsupported_dtypes:
-            raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
+    if name.startswith(OFFLINE) and dtype in zoo.lookup(name).unsupported_dtypes:
+        raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
     name = resolve_model_path(name, revision)
     given = {"device_map": device_map, "attn_implementation": attn_implementation}
     kwargs: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
@@ -184,12 +176,9 @@ def load_causal_lm(
     return model
 
 
-_WINDOW_ATTRS = ("n_positions", "max_position_embeddings", "n_ctx", "seq_length", "max_sequence_length")
-
-
 def _config_window(cfg: Any) -> tuple[str, int] | None:
     """The config attribute that declares the model's window, and the window."""
-    for attr in _WINDOW_ATTRS:
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx", "seq_length", "max_sequence_length"):
         value = getattr(cfg, attr, None)
         if isinstance(value, int) and value > 0:
             return attr, value
@@ -224,14 +213,15 @@ def check_max_length(cfg: Any, max_length: int, option: str = "max_length", name
     """A ``max_length`` past the window a model's config declares: refused for learned absolute positions
     (an index out of range deep inside the forward pass otherwise), one warning for rotary or ALiBi
     positions, which extrapolate beyond the window they were trained on. ``name``: the model as the user
-    named it (default: the config's path)."""
+    named it (default: the config's path). ``cfg`` ``None`` (a config that cannot be read, left to the
+    model's load to report): only ``max_length >= 2`` is checked."""
+    if max_length < 2:
+        raise ConfigError(f"{option} must be at least 2, got {max_length}")
     found = _config_window(cfg)
     if found is None or max_length <= found[1]:
         return
-    (attr, window), where = (
-        found,
-        getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model"),
-    )
+    attr, window = found
+    where = getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "the model")
     name = name or where
     encoding = position_encoding(cfg)
     if encoding == "absolute":
@@ -253,8 +243,6 @@ def model_window(model: Any, override: int | None = None) -> int:
     """The longest input the model accepts (its position-embedding size), or ``override`` (checked against
     it: ``check_max_length``)."""
     if override is not None:
-        if override < 2:
-            raise ConfigError(f"max_length must be at least 2, got {override}")
         check_max_length(model.config, int(override))
         return int(override)
     return (_config_window(model.config) or ("", 2048))[1]
@@ -291,12 +279,10 @@ def check_checkpoint_max_length(
 ) -> None:
     """``check_max_length`` from a checkpoint's config, before its weights load; a config that cannot be
     read is left to the model's load to report."""
-    if max_length < 2:
-        raise ConfigError(f"{option} must be at least 2, got {max_length}")
     try:
         config = checkpoint_config(name, revision, trust_remote_code)
     except ModelLoadError:
-        return
+        config = None
     check_max_length(config, max_length, option, name)
 
 

