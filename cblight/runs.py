@@ -8,6 +8,7 @@
   too should a library have swallowed the first one. Cache rows are appended all-or-none
   (``cblight.cache``), so a rerun resumes. The entry point turns ``RunInterrupted`` into one line and exit
   status 128 + the signal number (130 for SIGINT, 143 for SIGTERM), as a shell reports a killed command.
+  A training run defers the first signal (``defer``) to a checkpointed stop at its next step boundary.
 * **The run**: ``run_evaluation`` chooses alpha* (and k*) on the selection splits with Lightning's
   validation loop when the evaluator selects (``Evaluator.selects``), then reports on the test splits;
   ``run_comparison`` runs one evaluation per checkpoint (tuned vs boosted vs base) and prints the table
@@ -195,30 +196,44 @@ class OutputLock:
 # ---------------------------------------------------------------------------------------------------------
 # Stopping on SIGINT / SIGTERM
 
-_requested: list[int] = []
+# A signal delivered twice at once (to the process group, and forwarded by Lightning's launcher) is one.
+REPEAT_AFTER_S = 2.0
+_requested: list[tuple[int, float]] = []  # (signal, when) of every signal received in the block
+_defer = [False]
+
+
+def requested() -> int | None:
+    """The first signal received within ``stop_on_signals`` (``None``: none)."""
+    return _requested[0][0] if _requested else None
 
 
 def check_interrupt() -> None:
     """Raise ``RunInterrupted`` if a stop was requested (called between batches)."""
     if _requested:
-        raise RunInterrupted(_requested[0])
+        raise RunInterrupted(_requested[0][0])
 
 
 def _handler(signum: int, frame: Any) -> None:
-    first = not _requested
-    _requested.append(signum)
-    if first:
+    now = time.monotonic()
+    if _requested and now - _requested[0][1] < REPEAT_AFTER_S:
+        return
+    _requested.append((signum, now))
+    if len(_requested) == (2 if _defer[0] else 1):  # the first at once; when deferred, the second
         raise RunInterrupted(signum)
 
 
 @contextmanager
-def stop_on_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+def stop_on_signals(defer: bool = False) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise ``RunInterrupted`` (main thread only; elsewhere a no-op).
-    Lightning chains its own SIGTERM handler in front of ours while a trainer runs."""
+    With ``defer`` the first is only recorded (``requested``), for the run to stop at its next step
+    boundary, and a second one, 2 s or more later, raises. Lightning chains its own SIGTERM handler in
+    front of ours while a trainer runs, unless the block starts inside the run."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _requested.clear()
+    _defer[0] = defer
+    signals = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.getsignal(s) for s in signals}
     for s in signals:
         signal.signal(s, _handler)
@@ -226,7 +241,7 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) 
         yield
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
+from cblight.option_types import check_fields
 from cblight.runs import LOCK_NAME, OutputDirError, OutputLock
 from cblight.tune.lora import is_peft_model, save_lora_exports
-from cblight.tune.loss import TuningConfigError
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,7 @@ class ExportOptions:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "overwrite"):
-            if not isinstance(getattr(self, name), bool):
-                raise TuningConfigError(f"export.{name} must be true or false, got {getattr(self, name)!r}")
+        check_fields(self)
 
 
 def check_export_dir(path: Path, overwrite: bool) -> None:

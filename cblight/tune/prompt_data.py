@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from cblight.data.sources import json_lines
 from cblight.errors import CblightError
+from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
 
 __all__ = ["PromptDataError", "PromptDataModule", "PromptStream", "check_split", "read_prompts"]
 
@@ -176,13 +177,14 @@ class PromptDataModule(L.LightningDataModule):
         task: str | None = None,
         data_dir: str | None = None,
         split: str = "train",
-        batch_size: int = 32,
-        val_size: int = 0,
-        val_batch_size: int | None = None,
-        limit: int | None = None,
+        batch_size: PositiveInt = 32,
+        val_size: NonNegativeInt = 0,
+        val_batch_size: PositiveInt | None = None,
+        limit: PositiveInt | None = None,
         seed: int = 0,
         val_texts_file: str | None = None,
     ):
+        check_arguments(PromptDataModule.__init__, locals(), PromptDataError)
         super().__init__()
         given = {
             "prompts": prompts is not None,
@@ -197,12 +199,6 @@ class PromptDataModule(L.LightningDataModule):
                 "benchmark such as webtext) or bos_only: true"
                 + (f"; got {', '.join(sources)}" if sources else "; got none")
             )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise PromptDataError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if val_size < 0:
-            raise PromptDataError(f"val_size must be at least 0, got {val_size}")
-        if limit is not None and limit < 1:
-            raise PromptDataError(f"limit must be a positive integer or null, got {limit}")
         for name, path in (("prompts_file", prompts_file), ("val_texts_file", val_texts_file)):
             if path is not None and not Path(path).expanduser().is_file():
                 what = "is a directory, not a file" if Path(path).expanduser().is_dir() else "does not exist"
@@ -242,9 +238,6 @@ class PromptDataModule(L.LightningDataModule):
         if self.task is not None:
             return self._task_prompts()
         if self.prompt_list is not None:
-            bad = [i for i, p in enumerate(self.prompt_list) if not isinstance(p, str)]
-            if bad:
-                raise PromptDataError(f"prompts[{bad[0]}] is not a string")
             return [p for p in self.prompt_list if p.strip()]
         assert self.prompts_file is not None
         return read_prompts(self.prompts_file, self.text_field)

@@ -17,30 +17,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from cblight.batching import left_pad, positions_from_mask
+from cblight.errors import ConfigError
+from cblight.option_types import check_fields
 from cblight.options import Sampling
 from cblight.scoring import Encoder
-from cblight.tune.loss import TuningConfigError, longest_useful_position
-from cblight.tune.positions import Sampled, sampled_token_mask
+from cblight.tune.loss import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
 
 #: The checkpoint key under which every process's sampling random state is saved.
 RNG_KEY = "cblight_sampling_rng"
-#: The values of ``RolloutOptions.cache``, ``auto`` (static and compiled on a GPU, dynamic on CPU), ``dynamic``, ``static``.
-CACHES = ("auto", "dynamic", "static")
-
 __all__ = [
-    "CACHES",
     "RNG_KEY",
     "RolloutOptions",
     "RolloutSampler",
-    "check_sampling",
     "sample_sequences",
     "seed_of",
 ]
@@ -60,16 +56,13 @@ class RolloutOptions:
             itself within the paper's 32 steps (docs/tuning.md), so ``auto`` leaves it off there.
     """
 
-    cache: str = "auto"
+    cache: Literal["auto", "dynamic", "static"] = "auto"
     compile: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.cache not in CACHES:
-            raise TuningConfigError(f"rollouts.cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
-        if self.compile is not None and not isinstance(self.compile, bool):
-            raise TuningConfigError(f"rollouts.compile must be true, false or null, got {self.compile!r}")
+        check_fields(self)
         if self.compile and self.cache == "dynamic":
-            raise TuningConfigError(
+            raise ConfigError(
                 "rollouts.compile: true needs rollouts.cache: static or auto (a compiled decode step needs the "
                 "static cache's fixed shapes)"
             )
@@ -80,7 +73,7 @@ class RolloutOptions:
         if (self.cache == "static" or self.compile) and not getattr(
             model_class, "_can_compile_fullgraph", False
         ):
-            raise TuningConfigError(
+            raise ConfigError(
                 f"rollouts.cache: static / rollouts.compile: {model_class.__name__} does not support "
                 "transformers' static cache and compiled decoding; use rollouts.cache: dynamic or auto"
             )
@@ -101,18 +94,6 @@ class RolloutOptions:
 def seed_of(*parts: int) -> int:
     """A 32-bit seed mixed from integers (base seed, process rank, step) by numpy's ``SeedSequence``."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
-
-
-def check_sampling(sampling: Sampling) -> None:
-    """Refuse a ``Sampling`` that does not sample one sequence per prompt (tuning learns from samples)."""
-    if sampling.do_sample is not True:
-        raise TuningConfigError(
-            f"sampling.do_sample must be true (coherence tuning samples its sequences), got {sampling.do_sample!r}"
-        )
-    if sampling.num_beams not in (None, 1):
-        raise TuningConfigError(
-            f"sampling.num_beams must be null or 1 (tuning samples, it does not search), got {sampling.num_beams!r}"
-        )
 
 
 @torch.no_grad()
@@ -248,7 +229,7 @@ class RolloutSampler:
         rollouts: RolloutOptions = RolloutOptions(),
     ):
         if max_new_tokens + len(encoder.prefix) + 1 > window:
-            raise TuningConfigError(
+            raise ConfigError(
                 f"max_new_tokens = {max_new_tokens} does not fit the model window of {window}; lower it"
             )
         self.encoder = encoder
@@ -278,7 +259,7 @@ class RolloutSampler:
     def encode(self, prompts: Sequence[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded prompt ids and attention mask on ``device``."""
         if not prompts:
-            raise TuningConfigError("the prompt data module yielded an empty batch")
+            raise ConfigError("the prompt data module yielded an empty batch")
         return left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, device)
 
     def check_prompts(self, prompts: Sequence[str], k: int) -> None:
@@ -286,15 +267,17 @@ class RolloutSampler:
 
         Stops at the first prompt that is long enough, so large prompt files cost little."""
         if not prompts:
-            raise TuningConfigError("the prompt data module yields no prompts")
-        n_prefix, new = len(self.encoder.prefix), self.max_new_tokens
-        longest = 0
+            raise ConfigError("the prompt data module yields no prompts")
+        # the last sampled token of a prompt has ``prompt - prefix + max_new_tokens - 1`` content tokens before
+        # it; boosting changes nothing unless that exceeds k (f_k == f_max otherwise)
+        new, longest, seen = self.max_new_tokens, 0, 0
         for prompt in dict.fromkeys(prompts):
             longest = max(longest, len(self.prompt_ids(prompt)))
-            if longest_useful_position([longest], n_prefix, new) > k:
+            seen = longest - len(self.encoder.prefix) + new - 1
+            if seen > k:
                 return
-        raise TuningConfigError(
-            f"no sampled position can see more than {longest_useful_position([longest], n_prefix, new)} tokens "
+        raise ConfigError(
+            f"no sampled position can see more than {seen} tokens "
             f"of context (longest prompt {longest} tokens + max_new_tokens {new}), which is not more than "
             f"boosting.k = {k}: f_k would equal f_max everywhere and the KL would be identically zero. "
             "Use longer prompts, more max_new_tokens or a smaller boosting.k."

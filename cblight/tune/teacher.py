@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from cblight.tune.loss import TuningConfigError, finite_number, positive_int
+from cblight.errors import ConfigError
+from cblight.option_types import NonNegativeFloat, OpenUnitInterval, PositiveInt, check_fields
 
 #: The checkpoint key of the EMA teacher's weights.
 EMA_KEY = "cblight_ema_teacher"
-#: The values of ``TeacherOptions.kind``, the boosted frozen initial model, the live model (the paper), an EMA of the student.
-TEACHERS = ("frozen", "live", "ema")
 
-__all__ = ["EMA_KEY", "TEACHERS", "Teacher", "TeacherOptions", "ema_update", "frozen_copy", "snapshot_update"]
+__all__ = ["EMA_KEY", "Teacher", "TeacherOptions", "ema_update", "frozen_copy", "snapshot_update"]
 
 
 @dataclass(frozen=True)
@@ -54,29 +53,17 @@ class TeacherOptions:
             initial model (one more full forward per step, except with the frozen teacher, which is it).
     """
 
-    kind: str = "frozen"
-    ema_decay: float = 0.9
-    refresh_every: int | None = None
-    trust_region: float = 0.0
+    kind: Literal["frozen", "live", "ema"] = "frozen"
+    ema_decay: OpenUnitInterval = 0.9
+    refresh_every: PositiveInt | None = None
+    trust_region: NonNegativeFloat = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in TEACHERS:
-            raise TuningConfigError(f"teacher.kind must be one of {', '.join(TEACHERS)}, got {self.kind!r}")
-        if not finite_number(self.ema_decay) or not 0.0 < self.ema_decay < 1.0:
-            raise TuningConfigError(f"teacher.ema_decay must be in (0, 1), got {self.ema_decay!r}")
-        if self.refresh_every is not None:
-            if not positive_int(self.refresh_every):
-                raise TuningConfigError(
-                    f"teacher.refresh_every must be a positive integer or null, got {self.refresh_every!r}"
-                )
-            if self.kind != "live":
-                raise TuningConfigError(
-                    f"teacher.refresh_every applies to the live teacher, not kind {self.kind!r}; "
-                    "set teacher.kind: live or remove it"
-                )
-        if not finite_number(self.trust_region) or self.trust_region < 0:
-            raise TuningConfigError(
-                f"teacher.trust_region must be a finite number >= 0 (0: off), got {self.trust_region!r}"
+        check_fields(self)
+        if self.refresh_every is not None and self.kind != "live":
+            raise ConfigError(
+                f"teacher.refresh_every applies to the live teacher, not kind {self.kind!r}; "
+                "set teacher.kind: live or remove it"
             )
 
     @property

@@ -23,7 +23,6 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +30,15 @@ import torch
 from torchmetrics import MeanMetric, Metric, SumMetric
 
 from cblight.boosting import log_softmax32
+from cblight.errors import ConfigError
 from cblight.metrics.ngrams import distinct_and_entropy
 from cblight.metrics.ragged import RaggedMetric
 from cblight.metrics.text_stats import ends_in_repetition
+from cblight.option_types import NonNegativeInt, PositiveInt, check_fields
 from cblight.scoring import Encoder, Scorer, empty_context_ids
-from cblight.tune.loss import KLTerms, TuningConfigError, default_loss_chunk
-from cblight.tune.positions import Sampled, sampled_logits
+from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, sampled_logits
 
 __all__ = ["SampleDiversity", "ValidationOptions", "Validator", "next_token_entropy", "sampled_tokens"]
-
-
-def _count(value: object, low: int) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool) and value >= low
 
 
 @dataclass(frozen=True)
@@ -62,20 +58,14 @@ class ValidationOptions:
     """
 
     against_initial: bool = False
-    text_tokens: int = 128
-    log_samples_every_n_steps: int = 8
-    num_logged_samples: int = 4
+    text_tokens: PositiveInt = 128
+    log_samples_every_n_steps: NonNegativeInt = 8
+    num_logged_samples: NonNegativeInt = 4
 
     def __post_init__(self) -> None:
-        if not _count(self.text_tokens, 2):
-            raise TuningConfigError(
-                f"validation.text_tokens must be an integer >= 2, got {self.text_tokens!r}"
-            )
-        for name in ("log_samples_every_n_steps", "num_logged_samples"):
-            if not _count(getattr(self, name), 0):
-                raise TuningConfigError(
-                    f"validation.{name} must be an integer >= 0 (0: no sample log), got {getattr(self, name)!r}"
-                )
+        check_fields(self)
+        if self.text_tokens < 2:
+            raise ConfigError(f"validation.text_tokens must be an integer >= 2, got {self.text_tokens!r}")
 
 
 class SampleDiversity(RaggedMetric):
