@@ -18,8 +18,10 @@ mid-run checkpoint sees exactly the prompts an uninterrupted run would have seen
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +104,7 @@ def _rng(*parts: int) -> np.random.Generator:
     return np.random.default_rng([int(x) for x in parts])
 
 
+@dataclass
 class PromptStream(IterableDataset):
     """An endless stream of prompt batches for one process.
 
@@ -110,47 +113,30 @@ class PromptStream(IterableDataset):
     a global batch are tiled. ``start`` is the first batch number to yield.
     """
 
-    def __init__(
-        self,
-        pool: Sequence[str],
-        batch_size: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        seed: int = 0,
-        start: int = 0,
-    ):
-        if not pool:
+    pool: Sequence[str]
+    batch_size: int
+    rank: int = 0
+    world_size: int = 1
+    seed: int = 0
+    start: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.pool:
             raise PromptDataError("the prompt pool is empty")
-        self.pool = list(pool)
-        self.batch_size = int(batch_size)
-        self.rank = int(rank)
-        self.world_size = int(world_size)
-        self.seed = int(seed)
-        self.start = int(start)
-
-    @property
-    def global_batch(self) -> int:
-        return self.batch_size * self.world_size
-
-    def global_indices(self, i: int) -> np.ndarray:
-        n, g = len(self.pool), self.global_batch
-        if n < g:  # each batch tiles fresh permutations of a small pool
-            rng = _rng(self.seed, 1, i)
-            return np.concatenate([rng.permutation(n) for _ in range(-(-g // n))])[:g]
-        per_epoch = n // g
-        epoch, j = divmod(i, per_epoch)
-        return _rng(self.seed, 0, epoch).permutation(n)[j * g : (j + 1) * g]
 
     def batch(self, i: int) -> dict[str, Any]:
-        idx = self.global_indices(i)[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
-        return {"prompts": [self.pool[j] for j in idx], "index": i}
+        n, g = len(self.pool), self.batch_size * self.world_size
+        if n < g:  # each batch tiles fresh permutations of a small pool
+            rng = _rng(self.seed, 1, i)
+            idx = np.concatenate([rng.permutation(n) for _ in range(-(-g // n))])[:g]
+        else:
+            epoch, j = divmod(i, n // g)
+            idx = _rng(self.seed, 0, epoch).permutation(n)[j * g : (j + 1) * g]
+        mine = idx[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+        return {"prompts": [self.pool[j] for j in mine], "index": i}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        i = self.start
-        while True:
-            yield self.batch(i)
-            i += 1
+        return map(self.batch, itertools.count(self.start))
 
 
 class PromptDataModule(L.LightningDataModule):

@@ -32,7 +32,7 @@ from cblight.option_types import NonNegativeFloat, OpenUnitInterval, PositiveInt
 #: The checkpoint key of the EMA teacher's weights.
 EMA_KEY = "cblight_ema_teacher"
 
-__all__ = ["EMA_KEY", "Teacher", "TeacherOptions", "ema_update", "frozen_copy", "snapshot_update"]
+__all__ = ["EMA_KEY", "Teacher", "TeacherOptions", "frozen_copy"]
 
 
 @dataclass(frozen=True)
@@ -77,28 +77,6 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-@torch.no_grad()
-def ema_update(teacher: torch.nn.Module, student: torch.nn.Module, decay: float) -> None:
-    """``θ_teacher ← decay · θ_teacher + (1 - decay) · θ_student`` for every trainable parameter of the
-    student (the two models have the same structure; frozen parameters are equal and stay so)."""
-    pairs = [
-        (t, s) for t, s in zip(teacher.parameters(), student.parameters(), strict=True) if s.requires_grad
-    ]
-    if pairs:
-        targets = [t for t, _ in pairs]
-        torch._foreach_lerp_(targets, [s.detach().to(t.dtype) for t, s in pairs], 1.0 - decay)
-
-
-@torch.no_grad()
-def snapshot_update(teacher: torch.nn.Module, student: torch.nn.Module) -> None:
-    """``θ_teacher ← θ_student`` for every trainable parameter of the student (the refreshed live teacher)."""
-    pairs = [
-        (t, s) for t, s in zip(teacher.parameters(), student.parameters(), strict=True) if s.requires_grad
-    ]
-    if pairs:
-        torch._foreach_copy_([t for t, _ in pairs], [s.detach() for _, s in pairs])
-
-
 class Teacher:
     """The teacher's model copies: ``model`` is the one boosted (``None`` for the live teacher, which is the
     student itself; a snapshot of it with ``refresh_every``), ``initial`` a frozen copy of the initial model
@@ -129,15 +107,26 @@ class Teacher:
             if model is not None:
                 model.to(device)
 
+    @torch.no_grad()
     def update(self, student: torch.nn.Module, step: int) -> None:
-        """After optimizer step ``step`` (counted from 1): the EMA follows the student, a snapshot is retaken
-        every ``refresh_every`` steps (the other teachers do nothing)."""
-        if self.options.kind == "ema":
-            assert self.model is not None
-            ema_update(self.model, student, self.options.ema_decay)
-        elif self.options.snapshot and step % int(self.options.refresh_every or 1) == 0:
-            assert self.model is not None
-            snapshot_update(self.model, student)
+        """After optimizer step ``step`` (counted from 1), for every trainable parameter of the student (the
+        two models have the same structure; frozen parameters are equal and stay so): the EMA follows it,
+        ``θ_ema ← d θ_ema + (1 - d) θ``; a snapshot is retaken, ``θ_teacher ← θ``, every ``refresh_every``
+        steps; the other teachers do nothing."""
+        ema = self.options.kind == "ema"
+        if not (ema or (self.options.snapshot and step % int(self.options.refresh_every or 1) == 0)):
+            return
+        assert self.model is not None
+        pairs = [
+            (t, s)
+            for t, s in zip(self.model.parameters(), student.parameters(), strict=True)
+            if s.requires_grad
+        ]
+        if pairs and ema:
+            sources = [s.detach().to(t.dtype) for t, s in pairs]
+            torch._foreach_lerp_([t for t, _ in pairs], sources, 1.0 - self.options.ema_decay)
+        elif pairs:
+            torch._foreach_copy_([t for t, _ in pairs], [s.detach() for _, s in pairs])
 
     @property
     def reference(self) -> torch.nn.Module | None:
