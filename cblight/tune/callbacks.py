@@ -45,7 +45,6 @@ __all__ = [
     "StepProgressBar",
     "StopOnSignal",
     "resume_interrupted_run",
-    "step_progress_bar",
 ]
 
 
@@ -350,12 +349,3 @@ class RichStepProgressBar(RichProgressBar):
             self._initialize_train_progress_bar_id()
         self._update(self.train_progress_bar_id, trainer.global_step)
         self._update_metrics(trainer, pl_module)
-
-
-def step_progress_bar(bar: Any) -> Callback | None:
-    """The step-counting replacement of Lightning's own default bar (``None`` for any other bar)."""
-    if type(bar) is TQDMProgressBar:
-        return StepProgressBar(refresh_rate=bar.refresh_rate)
-    if type(bar) is RichProgressBar:
-        return RichStepProgressBar(refresh_rate=bar.refresh_rate)
-    return None

@@ -42,7 +42,7 @@ from cblight.tune.export import Exporter, ExportOptions
 from cblight.tune.lora import LoraOptions, apply_lora
 from cblight.tune.loss import KLTerms, LossOptions, Sampled, tuning_kl_terms
 from cblight.tune.preflight import check_boosting, check_max_steps, check_sampling, check_validation_data
-from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler
+from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, seed_of
 from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy
 from cblight.tune.validation import ValidationOptions, Validator
 
@@ -141,8 +141,13 @@ class CoherenceTuning(L.LightningModule):
         # shared ones, checked before anything is loaded.
         check_boosting(boosting)
         check_sampling(sampling)
+        # Option objects go into ``hparams`` (checkpoints, logged configs) as plain mappings, as LightningCLI
+        # stores them, so that checkpoints load with ``torch.load(weights_only=True)`` and
+        # ``load_from_checkpoint`` rebuilds the objects with LightningCLI's instantiator.
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
-        self._save_plain_hyperparameters()
+        if "_instantiator" not in self.hparams:  # made by LightningCLI: already plain
+            plain = {name: asdict(v) if is_dataclass(v) else v for name, v in self.hparams.items()}
+            self.save_hyperparameters({**plain, "_instantiator": CLI_INSTANTIATOR})
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
         self.boosting = boosting
@@ -191,15 +196,6 @@ class CoherenceTuning(L.LightningModule):
         self._log_dir: str | None = None
         self._step_start = 0.0
         self._step_tokens = 0
-
-    def _save_plain_hyperparameters(self) -> None:
-        """Option objects go into ``hparams`` (checkpoints, logged configs) as plain mappings, as LightningCLI
-        stores them, so that checkpoints load with ``torch.load(weights_only=True)`` and
-        ``load_from_checkpoint`` rebuilds the objects with LightningCLI's instantiator."""
-        if "_instantiator" in self.hparams:  # made by LightningCLI: already plain
-            return
-        plain = {name: asdict(v) if is_dataclass(v) else v for name, v in self.hparams.items()}
-        self.save_hyperparameters({**plain, "_instantiator": CLI_INSTANTIATOR})
 
     # -- checks ---------------------------------------------------------------------------------------
     def check_prompts(self, prompts: Sequence[str]) -> None:
@@ -264,25 +260,24 @@ class CoherenceTuning(L.LightningModule):
     def configure_callbacks(self) -> list[L.Callback]:
         """Stop cleanly on Ctrl-C / SIGTERM, guard against collapse (with ``guard`` bands), export at the end
         of ``fit``, log the learning rate, count the progress bar in steps."""
-        from lightning.pytorch.callbacks import LearningRateMonitor
+        from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
 
-        from cblight.tune.callbacks import CollapseGuard, StopOnSignal, step_progress_bar
+        from cblight.tune.callbacks import CollapseGuard, RichStepProgressBar, StepProgressBar, StopOnSignal
 
         trainer = self.trainer
-        callbacks: list[L.Callback] = []
-        if not any(isinstance(c, StopOnSignal) for c in trainer.callbacks):
-            callbacks.append(StopOnSignal())
-        if self.guard_options.enabled and not any(isinstance(c, CollapseGuard) for c in trainer.callbacks):
-            callbacks.append(CollapseGuard(self.guard_options))
-        if not any(isinstance(c, Exporter) for c in trainer.callbacks):
-            callbacks.append(self.exporter)
-        if trainer.loggers and not any(isinstance(c, LearningRateMonitor) for c in trainer.callbacks):
-            callbacks.append(LearningRateMonitor(logging_interval="step"))
-        # Lightning's bar counts epochs, ours steps. Swapped in place: a bar returned from here would make
-        # Lightning announce, on every run, that it overrides the trainer's own.
-        bar = step_progress_bar(trainer.progress_bar_callback)
-        if bar is not None:
-            trainer.callbacks[trainer.callbacks.index(trainer.progress_bar_callback)] = bar
+        wanted = [
+            StopOnSignal(),
+            *([CollapseGuard(self.guard_options)] if self.guard_options.enabled else []),
+            self.exporter,
+            *([LearningRateMonitor(logging_interval="step")] if trainer.loggers else []),
+        ]
+        callbacks = [c for c in wanted if not any(isinstance(t, type(c)) for t in trainer.callbacks)]
+        # Lightning's default bar counts epochs, ours steps. Swapped in place: a bar returned from here would
+        # make Lightning announce, on every run, that it overrides the trainer's own.
+        bar = trainer.progress_bar_callback
+        steps = {TQDMProgressBar: StepProgressBar, RichProgressBar: RichStepProgressBar}.get(type(bar))
+        if steps is not None:
+            trainer.callbacks[trainer.callbacks.index(bar)] = steps(refresh_rate=bar.refresh_rate)
         return callbacks
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
@@ -341,7 +336,12 @@ class CoherenceTuning(L.LightningModule):
 
     def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
         """The KL terms of a sampled batch under the run's teacher (or ``teacher_model``)."""
-        sync = self._window_call_sync if self._synced() else None
+
+        def sync(local_calls: int) -> int:
+            t = torch.tensor([local_calls], device=self.device)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            return int(t.item())
+
         return tuning_kl_terms(
             self.model,
             sampled,
@@ -350,16 +350,11 @@ class CoherenceTuning(L.LightningModule):
             options=self.loss_options,
             prefix=self.encoder.prefix,
             teacher_model=teacher_model if teacher_model is not None else self.teacher.model,
-            sync_window_calls=sync,
+            sync_window_calls=sync if self._synced() else None,
             reference_model=self.teacher.reference if teacher_model is None else None,
             trust_region=self.teacher.options.trust_region,
             adaptive=self.boosting.adaptive,
         )
-
-    def _window_call_sync(self, local_calls: int) -> int:
-        t = torch.tensor([local_calls], device=self.device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        return int(t.item())
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         elapsed = time.perf_counter() - self._step_start
@@ -373,7 +368,7 @@ class CoherenceTuning(L.LightningModule):
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
         prompts = batch["prompts"]
-        seed = self.sampler.held_out_seed(batch_idx, self.global_rank)
+        seed = seed_of(self.sampler.seed, 1_000_003, batch_idx, self.global_rank)
         logged = self.validator.validation_batch(
             self.model,
             self.teacher.initial,

@@ -100,13 +100,8 @@ def check_validation_data(guard: GuardOptions, datamodule: Any, note: bool = Tru
 
 
 def _get(group: Any, key: str, default: Any = None) -> Any:
-    """A field of a parsed option group (a jsonargparse Namespace, a mapping or a dataclass)."""
-    if group is None:
-        return default
-    if hasattr(group, "get"):
-        value = group.get(key, default)
-    else:
-        value = getattr(group, key, default)
+    """A field of a parsed option group (a jsonargparse Namespace or a mapping; anything else has none)."""
+    value = group.get(key) if hasattr(group, "get") else None
     return default if value is None else value
 
 
@@ -155,12 +150,11 @@ def check_before_loading(
         save_dir = _get(_get(logger, "init_args"), "save_dir")
         if isinstance(save_dir, str):
             check_output_dir(Path(save_dir), "trainer.logger's save_dir")
-    export = _get(model, "export")
-    export_dir = _get(export, "dir")
-    if _get(export, "enabled", True) and export_dir:
-        out = root / Path(export_dir).expanduser()
+    export = groups["export"]
+    if export.enabled and export.dir:
+        out = root / Path(export.dir).expanduser()
         check_output_dir(out, "model.export.dir")
-        check_export_dir(out, bool(_get(export, "overwrite", False)))
+        check_export_dir(out, export.overwrite)
         if locks is not None:
             locks.append(OutputLock(out, option="model.export.dir").acquire())
 

@@ -14,6 +14,7 @@ model on a GPU: docs/tuning.md, "Speed and memory"). What is sampled is the same
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ def sample_sequences(
             "disable_compile": not compile,
         }
         if compile:
-            cache["compile_config"] = compile_config(prompt_ids.device)
+            cache["compile_config"] = compile_config(prompt_ids.device.type)
     config = GenerationConfig(
         do_sample=True,
         num_beams=1,
@@ -169,21 +170,16 @@ def sample_sequences(
     return Sampled(sequences, mask, width, sampled_token_mask(sequences, width, eos_token_id))
 
 
-_COMPILE_CONFIGS: dict[str, Any] = {}
-
-
-def compile_config(device: torch.device) -> Any:
-    """transformers' ``CompileConfig`` of the decode step, one object per device type (``generate`` keeps
-    its compiled call while the config compares equal): CUDA graphs (``reduce-overhead``) on a GPU; on
+@functools.cache
+def compile_config(kind: str) -> Any:
+    """transformers' ``CompileConfig`` of the decode step, one object per device type ``kind`` (``generate``
+    keeps its compiled call while the config compares equal): CUDA graphs (``reduce-overhead``) on a GPU; on
     other devices inductor's default mode, which ``generate`` only uses when told to compile everywhere."""
     from transformers import CompileConfig
 
-    kind = torch.device(device).type
-    if kind not in _COMPILE_CONFIGS:
-        config = CompileConfig(fullgraph=False, mode="reduce-overhead" if kind == "cuda" else "default")
-        config._compile_all_devices = kind != "cuda"
-        _COMPILE_CONFIGS[kind] = config
-    return _COMPILE_CONFIGS[kind]
+    config = CompileConfig(fullgraph=False, mode="reduce-overhead" if kind == "cuda" else "default")
+    config._compile_all_devices = kind != "cuda"
+    return config
 
 
 def _devices(device: torch.device) -> list[torch.device]:
@@ -256,12 +252,6 @@ class RolloutSampler:
         keep = self.max_prompt_tokens - len(prefix)
         return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
 
-    def encode(self, prompts: Sequence[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded prompt ids and attention mask on ``device``."""
-        if not prompts:
-            raise ConfigError("the prompt data module yielded an empty batch")
-        return left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, device)
-
     def check_prompts(self, prompts: Sequence[str], k: int) -> None:
         """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero).
 
@@ -284,21 +274,18 @@ class RolloutSampler:
         )
 
     # -- sampling -----------------------------------------------------------------------------------------
-    def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
-        """``(static cache, compiled)`` for this run (``RolloutOptions.resolve``), logged once."""
-        if self.decoding is None:
-            self.decoding = self.rollouts.resolve(model, torch.device(device), sharded)
-            static, compiled = self.decoding
+    def _generate(self, model: Any, prompts: Sequence[str], device: torch.device, synced: bool) -> Sampled:
+        if not prompts:
+            raise ConfigError("the prompt data module yielded an empty batch")
+        ids, mask = left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, device)
+        if self.decoding is None:  # (static cache, compiled) for this run, logged once
+            self.decoding = self.rollouts.resolve(model, torch.device(device), synced)
             log.info(
                 "rollouts: %s KV cache%s",
-                "static" if static else "dynamic",
-                ", compiled decode step" if compiled else "",
+                "static" if self.decoding[0] else "dynamic",
+                ", compiled decode step" if self.decoding[1] else "",
             )
-        return self.decoding
-
-    def _generate(self, model: Any, prompts: Sequence[str], device: torch.device, synced: bool) -> Sampled:
-        ids, mask = self.encode(prompts, device)
-        static, compiled = self.resolve(model, device, sharded=synced)
+        static, compiled = self.decoding
         return sample_sequences(
             model,
             ids,
@@ -350,10 +337,6 @@ class RolloutSampler:
         with torch.random.fork_rng(devices=_devices(device)):
             torch.manual_seed(seed)
             return self._generate(model, prompts, device, synced)
-
-    def held_out_seed(self, batch_idx: int, rank: int) -> int:
-        """The seed of a validation batch: the same at every check, so values compare across the run."""
-        return seed_of(self.seed, 1_000_003, batch_idx, rank)
 
     # -- random state in checkpoints ---------------------------------------------------------------------
     def start(self, rank: int, world_size: int, global_step: int, device: torch.device) -> None:
