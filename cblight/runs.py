@@ -166,12 +166,9 @@ class OutputLock:
         return (
             f"{self.option} {str(self.dir)!r} is in use by another run (pid {owner.get('pid')} on host "
             f"{owner.get('host')}, started {owner.get('started')}: {owner.get('command', '')[:200]}); "
-            f"wait for it to finish or choose another {self._choice}"
+            "wait for it to finish or choose another "
+            + ("output_dir" if self.option == "model.output_dir" else f"--{self.option}")
         )
-
-    @property
-    def _choice(self) -> str:
-        return "output_dir" if self.option == "model.output_dir" else f"--{self.option}"
 
     def release(self) -> None:
         if not self.held:
@@ -185,12 +182,6 @@ class OutputLock:
                 directory.rmdir()
             except OSError:
                 break  # not empty: the run wrote results there
-
-    def __enter__(self) -> OutputLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -330,7 +330,8 @@ class CoherenceTuning(L.LightningModule):
         self.log(f"{prefix}/logprob_gap", sums["gap_long_sum"] / long, batch_size=n)
         self.log(f"{prefix}/long_fraction", sums["long"] / count, batch_size=n)
         self._step_tokens = int(sums["sampled_tokens"])
-        if self.validator.samples_due(self.global_step) and self.trainer.is_global_zero:
+        every = self.validator.options.log_samples_every_n_steps
+        if every and self.global_step % every == 0 and self.trainer.is_global_zero:
             self.validator.log_samples(self.global_step, prompts, sampled, self.loggers, self._log_dir)
         return loss
 

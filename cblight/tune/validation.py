@@ -224,10 +224,6 @@ class Validator(torch.nn.Module):
         return human_text_nll(model, self.tokenizer, texts, self.options.text_tokens)
 
     # -- the sample log ---------------------------------------------------------------------------------
-    def samples_due(self, step: int) -> bool:
-        every = self.options.log_samples_every_n_steps
-        return bool(every) and step % every == 0
-
     def log_samples(
         self, step: int, prompts: Sequence[str], sampled: Sampled, loggers: Sequence[Any], log_dir: str | None
     ) -> None:
