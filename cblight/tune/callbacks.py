@@ -33,6 +33,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 
+from cblight.errors import RunInterrupted
 from cblight.option_types import ClosedUnitInterval, PositiveFloat, check_fields
 from cblight.runs import OutputLock, requested, stop_on_signals
 
@@ -84,6 +85,9 @@ class StopOnSignal(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._signals.close()
+        launcher = getattr(trainer.strategy, "launcher", None)
+        if isinstance(exception, RunInterrupted) and hasattr(launcher, "kill"):
+            launcher.kill(signal.SIGKILL)  # a stop at once: the DDP processes this one started stop too
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
