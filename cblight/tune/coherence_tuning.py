@@ -57,10 +57,6 @@ CLI_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 __all__ = ["CoherenceTuning"]
 
 
-def _constant_rate(step: int) -> float:
-    return 1.0
-
-
 def disable_dropout(model: torch.nn.Module) -> None:
     """Dropout off while the model stays in train mode (which gradient checkpointing needs): every
     ``nn.Dropout`` gets ``p = 0`` and every float ``*dropout*`` attribute (functional attention dropout)
@@ -249,7 +245,7 @@ class CoherenceTuning(L.LightningModule):
         # One endless epoch: a scheduler must step per optimizer step, never per epoch. A constant rate
         # still goes through a (no-op) scheduler so that LearningRateMonitor logs it under our name.
         if self.scheduler_factory is None:
-            scheduler: Any = torch.optim.lr_scheduler.LambdaLR(optimizer, _constant_rate)
+            scheduler: Any = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         else:
             scheduler = self.scheduler_factory(optimizer)
         return {
@@ -352,7 +348,10 @@ class CoherenceTuning(L.LightningModule):
             prefix=self.encoder.prefix,
             teacher_model=teacher_model if teacher_model is not None else self.teacher.model,
             sync_window_calls=sync if self._synced() else None,
-            reference_model=self.teacher.reference if teacher_model is None else None,
+            # the trust region's f_0, the initial copy, when it is on
+            reference_model=self.teacher.initial
+            if teacher_model is None and self.teacher.options.trust_region > 0
+            else None,
             trust_region=self.teacher.options.trust_region,
             adaptive=self.boosting.adaptive,
         )

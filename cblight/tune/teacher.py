@@ -128,11 +128,6 @@ class Teacher:
         elif pairs:
             torch._foreach_copy_([t for t, _ in pairs], [s.detach() for _, s in pairs])
 
-    @property
-    def reference(self) -> torch.nn.Module | None:
-        """The model of the trust region's ``f_0`` (the initial copy), when the trust region is on."""
-        return self.initial if self.options.trust_region > 0 else None
-
     def state_dict(self, student: torch.nn.Module) -> dict[str, Any] | None:
         """The EMA's (or the live teacher's snapshot's) weights of the student's trainable parameters, for
         ``checkpoint[EMA_KEY]`` (``None`` for the frozen and live teachers, which training does not change)."""
