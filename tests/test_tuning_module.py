@@ -277,7 +277,10 @@ def test_invalid_options_fail_before_the_model_loads():
             lambda: TeacherOptions(ema_decay=1.5),
             r"TeacherOptions.ema_decay must be a number in \(0, 1\), got 1.5",
         ),
-        (lambda: ValidationOptions(text_tokens=1), "validation.text_tokens"),
+        (
+            lambda: ValidationOptions(text_tokens=1),
+            r"ValidationOptions.text_tokens must be an integer \(AtLeastTwo\), got 1",
+        ),
         (lambda: ExportOptions(enabled="no"), "ExportOptions.enabled must be true or false"),
     ]:
         with pytest.raises(ConfigError, match=word):

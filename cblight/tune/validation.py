@@ -27,18 +27,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jsonargparse.typing import restricted_number_type
 from torchmetrics import MeanMetric, Metric, SumMetric
 
 from cblight.boosting import log_softmax32
-from cblight.errors import ConfigError
 from cblight.metrics.ngrams import distinct_and_entropy
 from cblight.metrics.ragged import RaggedMetric
 from cblight.metrics.text_stats import ends_in_repetition
-from cblight.option_types import NonNegativeInt, PositiveInt, check_fields
+from cblight.option_types import NonNegativeInt, check_fields
 from cblight.scoring import Encoder, Scorer, empty_context_ids
 from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, sampled_logits
 
 __all__ = ["SampleDiversity", "ValidationOptions", "Validator", "next_token_entropy", "sampled_tokens"]
+
+
+#: A text cut for its perplexity keeps a token to predict after the first.
+AtLeastTwo = restricted_number_type("AtLeastTwo", int, [(">=", 2)])
 
 
 @dataclass(frozen=True)
@@ -58,14 +62,12 @@ class ValidationOptions:
     """
 
     against_initial: bool = False
-    text_tokens: PositiveInt = 128
+    text_tokens: AtLeastTwo = 128
     log_samples_every_n_steps: NonNegativeInt = 8
     num_logged_samples: NonNegativeInt = 4
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.text_tokens < 2:
-            raise ConfigError(f"validation.text_tokens must be an integer >= 2, got {self.text_tokens!r}")
 
 
 class SampleDiversity(RaggedMetric):
