@@ -169,13 +169,12 @@ def resume_interrupted_run(
             return None  # this config's newest run finished: a rerun is a new run
         if locks is not None:  # refused, naming it, while that run still runs
             locks.append(OutputLock(directory, option="trainer.default_root_dir").acquire())
-        config["ckpt_path"] = str(checkpoint)  # the logs go on in a new version: the old ones stay whole
-        if locks is not None:
             print(
                 f"resuming this command's interrupted run from step {step} ({checkpoint}); to start afresh "
                 "instead, delete that checkpoint",
                 file=sys.stderr,
             )
+        config["ckpt_path"] = str(checkpoint)  # the logs go on in a new version: the old ones stay whole
         return checkpoint, step
     return None
 

@@ -186,9 +186,12 @@ def _devices(device: torch.device) -> list[torch.device]:
     return [device] if device.type == "cuda" else []
 
 
-def _fresh_rng(seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+def _rng_state(device: torch.device, seed: int | None = None) -> dict[str, torch.Tensor]:
+    """The torch random state of the CPU and ``device`` (with ``seed``: a fresh one from it); the global
+    state is left as it was."""
     with torch.random.fork_rng(devices=_devices(device)):
-        torch.manual_seed(seed)
+        if seed is not None:
+            torch.manual_seed(seed)
         state = {"cpu": torch.get_rng_state()}
         if device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(device)
@@ -313,15 +316,13 @@ class RolloutSampler:
         (``rank`` seeds it when sampling starts outside ``fit``; ``synced``: a sharded model)."""
         device = torch.device(device)
         if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
-            self._rng = _fresh_rng(self.seed + rank, device)
+            self._rng = _rng_state(device, self.seed + rank)
         with torch.random.fork_rng(devices=_devices(device)):
             torch.set_rng_state(self._rng["cpu"])
             if "cuda" in self._rng:
                 torch.cuda.set_rng_state(self._rng["cuda"], device)
             sampled = self._generate(model, prompts, device, synced)
-            self._rng = {"cpu": torch.get_rng_state()}
-            if device.type == "cuda":
-                self._rng["cuda"] = torch.cuda.get_rng_state(device)
+            self._rng = _rng_state(device)
         return sampled
 
     def sample_fixed(
@@ -345,7 +346,7 @@ class RolloutSampler:
         if loaded is not None and loaded.get("world_size") == world_size:
             self._rng = {key: rows[rank].clone() for key, rows in loaded.items() if key != "world_size"}
             if device.type == "cuda" and "cuda" not in self._rng:
-                self._rng["cuda"] = _fresh_rng(seed_of(self.seed, rank, global_step), device)["cuda"]
+                self._rng["cuda"] = _rng_state(device, seed_of(self.seed, rank, global_step))["cuda"]
             if device.type != "cuda":
                 self._rng.pop("cuda", None)
         else:
@@ -356,7 +357,7 @@ class RolloutSampler:
                     world_size,
                 )
             seed = self.seed + rank if loaded is None else seed_of(self.seed, rank, global_step)
-            self._rng = _fresh_rng(seed, device)
+            self._rng = _rng_state(device, seed)
         self._loaded_rng = None
 
     def state_dict(
