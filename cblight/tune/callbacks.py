@@ -317,12 +317,9 @@ class StepProgressBar(TQDMProgressBar):
         return self.trainer.max_steps
 
     def on_train_epoch_start(self, trainer: Trainer, *_: Any) -> None:
-        super().on_train_epoch_start(trainer)
-        bar = self.train_progress_bar
-        bar.reset(total=trainer.max_steps)
-        bar.initial = 0
-        bar.n = trainer.global_step
-        bar.set_description("Tuning")
+        super().on_train_epoch_start(trainer)  # the bar reset to a total of total_train_batches
+        self.train_progress_bar.n = trainer.global_step  # a resumed run starts where it left off
+        self.train_progress_bar.set_description("Tuning")
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int

@@ -22,6 +22,7 @@ teachers and LoRA.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -237,17 +238,12 @@ class CoherenceTuning(L.LightningModule):
 
     # -- optimisation ---------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
-        params = [p for p in self.parameters() if p.requires_grad]
-        if self.optimizer_factory is None:
-            optimizer = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0)
-        else:
-            optimizer = self.optimizer_factory(params)
+        adamw = functools.partial(torch.optim.AdamW, lr=1e-5, weight_decay=0.0)
+        optimizer = (self.optimizer_factory or adamw)([p for p in self.parameters() if p.requires_grad])
         # One endless epoch: a scheduler must step per optimizer step, never per epoch. A constant rate
         # still goes through a (no-op) scheduler so that LearningRateMonitor logs it under our name.
-        if self.scheduler_factory is None:
-            scheduler: Any = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-        else:
-            scheduler = self.scheduler_factory(optimizer)
+        constant = functools.partial(torch.optim.lr_scheduler.LambdaLR, lr_lambda=lambda step: 1.0)
+        scheduler = (self.scheduler_factory or constant)(optimizer)
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train/tuning/lr"},

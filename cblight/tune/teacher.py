@@ -138,9 +138,5 @@ class Teacher:
 
     def load_state_dict(self, ema: dict[str, Any] | None) -> None:
         """Restore the EMA's weights from a checkpoint's ``EMA_KEY`` entry."""
-        if ema is None or self.model is None:
-            return
-        params = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, value in ema.items():
-                params[name].copy_(value)
+        if ema is not None and self.model is not None:
+            self.model.load_state_dict(ema, strict=False)  # the trainable parameters only
