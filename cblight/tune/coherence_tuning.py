@@ -214,16 +214,15 @@ class CoherenceTuning(L.LightningModule):
             )
         check_max_steps(trainer.max_steps)
         datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is not None and hasattr(datamodule, "train_prompts"):
+        if hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
-        if datamodule is not None:
-            check_validation_data(self.guard_options, datamodule)
-            if (
-                self._initial_for_guard_only
-                and hasattr(datamodule, "val_prompts")
-                and not datamodule.val_prompts()
-            ):
-                self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
+        check_validation_data(self.guard_options, datamodule)  # a data module without validation: no check
+        if (
+            self._initial_for_guard_only
+            and hasattr(datamodule, "val_prompts")
+            and not datamodule.val_prompts()
+        ):
+            self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
 
     def _synced(self) -> bool:
         """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
