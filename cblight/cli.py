@@ -387,7 +387,7 @@ class TuneCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         # Everything the run will write, read or refuse is checked here, before the model loads.
-        from cblight.tune.coherence_tuning import check_before_loading
+        from cblight.tune.preflight import check_before_loading
 
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
@@ -396,6 +396,7 @@ class TuneCLI(LightningCLI):
             _loggers_under(config.trainer.get("logger"), root)
         self._early_data = check_before_loading(
             config,
+            self._model_class,
             self._datamodule_class,
             self.locks if _is_launching_process() else None,
             saved_config=lambda: yaml.safe_load(self._parser(subcommand).dump(config, skip_none=False)),
@@ -426,7 +427,7 @@ class TuneCLI(LightningCLI):
 
 def check_tune_options(config: Any) -> None:
     """Tuning options otherwise read only after the model has loaded: the step limit, the prompt split."""
-    from cblight.tune.coherence_tuning import check_max_steps
+    from cblight.tune.preflight import check_max_steps
     from cblight.tune.prompt_data import check_split
 
     check_max_steps(config.get("trainer", {}).get("max_steps"))

@@ -8,6 +8,7 @@
   too should a library have swallowed the first one. Cache rows are appended all-or-none
   (``cblight.cache``), so a rerun resumes. The entry point turns ``RunInterrupted`` into one line and exit
   status 128 + the signal number (130 for SIGINT, 143 for SIGTERM), as a shell reports a killed command.
+  A training run defers the first signal (``defer``) to a checkpointed stop at its next step boundary.
 * **The run**: ``run_evaluation`` chooses alpha* (and k*) on the selection splits with Lightning's
   validation loop when the evaluator selects (``Evaluator.selects``), then reports on the test splits;
   ``run_comparison`` runs one evaluation per checkpoint (tuned vs boosted vs base) and prints the table
@@ -20,6 +21,7 @@ Core: it imports no wing; the evaluators (``cblight.evaluate``, ``cblight.genera
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import signal
@@ -31,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from cblight.errors import CblightError, ConfigError, RunInterrupted
 
@@ -72,153 +74,125 @@ def check_output_dir(path: Path, option: str = "model.output_dir") -> None:
         raise OutputDirError(f"{option} {str(path)!r} is not writable ({existing}: {err.strerror})") from None
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of a process in clock ticks since boot (Linux), to tell a reused pid from the locker."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _alive(owner: dict[str, Any]) -> bool:
-    pid = owner.get("pid")
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    started = owner.get("proc_start")
-    return started is None or _process_start(pid) in (None, started)
-
-
 class OutputLock:
-    """An exclusive lock on an output directory (``<dir>/.cblight.lock``, holding the owner's pid, host,
-    start time and command). A second run is refused with a message naming the first; a lock left by a
-    process that no longer runs on this host is taken over. Released at exit."""
+    """An exclusive lock on an output directory: ``flock`` on ``<dir>/.cblight.lock``, a file naming its
+    owner (pid, host, start time, command) so that a second run is refused with a message naming the first.
+    The kernel drops the lock when its process ends, however it ends, so a lock file left by a killed run
+    is simply taken over. Released, and its file removed, at exit."""
 
     def __init__(self, directory: str | Path, option: str = "model.output_dir"):
         self.dir = Path(directory).expanduser()
         self.path = self.dir / LOCK_NAME
         self.option = option
-        self.held = False
+        self._file: IO[str] | None = None
         self._created: list[Path] = []  # directories the lock made, removed again if left empty
 
-    def _owner(self) -> dict[str, Any] | None:
-        try:
-            owner = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return {}
-        return owner if isinstance(owner, dict) else {}
-
     def acquire(self) -> OutputLock:
-        info = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "proc_start": _process_start(os.getpid()),
-            "command": " ".join(sys.argv),
-        }
+        missing = self.dir
+        while not missing.exists() and missing != missing.parent:
+            self._created.append(missing)
+            missing = missing.parent
         try:
-            missing = self.dir
-            while not missing.exists() and missing != missing.parent:
-                self._created.append(missing)
-                missing = missing.parent
             self.dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f"{LOCK_NAME}.", dir=self.dir)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(info, fh)
+            for attempt in range(100):
+                fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held open: it is the lock)
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    fh.seek(0)
+                    text = fh.read()
+                    fh.close()
+                    if not text.endswith("}") and attempt < 99:
+                        time.sleep(0.01)  # its owner is writing it
+                        continue
+                    owner = json.loads(text) if text.endswith("}") else {}
+                    if owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+                        return self  # this process holds it already (the CLI, then the run itself)
+                    raise OutputDirError(
+                        f"{self.option} {str(self.dir)!r} is in use by another run (pid {owner.get('pid')} on "
+                        f"host {owner.get('host')}, started {owner.get('started')}: "
+                        f"{owner.get('command', '')[:200]}); wait for it to finish or choose another "
+                        + ("output_dir" if self.option == "model.output_dir" else f"--{self.option}")
+                    ) from None
+                if os.path.exists(self.path) and os.path.samefile(self.path, fh.fileno()):
+                    break
+                fh.close()  # its owner removed the file after it was opened here: lock the new one
+            else:
+                raise OutputDirError(f"{self.option} {str(self.dir)!r}: could not take the lock {self.path}")
+            fh.truncate(0)
+            started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+            json.dump(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started": started,
+                    "command": " ".join(sys.argv),
+                },
+                fh,
+            )
+            fh.flush()
         except OSError as err:
             raise OutputDirError(
                 f"{self.option} {str(self.dir)!r} is not writable ({err.strerror})"
             ) from None
-        try:
-            for _ in range(3):
-                try:
-                    os.link(tmp, self.path)  # atomic: fails when a lock exists, never shows half a file
-                    self.held = True
-                    atexit.register(self.release)
-                    return self
-                except FileExistsError:
-                    owner = self._owner()
-                    if owner is None:
-                        continue  # released meanwhile
-                    same_host = owner.get("host") == info["host"]
-                    if owner and same_host and owner.get("pid") == info["pid"]:
-                        return self  # this process holds it already (the CLI, then the run itself)
-                    if owner and same_host and _alive(owner):
-                        raise OutputDirError(self._busy(owner)) from None
-                    if owner and not same_host:
-                        raise OutputDirError(
-                            self._busy(owner) + f"; if that run is dead, delete {self.path}"
-                        ) from None
-                    self.path.unlink(missing_ok=True)  # stale: its process is gone (or the file is garbage)
-            raise OutputDirError(f"{self.option} {str(self.dir)!r}: could not take the lock {self.path}")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-
-    def _busy(self, owner: dict[str, Any]) -> str:
-        return (
-            f"{self.option} {str(self.dir)!r} is in use by another run (pid {owner.get('pid')} on host "
-            f"{owner.get('host')}, started {owner.get('started')}: {owner.get('command', '')[:200]}); "
-            f"wait for it to finish or choose another {self._choice}"
-        )
-
-    @property
-    def _choice(self) -> str:
-        return "output_dir" if self.option == "model.output_dir" else f"--{self.option}"
+        self._file = fh
+        atexit.register(self.release)
+        return self
 
     def release(self) -> None:
-        if not self.held:
+        fh, self._file = self._file, None
+        if fh is None:
             return
-        self.held = False
-        owner = self._owner()
-        if owner and owner.get("pid") == os.getpid():
-            self.path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)  # while still held, so no other run's lock file is removed
+        fh.close()
         for directory in self._created:  # a run refused before writing anything leaves no directory
             try:
                 directory.rmdir()
             except OSError:
                 break  # not empty: the run wrote results there
 
-    def __enter__(self) -> OutputLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Stopping on SIGINT / SIGTERM
 
-_requested: list[int] = []
+# A signal delivered twice at once (to the process group, and forwarded by Lightning's launcher) is one.
+REPEAT_AFTER_S = 2.0
+_requested: list[tuple[int, float]] = []  # (signal, when) of every signal received in the block
+_defer = [False]
+
+
+def requested() -> int | None:
+    """The first signal received within ``stop_on_signals`` (``None``: none)."""
+    return _requested[0][0] if _requested else None
 
 
 def check_interrupt() -> None:
     """Raise ``RunInterrupted`` if a stop was requested (called between batches)."""
     if _requested:
-        raise RunInterrupted(_requested[0])
+        raise RunInterrupted(_requested[0][0])
 
 
 def _handler(signum: int, frame: Any) -> None:
-    first = not _requested
-    _requested.append(signum)
-    if first:
+    now = time.monotonic()
+    if _requested and now - _requested[0][1] < REPEAT_AFTER_S:
+        return
+    _requested.append((signum, now))
+    if len(_requested) == (2 if _defer[0] else 1):  # the first at once; when deferred, the second
         raise RunInterrupted(signum)
 
 
 @contextmanager
-def stop_on_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+def stop_on_signals(defer: bool = False) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise ``RunInterrupted`` (main thread only; elsewhere a no-op).
-    Lightning chains its own SIGTERM handler in front of ours while a trainer runs."""
+    With ``defer`` the first is only recorded (``requested``), for the run to stop at its next step
+    boundary, and a second one, 2 s or more later, raises. Lightning chains its own SIGTERM handler in
+    front of ours while a trainer runs, unless the block starts inside the run."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _requested.clear()
+    _defer[0] = defer
+    signals = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.getsignal(s) for s in signals}
     for s in signals:
         signal.signal(s, _handler)
@@ -226,7 +200,7 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) 
         yield
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -144,7 +144,8 @@ def test_adaptive_options_are_checked_once():
 
 def test_adaptive_tuning_teacher_is_the_per_position_mix():
     from cblight.adaptive import js_divergence
-    from cblight.tune.loss import boosted_teacher, check_boosting
+    from cblight.tune.loss import boosted_teacher
+    from cblight.tune.preflight import check_boosting
 
     torch.manual_seed(0)
     full = torch.log_softmax(3 * torch.randn(4, 6), -1)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from cblight.batching import left_pad
 from cblight.boosting import log_softmax32
-from cblight.errors import BoostingError
+from cblight.errors import BoostingError, ConfigError
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.options import Boosting, Sampling
 from cblight.scoring import Encoder
@@ -18,15 +18,13 @@ from cblight.tune.divergences import forward_kl
 from cblight.tune.loss import (
     LossOptions,
     Sampled,
-    TuningConfigError,
     boosted_teacher,
-    check_boosting,
     kl_scope,
-    longest_useful_position,
     sampled_token_mask,
     tuning_kl_terms,
 )
-from cblight.tune.rollouts import check_sampling, sample_sequences
+from cblight.tune.preflight import check_boosting, check_sampling
+from cblight.tune.rollouts import sample_sequences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -109,13 +107,12 @@ def test_option_checks():
         (lambda: check_boosting(Boosting(k=4, alpha=-0.1, form="next_token")), "boosting.form"),
         (lambda: check_sampling(Sampling(do_sample=False)), "sampling.do_sample"),
         (lambda: check_sampling(Sampling(do_sample=True, num_beams=4)), "sampling.num_beams"),
-        (lambda: LossOptions(last_m=0), "loss.last_m"),
-        (lambda: LossOptions(chunk_size=0), "loss.chunk_size"),
-        (lambda: LossOptions(window_chunk_size=-1), "loss.window_chunk_size"),
+        (lambda: LossOptions(last_m=0), "LossOptions.last_m must be an integer >= 1 or null, got 0"),
+        (lambda: LossOptions(chunk_size=0), "LossOptions.chunk_size"),
+        (lambda: LossOptions(window_chunk_size=-1), "LossOptions.window_chunk_size"),
     ]:
-        with pytest.raises(TuningConfigError, match=word):
+        with pytest.raises(ConfigError, match=word):
             make()
-    assert longest_useful_position([5, 9], n_prefix=1, max_new_tokens=32) == 9 - 1 + 31
 
 
 # ---------------------------------------------------------------------------------------------------------

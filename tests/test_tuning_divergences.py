@@ -8,10 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cblight.errors import ConfigError
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
 from cblight.tune.divergences import divergence, restrict_to_teacher_top_k
-from cblight.tune.loss import LossOptions, TuningConfigError, tuning_kl_terms
+from cblight.tune.loss import LossOptions, tuning_kl_terms
 from tests.test_tuning import PROMPTS, _reference_terms, _sample, _with_early_eos
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -110,13 +111,13 @@ def test_top_k_renormalises_both_over_the_teachers_top_k():
 
 def test_bad_divergence_options_name_the_option():
     for kwargs, word in [
-        ({"divergence": "kl"}, "loss.divergence"),
-        ({"divergence": "jsd", "beta": 1.5}, "loss.beta"),
-        ({"divergence": "jsd", "beta": -0.1}, "loss.beta"),
-        ({"divergence": "forward_kl", "teacher_top_k": 0}, "loss.teacher_top_k"),
-        ({"divergence": "forward_kl", "teacher_top_k": -3}, "loss.teacher_top_k"),
+        ({"divergence": "kl"}, "LossOptions.divergence must be one of 'forward_kl', 'reverse_kl', 'jsd'"),
+        ({"divergence": "jsd", "beta": 1.5}, "LossOptions.beta"),
+        ({"divergence": "jsd", "beta": -0.1}, "LossOptions.beta"),
+        ({"divergence": "forward_kl", "teacher_top_k": 0}, "LossOptions.teacher_top_k"),
+        ({"divergence": "forward_kl", "teacher_top_k": -3}, "LossOptions.teacher_top_k"),
     ]:
-        with pytest.raises(TuningConfigError, match=word):
+        with pytest.raises(ConfigError, match=word):
             LossOptions(**kwargs)
 
 

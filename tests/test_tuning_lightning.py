@@ -102,3 +102,23 @@ def test_progress_bar_counts_steps_of_max_steps(rich, tiny_gpt2_dir):
         assert isinstance(bar, StepProgressBar)
         assert (bar.train_progress_bar.n, bar.train_progress_bar.total) == (3, 3)
         assert bar.train_progress_bar.desc.startswith("Tuning")
+
+
+def test_a_deferred_signal_is_recorded_and_a_second_one_stops_at_once(monkeypatch):
+    """Tuning's stop (``stop_on_signals(defer=True)``): the first signal is only recorded, the same signal
+    delivered twice at once counts once, and a second one 2 s or more later raises ``RunInterrupted``."""
+    from cblight import runs
+    from cblight.errors import RunInterrupted
+
+    clock = [100.0]
+    monkeypatch.setattr(runs.time, "monotonic", lambda: clock[0])
+    with runs.stop_on_signals(defer=True):
+        os.kill(os.getpid(), signal.SIGINT)
+        assert runs.requested() == signal.SIGINT
+        clock[0] += 1.0
+        os.kill(os.getpid(), signal.SIGINT)  # forwarded again by a launcher: the same stop
+        clock[0] += 1.5
+        with pytest.raises(RunInterrupted) as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.value.exit_code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

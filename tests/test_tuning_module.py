@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from cblight.errors import CblightError
+from cblight.errors import CblightError, ConfigError
 from cblight.models import ModelLoadError, load_causal_lm
 from cblight.options import Boosting, Sampling
 from cblight.tune.coherence_tuning import CoherenceTuning
 from cblight.tune.export import ExportOptions
-from cblight.tune.loss import LossOptions, TuningConfigError, tuning_kl_terms
+from cblight.tune.loss import LossOptions, tuning_kl_terms
 from cblight.tune.prompt_data import PromptDataError, PromptDataModule, PromptStream, read_prompts
 from cblight.tune.rollouts import RNG_KEY
 from cblight.tune.teacher import EMA_KEY, TeacherOptions
@@ -161,7 +161,7 @@ def test_checkpoint_reloads_with_its_option_objects(tiny_gpt2_dir, tmp_path):
 
 
 def test_k_must_fit_the_model_window(tiny_gpt2_dir):
-    with pytest.raises(TuningConfigError, match=r"boosting\.k = 300 must be smaller than the model window"):
+    with pytest.raises(ConfigError, match=r"boosting\.k = 300 must be smaller than the model window"):
         _tuning(tiny_gpt2_dir, boosting=Boosting(k=300, alpha=-0.5))
 
 
@@ -269,15 +269,21 @@ def test_invalid_options_fail_before_the_model_loads():
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"max_prompt_tokens": -1}, "max_prompt_tokens"),
     ]:
-        with pytest.raises(TuningConfigError, match=word):
+        with pytest.raises(ConfigError, match=word):
             CoherenceTuning(model="/does/not/exist", **kwargs)
     for make, word in [
-        (lambda: TeacherOptions(kind="other"), "teacher.kind"),
-        (lambda: TeacherOptions(ema_decay=1.5), r"teacher.ema_decay must be in \(0, 1\), got 1.5"),
-        (lambda: ValidationOptions(text_tokens=1), "validation.text_tokens"),
-        (lambda: ExportOptions(enabled="no"), "export.enabled"),
+        (lambda: TeacherOptions(kind="other"), "TeacherOptions.kind"),
+        (
+            lambda: TeacherOptions(ema_decay=1.5),
+            r"TeacherOptions.ema_decay must be a number in \(0, 1\), got 1.5",
+        ),
+        (
+            lambda: ValidationOptions(text_tokens=1),
+            r"ValidationOptions.text_tokens must be an integer \(AtLeastTwo\), got 1",
+        ),
+        (lambda: ExportOptions(enabled="no"), "ExportOptions.enabled must be true or false"),
     ]:
-        with pytest.raises(TuningConfigError, match=word):
+        with pytest.raises(ConfigError, match=word):
             make()
 
 
@@ -311,13 +317,13 @@ def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir
     calls = []
     module.sampler.sample = lambda *args, **kwargs: calls.append(args)  # must never be reached
     trainer = _trainer(2)
-    with pytest.raises(TuningConfigError, match="identically zero"):
+    with pytest.raises(ConfigError, match="identically zero"):
         trainer.fit(module, PromptDataModule(prompts=["Hi there"], batch_size=2))
     assert not calls and trainer.global_step == 0
-    with pytest.raises(TuningConfigError, match="identically zero"):
+    with pytest.raises(ConfigError, match="identically zero"):
         module.check_prompts([""])  # BOS alone + 4 tokens
     module.check_prompts(["one two three four five six seven"])  # 7 + 4 - 1 > 8
-    with pytest.raises(TuningConfigError, match="max_steps"):
+    with pytest.raises(ConfigError, match="max_steps"):
         L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False).fit(
             module, PromptDataModule(prompts=PROMPTS)
         )
@@ -345,5 +351,5 @@ def test_a_run_that_takes_no_step_exports_nothing_and_says_so(tiny_gpt2_dir, tmp
         in caplog.text
     )
 
-    with pytest.raises(TuningConfigError, match=r"trainer\.max_steps = 0 takes no optimizer step"):
+    with pytest.raises(ConfigError, match=r"trainer\.max_steps = 0 takes no optimizer step"):
         _trainer(0, tmp_path).fit(_tuning(tiny_gpt2_dir), data())

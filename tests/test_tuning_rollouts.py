@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from cblight.batching import left_pad
+from cblight.errors import ConfigError
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.options import Boosting
 from cblight.scoring import Encoder
 from cblight.tune.coherence_tuning import CoherenceTuning
 from cblight.tune.export import ExportOptions
-from cblight.tune.loss import TuningConfigError
 from cblight.tune.prompt_data import PromptDataModule
 from cblight.tune.rollouts import RolloutOptions, sample_sequences
 from cblight.tune.validation import ValidationOptions
@@ -98,11 +98,9 @@ def test_auto_picks_the_static_cache_only_where_it_pays(tiny_gpt2_dir, monkeypat
     # a model that transformers cannot compile: auto falls back to the dynamic cache, static is refused
     monkeypatch.setattr(type(model), "_can_compile_fullgraph", False)
     assert auto.resolve(model, cuda) == (False, False)
-    with pytest.raises(
-        TuningConfigError, match="GPT2LMHeadModel does not support transformers' static cache"
-    ):
+    with pytest.raises(ConfigError, match="GPT2LMHeadModel does not support transformers' static cache"):
         RolloutOptions(cache="static").resolve(model, cpu)
-    with pytest.raises(TuningConfigError, match=r"rollouts\.cache: dynamic or auto"):
+    with pytest.raises(ConfigError, match=r"rollouts\.cache: dynamic or auto"):
         CoherenceTuning(
             model=str(tiny_gpt2_dir), boosting=Boosting(k=3, alpha=-0.5), rollouts=RolloutOptions("static")
         )
@@ -110,11 +108,14 @@ def test_auto_picks_the_static_cache_only_where_it_pays(tiny_gpt2_dir, monkeypat
 
 def test_rollout_option_checks():
     for make, words in [
-        (lambda: RolloutOptions(cache="paged"), "rollouts.cache must be one of auto, dynamic, static"),
+        (
+            lambda: RolloutOptions(cache="paged"),
+            "RolloutOptions.cache must be one of 'auto', 'dynamic', 'static'",
+        ),
         (lambda: RolloutOptions(cache="dynamic", compile=True), "rollouts.compile: true needs"),
-        (lambda: RolloutOptions(compile="yes"), "rollouts.compile must be true, false or null"),
+        (lambda: RolloutOptions(compile="yes"), "RolloutOptions.compile must be true or false or null"),
     ]:
-        with pytest.raises(TuningConfigError, match=words):
+        with pytest.raises(ConfigError, match=words):
             make()
 
 

@@ -20,11 +20,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,9 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 
-from cblight.tune.loss import TuningConfigError, finite_number
+from cblight.errors import RunInterrupted
+from cblight.option_types import ClosedUnitInterval, PositiveFloat, check_fields
+from cblight.runs import OutputLock, requested, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -45,37 +46,28 @@ __all__ = [
     "StepProgressBar",
     "StopOnSignal",
     "resume_interrupted_run",
-    "step_progress_bar",
 ]
-
-# A signal delivered twice at once (to the process group, and forwarded by Lightning's launcher) is one.
-REPEAT_AFTER_S = 2.0
 
 
 class StopOnSignal(Callback):
-    """Turn SIGINT/SIGTERM into a checkpointed stop at the next step boundary.
+    """Turn SIGINT/SIGTERM into a checkpointed stop at the next step boundary (``cblight.runs.stop_on_signals``
+    with ``defer``: a second signal stops at once).
 
-    The handler only records the signal. After every training batch all processes agree (a max
-    all-reduce that every process joins) on whether any of them received one; if so, all save
-    ``last.ckpt`` together (in the checkpoint callback's directory, else ``<log_dir>/checkpoints``) and
-    the trainer stops. ``stopped_by`` and ``checkpoint`` tell what happened.
+    After every training batch all processes agree (a max all-reduce that every process joins) on whether
+    any of them received one; if so, all save ``last.ckpt`` together (in the checkpoint callback's directory,
+    else ``<log_dir>/checkpoints``) and the trainer stops. ``stopped_by`` and ``checkpoint`` tell what
+    happened. Installed when training starts, after Lightning's own SIGTERM handler, which it replaces.
     """
 
     def __init__(self) -> None:
-        self.received: int | None = None
-        self.received_at = 0.0
         self.stopped_by: int | None = None
         self.checkpoint: str | None = None
-        self._previous: dict[int, Any] = {}
-        self._trainer: Trainer | None = None
-        self._dirpath: str | None = None
+        self._signals = contextlib.ExitStack()
         self._lock: Any = None
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """The run's log directory is this run's alone while it runs: a plain rerun of the same command
         resumes from it (``resume_interrupted_run``) only once this run has ended."""
-        from cblight.runs import OutputLock
-
         log_dir = trainer.log_dir  # a collective (rank 0 broadcasts it): every process asks
         if stage == "fit" and log_dir and trainer.is_global_zero:
             self._lock = OutputLock(log_dir, option="trainer.default_root_dir").acquire()
@@ -85,62 +77,27 @@ class StopOnSignal(Callback):
         if lock is not None:
             lock.release()
 
-    # Installed when training starts: after Lightning's own SIGTERM handler, which it replaces.
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._trainer = trainer
-        callback = trainer.checkpoint_callback
-        dirpath = getattr(callback, "dirpath", None)
-        self._dirpath = (
-            str(dirpath)
-            if dirpath
-            else str(Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints")
-        )
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, self._handle)
-
-    def _restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        self._previous = {}
+        self._signals.enter_context(stop_on_signals(defer=True))
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._restore()
+        self._signals.close()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._restore()
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        now = time.monotonic()
-        if self.received is not None:
-            if now - self.received_at < REPEAT_AFTER_S:
-                return
-            self._restore()
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        self.received, self.received_at = signum, now
-        launcher = getattr(self._trainer.strategy, "launcher", None) if self._trainer is not None else None
-        if signum == signal.SIGTERM and launcher is not None and hasattr(launcher, "kill"):
-            launcher.kill(signum)  # DDP processes this one started (Ctrl-C reaches them by itself)
+        self._signals.close()
+        launcher = getattr(trainer.strategy, "launcher", None)
+        if isinstance(exception, RunInterrupted) and hasattr(launcher, "kill"):
+            launcher.kill(signal.SIGKILL)  # a stop at once: the DDP processes this one started stop too
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        flag = torch.tensor([float(self.received or 0)], device=pl_module.device)
-        flag = trainer.strategy.reduce(flag, reduce_op="max")
-        signum = int(flag.item())
+        flag = torch.tensor([float(requested() or 0)], device=pl_module.device)
+        signum = int(trainer.strategy.reduce(flag, reduce_op="max").item())
         if not signum:
             return
-        assert self._dirpath is not None
-        path = os.path.join(self._dirpath, "last.ckpt")
-        trainer.save_checkpoint(
-            path, weights_only=False
-        )  # resumable; every process: sharded states are gathered
+        path = os.path.join(_checkpoint_dir(trainer), "last.ckpt")
+        trainer.save_checkpoint(path, weights_only=False)  # resumable; every process: sharded states gathered
         trainer.should_stop = True
         self.stopped_by, self.checkpoint = signum, path
         rank_zero_info(
@@ -211,16 +168,13 @@ def resume_interrupted_run(
         if step >= (trainer.get("max_steps") or 0):
             return None  # this config's newest run finished: a rerun is a new run
         if locks is not None:  # refused, naming it, while that run still runs
-            from cblight.runs import OutputLock
-
             locks.append(OutputLock(directory, option="trainer.default_root_dir").acquire())
-        config["ckpt_path"] = str(checkpoint)  # the logs go on in a new version: the old ones stay whole
-        if locks is not None:
             print(
                 f"resuming this command's interrupted run from step {step} ({checkpoint}); to start afresh "
                 "instead, delete that checkpoint",
                 file=sys.stderr,
             )
+        config["ckpt_path"] = str(checkpoint)  # the logs go on in a new version: the old ones stay whole
         return checkpoint, step
     return None
 
@@ -261,21 +215,13 @@ class GuardOptions:
             (absolute: the initial model's share is often 0).
     """
 
-    max_ppl_ratio: float | None = DEFAULT_MAX_PPL_RATIO
-    min_entropy_ratio: float | None = DEFAULT_MIN_ENTROPY_RATIO
-    min_distinct_ratio: float | None = None
-    max_repetition: float | None = None
+    max_ppl_ratio: PositiveFloat | None = DEFAULT_MAX_PPL_RATIO
+    min_entropy_ratio: PositiveFloat | None = DEFAULT_MIN_ENTROPY_RATIO
+    min_distinct_ratio: PositiveFloat | None = None
+    max_repetition: ClosedUnitInterval | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_ppl_ratio", "min_entropy_ratio", "min_distinct_ratio"):
-            value = getattr(self, name)
-            if value is not None and not (finite_number(value) and value > 0):
-                raise TuningConfigError(
-                    f"guard.{name} must be a positive number or null (off), got {value!r}"
-                )
-        value = self.max_repetition
-        if value is not None and not (finite_number(value) and 0 <= value <= 1):
-            raise TuningConfigError(f"guard.max_repetition must be in [0, 1] or null (off), got {value!r}")
+        check_fields(self)
 
     @property
     def enabled(self) -> bool:
@@ -371,12 +317,9 @@ class StepProgressBar(TQDMProgressBar):
         return self.trainer.max_steps
 
     def on_train_epoch_start(self, trainer: Trainer, *_: Any) -> None:
-        super().on_train_epoch_start(trainer)
-        bar = self.train_progress_bar
-        bar.reset(total=trainer.max_steps)
-        bar.initial = 0
-        bar.n = trainer.global_step
-        bar.set_description("Tuning")
+        super().on_train_epoch_start(trainer)  # the bar reset to a total of total_train_batches
+        self.train_progress_bar.n = trainer.global_step  # a resumed run starts where it left off
+        self.train_progress_bar.set_description("Tuning")
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -406,12 +349,3 @@ class RichStepProgressBar(RichProgressBar):
             self._initialize_train_progress_bar_id()
         self._update(self.train_progress_bar_id, trainer.global_step)
         self._update_metrics(trainer, pl_module)
-
-
-def step_progress_bar(bar: Any) -> Callback | None:
-    """The step-counting replacement of Lightning's own default bar (``None`` for any other bar)."""
-    if type(bar) is TQDMProgressBar:
-        return StepProgressBar(refresh_rate=bar.refresh_rate)
-    if type(bar) is RichProgressBar:
-        return RichStepProgressBar(refresh_rate=bar.refresh_rate)
-    return None

@@ -22,7 +22,7 @@ teachers and LoRA.
 
 from __future__ import annotations
 
-import inspect
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -33,22 +33,17 @@ from typing import Any
 import lightning as L
 import torch
 
+from cblight.errors import ConfigError
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
+from cblight.option_types import PositiveInt, check_arguments
 from cblight.options import Boosting, Sampling
 from cblight.scoring import Encoder
 from cblight.tune.callbacks import GuardOptions
 from cblight.tune.export import Exporter, ExportOptions
 from cblight.tune.lora import LoraOptions, apply_lora
-from cblight.tune.loss import (
-    KLTerms,
-    LossOptions,
-    TuningConfigError,
-    check_boosting,
-    positive_int,
-    tuning_kl_terms,
-)
-from cblight.tune.positions import Sampled
-from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, check_sampling
+from cblight.tune.loss import KLTerms, LossOptions, Sampled, tuning_kl_terms
+from cblight.tune.preflight import check_boosting, check_max_steps, check_sampling, check_validation_data
+from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, seed_of
 from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy
 from cblight.tune.validation import ValidationOptions, Validator
 
@@ -60,134 +55,7 @@ LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler
 # load_from_checkpoint rebuilds the option objects from their plain mappings with LightningCLI's instantiator
 CLI_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 
-__all__ = ["CoherenceTuning", "check_before_loading", "check_max_steps", "check_validation_data"]
-
-
-def check_max_steps(max_steps: int | None) -> None:
-    """Refuse a run without a step limit (the prompt stream never ends) or with no step to take: a run that
-    takes no optimizer step would export the base model as if it were tuned."""
-    if max_steps is None or max_steps == -1:
-        raise TuningConfigError(
-            "set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"
-        )
-    if max_steps < 1:
-        raise TuningConfigError(
-            f"trainer.max_steps = {max_steps} takes no optimizer step, so nothing would be tuned or exported; "
-            "set it to 1 or more (the paper runs 32)"
-        )
-
-
-def check_validation_data(guard: GuardOptions, datamodule: Any, note: bool = True) -> None:
-    """A guard band set by hand must be checkable: any needs validation prompts, ``max_ppl_ratio`` held-out
-    human text too. The default bands are checked where the run measures them; with ``note``, one line says
-    which are not."""
-    if not guard.enabled or not hasattr(datamodule, "val_prompts"):
-        return
-    defaults = GuardOptions()
-    chosen = [k for k, v in vars(guard).items() if v is not None and v != getattr(defaults, k)]
-    texts = bool(datamodule.val_prompts()) and bool(datamodule.val_texts())
-    if chosen and not datamodule.val_prompts():
-        raise TuningConfigError(f"the guard checks validation (guard.{chosen[0]}): set data.val_size > 0")
-    if "max_ppl_ratio" in chosen and not texts:
-        raise TuningConfigError(
-            "guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
-            "data.val_size > 0, or data.val_texts_file"
-        )
-    if not note:
-        return
-    if not datamodule.val_prompts():
-        log.warning("collapse guard: this run has no validation (data.val_size 0), so nothing is guarded")
-    elif guard.max_ppl_ratio is not None and not texts:
-        log.warning(
-            "collapse guard: guard.max_ppl_ratio is not checked: no held-out human text (a task source, or "
-            "data.val_texts_file)"
-        )
-
-
-def _get(group: Any, key: str, default: Any = None) -> Any:
-    """A field of a parsed option group (a jsonargparse Namespace, a mapping or a dataclass)."""
-    if group is None:
-        return default
-    if hasattr(group, "get"):
-        value = group.get(key, default)
-    else:
-        value = getattr(group, key, default)
-    return default if value is None else value
-
-
-def _plain(group: Any) -> dict[str, Any]:
-    if hasattr(group, "as_dict"):
-        group = group.as_dict()
-    if is_dataclass(group):
-        group = asdict(group)
-    return {k: v for k, v in dict(group or {}).items() if not k.startswith("__")}
-
-
-def check_before_loading(
-    config: Any,
-    datamodule_class: type,
-    locks: list[Any] | None,
-    saved_config: Callable[[], dict[str, Any]],
-) -> Any:
-    """What ``cblight tune`` checks of a parsed config before the model loads: every directory the run
-    writes (``trainer.default_root_dir``, the loggers' ``save_dir``, ``model.export.dir``: creatable and
-    writable), an export already in ``model.export.dir`` (refused unless ``export.overwrite``), the prompts
-    (a source with none, ``data.val_size`` too large), what the guard needs, and a static cache the model's
-    class cannot use (from its config). With ``locks`` (the launching process), the export directory is
-    locked for this run and the lock appended there, for the caller to release when the run ends. A run of
-    the same config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
-    Returns the data module, its prompts read."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-    from cblight.models import checkpoint_config
-    from cblight.runs import OutputLock, check_output_dir
-    from cblight.tune.callbacks import resume_interrupted_run
-    from cblight.tune.export import check_export_dir
-
-    trainer, model = config.get("trainer") or {}, config.get("model") or {}
-    groups = {  # every option group checks itself when made: first, the cheapest refusals
-        name: type(parameter.default)(**_plain(_get(model, name)))
-        for name, parameter in inspect.signature(CoherenceTuning.__init__).parameters.items()
-        if is_dataclass(parameter.default)
-    }
-    check_boosting(groups["boosting"])  # what tuning asks of the shared groups
-    check_sampling(groups["sampling"])
-    root = Path(_get(trainer, "default_root_dir", ".")).expanduser()
-    check_output_dir(root, "trainer.default_root_dir")
-    loggers = _get(trainer, "logger")
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
-        save_dir = _get(_get(logger, "init_args"), "save_dir")
-        if isinstance(save_dir, str):
-            check_output_dir(Path(save_dir), "trainer.logger's save_dir")
-    export = _get(model, "export")
-    export_dir = _get(export, "dir")
-    if _get(export, "enabled", True) and export_dir:
-        out = root / Path(export_dir).expanduser()
-        check_output_dir(out, "model.export.dir")
-        check_export_dir(out, bool(_get(export, "overwrite", False)))
-        if locks is not None:
-            locks.append(OutputLock(out, option="model.export.dir").acquire())
-
-    data = config.get("data")
-    datamodule = datamodule_class(**_plain(data)) if data is not None else None
-    if datamodule is not None and hasattr(datamodule, "train_prompts"):
-        datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
-        check_validation_data(groups["guard"], datamodule, note=False)  # said once, when the run starts
-
-    rollouts = groups["rollouts"]
-    if rollouts.cache == "static" or rollouts.compile:
-        name = _get(model, "model", "gpt2")
-        cfg = checkpoint_config(name, _get(model, "revision"), bool(_get(model, "trust_remote_code", False)))
-        if type(cfg) in MODEL_FOR_CAUSAL_LM_MAPPING:  # a model of remote code is checked once it loads
-            rollouts.check_supported(MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)])
-
-    if config.get("ckpt_path") is None:
-        resume_interrupted_run(config, saved_config, locks)
-    return datamodule
-
-
-def _constant_rate(step: int) -> float:
-    return 1.0
+__all__ = ["CoherenceTuning"]
 
 
 def disable_dropout(model: torch.nn.Module) -> None:
@@ -252,8 +120,8 @@ class CoherenceTuning(L.LightningModule):
         gradient_checkpointing: bool = False,
         boosting: Boosting = Boosting(k=32, alpha=-0.05),
         sampling: Sampling = Sampling(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, seed=0),
-        max_new_tokens: int = 32,
-        max_prompt_tokens: int = 128,
+        max_new_tokens: PositiveInt = 32,
+        max_prompt_tokens: PositiveInt = 128,
         rollouts: RolloutOptions = RolloutOptions(),
         teacher: TeacherOptions = TeacherOptions(),
         loss: LossOptions = LossOptions(),
@@ -264,16 +132,19 @@ class CoherenceTuning(L.LightningModule):
         optimizer: OptimizerCallable | None = None,
         lr_scheduler: LRSchedulerCallable | None = None,
     ):
+        check_arguments(CoherenceTuning.__init__, locals())
         super().__init__()
         # Every option group checked itself when it was made; what remains is what tuning asks of the
         # shared ones, checked before anything is loaded.
         check_boosting(boosting)
         check_sampling(sampling)
-        for name, value in (("max_new_tokens", max_new_tokens), ("max_prompt_tokens", max_prompt_tokens)):
-            if not positive_int(value):
-                raise TuningConfigError(f"{name} must be a positive integer, got {value!r}")
+        # Option objects go into ``hparams`` (checkpoints, logged configs) as plain mappings, as LightningCLI
+        # stores them, so that checkpoints load with ``torch.load(weights_only=True)`` and
+        # ``load_from_checkpoint`` rebuilds the objects with LightningCLI's instantiator.
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
-        self._save_plain_hyperparameters()
+        if "_instantiator" not in self.hparams:  # made by LightningCLI: already plain
+            plain = {name: asdict(v) if is_dataclass(v) else v for name, v in self.hparams.items()}
+            self.save_hyperparameters({**plain, "_instantiator": CLI_INSTANTIATOR})
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
         self.boosting = boosting
@@ -291,7 +162,7 @@ class CoherenceTuning(L.LightningModule):
         self.window = model_window(self.model)
         room = self.window - len(self.encoder.prefix)
         if boosting.k >= room:
-            raise TuningConfigError(
+            raise ConfigError(
                 f"boosting.k = {boosting.k} must be smaller than the model window of {room} tokens"
             )
         self.sampler = RolloutSampler(
@@ -323,15 +194,6 @@ class CoherenceTuning(L.LightningModule):
         self._step_start = 0.0
         self._step_tokens = 0
 
-    def _save_plain_hyperparameters(self) -> None:
-        """Option objects go into ``hparams`` (checkpoints, logged configs) as plain mappings, as LightningCLI
-        stores them, so that checkpoints load with ``torch.load(weights_only=True)`` and
-        ``load_from_checkpoint`` rebuilds the objects with LightningCLI's instantiator."""
-        if "_instantiator" in self.hparams:  # made by LightningCLI: already plain
-            return
-        plain = {name: asdict(v) if is_dataclass(v) else v for name, v in self.hparams.items()}
-        self.save_hyperparameters({**plain, "_instantiator": CLI_INSTANTIATOR})
-
     # -- checks ---------------------------------------------------------------------------------------
     def check_prompts(self, prompts: Sequence[str]) -> None:
         """Refuse prompts with which no sampled sequence can be longer than ``boosting.k`` (the KL would be
@@ -346,22 +208,21 @@ class CoherenceTuning(L.LightningModule):
             return
         trainer = self.trainer
         if self._synced() and (self.teacher.options.kind == "ema" or self.lora_options.rank):
-            raise TuningConfigError(
+            raise ConfigError(
                 "teacher.kind: ema and lora.rank > 0 need every process to hold the whole model; "
                 "use a replicated strategy (DDP) or teacher.kind: live without LoRA under FSDP/DeepSpeed"
             )
         check_max_steps(trainer.max_steps)
         datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is not None and hasattr(datamodule, "train_prompts"):
+        if hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
-        if datamodule is not None:
-            check_validation_data(self.guard_options, datamodule)
-            if (
-                self._initial_for_guard_only
-                and hasattr(datamodule, "val_prompts")
-                and not datamodule.val_prompts()
-            ):
-                self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
+        check_validation_data(self.guard_options, datamodule)  # a data module without validation: no check
+        if (
+            self._initial_for_guard_only
+            and hasattr(datamodule, "val_prompts")
+            and not datamodule.val_prompts()
+        ):
+            self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
 
     def _synced(self) -> bool:
         """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
@@ -376,17 +237,12 @@ class CoherenceTuning(L.LightningModule):
 
     # -- optimisation ---------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
-        params = [p for p in self.parameters() if p.requires_grad]
-        if self.optimizer_factory is None:
-            optimizer = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0)
-        else:
-            optimizer = self.optimizer_factory(params)
+        adamw = functools.partial(torch.optim.AdamW, lr=1e-5, weight_decay=0.0)
+        optimizer = (self.optimizer_factory or adamw)([p for p in self.parameters() if p.requires_grad])
         # One endless epoch: a scheduler must step per optimizer step, never per epoch. A constant rate
         # still goes through a (no-op) scheduler so that LearningRateMonitor logs it under our name.
-        if self.scheduler_factory is None:
-            scheduler: Any = torch.optim.lr_scheduler.LambdaLR(optimizer, _constant_rate)
-        else:
-            scheduler = self.scheduler_factory(optimizer)
+        constant = functools.partial(torch.optim.lr_scheduler.LambdaLR, lr_lambda=lambda step: 1.0)
+        scheduler = (self.scheduler_factory or constant)(optimizer)
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train/tuning/lr"},
@@ -395,25 +251,24 @@ class CoherenceTuning(L.LightningModule):
     def configure_callbacks(self) -> list[L.Callback]:
         """Stop cleanly on Ctrl-C / SIGTERM, guard against collapse (with ``guard`` bands), export at the end
         of ``fit``, log the learning rate, count the progress bar in steps."""
-        from lightning.pytorch.callbacks import LearningRateMonitor
+        from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
 
-        from cblight.tune.callbacks import CollapseGuard, StopOnSignal, step_progress_bar
+        from cblight.tune.callbacks import CollapseGuard, RichStepProgressBar, StepProgressBar, StopOnSignal
 
         trainer = self.trainer
-        callbacks: list[L.Callback] = []
-        if not any(isinstance(c, StopOnSignal) for c in trainer.callbacks):
-            callbacks.append(StopOnSignal())
-        if self.guard_options.enabled and not any(isinstance(c, CollapseGuard) for c in trainer.callbacks):
-            callbacks.append(CollapseGuard(self.guard_options))
-        if not any(isinstance(c, Exporter) for c in trainer.callbacks):
-            callbacks.append(self.exporter)
-        if trainer.loggers and not any(isinstance(c, LearningRateMonitor) for c in trainer.callbacks):
-            callbacks.append(LearningRateMonitor(logging_interval="step"))
-        # Lightning's bar counts epochs, ours steps. Swapped in place: a bar returned from here would make
-        # Lightning announce, on every run, that it overrides the trainer's own.
-        bar = step_progress_bar(trainer.progress_bar_callback)
-        if bar is not None:
-            trainer.callbacks[trainer.callbacks.index(trainer.progress_bar_callback)] = bar
+        wanted = [
+            StopOnSignal(),
+            *([CollapseGuard(self.guard_options)] if self.guard_options.enabled else []),
+            self.exporter,
+            *([LearningRateMonitor(logging_interval="step")] if trainer.loggers else []),
+        ]
+        callbacks = [c for c in wanted if not any(isinstance(t, type(c)) for t in trainer.callbacks)]
+        # Lightning's default bar counts epochs, ours steps. Swapped in place: a bar returned from here would
+        # make Lightning announce, on every run, that it overrides the trainer's own.
+        bar = trainer.progress_bar_callback
+        steps = {TQDMProgressBar: StepProgressBar, RichProgressBar: RichStepProgressBar}.get(type(bar))
+        if steps is not None:
+            trainer.callbacks[trainer.callbacks.index(bar)] = steps(refresh_rate=bar.refresh_rate)
         return callbacks
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
@@ -466,13 +321,19 @@ class CoherenceTuning(L.LightningModule):
         self.log(f"{prefix}/logprob_gap", sums["gap_long_sum"] / long, batch_size=n)
         self.log(f"{prefix}/long_fraction", sums["long"] / count, batch_size=n)
         self._step_tokens = int(sums["sampled_tokens"])
-        if self.validator.samples_due(self.global_step) and self.trainer.is_global_zero:
+        every = self.validator.options.log_samples_every_n_steps
+        if every and self.global_step % every == 0 and self.trainer.is_global_zero:
             self.validator.log_samples(self.global_step, prompts, sampled, self.loggers, self._log_dir)
         return loss
 
     def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
         """The KL terms of a sampled batch under the run's teacher (or ``teacher_model``)."""
-        sync = self._window_call_sync if self._synced() else None
+
+        def sync(local_calls: int) -> int:
+            t = torch.tensor([local_calls], device=self.device)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            return int(t.item())
+
         return tuning_kl_terms(
             self.model,
             sampled,
@@ -481,16 +342,14 @@ class CoherenceTuning(L.LightningModule):
             options=self.loss_options,
             prefix=self.encoder.prefix,
             teacher_model=teacher_model if teacher_model is not None else self.teacher.model,
-            sync_window_calls=sync,
-            reference_model=self.teacher.reference if teacher_model is None else None,
+            sync_window_calls=sync if self._synced() else None,
+            # the trust region's f_0, the initial copy, when it is on
+            reference_model=self.teacher.initial
+            if teacher_model is None and self.teacher.options.trust_region > 0
+            else None,
             trust_region=self.teacher.options.trust_region,
             adaptive=self.boosting.adaptive,
         )
-
-    def _window_call_sync(self, local_calls: int) -> int:
-        t = torch.tensor([local_calls], device=self.device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        return int(t.item())
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         elapsed = time.perf_counter() - self._step_start
@@ -504,7 +363,7 @@ class CoherenceTuning(L.LightningModule):
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
         prompts = batch["prompts"]
-        seed = self.sampler.held_out_seed(batch_idx, self.global_rank)
+        seed = seed_of(self.sampler.seed, 1_000_003, batch_idx, self.global_rank)
         logged = self.validator.validation_batch(
             self.model,
             self.teacher.initial,

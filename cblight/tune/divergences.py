@@ -24,31 +24,21 @@ it). Nothing here imports a model, Lightning or the Hub.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
-from cblight.errors import CblightError
-
 #: The divergence of ``LossOptions``, ``KL(teacher || student)`` (the paper), ``KL(student || teacher)`` or generalised JSD.
 Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
-#: The values of ``Divergence``.
-DIVERGENCES: tuple[str, ...] = ("forward_kl", "reverse_kl", "jsd")
 
 __all__ = [
-    "DIVERGENCES",
     "Divergence",
-    "DivergenceError",
     "divergence",
     "forward_kl",
     "generalized_jsd",
     "restrict_to_teacher_top_k",
     "reverse_kl",
 ]
-
-
-class DivergenceError(CblightError):
-    """A divergence that does not exist (``cblight.tune.loss.LossOptions`` refuses it in a config)."""
 
 
 def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
@@ -94,7 +84,7 @@ def divergence(
         return reverse_kl(teacher_log_probs, student_log_probs)
     if kind == "jsd":
         return generalized_jsd(teacher_log_probs, student_log_probs, beta)
-    raise DivergenceError(f"divergence must be one of {', '.join(DIVERGENCES)}; got {kind!r}")
+    raise ValueError(f"divergence must be one of {', '.join(get_args(Divergence))}; got {kind!r}")
 
 
 def restrict_to_teacher_top_k(

@@ -16,9 +16,9 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
+from cblight.option_types import check_fields
 from cblight.runs import LOCK_NAME, OutputDirError, OutputLock
 from cblight.tune.lora import is_peft_model, save_lora_exports
-from cblight.tune.loss import TuningConfigError
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,7 @@ class ExportOptions:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "overwrite"):
-            if not isinstance(getattr(self, name), bool):
-                raise TuningConfigError(f"export.{name} must be true or false, got {getattr(self, name)!r}")
+        check_fields(self)
 
 
 def check_export_dir(path: Path, overwrite: bool) -> None:
@@ -98,11 +96,36 @@ class Exporter(Callback):
         self.first_step = trainer.global_step
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        """The export, on every process, if enabled, the run reached ``max_steps``, took a step and stayed in
+        the collapse guard's band."""
         from cblight.tune.callbacks import CollapseGuard
 
+        if not self.options.enabled:
+            return
         if any(isinstance(c, CollapseGuard) and c.reason for c in trainer.callbacks):
             return  # the run left the guard's band (said when it did): a collapsed model is no result
-        self.at_fit_end(pl_module.model, pl_module.tokenizer, trainer, pl_module._log_dir)
+        if trainer.global_step < (trainer.max_steps or 0):
+            # stopped early (a signal, or a callback): a half-tuned model must not look like the result
+            log.warning(
+                "stopped at step %d of %d: no export (resume from the last checkpoint to finish)",
+                trainer.global_step,
+                trainer.max_steps,
+            )
+            return
+        if self.first_step is None or trainer.global_step <= self.first_step:
+            # e.g. resumed from a checkpoint already at max_steps: the weights are the checkpoint's, and
+            # writing them again as "the tuned model" would hide that nothing ran
+            log.warning(
+                "no optimizer step was taken in this run (it started at step %s of max_steps %d): no export; "
+                "to export a checkpoint's weights: CoherenceTuning.load_from_checkpoint(CKPT)"
+                ".export_pretrained(DIR)",
+                trainer.global_step if self.first_step is None else self.first_step,
+                trainer.max_steps,
+            )
+            return
+        out = self.export(pl_module.model, pl_module.tokenizer, trainer, pl_module._log_dir)
+        if trainer.is_global_zero:
+            log.info("tuned model saved to %s", out)
 
     def export(
         self,
@@ -129,32 +152,4 @@ class Exporter(Callback):
             tokenizer.save_pretrained(out)
         if trainer is not None:
             trainer.strategy.barrier("cblight-export")
-        return out
-
-    def at_fit_end(self, model: Any, tokenizer: Any, trainer: Any, log_dir: str | None) -> Path | None:
-        """The export, on every process, if enabled, the run reached ``max_steps`` and took a step."""
-        if not self.options.enabled:
-            return None
-        if trainer.global_step < (trainer.max_steps or 0):
-            # stopped early (a signal, or a callback): a half-tuned model must not look like the result
-            log.warning(
-                "stopped at step %d of %d: no export (resume from the last checkpoint to finish)",
-                trainer.global_step,
-                trainer.max_steps,
-            )
-            return None
-        if self.first_step is None or trainer.global_step <= self.first_step:
-            # e.g. resumed from a checkpoint already at max_steps: the weights are the checkpoint's, and
-            # writing them again as "the tuned model" would hide that nothing ran
-            log.warning(
-                "no optimizer step was taken in this run (it started at step %s of max_steps %d): no export; "
-                "to export a checkpoint's weights: CoherenceTuning.load_from_checkpoint(CKPT)"
-                ".export_pretrained(DIR)",
-                trainer.global_step if self.first_step is None else self.first_step,
-                trainer.max_steps,
-            )
-            return None
-        out = self.export(model, tokenizer, trainer, log_dir)
-        if trainer.is_global_zero:
-            log.info("tuned model saved to %s", out)
         return out

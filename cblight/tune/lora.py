@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cblight.tune.loss import TuningConfigError, finite_number
+from cblight.errors import ConfigError
+from cblight.option_types import NonNegativeInt, PositiveFloat, check_fields
 
 __all__ = ["LoraOptions", "apply_lora", "is_peft_model", "save_lora_exports"]
 
@@ -30,27 +31,19 @@ class LoraOptions:
         target_modules: the modules that get adapters (``all-linear``: every linear layer but the output).
     """
 
-    rank: int = 0
-    alpha: float = 16.0
+    rank: NonNegativeInt = 0
+    alpha: PositiveFloat = 16.0
     target_modules: str | list[str] = "all-linear"
 
     def __post_init__(self) -> None:
-        rank = self.rank
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise TuningConfigError(
-                f"lora.rank must be 0 (no LoRA: full fine-tuning) or a positive integer, got {rank!r}"
-            )
-        if rank == 0:
-            return
-        if importlib.util.find_spec("peft") is None:
-            raise TuningConfigError(
-                f"lora.rank = {rank} asks for LoRA, which needs the peft package: pip install 'cblight[lora]' "
+        check_fields(self)
+        if self.rank and importlib.util.find_spec("peft") is None:
+            raise ConfigError(
+                f"lora.rank = {self.rank} asks for LoRA, which needs the peft package: pip install 'cblight[lora]' "
                 "(or set lora.rank: 0 for full fine-tuning)"
             )
-        if not finite_number(self.alpha) or self.alpha <= 0:
-            raise TuningConfigError(f"lora.alpha must be a positive number, got {self.alpha!r}")
-        if not self.target_modules:
-            raise TuningConfigError("lora.target_modules must name at least one module (or 'all-linear')")
+        if self.rank and not self.target_modules:
+            raise ConfigError("lora.target_modules must name at least one module (or 'all-linear')")
 
 
 def apply_lora(model: Any, options: LoraOptions) -> Any:
@@ -67,7 +60,7 @@ def apply_lora(model: Any, options: LoraOptions) -> Any:
     try:
         return get_peft_model(model, config)
     except ValueError as err:  # e.g. target modules that the model does not have
-        raise TuningConfigError(f"lora.target_modules {options.target_modules!r}: {err}") from err
+        raise ConfigError(f"lora.target_modules {options.target_modules!r}: {err}") from err
 
 
 def is_peft_model(model: Any) -> bool:

@@ -13,74 +13,45 @@ Starting from a pretrained model ``f(·|·; θ)``, every training step
    the reverse KL or a generalised JSD on request, ``cblight.tune.divergences``), summed over the positions in
    scope and divided by their number over all processes.
 
-Nothing here imports Lightning: ``cblight.tune.coherence_tuning`` wires these functions into a LightningModule.
-``tuning_kl_terms`` and ``LossOptions`` are the loss; the batch it reads and the positions in scope are
-``cblight.tune.positions`` (``Sampled``, ``sampled_token_mask``, ``kl_scope``, re-exported here).
-
-Positions follow ``cblight.tune.positions``: the column ``c`` of a target token, whose distributions are the
-model's logits at column ``c - 1``.
+It is a pure function of the model's logits, with no Lightning in it (as TRL's GKD loss beside its
+trainer's step): ``tuning_kl_terms`` and its options ``LossOptions``, over a sampled batch (``Sampled``) and
+the positions in scope (``sampled_token_mask``, ``kl_scope``: the KL "at every position, or the last m").
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from numbers import Integral, Real
 from typing import Any
 
 import torch
 
 from cblight.adaptive import token_alphas
 from cblight.batching import (
+    accepts_kwarg,
     default_window_chunk,
     last_position_log_probs,
+    positions_from_mask,
     windowed_log_probs,
     windowed_positions,
 )
 from cblight.boosting import boosted_log_probs, log_softmax32
-from cblight.errors import CblightError
-from cblight.options import Boosting
-from cblight.tune.divergences import DIVERGENCES, restrict_to_teacher_top_k
+from cblight.option_types import ClosedUnitInterval, PositiveInt, check_fields
+from cblight.tune.divergences import Divergence, restrict_to_teacher_top_k
 from cblight.tune.divergences import divergence as divergence_fn
-from cblight.tune.positions import Sampled, kl_scope, sampled_logits, sampled_token_mask
 
 __all__ = [
     "KLTerms",
     "LossOptions",
     "Sampled",
-    "TuningConfigError",
     "boosted_teacher",
-    "check_boosting",
     "default_loss_chunk",
     "kl_scope",
-    "longest_useful_position",
+    "sampled_logits",
     "sampled_token_mask",
     "tuning_kl_terms",
 ]
-
-
-class TuningConfigError(CblightError):
-    """A coherence-tuning option that cannot work (the error names the option and the fix)."""
-
-
-def positive_int(value: object) -> bool:
-    """An integer >= 1 (``True`` is not an integer here); shared by the tuning option classes."""
-    return isinstance(value, Integral) and not isinstance(value, bool) and value >= 1
-
-
-def finite_number(value: object) -> bool:
-    """A real number that is neither NaN nor infinite (``True`` is not a number here)."""
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-_NULL_MEANS = {
-    "teacher_top_k": "the whole vocabulary",
-    "last_m": "every sampled position",
-    "chunk_size": "about 64 MB per float32 [chunk, V]",
-    "window_chunk_size": "about 1024 window tokens on CPU, 256 windows on accelerators",
-}
 
 
 @dataclass(frozen=True)
@@ -100,58 +71,78 @@ class LossOptions:
             1024 window tokens on CPU, 256 windows on accelerators, ``tuning_window_chunk``).
     """
 
-    divergence: str = "forward_kl"
-    beta: float = 0.5
-    teacher_top_k: int | None = None
-    last_m: int | None = None
-    chunk_size: int | None = None
-    window_chunk_size: int | None = None
+    divergence: Divergence = "forward_kl"
+    beta: ClosedUnitInterval = 0.5
+    teacher_top_k: PositiveInt | None = None
+    last_m: PositiveInt | None = None
+    chunk_size: PositiveInt | None = None
+    window_chunk_size: PositiveInt | None = None
 
     def __post_init__(self) -> None:
-        if self.divergence not in DIVERGENCES:
-            raise TuningConfigError(
-                f"loss.divergence must be one of {', '.join(DIVERGENCES)}, got {self.divergence!r}"
-            )
-        if not finite_number(self.beta) or not 0.0 <= self.beta <= 1.0:
-            raise TuningConfigError(
-                f"loss.beta (the JSD's weight of the teacher) must be in [0, 1], got {self.beta!r}"
-            )
-        for name, null in _NULL_MEANS.items():
-            value = getattr(self, name)
-            if value is not None and not positive_int(value):
-                raise TuningConfigError(
-                    f"loss.{name} must be a positive integer or null ({null}), got {value!r}"
-                )
+        check_fields(self)
 
 
-def check_boosting(boosting: Boosting) -> None:
-    """Refuse a boosting that coherence tuning's teacher is not: the last ``k`` tokens boosted in the
-    generation form (Table 2) with a non-zero ``alpha``."""
-    if boosting.mode != "last_k":
-        raise TuningConfigError(
-            f"boosting.mode must be last_k (the teacher boosts against the last k tokens), got {boosting.mode!r}"
-        )
-    if boosting.resolved_form != "generation":
-        raise TuningConfigError(
-            "boosting.form must be generation or null (Table 2's (1-alpha) log f_max + alpha log f_k), "
-            f"got {boosting.form!r}"
-        )
-    if boosting.alpha == 0 and boosting.adaptive is None:
-        raise TuningConfigError(
-            "boosting.alpha = 0 makes the boosted teacher the model itself and the KL identically zero; "
-            "use a negative alpha (Table 2: -0.05 or -0.1)"
-        )
+# ---------------------------------------------------------------------------------------------------------
+# The sampled batch and the positions in scope. A *position* is the column ``c`` of a target token in a
+# ``[B, L]`` batch; its distributions predict ``sequences[:, c]`` from the tokens before it (the model's
+# logits at column ``c - 1``), as in ``cblight.batching.windowed_positions``.
 
 
-def longest_useful_position(prompt_lengths: Sequence[int], n_prefix: int, max_new_tokens: int) -> int:
-    """The most content tokens any scoped position can have before it.
+@dataclass
+class Sampled:
+    """A batch sampled from the model: left-padded prompts followed by sampled tokens.
 
-    The last sampled token of the longest prompt has ``prompt - prefix + max_new_tokens - 1`` content
-    tokens before it; boosting changes nothing unless this exceeds ``k`` (``f_k == f_max`` otherwise).
+    ``attention_mask`` covers prompts and samples (1 after the prompt); ``sampled`` marks the sampled
+    tokens up to each row's first EOS (``sampled_token_mask``).
     """
-    if not prompt_lengths:
-        raise TuningConfigError("there are no prompts to sample from")
-    return max(prompt_lengths) - n_prefix + max_new_tokens - 1
+
+    sequences: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_width: int
+    sampled: torch.Tensor
+
+    def slice(self, rows: slice) -> Sampled:
+        return Sampled(self.sequences[rows], self.attention_mask[rows], self.prompt_width, self.sampled[rows])
+
+
+def sampled_logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[torch.Tensor, int]:
+    """The model's logits on ``rows`` of the batch from column ``first_col - 1`` on (where the model
+    supports ``logits_to_keep``), and the column of ``logits[:, 0]``."""
+    seq, mask = sampled.sequences[rows], sampled.attention_mask[rows]
+    width = seq.shape[1]
+    kwargs: dict[str, Any] = {}
+    if accepts_kwarg(model, "logits_to_keep"):
+        kwargs["logits_to_keep"] = width - first_col + 1
+    out = model(
+        input_ids=seq, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=False, **kwargs
+    )
+    return out.logits, width - out.logits.shape[1]
+
+
+def sampled_token_mask(
+    sequences: torch.Tensor, prompt_width: int, eos_token_id: int | Sequence[int] | None
+) -> torch.Tensor:
+    """``[B, L]`` bool: the sampled tokens (columns from ``prompt_width`` on) up to and including each
+    row's first EOS (any of several ids); whatever ``generate`` put after it is padding."""
+    mask = torch.zeros_like(sequences, dtype=torch.bool)
+    mask[:, prompt_width:] = True
+    if eos_token_id is not None and sequences.shape[1] > prompt_width:
+        gen = sequences[:, prompt_width:]
+        ids = torch.as_tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
+        eos = torch.isin(gen, ids.to(gen.device)).long()
+        after_eos = (eos.cumsum(dim=1) - eos) > 0  # an EOS strictly earlier in the row
+        mask[:, prompt_width:] &= ~after_eos
+    return mask
+
+
+def kl_scope(sampled: torch.Tensor, last_m: int | None) -> torch.Tensor:
+    """Positions whose distributions enter the KL: every sampled token, or only those in the last ``m``
+    columns of the batch (the end of the samples, as the paper allows); tokens after EOS stay out."""
+    if last_m is None:
+        return sampled
+    scope = torch.zeros_like(sampled)
+    scope[:, -last_m:] = sampled[:, -last_m:]
+    return scope
 
 
 # ---------------------------------------------------------------------------------------------------------

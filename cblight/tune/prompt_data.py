@@ -18,8 +18,10 @@ mid-run checkpoint sees exactly the prompts an uninterrupted run would have seen
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from cblight.data.sources import json_lines
 from cblight.errors import CblightError
+from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
 
 __all__ = ["PromptDataError", "PromptDataModule", "PromptStream", "check_split", "read_prompts"]
 
@@ -101,6 +104,7 @@ def _rng(*parts: int) -> np.random.Generator:
     return np.random.default_rng([int(x) for x in parts])
 
 
+@dataclass
 class PromptStream(IterableDataset):
     """An endless stream of prompt batches for one process.
 
@@ -109,47 +113,30 @@ class PromptStream(IterableDataset):
     a global batch are tiled. ``start`` is the first batch number to yield.
     """
 
-    def __init__(
-        self,
-        pool: Sequence[str],
-        batch_size: int,
-        *,
-        rank: int = 0,
-        world_size: int = 1,
-        seed: int = 0,
-        start: int = 0,
-    ):
-        if not pool:
+    pool: Sequence[str]
+    batch_size: int
+    rank: int = 0
+    world_size: int = 1
+    seed: int = 0
+    start: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.pool:
             raise PromptDataError("the prompt pool is empty")
-        self.pool = list(pool)
-        self.batch_size = int(batch_size)
-        self.rank = int(rank)
-        self.world_size = int(world_size)
-        self.seed = int(seed)
-        self.start = int(start)
-
-    @property
-    def global_batch(self) -> int:
-        return self.batch_size * self.world_size
-
-    def global_indices(self, i: int) -> np.ndarray:
-        n, g = len(self.pool), self.global_batch
-        if n < g:  # each batch tiles fresh permutations of a small pool
-            rng = _rng(self.seed, 1, i)
-            return np.concatenate([rng.permutation(n) for _ in range(-(-g // n))])[:g]
-        per_epoch = n // g
-        epoch, j = divmod(i, per_epoch)
-        return _rng(self.seed, 0, epoch).permutation(n)[j * g : (j + 1) * g]
 
     def batch(self, i: int) -> dict[str, Any]:
-        idx = self.global_indices(i)[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
-        return {"prompts": [self.pool[j] for j in idx], "index": i}
+        n, g = len(self.pool), self.batch_size * self.world_size
+        if n < g:  # each batch tiles fresh permutations of a small pool
+            rng = _rng(self.seed, 1, i)
+            idx = np.concatenate([rng.permutation(n) for _ in range(-(-g // n))])[:g]
+        else:
+            epoch, j = divmod(i, n // g)
+            idx = _rng(self.seed, 0, epoch).permutation(n)[j * g : (j + 1) * g]
+        mine = idx[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+        return {"prompts": [self.pool[j] for j in mine], "index": i}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        i = self.start
-        while True:
-            yield self.batch(i)
-            i += 1
+        return map(self.batch, itertools.count(self.start))
 
 
 class PromptDataModule(L.LightningDataModule):
@@ -176,13 +163,14 @@ class PromptDataModule(L.LightningDataModule):
         task: str | None = None,
         data_dir: str | None = None,
         split: str = "train",
-        batch_size: int = 32,
-        val_size: int = 0,
-        val_batch_size: int | None = None,
-        limit: int | None = None,
+        batch_size: PositiveInt = 32,
+        val_size: NonNegativeInt = 0,
+        val_batch_size: PositiveInt | None = None,
+        limit: PositiveInt | None = None,
         seed: int = 0,
         val_texts_file: str | None = None,
     ):
+        check_arguments(PromptDataModule.__init__, locals(), PromptDataError)
         super().__init__()
         given = {
             "prompts": prompts is not None,
@@ -197,12 +185,6 @@ class PromptDataModule(L.LightningDataModule):
                 "benchmark such as webtext) or bos_only: true"
                 + (f"; got {', '.join(sources)}" if sources else "; got none")
             )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise PromptDataError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if val_size < 0:
-            raise PromptDataError(f"val_size must be at least 0, got {val_size}")
-        if limit is not None and limit < 1:
-            raise PromptDataError(f"limit must be a positive integer or null, got {limit}")
         for name, path in (("prompts_file", prompts_file), ("val_texts_file", val_texts_file)):
             if path is not None and not Path(path).expanduser().is_file():
                 what = "is a directory, not a file" if Path(path).expanduser().is_dir() else "does not exist"
@@ -242,9 +224,6 @@ class PromptDataModule(L.LightningDataModule):
         if self.task is not None:
             return self._task_prompts()
         if self.prompt_list is not None:
-            bad = [i for i, p in enumerate(self.prompt_list) if not isinstance(p, str)]
-            if bad:
-                raise PromptDataError(f"prompts[{bad[0]}] is not a string")
             return [p for p in self.prompt_list if p.strip()]
         assert self.prompts_file is not None
         return read_prompts(self.prompts_file, self.text_field)

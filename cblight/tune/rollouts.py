@@ -14,33 +14,30 @@ model on a GPU: docs/tuning.md, "Speed and memory"). What is sampled is the same
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from cblight.batching import left_pad, positions_from_mask
+from cblight.errors import ConfigError
+from cblight.option_types import check_fields
 from cblight.options import Sampling
 from cblight.scoring import Encoder
-from cblight.tune.loss import TuningConfigError, longest_useful_position
-from cblight.tune.positions import Sampled, sampled_token_mask
+from cblight.tune.loss import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
 
 #: The checkpoint key under which every process's sampling random state is saved.
 RNG_KEY = "cblight_sampling_rng"
-#: The values of ``RolloutOptions.cache``, ``auto`` (static and compiled on a GPU, dynamic on CPU), ``dynamic``, ``static``.
-CACHES = ("auto", "dynamic", "static")
-
 __all__ = [
-    "CACHES",
     "RNG_KEY",
     "RolloutOptions",
     "RolloutSampler",
-    "check_sampling",
     "sample_sequences",
     "seed_of",
 ]
@@ -60,16 +57,13 @@ class RolloutOptions:
             itself within the paper's 32 steps (docs/tuning.md), so ``auto`` leaves it off there.
     """
 
-    cache: str = "auto"
+    cache: Literal["auto", "dynamic", "static"] = "auto"
     compile: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.cache not in CACHES:
-            raise TuningConfigError(f"rollouts.cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
-        if self.compile is not None and not isinstance(self.compile, bool):
-            raise TuningConfigError(f"rollouts.compile must be true, false or null, got {self.compile!r}")
+        check_fields(self)
         if self.compile and self.cache == "dynamic":
-            raise TuningConfigError(
+            raise ConfigError(
                 "rollouts.compile: true needs rollouts.cache: static or auto (a compiled decode step needs the "
                 "static cache's fixed shapes)"
             )
@@ -80,7 +74,7 @@ class RolloutOptions:
         if (self.cache == "static" or self.compile) and not getattr(
             model_class, "_can_compile_fullgraph", False
         ):
-            raise TuningConfigError(
+            raise ConfigError(
                 f"rollouts.cache: static / rollouts.compile: {model_class.__name__} does not support "
                 "transformers' static cache and compiled decoding; use rollouts.cache: dynamic or auto"
             )
@@ -101,18 +95,6 @@ class RolloutOptions:
 def seed_of(*parts: int) -> int:
     """A 32-bit seed mixed from integers (base seed, process rank, step) by numpy's ``SeedSequence``."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
-
-
-def check_sampling(sampling: Sampling) -> None:
-    """Refuse a ``Sampling`` that does not sample one sequence per prompt (tuning learns from samples)."""
-    if sampling.do_sample is not True:
-        raise TuningConfigError(
-            f"sampling.do_sample must be true (coherence tuning samples its sequences), got {sampling.do_sample!r}"
-        )
-    if sampling.num_beams not in (None, 1):
-        raise TuningConfigError(
-            f"sampling.num_beams must be null or 1 (tuning samples, it does not search), got {sampling.num_beams!r}"
-        )
 
 
 @torch.no_grad()
@@ -152,7 +134,7 @@ def sample_sequences(
             "disable_compile": not compile,
         }
         if compile:
-            cache["compile_config"] = compile_config(prompt_ids.device)
+            cache["compile_config"] = compile_config(prompt_ids.device.type)
     config = GenerationConfig(
         do_sample=True,
         num_beams=1,
@@ -188,30 +170,28 @@ def sample_sequences(
     return Sampled(sequences, mask, width, sampled_token_mask(sequences, width, eos_token_id))
 
 
-_COMPILE_CONFIGS: dict[str, Any] = {}
-
-
-def compile_config(device: torch.device) -> Any:
-    """transformers' ``CompileConfig`` of the decode step, one object per device type (``generate`` keeps
-    its compiled call while the config compares equal): CUDA graphs (``reduce-overhead``) on a GPU; on
+@functools.cache
+def compile_config(kind: str) -> Any:
+    """transformers' ``CompileConfig`` of the decode step, one object per device type ``kind`` (``generate``
+    keeps its compiled call while the config compares equal): CUDA graphs (``reduce-overhead``) on a GPU; on
     other devices inductor's default mode, which ``generate`` only uses when told to compile everywhere."""
     from transformers import CompileConfig
 
-    kind = torch.device(device).type
-    if kind not in _COMPILE_CONFIGS:
-        config = CompileConfig(fullgraph=False, mode="reduce-overhead" if kind == "cuda" else "default")
-        config._compile_all_devices = kind != "cuda"
-        _COMPILE_CONFIGS[kind] = config
-    return _COMPILE_CONFIGS[kind]
+    config = CompileConfig(fullgraph=False, mode="reduce-overhead" if kind == "cuda" else "default")
+    config._compile_all_devices = kind != "cuda"
+    return config
 
 
 def _devices(device: torch.device) -> list[torch.device]:
     return [device] if device.type == "cuda" else []
 
 
-def _fresh_rng(seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+def _rng_state(device: torch.device, seed: int | None = None) -> dict[str, torch.Tensor]:
+    """The torch random state of the CPU and ``device`` (with ``seed``: a fresh one from it); the global
+    state is left as it was."""
     with torch.random.fork_rng(devices=_devices(device)):
-        torch.manual_seed(seed)
+        if seed is not None:
+            torch.manual_seed(seed)
         state = {"cpu": torch.get_rng_state()}
         if device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(device)
@@ -248,7 +228,7 @@ class RolloutSampler:
         rollouts: RolloutOptions = RolloutOptions(),
     ):
         if max_new_tokens + len(encoder.prefix) + 1 > window:
-            raise TuningConfigError(
+            raise ConfigError(
                 f"max_new_tokens = {max_new_tokens} does not fit the model window of {window}; lower it"
             )
         self.encoder = encoder
@@ -275,47 +255,40 @@ class RolloutSampler:
         keep = self.max_prompt_tokens - len(prefix)
         return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
 
-    def encode(self, prompts: Sequence[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded prompt ids and attention mask on ``device``."""
-        if not prompts:
-            raise TuningConfigError("the prompt data module yielded an empty batch")
-        return left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, device)
-
     def check_prompts(self, prompts: Sequence[str], k: int) -> None:
         """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero).
 
         Stops at the first prompt that is long enough, so large prompt files cost little."""
         if not prompts:
-            raise TuningConfigError("the prompt data module yields no prompts")
-        n_prefix, new = len(self.encoder.prefix), self.max_new_tokens
-        longest = 0
+            raise ConfigError("the prompt data module yields no prompts")
+        # the last sampled token of a prompt has ``prompt - prefix + max_new_tokens - 1`` content tokens before
+        # it; boosting changes nothing unless that exceeds k (f_k == f_max otherwise)
+        new, longest, seen = self.max_new_tokens, 0, 0
         for prompt in dict.fromkeys(prompts):
             longest = max(longest, len(self.prompt_ids(prompt)))
-            if longest_useful_position([longest], n_prefix, new) > k:
+            seen = longest - len(self.encoder.prefix) + new - 1
+            if seen > k:
                 return
-        raise TuningConfigError(
-            f"no sampled position can see more than {longest_useful_position([longest], n_prefix, new)} tokens "
+        raise ConfigError(
+            f"no sampled position can see more than {seen} tokens "
             f"of context (longest prompt {longest} tokens + max_new_tokens {new}), which is not more than "
             f"boosting.k = {k}: f_k would equal f_max everywhere and the KL would be identically zero. "
             "Use longer prompts, more max_new_tokens or a smaller boosting.k."
         )
 
     # -- sampling -----------------------------------------------------------------------------------------
-    def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
-        """``(static cache, compiled)`` for this run (``RolloutOptions.resolve``), logged once."""
-        if self.decoding is None:
-            self.decoding = self.rollouts.resolve(model, torch.device(device), sharded)
-            static, compiled = self.decoding
+    def _generate(self, model: Any, prompts: Sequence[str], device: torch.device, synced: bool) -> Sampled:
+        if not prompts:
+            raise ConfigError("the prompt data module yielded an empty batch")
+        ids, mask = left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, device)
+        if self.decoding is None:  # (static cache, compiled) for this run, logged once
+            self.decoding = self.rollouts.resolve(model, torch.device(device), synced)
             log.info(
                 "rollouts: %s KV cache%s",
-                "static" if static else "dynamic",
-                ", compiled decode step" if compiled else "",
+                "static" if self.decoding[0] else "dynamic",
+                ", compiled decode step" if self.decoding[1] else "",
             )
-        return self.decoding
-
-    def _generate(self, model: Any, prompts: Sequence[str], device: torch.device, synced: bool) -> Sampled:
-        ids, mask = self.encode(prompts, device)
-        static, compiled = self.resolve(model, device, sharded=synced)
+        static, compiled = self.decoding
         return sample_sequences(
             model,
             ids,
@@ -343,15 +316,13 @@ class RolloutSampler:
         (``rank`` seeds it when sampling starts outside ``fit``; ``synced``: a sharded model)."""
         device = torch.device(device)
         if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
-            self._rng = _fresh_rng(self.seed + rank, device)
+            self._rng = _rng_state(device, self.seed + rank)
         with torch.random.fork_rng(devices=_devices(device)):
             torch.set_rng_state(self._rng["cpu"])
             if "cuda" in self._rng:
                 torch.cuda.set_rng_state(self._rng["cuda"], device)
             sampled = self._generate(model, prompts, device, synced)
-            self._rng = {"cpu": torch.get_rng_state()}
-            if device.type == "cuda":
-                self._rng["cuda"] = torch.cuda.get_rng_state(device)
+            self._rng = _rng_state(device)
         return sampled
 
     def sample_fixed(
@@ -368,10 +339,6 @@ class RolloutSampler:
             torch.manual_seed(seed)
             return self._generate(model, prompts, device, synced)
 
-    def held_out_seed(self, batch_idx: int, rank: int) -> int:
-        """The seed of a validation batch: the same at every check, so values compare across the run."""
-        return seed_of(self.seed, 1_000_003, batch_idx, rank)
-
     # -- random state in checkpoints ---------------------------------------------------------------------
     def start(self, rank: int, world_size: int, global_step: int, device: torch.device) -> None:
         """At the start of training: this process's state from the checkpoint, or a fresh one."""
@@ -379,7 +346,7 @@ class RolloutSampler:
         if loaded is not None and loaded.get("world_size") == world_size:
             self._rng = {key: rows[rank].clone() for key, rows in loaded.items() if key != "world_size"}
             if device.type == "cuda" and "cuda" not in self._rng:
-                self._rng["cuda"] = _fresh_rng(seed_of(self.seed, rank, global_step), device)["cuda"]
+                self._rng["cuda"] = _rng_state(device, seed_of(self.seed, rank, global_step))["cuda"]
             if device.type != "cuda":
                 self._rng.pop("cuda", None)
         else:
@@ -390,7 +357,7 @@ class RolloutSampler:
                     world_size,
                 )
             seed = self.seed + rank if loaded is None else seed_of(self.seed, rank, global_step)
-            self._rng = _fresh_rng(seed, device)
+            self._rng = _rng_state(device, seed)
         self._loaded_rng = None
 
     def state_dict(

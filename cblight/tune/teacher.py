@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from cblight.tune.loss import TuningConfigError, finite_number, positive_int
+from cblight.errors import ConfigError
+from cblight.option_types import NonNegativeFloat, OpenUnitInterval, PositiveInt, check_fields
 
 #: The checkpoint key of the EMA teacher's weights.
 EMA_KEY = "cblight_ema_teacher"
-#: The values of ``TeacherOptions.kind``, the boosted frozen initial model, the live model (the paper), an EMA of the student.
-TEACHERS = ("frozen", "live", "ema")
 
-__all__ = ["EMA_KEY", "TEACHERS", "Teacher", "TeacherOptions", "ema_update", "frozen_copy", "snapshot_update"]
+__all__ = ["EMA_KEY", "Teacher", "TeacherOptions", "frozen_copy"]
 
 
 @dataclass(frozen=True)
@@ -54,29 +53,17 @@ class TeacherOptions:
             initial model (one more full forward per step, except with the frozen teacher, which is it).
     """
 
-    kind: str = "frozen"
-    ema_decay: float = 0.9
-    refresh_every: int | None = None
-    trust_region: float = 0.0
+    kind: Literal["frozen", "live", "ema"] = "frozen"
+    ema_decay: OpenUnitInterval = 0.9
+    refresh_every: PositiveInt | None = None
+    trust_region: NonNegativeFloat = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in TEACHERS:
-            raise TuningConfigError(f"teacher.kind must be one of {', '.join(TEACHERS)}, got {self.kind!r}")
-        if not finite_number(self.ema_decay) or not 0.0 < self.ema_decay < 1.0:
-            raise TuningConfigError(f"teacher.ema_decay must be in (0, 1), got {self.ema_decay!r}")
-        if self.refresh_every is not None:
-            if not positive_int(self.refresh_every):
-                raise TuningConfigError(
-                    f"teacher.refresh_every must be a positive integer or null, got {self.refresh_every!r}"
-                )
-            if self.kind != "live":
-                raise TuningConfigError(
-                    f"teacher.refresh_every applies to the live teacher, not kind {self.kind!r}; "
-                    "set teacher.kind: live or remove it"
-                )
-        if not finite_number(self.trust_region) or self.trust_region < 0:
-            raise TuningConfigError(
-                f"teacher.trust_region must be a finite number >= 0 (0: off), got {self.trust_region!r}"
+        check_fields(self)
+        if self.refresh_every is not None and self.kind != "live":
+            raise ConfigError(
+                f"teacher.refresh_every applies to the live teacher, not kind {self.kind!r}; "
+                "set teacher.kind: live or remove it"
             )
 
     @property
@@ -88,28 +75,6 @@ class TeacherOptions:
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``model`` in eval mode with no gradient."""
     return copy.deepcopy(model).eval().requires_grad_(False)
-
-
-@torch.no_grad()
-def ema_update(teacher: torch.nn.Module, student: torch.nn.Module, decay: float) -> None:
-    """``θ_teacher ← decay · θ_teacher + (1 - decay) · θ_student`` for every trainable parameter of the
-    student (the two models have the same structure; frozen parameters are equal and stay so)."""
-    pairs = [
-        (t, s) for t, s in zip(teacher.parameters(), student.parameters(), strict=True) if s.requires_grad
-    ]
-    if pairs:
-        targets = [t for t, _ in pairs]
-        torch._foreach_lerp_(targets, [s.detach().to(t.dtype) for t, s in pairs], 1.0 - decay)
-
-
-@torch.no_grad()
-def snapshot_update(teacher: torch.nn.Module, student: torch.nn.Module) -> None:
-    """``θ_teacher ← θ_student`` for every trainable parameter of the student (the refreshed live teacher)."""
-    pairs = [
-        (t, s) for t, s in zip(teacher.parameters(), student.parameters(), strict=True) if s.requires_grad
-    ]
-    if pairs:
-        torch._foreach_copy_([t for t, _ in pairs], [s.detach() for _, s in pairs])
 
 
 class Teacher:
@@ -142,20 +107,26 @@ class Teacher:
             if model is not None:
                 model.to(device)
 
+    @torch.no_grad()
     def update(self, student: torch.nn.Module, step: int) -> None:
-        """After optimizer step ``step`` (counted from 1): the EMA follows the student, a snapshot is retaken
-        every ``refresh_every`` steps (the other teachers do nothing)."""
-        if self.options.kind == "ema":
-            assert self.model is not None
-            ema_update(self.model, student, self.options.ema_decay)
-        elif self.options.snapshot and step % int(self.options.refresh_every or 1) == 0:
-            assert self.model is not None
-            snapshot_update(self.model, student)
-
-    @property
-    def reference(self) -> torch.nn.Module | None:
-        """The model of the trust region's ``f_0`` (the initial copy), when the trust region is on."""
-        return self.initial if self.options.trust_region > 0 else None
+        """After optimizer step ``step`` (counted from 1), for every trainable parameter of the student (the
+        two models have the same structure; frozen parameters are equal and stay so): the EMA follows it,
+        ``θ_ema ← d θ_ema + (1 - d) θ``; a snapshot is retaken, ``θ_teacher ← θ``, every ``refresh_every``
+        steps; the other teachers do nothing."""
+        ema = self.options.kind == "ema"
+        if not (ema or (self.options.snapshot and step % int(self.options.refresh_every or 1) == 0)):
+            return
+        assert self.model is not None
+        pairs = [
+            (t, s)
+            for t, s in zip(self.model.parameters(), student.parameters(), strict=True)
+            if s.requires_grad
+        ]
+        if pairs and ema:
+            sources = [s.detach().to(t.dtype) for t, s in pairs]
+            torch._foreach_lerp_([t for t, _ in pairs], sources, 1.0 - self.options.ema_decay)
+        elif pairs:
+            torch._foreach_copy_([t for t, _ in pairs], [s.detach() for _, s in pairs])
 
     def state_dict(self, student: torch.nn.Module) -> dict[str, Any] | None:
         """The EMA's (or the live teacher's snapshot's) weights of the student's trainable parameters, for
@@ -167,9 +138,5 @@ class Teacher:
 
     def load_state_dict(self, ema: dict[str, Any] | None) -> None:
         """Restore the EMA's weights from a checkpoint's ``EMA_KEY`` entry."""
-        if ema is None or self.model is None:
-            return
-        params = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, value in ema.items():
-                params[name].copy_(value)
+        if ema is not None and self.model is not None:
+            self.model.load_state_dict(ema, strict=False)  # the trainable parameters only

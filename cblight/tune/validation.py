@@ -23,26 +23,26 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 import torch
+from jsonargparse.typing import restricted_number_type
 from torchmetrics import MeanMetric, Metric, SumMetric
 
 from cblight.boosting import log_softmax32
 from cblight.metrics.ngrams import distinct_and_entropy
 from cblight.metrics.ragged import RaggedMetric
 from cblight.metrics.text_stats import ends_in_repetition
+from cblight.option_types import NonNegativeInt, check_fields
 from cblight.scoring import Encoder, Scorer, empty_context_ids
-from cblight.tune.loss import KLTerms, TuningConfigError, default_loss_chunk
-from cblight.tune.positions import Sampled, sampled_logits
+from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, sampled_logits
 
 __all__ = ["SampleDiversity", "ValidationOptions", "Validator", "next_token_entropy", "sampled_tokens"]
 
 
-def _count(value: object, low: int) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool) and value >= low
+#: A text cut for its perplexity keeps a token to predict after the first.
+AtLeastTwo = restricted_number_type("AtLeastTwo", int, [(">=", 2)])
 
 
 @dataclass(frozen=True)
@@ -62,20 +62,12 @@ class ValidationOptions:
     """
 
     against_initial: bool = False
-    text_tokens: int = 128
-    log_samples_every_n_steps: int = 8
-    num_logged_samples: int = 4
+    text_tokens: AtLeastTwo = 128
+    log_samples_every_n_steps: NonNegativeInt = 8
+    num_logged_samples: NonNegativeInt = 4
 
     def __post_init__(self) -> None:
-        if not _count(self.text_tokens, 2):
-            raise TuningConfigError(
-                f"validation.text_tokens must be an integer >= 2, got {self.text_tokens!r}"
-            )
-        for name in ("log_samples_every_n_steps", "num_logged_samples"):
-            if not _count(getattr(self, name), 0):
-                raise TuningConfigError(
-                    f"validation.{name} must be an integer >= 0 (0: no sample log), got {getattr(self, name)!r}"
-                )
+        check_fields(self)
 
 
 class SampleDiversity(RaggedMetric):
@@ -132,6 +124,39 @@ def next_token_entropy(model: Any, sampled: Sampled) -> torch.Tensor:
     return torch.cat(pieces)
 
 
+class _ModelStats(torch.nn.Module):
+    """One model's validation statistics: next-token entropy and diversity of its samples, perplexity of
+    the held-out human texts."""
+
+    def __init__(self, eos_token_id: int | Sequence[int] | None):
+        super().__init__()
+        self.entropy = MeanMetric()
+        self.diversity = SampleDiversity(eos_token_id)
+        self.nll = SumMetric()
+        self.tokens = SumMetric()
+
+    def update(self, model: Any, sampled: Sampled, text_nll: tuple[float, int] | None) -> None:
+        self.entropy.update(next_token_entropy(model, sampled))
+        self.diversity.update(sampled_tokens(sampled))
+        if text_nll is not None:
+            self.nll.update(text_nll[0])
+            self.tokens.update(text_nll[1])
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """``ppl`` (``exp(nll / tokens)``, where there were texts), ``entropy``, ``distinct_1/2`` and
+        ``repetition`` (where there were samples), synced over processes; the metrics reset."""
+        values: dict[str, torch.Tensor] = {}
+        if self.tokens.update_called:  # held-out texts or not: the same on every process
+            count = self.tokens.compute()
+            if float(count) > 0:
+                values["ppl"] = torch.exp(self.nll.compute() / count)
+        if self.entropy.update_called:
+            values.update(entropy=self.entropy.compute(), **self.diversity.compute())
+        for metric in (self.entropy, self.diversity, self.nll, self.tokens):
+            metric.reset()
+        return values
+
+
 class Validator(torch.nn.Module):
     """The validation metrics and the sample log.
 
@@ -149,42 +174,10 @@ class Validator(torch.nn.Module):
         self.kl_long = MeanMetric()
         self.kl_initial = MeanMetric()
         self.top1_initial = MeanMetric()
-        self.nll = SumMetric()
-        self.tokens = SumMetric()
-        eos = tokenizer.eos_token_id
-        # diversity of the current model's samples, and once of the initial model's (the guard's reference)
-        self.entropy = MeanMetric()
-        self.diversity = SampleDiversity(eos)
-        self.ref_entropy = MeanMetric()
-        self.ref_diversity = SampleDiversity(eos)
-        self.ref_nll = SumMetric()
-        self.ref_tokens = SumMetric()
+        # the current model's statistics, and once the initial model's (the guard's reference)
+        self.current = _ModelStats(tokenizer.eos_token_id)
+        self.initial = _ModelStats(tokenizer.eos_token_id)
         self.reference: dict[str, float] | None = None  # the initial model's values, once measured
-
-    def update(self, terms: KLTerms, initial: KLTerms | None) -> dict[str, Metric]:
-        """Add a batch's KL terms (under the run's teacher, and under the boosted initial model when
-        ``initial`` is given); the metrics to log, by name."""
-        self.kl.update(terms.kl)
-        self.kl_long.update(terms.kl[terms.long] if bool(terms.long.any()) else terms.kl.new_zeros(0))
-        logged: dict[str, Metric] = {"val/tuning/kl": self.kl, "val/tuning/kl_long": self.kl_long}
-        if initial is not None:
-            self.kl_initial.update(initial.kl)
-            self.top1_initial.update(initial.agree.float())
-            logged["val/tuning/kl_initial"] = self.kl_initial
-            logged["val/tuning/top1_initial"] = self.top1_initial
-        return logged
-
-    def update_texts(self, model: Any, texts: Sequence[str], reference: bool = False) -> None:
-        """Add held-out human texts to the perplexity (of the initial model with ``reference``)."""
-        nll, tokens = self.text_nll(model, texts)
-        (self.ref_nll if reference else self.nll).update(nll)
-        (self.ref_tokens if reference else self.tokens).update(tokens)
-
-    def update_samples(self, model: Any, sampled: Sampled, reference: bool = False) -> None:
-        """Add a batch of validation samples of ``model`` to the entropy and diversity (of the initial
-        model with ``reference``)."""
-        (self.ref_entropy if reference else self.entropy).update(next_token_entropy(model, sampled))
-        (self.ref_diversity if reference else self.diversity).update(sampled_tokens(sampled))
 
     def validation_batch(
         self,
@@ -202,48 +195,28 @@ class Validator(torch.nn.Module):
         sampled = sample(model)
         with torch.no_grad():
             terms = kl_terms(sampled, None)
-            scored = None
-            if initial is not None:
+        self.kl.update(terms.kl)
+        self.kl_long.update(terms.kl[terms.long] if bool(terms.long.any()) else terms.kl.new_zeros(0))
+        logged: dict[str, Metric] = {"val/tuning/kl": self.kl, "val/tuning/kl_long": self.kl_long}
+        if initial is not None:
+            with torch.no_grad():
                 scored = terms if same_initial else kl_terms(sampled, initial)
-        logged = self.update(terms, scored)
-        self.update_samples(model, sampled)
-        if texts:
-            self.update_texts(model, texts)
-        if self.reference_due and initial is not None:  # once: the guard's reference values
-            self.update_samples(initial, sample(initial), reference=True)
-            if texts:
-                self.update_texts(initial, texts, reference=True)
+            self.kl_initial.update(scored.kl)
+            self.top1_initial.update(scored.agree.float())
+            logged["val/tuning/kl_initial"] = self.kl_initial
+            logged["val/tuning/top1_initial"] = self.top1_initial
+        self.current.update(model, sampled, self.text_nll(model, texts) if texts else None)
+        if self.reference is None and initial is not None:  # once: the guard's reference values
+            text_nll = self.text_nll(initial, texts) if texts else None
+            self.initial.update(initial, sample(initial), text_nll)
         return logged
-
-    @property
-    def reference_due(self) -> bool:
-        """The initial model's values are still to be measured (at the first validation)."""
-        return self.reference is None
-
-    def perplexity(self) -> torch.Tensor | None:
-        """At the end of validation: the perplexity of the held-out texts (``None`` without any), reset."""
-        return _perplexity(self.nll, self.tokens)
 
     def epoch_values(self) -> dict[str, torch.Tensor]:
         """At the end of validation, on every process: perplexity, entropy, distinct-1/2 and repetition of
         the current model, and the initial model's (``*_initial``) once measured; the metrics reset."""
-        values: dict[str, torch.Tensor] = {}
-        ppl = self.perplexity()
-        if ppl is not None:
-            values["ppl"] = ppl
-        if self.entropy.update_called:
-            values["entropy"] = self.entropy.compute()
-            values.update(self.diversity.compute())
-            self.entropy.reset()
-            self.diversity.reset()
-        if self.reference is None and self.ref_entropy.update_called:
-            reference = {"entropy": self.ref_entropy.compute(), **self.ref_diversity.compute()}
-            ref_ppl = _perplexity(self.ref_nll, self.ref_tokens)
-            if ref_ppl is not None:
-                reference["ppl"] = ref_ppl
-            self.reference = {k: float(v) for k, v in reference.items()}
-            for metric in (self.ref_entropy, self.ref_diversity):
-                metric.reset()
+        values = self.current.compute()
+        if self.reference is None and self.initial.entropy.update_called:
+            self.reference = {k: float(v) for k, v in self.initial.compute().items()}
         for name, value in (self.reference or {}).items():
             values[f"{name}_initial"] = torch.tensor(value, dtype=torch.float64)
         return values
@@ -253,10 +226,6 @@ class Validator(torch.nn.Module):
         return human_text_nll(model, self.tokenizer, texts, self.options.text_tokens)
 
     # -- the sample log ---------------------------------------------------------------------------------
-    def samples_due(self, step: int) -> bool:
-        every = self.options.log_samples_every_n_steps
-        return bool(every) and step % every == 0
-
     def log_samples(
         self, step: int, prompts: Sequence[str], sampled: Sampled, loggers: Sequence[Any], log_dir: str | None
     ) -> None:
@@ -277,17 +246,6 @@ class Validator(torch.nn.Module):
             with open(os.path.join(log_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
                 for row_step, prompt, text in rows:
                     f.write(json.dumps({"step": row_step, "prompt": prompt, "sample": text}) + "\n")
-
-
-def _perplexity(nll: SumMetric, tokens: SumMetric) -> torch.Tensor | None:
-    """``exp(nll / tokens)`` of the synced sums (``None`` without any text), the two metrics reset."""
-    if not tokens.update_called:  # no held-out texts (the same on every process)
-        return None
-    count = tokens.compute()
-    ppl = torch.exp(nll.compute() / count) if float(count) > 0 else None
-    nll.reset()
-    tokens.reset()
-    return ppl
 
 
 @torch.no_grad()

@@ -1,0 +1,176 @@
+"""What ``cblight tune`` refuses before the model loads: what tuning asks of the shared option groups
+(``check_boosting``, ``check_sampling``), a run with no step limit (``check_max_steps``), guard bands that
+the validation data cannot check (``check_validation_data``) and, from a parsed config, every directory
+the run writes, an export it would overwrite, the prompts and a static cache the model cannot use
+(``check_before_loading``). A refusal is one line and costs no model load.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from cblight.errors import ConfigError
+from cblight.options import Boosting, Sampling
+from cblight.tune.callbacks import GuardOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "check_before_loading",
+    "check_boosting",
+    "check_max_steps",
+    "check_sampling",
+    "check_validation_data",
+]
+
+
+def check_boosting(boosting: Boosting) -> None:
+    """Refuse a boosting that coherence tuning's teacher is not: the last ``k`` tokens boosted in the
+    generation form (Table 2) with a non-zero ``alpha``."""
+    if boosting.mode != "last_k":
+        raise ConfigError(
+            f"boosting.mode must be last_k (the teacher boosts against the last k tokens), got {boosting.mode!r}"
+        )
+    if boosting.resolved_form != "generation":
+        raise ConfigError(
+            "boosting.form must be generation or null (Table 2's (1-alpha) log f_max + alpha log f_k), "
+            f"got {boosting.form!r}"
+        )
+    if boosting.alpha == 0 and boosting.adaptive is None:
+        raise ConfigError(
+            "boosting.alpha = 0 makes the boosted teacher the model itself and the KL identically zero; "
+            "use a negative alpha (Table 2: -0.05 or -0.1)"
+        )
+
+
+def check_sampling(sampling: Sampling) -> None:
+    """Refuse a ``Sampling`` that does not sample one sequence per prompt (tuning learns from samples)."""
+    if sampling.do_sample is not True:
+        raise ConfigError(
+            f"sampling.do_sample must be true (coherence tuning samples its sequences), got {sampling.do_sample!r}"
+        )
+    if sampling.num_beams not in (None, 1):
+        raise ConfigError(
+            f"sampling.num_beams must be null or 1 (tuning samples, it does not search), got {sampling.num_beams!r}"
+        )
+
+
+def check_max_steps(max_steps: int | None) -> None:
+    """Refuse a run without a step limit (the prompt stream never ends) or with no step to take: a run that
+    takes no optimizer step would export the base model as if it were tuned."""
+    if max_steps is None or max_steps == -1:
+        raise ConfigError("set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)")
+    if max_steps < 1:
+        raise ConfigError(
+            f"trainer.max_steps = {max_steps} takes no optimizer step, so nothing would be tuned or exported; "
+            "set it to 1 or more (the paper runs 32)"
+        )
+
+
+def check_validation_data(guard: GuardOptions, datamodule: Any, note: bool = True) -> None:
+    """A guard band set by hand must be checkable: any needs validation prompts, ``max_ppl_ratio`` held-out
+    human text too. The default bands are checked where the run measures them; with ``note``, one line says
+    which are not."""
+    if not guard.enabled or not hasattr(datamodule, "val_prompts"):
+        return
+    defaults = GuardOptions()
+    chosen = [k for k, v in vars(guard).items() if v is not None and v != getattr(defaults, k)]
+    texts = bool(datamodule.val_prompts()) and bool(datamodule.val_texts())
+    if chosen and not datamodule.val_prompts():
+        raise ConfigError(f"the guard checks validation (guard.{chosen[0]}): set data.val_size > 0")
+    if "max_ppl_ratio" in chosen and not texts:
+        raise ConfigError(
+            "guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
+            "data.val_size > 0, or data.val_texts_file"
+        )
+    if not note:
+        return
+    if not datamodule.val_prompts():
+        log.warning("collapse guard: this run has no validation (data.val_size 0), so nothing is guarded")
+    elif guard.max_ppl_ratio is not None and not texts:
+        log.warning(
+            "collapse guard: guard.max_ppl_ratio is not checked: no held-out human text (a task source, or "
+            "data.val_texts_file)"
+        )
+
+
+def _get(group: Any, key: str, default: Any = None) -> Any:
+    """A field of a parsed option group (a jsonargparse Namespace or a mapping; anything else has none)."""
+    value = group.get(key) if hasattr(group, "get") else None
+    return default if value is None else value
+
+
+def _plain(group: Any) -> dict[str, Any]:
+    if hasattr(group, "as_dict"):
+        group = group.as_dict()
+    if is_dataclass(group):
+        group = asdict(group)
+    return {k: v for k, v in dict(group or {}).items() if not k.startswith("__")}
+
+
+def check_before_loading(
+    config: Any,
+    module_class: type,
+    datamodule_class: type,
+    locks: list[Any] | None,
+    saved_config: Callable[[], dict[str, Any]],
+) -> Any:
+    """What ``cblight tune`` checks of a parsed config before the model loads: every directory the run
+    writes (``trainer.default_root_dir``, the loggers' ``save_dir``, ``model.export.dir``: creatable and
+    writable), an export already in ``model.export.dir`` (refused unless ``export.overwrite``), the prompts
+    (a source with none, ``data.val_size`` too large), what the guard needs, and a static cache the model's
+    class cannot use (from its config). With ``locks`` (the launching process), the export directory is
+    locked for this run and the lock appended there, for the caller to release when the run ends. A run of
+    the same config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
+    Returns the data module, its prompts read."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from cblight.models import checkpoint_config
+    from cblight.runs import OutputLock, check_output_dir
+    from cblight.tune.callbacks import resume_interrupted_run
+    from cblight.tune.export import check_export_dir
+
+    trainer, model = config.get("trainer") or {}, config.get("model") or {}
+    groups = {  # every option group checks itself when made: first, the cheapest refusals
+        name: type(parameter.default)(**_plain(_get(model, name)))
+        for name, parameter in inspect.signature(module_class.__init__).parameters.items()
+        if is_dataclass(parameter.default)
+    }
+    check_boosting(groups["boosting"])  # what tuning asks of the shared groups
+    check_sampling(groups["sampling"])
+    root = Path(_get(trainer, "default_root_dir", ".")).expanduser()
+    check_output_dir(root, "trainer.default_root_dir")
+    loggers = _get(trainer, "logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        save_dir = _get(_get(logger, "init_args"), "save_dir")
+        if isinstance(save_dir, str):
+            check_output_dir(Path(save_dir), "trainer.logger's save_dir")
+    export = groups["export"]
+    if export.enabled and export.dir:
+        out = root / Path(export.dir).expanduser()
+        check_output_dir(out, "model.export.dir")
+        check_export_dir(out, export.overwrite)
+        if locks is not None:
+            locks.append(OutputLock(out, option="model.export.dir").acquire())
+
+    data = config.get("data")
+    datamodule = datamodule_class(**_plain(data)) if data is not None else None
+    if datamodule is not None and hasattr(datamodule, "train_prompts"):
+        datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
+        check_validation_data(groups["guard"], datamodule, note=False)  # said once, when the run starts
+
+    rollouts = groups["rollouts"]
+    if rollouts.cache == "static" or rollouts.compile:
+        name = _get(model, "model", "gpt2")
+        cfg = checkpoint_config(name, _get(model, "revision"), bool(_get(model, "trust_remote_code", False)))
+        if type(cfg) in MODEL_FOR_CAUSAL_LM_MAPPING:  # a model of remote code is checked once it loads
+            rollouts.check_supported(MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)])
+
+    if config.get("ckpt_path") is None:
+        resume_interrupted_run(config, saved_config, locks)
+    return datamodule
