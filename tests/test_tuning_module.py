@@ -279,7 +279,7 @@ def test_invalid_options_fail_before_the_model_loads():
         ),
         (
             lambda: ValidationOptions(text_tokens=1),
-            r"ValidationOptions.text_tokens must be an integer \(AtLeastTwo\), got 1",
+            r"ValidationOptions.text_tokens must be an integer >= 2, got 1",
         ),
         (lambda: ExportOptions(enabled="no"), "ExportOptions.enabled must be true or false"),
     ]:
