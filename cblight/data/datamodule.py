@@ -168,12 +168,6 @@ class EvalDataModule(LightningDataModule):
             self.roots = {s.name: self.data_dirs.get(s.name) or self._task_root(s) for s in self.specs}
         return self.roots
 
-    def _local(self, spec: TaskSpec, split: str) -> dict[str, Any]:
-        root, files = self.check_local()[spec.name], self.data_files.get(spec.name, {})
-        if split in files:
-            return {"data_file": files[split]}
-        return {} if root is None else {"data_dir": str(root)}
-
     def _task_root(self, spec: TaskSpec) -> Path | None:
         """The task's folder under ``data_root`` (``None``: no root, or the Hub by ``hub_fallback``); a task
         that needs the root and has no folder there is refused with the names looked for."""
@@ -216,7 +210,9 @@ class EvalDataModule(LightningDataModule):
         """One split: its records rendered, those the task keeps (``keep``), with ``sample_size`` a fixed-seed
         sample of that many of them (sorted indices kept), cut to ``limit``; it names the ``data_files``
         entry it was read from, if any."""
-        records = load_split_records(spec.name, split, spec.source, **self._local(spec, split))
+        given = self.data_files.get(spec.name, {}).get(split)  # a data_files entry wins over the folder
+        root = self.check_local()[spec.name]
+        records = load_split_records(spec.name, split, spec.source, data_dir=root, data_file=given)
         if not records:
             raise DataError(f"{spec.name}: split {split!r} is empty")
         tok = self._load_tokenizer()
@@ -238,7 +234,6 @@ class EvalDataModule(LightningDataModule):
             )
             seed = self.selection_seed
         examples = [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in pool]
-        given = self.data_files.get(spec.name, {}).get(split)
         file = Path(given).name if given else None
         return TaskSplit(spec, role, split, examples[: self.limit], indices, seed, file)
 
