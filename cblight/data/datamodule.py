@@ -140,7 +140,6 @@ class EvalDataModule(LightningDataModule):
         self.splits: dict[str, dict[Role, TaskSplit]] = {}
         self._tokenizer: Any = None
         self.hub_fallback = hub_fallback
-        self.roots: dict[str, str | Path | None] | None = None  # each task's folder (check_local)
 
     def _own_task(self, name: str) -> str:
         """The canonical name of a task named in data_dirs/data_files, which must be one of ``tasks``."""
@@ -157,16 +156,15 @@ class EvalDataModule(LightningDataModule):
             self._tokenizer = load_tokenizer(self.tokenizer)
         return self._tokenizer
 
-    def check_local(self) -> dict[str, str | Path | None]:
-        """The folders the user named, checked before any data is read (``setup``, ``examples``): every
+    @functools.cached_property
+    def roots(self) -> dict[str, str | Path | None]:
+        """Each task's folder (``None``: read from the Hub), checked before any data is read: every
         ``data_dirs`` entry exists, and a ``data_root`` is used or refused, never quietly replaced by the
-        Hub (``hub_fallback`` asks for that). Returns each task's folder (``None``: read from the Hub)."""
-        if self.roots is None:
-            for name, folder in self.data_dirs.items():
-                if not Path(folder).expanduser().is_dir():
-                    raise DataError(f"data_dirs.{name}: {folder} is not a directory")
-            self.roots = {s.name: self.data_dirs.get(s.name) or self._task_root(s) for s in self.specs}
-        return self.roots
+        Hub (``hub_fallback`` asks for that)."""
+        for name, folder in self.data_dirs.items():
+            if not Path(folder).expanduser().is_dir():
+                raise DataError(f"data_dirs.{name}: {folder} is not a directory")
+        return {s.name: self.data_dirs.get(s.name) or self._task_root(s) for s in self.specs}
 
     def _task_root(self, spec: TaskSpec) -> Path | None:
         """The task's folder under ``data_root`` (``None``: no root, or the Hub by ``hub_fallback``); a task
@@ -211,7 +209,7 @@ class EvalDataModule(LightningDataModule):
         sample of that many of them (sorted indices kept), cut to ``limit``; it names the ``data_files``
         entry it was read from, if any."""
         given = self.data_files.get(spec.name, {}).get(split)  # a data_files entry wins over the folder
-        root = self.check_local()[spec.name]
+        root = self.roots[spec.name]
         records = load_split_records(spec.name, split, spec.source, data_dir=root, data_file=given)
         if not records:
             raise DataError(f"{spec.name}: split {split!r} is empty")
@@ -259,7 +257,7 @@ class EvalDataModule(LightningDataModule):
         return out
 
     def setup(self, stage: str | None = None) -> None:
-        if not self.splits:  # every task's folder is checked as the first split is located (check_local)
+        if not self.splits:  # every task's folder is checked as the first split is located (roots)
             self.splits = {spec.name: self.load_task(spec) for spec in self.specs}
 
     # -- loaders -------------------------------------------------------------------------------------------
