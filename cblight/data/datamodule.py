@@ -138,7 +138,6 @@ class EvalDataModule(LightningDataModule):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.splits: dict[str, dict[Role, TaskSplit]] = {}
-        self._tokenizer: Any = None
         self.hub_fallback = hub_fallback
 
     def _own_task(self, name: str) -> str:
@@ -149,12 +148,12 @@ class EvalDataModule(LightningDataModule):
         raise DataError(f"data_dirs/data_files name task {name!r}, which is not in tasks {self.task_names}")
 
     # -- loading -------------------------------------------------------------------------------------------
-    def _load_tokenizer(self) -> Any:
-        if self._tokenizer is None and self.tokenizer is not None:
-            from cblight.models import load_tokenizer
+    @functools.cached_property
+    def loaded_tokenizer(self) -> Any:
+        """``tokenizer`` loaded on first use (``None`` without one)."""
+        from cblight.models import load_tokenizer
 
-            self._tokenizer = load_tokenizer(self.tokenizer)
-        return self._tokenizer
+        return None if self.tokenizer is None else load_tokenizer(self.tokenizer)
 
     @functools.cached_property
     def roots(self) -> dict[str, str | Path | None]:
@@ -213,7 +212,7 @@ class EvalDataModule(LightningDataModule):
         records = load_split_records(spec.name, split, spec.source, data_dir=root, data_file=given)
         if not records:
             raise DataError(f"{spec.name}: split {split!r} is empty")
-        tok = self._load_tokenizer()
+        tok = self.loaded_tokenizer
         ctx = RenderContext(split)
         if tok is not None:
             ctx = RenderContext(split, tok.eos_token or tok.bos_token, tok.bos_token or tok.eos_token)
