@@ -37,7 +37,7 @@ class TaskSplit:
     split: str
     examples: list[Example]
     sampled_indices: list[int] | None = None
-    seed: int | None = None
+    seed: int | None = None  # selection_seed, which draws the sample (when there is one)
     file: str | None = None  # the data_files entry the split was read from, when one was given
 
     @functools.cached_property
@@ -224,15 +224,14 @@ class EvalDataModule(LightningDataModule):
             pool = [i for i, ex in rendered.items() if spec.keep(ex, tok, self.max_k)]
             if not pool:
                 raise DataError(f"{spec.name}: no example of split {split!r} passes the task's filter")
-        indices = seed = None
+        indices = None
         if sample_size is not None:
             pool = indices = sorted(
                 random.Random(self.selection_seed).sample(pool, min(sample_size, len(pool)))
             )
-            seed = self.selection_seed
         examples = [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in pool]
         file = Path(given).name if given else None
-        return TaskSplit(spec, role, split, examples[: self.limit], indices, seed, file)
+        return TaskSplit(spec, role, split, examples[: self.limit], indices, self.selection_seed, file)
 
     def examples(self, task: str, split: str | None = None) -> list[Example]:
         """The rendered examples of one split of ``task`` (default: its report split), filters applied."""
