@@ -342,7 +342,7 @@ def test_missing_selection_split_says_how_to_proceed(
 ):
     import cblight.data.datamodule as datamodule
 
-    monkeypatch.setattr(datamodule.EvalDataModule, "_load_tokenizer", lambda self: gpt2_tokenizer)
+    monkeypatch.setattr(datamodule.EvalDataModule, "loaded_tokenizer", gpt2_tokenizer)
     folder = tmp_path / task
     folder.mkdir()
     for name in keep:
@@ -368,7 +368,7 @@ def test_missing_selection_split_says_how_to_proceed(
 def test_csqa_record_with_no_choices(tmp_path, capsys, monkeypatch, gpt2_tokenizer):
     import cblight.data.datamodule as datamodule
 
-    monkeypatch.setattr(datamodule.EvalDataModule, "_load_tokenizer", lambda self: gpt2_tokenizer)
+    monkeypatch.setattr(datamodule.EvalDataModule, "loaded_tokenizer", gpt2_tokenizer)
     folder = tmp_path / "csqa"
     folder.mkdir()
     shutil.copy(FIXTURES / "csqa" / "train_rand_split.jsonl", folder / "train_rand_split.jsonl")

@@ -16,14 +16,9 @@ from __future__ import annotations
 import sys
 
 from cblight.data.examples import ChoiceExample, NextTokenExample
-from cblight.data.registry import TaskKind, TaskSpec, all_tasks, get_task
+from cblight.data.registry import TaskKind, all_tasks, get_task
 from cblight.errors import CblightError
 from cblight.option_types import PositiveInt
-
-
-def _split_label(spec: TaskSpec, split: str) -> str:
-    size = spec.sizes.get(split)
-    return f"{split} ({size})" if size else split
 
 
 def list_tasks(kind: TaskKind | None = None) -> str:
@@ -38,12 +33,13 @@ def list_tasks(kind: TaskKind | None = None) -> str:
     for name, spec in all_tasks().items():
         if kind and spec.kind != kind:
             continue
-        chosen = _split_label(spec, spec.selection_split) if spec.selection_split else "-"
+        label = {split: f"{split} ({size})" for split, size in spec.sizes.items() if size}
+        chosen = label.get(spec.selection_split, spec.selection_split) or "-"
         if spec.sample_selection:
             chosen = f"{spec.selection_split} sample of {spec.sizes.get(spec.report_split, 'n')}"
         hub = sorted({h.path + (f" ({h.name})" if h.name else "") for h in spec.source.hub.values()})
         source = f"hub {', '.join(hub)} or local files" if hub else "local files only"
-        report = _split_label(spec, spec.report_split)
+        report = label.get(spec.report_split, spec.report_split)
         lines.append(f"{name:<15}{spec.kind:<17}{report:<22}{chosen:<34}{source}")
         lines += [f"    prompt: {spec.prompt}", f"    short context: {spec.premise_free}"]
         local = spec.source.local

@@ -37,7 +37,7 @@ class TaskSplit:
     split: str
     examples: list[Example]
     sampled_indices: list[int] | None = None
-    seed: int | None = None
+    seed: int | None = None  # selection_seed, which draws the sample (when there is one)
     file: str | None = None  # the data_files entry the split was read from, when one was given
 
     @functools.cached_property
@@ -138,9 +138,7 @@ class EvalDataModule(LightningDataModule):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.splits: dict[str, dict[Role, TaskSplit]] = {}
-        self._tokenizer: Any = None
         self.hub_fallback = hub_fallback
-        self.roots: dict[str, str | Path | None] | None = None  # each task's folder (check_local)
 
     def _own_task(self, name: str) -> str:
         """The canonical name of a task named in data_dirs/data_files, which must be one of ``tasks``."""
@@ -150,29 +148,22 @@ class EvalDataModule(LightningDataModule):
         raise DataError(f"data_dirs/data_files name task {name!r}, which is not in tasks {self.task_names}")
 
     # -- loading -------------------------------------------------------------------------------------------
-    def _load_tokenizer(self) -> Any:
-        if self._tokenizer is None and self.tokenizer is not None:
-            from cblight.models import load_tokenizer
+    @functools.cached_property
+    def loaded_tokenizer(self) -> Any:
+        """``tokenizer`` loaded on first use (``None`` without one)."""
+        from cblight.models import load_tokenizer
 
-            self._tokenizer = load_tokenizer(self.tokenizer)
-        return self._tokenizer
+        return None if self.tokenizer is None else load_tokenizer(self.tokenizer)
 
-    def check_local(self) -> dict[str, str | Path | None]:
-        """The folders the user named, checked before any data is read (``setup``, ``examples``): every
+    @functools.cached_property
+    def roots(self) -> dict[str, str | Path | None]:
+        """Each task's folder (``None``: read from the Hub), checked before any data is read: every
         ``data_dirs`` entry exists, and a ``data_root`` is used or refused, never quietly replaced by the
-        Hub (``hub_fallback`` asks for that). Returns each task's folder (``None``: read from the Hub)."""
-        if self.roots is None:
-            for name, folder in self.data_dirs.items():
-                if not Path(folder).expanduser().is_dir():
-                    raise DataError(f"data_dirs.{name}: {folder} is not a directory")
-            self.roots = {s.name: self.data_dirs.get(s.name) or self._task_root(s) for s in self.specs}
-        return self.roots
-
-    def _local(self, spec: TaskSpec, split: str) -> dict[str, Any]:
-        root, files = self.check_local()[spec.name], self.data_files.get(spec.name, {})
-        if split in files:
-            return {"data_file": files[split]}
-        return {} if root is None else {"data_dir": str(root)}
+        Hub (``hub_fallback`` asks for that)."""
+        for name, folder in self.data_dirs.items():
+            if not Path(folder).expanduser().is_dir():
+                raise DataError(f"data_dirs.{name}: {folder} is not a directory")
+        return {s.name: self.data_dirs.get(s.name) or self._task_root(s) for s in self.specs}
 
     def _task_root(self, spec: TaskSpec) -> Path | None:
         """The task's folder under ``data_root`` (``None``: no root, or the Hub by ``hub_fallback``); a task
@@ -216,10 +207,12 @@ class EvalDataModule(LightningDataModule):
         """One split: its records rendered, those the task keeps (``keep``), with ``sample_size`` a fixed-seed
         sample of that many of them (sorted indices kept), cut to ``limit``; it names the ``data_files``
         entry it was read from, if any."""
-        records = load_split_records(spec.name, split, spec.source, **self._local(spec, split))
+        given = self.data_files.get(spec.name, {}).get(split)  # a data_files entry wins over the folder
+        root = self.roots[spec.name]
+        records = load_split_records(spec.name, split, spec.source, data_dir=root, data_file=given)
         if not records:
             raise DataError(f"{spec.name}: split {split!r} is empty")
-        tok = self._load_tokenizer()
+        tok = self.loaded_tokenizer
         ctx = RenderContext(split)
         if tok is not None:
             ctx = RenderContext(split, tok.eos_token or tok.bos_token, tok.bos_token or tok.eos_token)
@@ -231,16 +224,14 @@ class EvalDataModule(LightningDataModule):
             pool = [i for i, ex in rendered.items() if spec.keep(ex, tok, self.max_k)]
             if not pool:
                 raise DataError(f"{spec.name}: no example of split {split!r} passes the task's filter")
-        indices = seed = None
+        indices = None
         if sample_size is not None:
             pool = indices = sorted(
                 random.Random(self.selection_seed).sample(pool, min(sample_size, len(pool)))
             )
-            seed = self.selection_seed
         examples = [rendered[i] if i in rendered else spec.render(records[i], i, ctx) for i in pool]
-        given = self.data_files.get(spec.name, {}).get(split)
         file = Path(given).name if given else None
-        return TaskSplit(spec, role, split, examples[: self.limit], indices, seed, file)
+        return TaskSplit(spec, role, split, examples[: self.limit], indices, self.selection_seed, file)
 
     def examples(self, task: str, split: str | None = None) -> list[Example]:
         """The rendered examples of one split of ``task`` (default: its report split), filters applied."""
@@ -264,7 +255,7 @@ class EvalDataModule(LightningDataModule):
         return out
 
     def setup(self, stage: str | None = None) -> None:
-        if not self.splits:  # every task's folder is checked as the first split is located (check_local)
+        if not self.splits:  # every task's folder is checked as the first split is located (roots)
             self.splits = {spec.name: self.load_task(spec) for spec in self.specs}
 
     # -- loaders -------------------------------------------------------------------------------------------

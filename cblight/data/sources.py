@@ -190,10 +190,9 @@ def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 def hub_layout(*splits: str) -> tuple[str, ...]:
     """File patterns of a local copy of a hub split (its jsonl export or the repo's parquet files)."""
-    out: list[str] = []
-    for split in splits:
-        out += [f"{split}.jsonl", f"{split}-*.parquet", f"data/{split}-*.parquet", f"{split}.parquet"]
-    return tuple(out)
+    return tuple(
+        p for s in splits for p in (f"{s}.jsonl", f"{s}-*.parquet", f"data/{s}-*.parquet", f"{s}.parquet")
+    )
 
 
 @dataclass(frozen=True)
