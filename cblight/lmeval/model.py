@@ -59,7 +59,7 @@ from cblight.lmeval.contexts import (
     premise_free_text,
     rule_for,
 )
-from cblight.lmeval.pairs import Pair, question_alphas, score_pairs
+from cblight.lmeval.pairs import Pair, boosted_scores, score_pairs
 from cblight.models import DTypeName
 from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
 from cblight.scoring import Encoder, Scorer
@@ -300,11 +300,9 @@ class CblightLM(TemplateLM):
                 pairs += self._pairs(encoded[lo : lo + block], shorts[lo : lo + block])
             else:
                 out += self._plain(encoded[lo : lo + block])
-        if self.boosted:  # ll_full + alpha · ll_short, alpha each question's own with alpha=adaptive
-            alphas = (
-                question_alphas(requests, pairs, choice_rule) if choice_rule else [self.alpha] * len(pairs)
-            )
-            out = [(f if s is None else f + a * s, greedy) for (f, s, greedy), a in zip(pairs, alphas)]
+        if self.boosted:
+            scores = boosted_scores(requests, pairs, self.alpha, choice_rule)
+            out = [(score, greedy) for score, (_, _, greedy) in zip(scores, pairs)]
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
         return out
