@@ -34,8 +34,7 @@ from cblight.errors import ConfigError
 from cblight.evaluate.methods import MethodName, MethodOptions, not_applicable
 from cblight.evaluate.multiple_choice import MultipleChoice
 from cblight.evaluate.next_token import NextToken
-from cblight.evaluate.predictions import compare_accuracy_table, summary_text, write_task_files
-from cblight.evaluate.task_scoring import TaskScoring
+from cblight.evaluate.task_scoring import TaskScoring, compare_accuracy_table, summary_text, write_task_files
 from cblight.evaluator import Evaluator
 from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
 from cblight.option_types import PositiveInt, check_arguments
