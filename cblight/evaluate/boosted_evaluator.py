@@ -69,8 +69,7 @@ def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option:
         raise ConfigError(f"{option}: {err}") from None
     if not values:
         raise ConfigError(f"{option}: the alpha grid is empty")
-    bad = [v for v in values if not math.isfinite(v)]
-    if bad:
+    if bad := [v for v in values if not math.isfinite(v)]:
         raise ConfigError(f"{option}: every alpha must be a finite number, got {bad[0]} in {values[:10]}")
     if len(set(values)) != len(values):
         raise ConfigError(f"{option}: the alpha grid repeats a value")
@@ -244,22 +243,13 @@ class BoostedEvaluator(Evaluator):
         """Score the examples of ``batch`` the cache lacks, then feed every record to the split's sweep."""
         check_interrupt()
         split = self._splits[role][dataloader_idx]
-        cached = self._cached[(role, split.name)]
-        records: dict[int, dict[str, Any]] = {}
-        todo = []
+        cached = self._cached[(role, split.name)]  # this process's view, which _store updates
         kind = self._kind(split, role)
-        for ex in batch:
-            rec = cached.get(ex.idx)
-            if kind.missing(rec, ex):
-                todo.append(ex)
-            else:
-                records[ex.idx] = rec
+        todo = [ex for ex in batch if kind.missing(cached.get(ex.idx), ex)]
         self._resumed += len(batch) - len(todo)
         if todo:
-            fresh = kind.score(self.scorer, split, todo, cached)
-            self._store((role, split.name), fresh)
-            records.update((rec["id"], rec) for rec in fresh)
-        kind.update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], [records[ex.idx] for ex in batch])
+            self._store((role, split.name), kind.score(self.scorer, split, todo, cached))
+        kind.update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], [cached[ex.idx] for ex in batch])
 
     def validation_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._step(batch, dataloader_idx, "selection")
@@ -274,9 +264,7 @@ class BoostedEvaluator(Evaluator):
             info = self._kind(split, "selection").select(split, sweep.shaped())
             self.selected[split.name] = info
             key = f"val/{self._key(split.name)}"
-            logged = {f"{key}/acc": info["acc"], f"{key}/alpha_star": info["alpha_star"]}
-            if "k_star" in info:
-                logged[f"{key}/k_star"] = float(info["k_star"])
+            logged = {f"{key}/{n}": float(info[n]) for n in ("acc", "alpha_star", "k_star") if n in info}
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             sweep.reset()
 

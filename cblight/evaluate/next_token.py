@@ -311,12 +311,10 @@ class NextToken(TaskScoring):
         """Per passage: the rule's alpha, the target's correctness and log-prob under it, and its rank
         (``None`` for ``jsd_mean``, whose one alpha of the split is read on ``ADAPTIVE_GRID``)."""
         if self.adaptive != "jsd_mean":
-            return (
-                out["adaptive_alpha"],
-                out["adaptive_correct"],
-                out["adaptive_log_prob"],
-                out["adaptive_rank"],
+            alpha, correct, log_prob, rank = (
+                out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob", "rank")
             )
+            return alpha, correct, log_prob, rank
         value = round(float(out["adaptive_alpha"].double().mean()), 2)
         col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
         alpha = torch.full_like(out["adaptive_alpha"], ADAPTIVE_GRID[col])
