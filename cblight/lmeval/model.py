@@ -312,13 +312,10 @@ class CblightLM(TemplateLM):
         groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
         for i, (ctx, _) in enumerate(encoded):
             groups[tuple(ctx)].append(i)
-        keys = list(groups)
-        scored = self.scorer.score_choices(
-            [(list(key), [encoded[i][1] for i in groups[key]]) for key in keys]
-        )
+        scored = self.scorer.score_choices([(list(c), [encoded[i][1] for i in g]) for c, g in groups.items()])
         out: list[tuple[float, bool] | None] = [None] * len(encoded)
-        for key, scores in zip(keys, scored):
-            for i, s in zip(groups[key], scores):
+        for members, scores in zip(groups.values(), scored):
+            for i, s in zip(members, scores):
                 out[i] = (s.log_prob, s.is_greedy)
         return out  # type: ignore[return-value]
 
