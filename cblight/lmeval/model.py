@@ -52,13 +52,7 @@ from tqdm import tqdm
 from cblight.adaptive import AUTO, CHOICE_RULES, TOKEN_RULES, RuleName
 from cblight.boosting import short_context_ids
 from cblight.errors import CblightError
-from cblight.lmeval.contexts import (
-    PremiseFreeRule,
-    ShortContextError,
-    ShortContextMode,
-    premise_free_text,
-    rule_for,
-)
+from cblight.lmeval.contexts import RULES, PremiseFreeRule, ShortContextError, ShortContextMode, rule_for
 from cblight.lmeval.pairs import Pair, boosted_scores, score_pairs
 from cblight.models import DTypeName
 from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
@@ -277,7 +271,7 @@ class CblightLM(TemplateLM):
         rule = rule_for(self.short_context, request.task_name, self.premise_free_rule)
         if rule == "last_k":
             return short_context_ids(ctx_ids, self.k, self.prefix), cont_ids
-        return self._encode(premise_free_text(rule, context), continuation)
+        return self._encode(RULES[rule](context), continuation)
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         choice_rule = self._rule("multiple_choice")  # refused before any model call
