@@ -175,8 +175,6 @@ class MultipleChoice(TaskScoring):
         if "pmi_dc" in self.methods:
             premises = {domain_premise(self.task, ex, self.options.domain_premises) for ex in split.examples}
             info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
-        if "calibrate" in self.methods:
-            info["calibrate"]["content_free_inputs"] = self.content_free
         if "channel" in self.methods:
             info["channel"]["label_prefixes"] = self.channel
         return info

@@ -96,36 +96,34 @@ class TaskScoring(ABC):
 
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         """What ``results.json`` says about each requested comparison method: reported (with the strings
-        it used) or why not."""
-        return {
+        it used: calibration's content-free inputs here, a kind's own strings in its override) or why not."""
+        info = {
             m: {"reported": False, "not_applicable": reason}
             if (reason := not_applicable(m, split))
             else {"reported": True}
             for m in requested
         }
+        if "calibrate" in self.methods:
+            info["calibrate"]["content_free_inputs"] = self.content_free
+        return info
 
     # -- the cache ---------------------------------------------------------------------------------------
     def missing(self, record: dict[str, Any] | None, example: Example) -> list[str]:
         """The parts of ``record`` to (re)compute for ``example``: ``boost`` (everything, for a new or
-        changed example) or the methods whose inputs changed; empty when the record is complete."""
-        if not self.matches(record, example):
+        changed example: another input, or not as many values as the example and grid need; a row of another
+        shape is recomputed, never read) or the methods whose inputs changed; empty when it is complete."""
+        if (
+            record is None
+            or record.get("input") != self.input_digest(example)
+            or not self._fits(record, example)
+        ):
             return ["boost", *self.methods]
-        assert record is not None
         done = record.get("method_inputs", {})
         return [m for m in self.methods if done.get(m) != self.method_digest(m, example)]
 
     @staticmethod
     def input_digest(example: Example) -> str:
         return digest(example.input_key())
-
-    def matches(self, record: dict[str, Any] | None, example: Example) -> bool:
-        """Whether a cached record holds this example's numbers: same input, and as many values as the
-        example and grid need (a row of another shape is recomputed, never read)."""
-        return (
-            record is not None
-            and record.get("input") == self.input_digest(example)
-            and self._fits(record, example)
-        )
 
     def _fits(self, record: dict[str, Any], example: Example) -> bool:
         return True
