@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from lightning.pytorch.utilities import rank_zero_info
@@ -233,12 +232,6 @@ class BoostedEvaluator(Evaluator):
     def check_checkpoint(self, path: str) -> Any:
         return self.backend.check_checkpoint(self, path)
 
-    @property
-    def scorer(self) -> TextScorer:
-        if self._scorer is None:
-            self._scorer = self.backend.connect(self)
-        return self._scorer
-
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
         """Score the examples of ``batch`` the cache lacks, then feed every record to the split's sweep."""
         check_interrupt()
@@ -248,7 +241,9 @@ class BoostedEvaluator(Evaluator):
         todo = [ex for ex in batch if kind.missing(cached.get(ex.idx), ex)]
         self._resumed += len(batch) - len(todo)
         if todo:
-            self._store((role, split.name), kind.score(self.scorer, split, todo, cached))
+            if self._scorer is None:  # connected when an example needs it
+                self._scorer = self.backend.connect(self)
+            self._store((role, split.name), kind.score(self._scorer, split, todo, cached))
         kind.update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], [cached[ex.idx] for ex in batch])
 
     def validation_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -289,8 +284,10 @@ class BoostedEvaluator(Evaluator):
                 written = write_task_files(
                     self.output_dir, split, result, rows, self.model_name, self.hparams.plots
                 )
-                if "plot" in written:
-                    self._log_plot(split.name, written["plot"])
+                for logger in self.loggers if "plot" in written else ():
+                    if hasattr(logger, "log_image"):  # WandbLogger
+                        key = f"test/{self._key(split.name)}/alpha_curve"
+                        logger.log_image(key=key, images=[str(written["plot"])])
             sweep.reset()
         if self.trainer.is_global_zero and self.results:
             settings: dict[str, Any] = {"length_normalize": self.length_normalize}
@@ -308,11 +305,6 @@ class BoostedEvaluator(Evaluator):
             )
 
     comparison_table = staticmethod(compare_accuracy_table)  # type: ignore[assignment]
-
-    def _log_plot(self, task: str, path: Path) -> None:
-        for logger in self.loggers:
-            if hasattr(logger, "log_image"):  # WandbLogger
-                logger.log_image(key=f"test/{self._key(task)}/alpha_curve", images=[str(path)])
 
 
 class LocalBackend:
