@@ -132,9 +132,8 @@ class Evaluator(LightningModule):
         self, key: Any, directory: Path, signature: Mapping[str, Any], fields: Sequence[str]
     ) -> dict[int, dict[str, Any]]:
         """Load (and keep, under ``key``) this process's view of one cache directory: records by example id."""
-        cache = RecordCache(directory, signature, rank=self.global_rank, fields=fields)
-        self._caches[key] = cache
-        self._cached[key] = cache.load()
+        self._caches[key] = RecordCache(directory, signature, rank=self.global_rank, fields=fields)
+        self._cached[key] = self._caches[key].load()
         return self._cached[key]
 
     def _store(self, key: Any, records: Sequence[dict[str, Any]]) -> None:

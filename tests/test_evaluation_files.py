@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cblight.evaluate.predictions import _accuracy_limits, next_token_curves, save_alpha_plot
+from cblight.evaluate.task_scoring import _accuracy_limits, next_token_curves, save_alpha_plot
 
 KS = list(range(1, 21))
 

@@ -20,7 +20,7 @@ import torch
 from cblight.data.registry import RenderContext, get_task
 from cblight.data.sources import load_split_records
 from cblight.lmeval import TASKS_DIR
-from cblight.lmeval.contexts import TASK_RULES, ShortContextError, premise_free_text, rule_for
+from cblight.lmeval.contexts import RULES, TASK_RULES, ShortContextError, rule_for
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,18 +48,18 @@ def test_rules_reproduce_cblight_premise_free_contexts(task):
     assert examples
     rule = TASK_RULES[task]
     for ex in examples:
-        assert premise_free_text(rule, ex.context) == ex.premise_free
+        assert RULES[rule](ex.context) == ex.premise_free
 
 
 def test_rules_on_lmeval_prompts():
     few_shot = "Question: a?\nAnswer: b\n\nQuestion: what holds water?\nAnswer:"
-    assert premise_free_text("answer_cue", few_shot) == " Answer:"
+    assert RULES["answer_cue"](few_shot) == " Answer:"
     boolq = "Passage text.\nMore of it.\nQuestion: is the sky blue?\nAnswer:"
-    assert premise_free_text("question", boolq) == " Question: is the sky blue?\nAnswer:"
-    assert premise_free_text("connector", "The man broke his toe therefore") == " therefore"
-    assert premise_free_text("after_last_period", "Skiing: A man waits. He then") == " He then"
-    assert premise_free_text("after_last_period", "Skiing: A man waits.") == ""
-    assert premise_free_text("empty", "anything") == ""
+    assert RULES["question"](boolq) == " Question: is the sky blue?\nAnswer:"
+    assert RULES["connector"]("The man broke his toe therefore") == " therefore"
+    assert RULES["after_last_period"]("Skiing: A man waits. He then") == " He then"
+    assert RULES["after_last_period"]("Skiing: A man waits.") == ""
+    assert RULES["empty"]("anything") == ""
 
 
 def test_rule_errors_are_one_line():
@@ -70,9 +70,9 @@ def test_rule_errors_are_one_line():
     assert rule_for("premise_free", "mmlu_anatomy", "answer_cue") == "answer_cue"
     assert rule_for("last_k", "anything") == "last_k" and rule_for("empty", None) == "empty"
     with pytest.raises(ShortContextError, match="answer_cue"):
-        premise_free_text("answer_cue", "no line break here")
+        RULES["answer_cue"]("no line break here")
     with pytest.raises(ShortContextError, match="Question:"):
-        premise_free_text("question", "Passage\nAnswer:")
+        RULES["question"]("Passage\nAnswer:")
 
 
 def test_mapped_task_names_are_lmeval_tasks():
@@ -180,7 +180,7 @@ def test_boosted_loglikelihood_matches_reference(lms, mode):
             short = hf._loglikelihood_tokens([((ctx, cont), short_ids, cont_ids)], disable_tqdm=True)[0][0]
             short_cont = cont_ids
         else:
-            text = "" if mode == "empty" else premise_free_text("answer_cue", ctx)
+            text = "" if mode == "empty" else RULES["answer_cue"](ctx)
             short = hf.loglikelihood([instance((text, cont))], disable_tqdm=True)[0][0]
             if text == "":
                 short_ids, short_cont = [hf.prefix_token_id], hf.tok_encode(cont, add_special_tokens=False)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from lightning.pytorch.utilities import rank_zero_info
@@ -34,8 +33,7 @@ from cblight.errors import ConfigError
 from cblight.evaluate.methods import MethodName, MethodOptions, not_applicable
 from cblight.evaluate.multiple_choice import MultipleChoice
 from cblight.evaluate.next_token import NextToken
-from cblight.evaluate.predictions import compare_accuracy_table, summary_text, write_task_files
-from cblight.evaluate.task_scoring import TaskScoring
+from cblight.evaluate.task_scoring import TaskScoring, compare_accuracy_table, summary_text, write_task_files
 from cblight.evaluator import Evaluator
 from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
 from cblight.option_types import PositiveInt, check_arguments
@@ -70,8 +68,7 @@ def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option:
         raise ConfigError(f"{option}: {err}") from None
     if not values:
         raise ConfigError(f"{option}: the alpha grid is empty")
-    bad = [v for v in values if not math.isfinite(v)]
-    if bad:
+    if bad := [v for v in values if not math.isfinite(v)]:
         raise ConfigError(f"{option}: every alpha must be a finite number, got {bad[0]} in {values[:10]}")
     if len(set(values)) != len(values):
         raise ConfigError(f"{option}: the alpha grid repeats a value")
@@ -235,32 +232,19 @@ class BoostedEvaluator(Evaluator):
     def check_checkpoint(self, path: str) -> Any:
         return self.backend.check_checkpoint(self, path)
 
-    @property
-    def scorer(self) -> TextScorer:
-        if self._scorer is None:
-            self._scorer = self.backend.connect(self)
-        return self._scorer
-
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
         """Score the examples of ``batch`` the cache lacks, then feed every record to the split's sweep."""
         check_interrupt()
         split = self._splits[role][dataloader_idx]
-        cached = self._cached[(role, split.name)]
-        records: dict[int, dict[str, Any]] = {}
-        todo = []
+        cached = self._cached[(role, split.name)]  # this process's view, which _store updates
         kind = self._kind(split, role)
-        for ex in batch:
-            rec = cached.get(ex.idx)
-            if kind.missing(rec, ex):
-                todo.append(ex)
-            else:
-                records[ex.idx] = rec
+        todo = [ex for ex in batch if kind.missing(cached.get(ex.idx), ex)]
         self._resumed += len(batch) - len(todo)
         if todo:
-            fresh = kind.score(self.scorer, split, todo, cached)
-            self._store((role, split.name), fresh)
-            records.update((rec["id"], rec) for rec in fresh)
-        kind.update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], [records[ex.idx] for ex in batch])
+            if self._scorer is None:  # connected when an example needs it
+                self._scorer = self.backend.connect(self)
+            self._store((role, split.name), kind.score(self._scorer, split, todo, cached))
+        kind.update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], [cached[ex.idx] for ex in batch])
 
     def validation_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._step(batch, dataloader_idx, "selection")
@@ -275,9 +259,7 @@ class BoostedEvaluator(Evaluator):
             info = self._kind(split, "selection").select(split, sweep.shaped())
             self.selected[split.name] = info
             key = f"val/{self._key(split.name)}"
-            logged = {f"{key}/acc": info["acc"], f"{key}/alpha_star": info["alpha_star"]}
-            if "k_star" in info:
-                logged[f"{key}/k_star"] = float(info["k_star"])
+            logged = {f"{key}/{n}": float(info[n]) for n in ("acc", "alpha_star", "k_star") if n in info}
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             sweep.reset()
 
@@ -302,8 +284,10 @@ class BoostedEvaluator(Evaluator):
                 written = write_task_files(
                     self.output_dir, split, result, rows, self.model_name, self.hparams.plots
                 )
-                if "plot" in written:
-                    self._log_plot(split.name, written["plot"])
+                for logger in self.loggers if "plot" in written else ():
+                    if hasattr(logger, "log_image"):  # WandbLogger
+                        key = f"test/{self._key(split.name)}/alpha_curve"
+                        logger.log_image(key=key, images=[str(written["plot"])])
             sweep.reset()
         if self.trainer.is_global_zero and self.results:
             settings: dict[str, Any] = {"length_normalize": self.length_normalize}
@@ -321,11 +305,6 @@ class BoostedEvaluator(Evaluator):
             )
 
     comparison_table = staticmethod(compare_accuracy_table)  # type: ignore[assignment]
-
-    def _log_plot(self, task: str, path: Path) -> None:
-        for logger in self.loggers:
-            if hasattr(logger, "log_image"):  # WandbLogger
-                logger.log_image(key=f"test/{self._key(task)}/alpha_curve", images=[str(path)])
 
 
 class LocalBackend:

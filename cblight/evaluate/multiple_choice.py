@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from cblight.adaptive import choice_alphas, summary
-from cblight.boosting import choice_predictions, choice_scores, first_argmax
+from cblight.boosting import choice_predictions, first_argmax
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
@@ -175,8 +175,6 @@ class MultipleChoice(TaskScoring):
         if "pmi_dc" in self.methods:
             premises = {domain_premise(self.task, ex, self.options.domain_premises) for ex in split.examples}
             info["pmi_dc"]["domain_premise"] = sorted(premises) if len(premises) > 1 else premises.pop()
-        if "calibrate" in self.methods:
-            info["calibrate"]["content_free_inputs"] = self.content_free
         if "channel" in self.methods:
             info["channel"]["label_prefixes"] = self.channel
         return info
@@ -200,10 +198,10 @@ class MultipleChoice(TaskScoring):
     def report(
         self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
+        full, short = out["ll_full"], out["ll_short"]
         lengths = out["char_lengths"] if self.length_normalize else None
         preds = {
-            name: choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
-            for name, alpha in (("base", 0.0), ("pmi", -1.0))
+            name: choice_predictions(full, short, a, lengths) for name, a in (("base", 0.0), ("pmi", -1.0))
         }
         preds.update((m, predictions(out[f"method_{m}"])) for m in self.methods)
         labels = out["labels"]
@@ -215,15 +213,12 @@ class MultipleChoice(TaskScoring):
         report.update(oracle_alpha=self.alphas[oracle], oracle_acc=float(curve[oracle]))
         if selection is not None:
             alpha = selection["alpha_star"]
-            preds["boosted"] = choice_predictions(out["ll_full"], out["ll_short"], alpha, lengths)
+            preds["boosted"] = choice_predictions(full, short, alpha, lengths)
             report.update(alpha_star=alpha, **accuracy(preds["boosted"] == labels, "acc"))
         adaptive = None
-        if (
-            self.adaptive is not None
-        ):  # no labels: each question's alpha from its own numbers (or the split's)
-            adaptive = choice_alphas(self.adaptive, out["ll_full"], out["ll_short"], self.alphas, lengths)
-            scores = choice_scores(out["ll_full"], out["ll_short"], adaptive.view(-1, 1), lengths)
-            preds["adaptive"] = scores.argmax(dim=-1)
+        if self.adaptive is not None:  # no labels: each question's alpha from its own numbers
+            adaptive = choice_alphas(self.adaptive, full, short, self.alphas, lengths)
+            preds["adaptive"] = choice_predictions(full, short, adaptive.view(-1, 1), lengths)
             report.update(accuracy(preds["adaptive"] == labels, "acc_adaptive"))
             report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
         result = {

@@ -72,12 +72,9 @@ class NextToken(TaskScoring):
 
     def _fits(self, record: dict[str, Any], example: Example) -> bool:
         per_k = ("short_log_prob", "short_rank", "boosted_correct", "boosted_log_prob", "boosted_rank")
-        if not all(isinstance(record[f], list) and len(record[f]) == len(self.ks) for f in per_k):
-            return False
-        per_alpha = ("boosted_correct", "boosted_log_prob", "boosted_rank")
-        return all(
-            isinstance(row, list) and len(row) == len(self.alphas) for f in per_alpha for row in record[f]
-        )
+        return all(isinstance(record[f], list) and len(record[f]) == len(self.ks) for f in per_k) and all(
+            isinstance(row, list) and len(row) == len(self.alphas) for f in per_k[2:] for row in record[f]
+        )  # the boosted ones: one value per alpha for each k
 
     def new_sweep(self, split: TaskSplit) -> nn.Module:
         return NextTokenSweep(self.ks, self.alphas, methods=self.methods, adaptive=self.adaptive is not None)
@@ -85,12 +82,6 @@ class NextToken(TaskScoring):
     def method_digest(self, method: str, ex: Example) -> str:
         assert isinstance(ex, NextTokenExample)
         return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
-
-    def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
-        info = super().describe(split, requested)
-        if "calibrate" in self.methods:
-            info["calibrate"]["content_free_inputs"] = self.content_free
-        return info
 
     def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
         stale = super().missing(record, ex) or (
@@ -311,12 +302,10 @@ class NextToken(TaskScoring):
         """Per passage: the rule's alpha, the target's correctness and log-prob under it, and its rank
         (``None`` for ``jsd_mean``, whose one alpha of the split is read on ``ADAPTIVE_GRID``)."""
         if self.adaptive != "jsd_mean":
-            return (
-                out["adaptive_alpha"],
-                out["adaptive_correct"],
-                out["adaptive_log_prob"],
-                out["adaptive_rank"],
+            alpha, correct, log_prob, rank = (
+                out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob", "rank")
             )
+            return alpha, correct, log_prob, rank
         value = round(float(out["adaptive_alpha"].double().mean()), 2)
         col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
         alpha = torch.full_like(out["adaptive_alpha"], ADAPTIVE_GRID[col])

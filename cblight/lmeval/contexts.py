@@ -129,8 +129,3 @@ def rule_for(mode: str, task: str | None, forced_rule: str | None = None) -> str
         f"tasks with a rule: {known}. Pass premise_free_rule=<{'|'.join(get_args(PremiseFreeRule))}> in --model_args, "
         "or use short_context=last_k or short_context=empty"
     )
-
-
-def premise_free_text(rule: str, context: str) -> str:
-    """The short context string of a text rule (``""`` stands for BOS/EOS alone)."""
-    return RULES[rule](context)

@@ -52,14 +52,8 @@ from tqdm import tqdm
 from cblight.adaptive import AUTO, CHOICE_RULES, TOKEN_RULES, RuleName
 from cblight.boosting import short_context_ids
 from cblight.errors import CblightError
-from cblight.lmeval.contexts import (
-    PremiseFreeRule,
-    ShortContextError,
-    ShortContextMode,
-    premise_free_text,
-    rule_for,
-)
-from cblight.lmeval.pairs import Pair, question_alphas, score_pairs
+from cblight.lmeval.contexts import RULES, PremiseFreeRule, ShortContextError, ShortContextMode, rule_for
+from cblight.lmeval.pairs import Pair, boosted_scores, score_pairs
 from cblight.models import DTypeName
 from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
 from cblight.scoring import Encoder, Scorer
@@ -277,7 +271,7 @@ class CblightLM(TemplateLM):
         rule = rule_for(self.short_context, request.task_name, self.premise_free_rule)
         if rule == "last_k":
             return short_context_ids(ctx_ids, self.k, self.prefix), cont_ids
-        return self._encode(premise_free_text(rule, context), continuation)
+        return self._encode(RULES[rule](context), continuation)
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         choice_rule = self._rule("multiple_choice")  # refused before any model call
@@ -300,11 +294,9 @@ class CblightLM(TemplateLM):
                 pairs += self._pairs(encoded[lo : lo + block], shorts[lo : lo + block])
             else:
                 out += self._plain(encoded[lo : lo + block])
-        if self.boosted:  # ll_full + alpha · ll_short, alpha each question's own with alpha=adaptive
-            alphas = (
-                question_alphas(requests, pairs, choice_rule) if choice_rule else [self.alpha] * len(pairs)
-            )
-            out = [(f if s is None else f + a * s, greedy) for (f, s, greedy), a in zip(pairs, alphas)]
+        if self.boosted:
+            scores = boosted_scores(requests, pairs, self.alpha, choice_rule)
+            out = [(score, greedy) for score, (_, _, greedy) in zip(scores, pairs)]
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
         return out
@@ -314,13 +306,10 @@ class CblightLM(TemplateLM):
         groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
         for i, (ctx, _) in enumerate(encoded):
             groups[tuple(ctx)].append(i)
-        keys = list(groups)
-        scored = self.scorer.score_choices(
-            [(list(key), [encoded[i][1] for i in groups[key]]) for key in keys]
-        )
+        scored = self.scorer.score_choices([(list(c), [encoded[i][1] for i in g]) for c, g in groups.items()])
         out: list[tuple[float, bool] | None] = [None] * len(encoded)
-        for key, scores in zip(keys, scored):
-            for i, s in zip(groups[key], scores):
+        for members, scores in zip(groups.values(), scored):
+            for i, s in zip(members, scores):
                 out[i] = (s.log_prob, s.is_greedy)
         return out  # type: ignore[return-value]
 

@@ -20,7 +20,7 @@ import torch
 
 from cblight.adaptive import choice_alphas, token_alphas
 from cblight.batching import right_pad
-from cblight.boosting import AlphaGrid, boosted_log_probs, log_softmax32, mix_log_probs
+from cblight.boosting import AlphaGrid, boosted_log_probs, choice_scores, log_softmax32, mix_log_probs
 from cblight.scoring import Scorer
 
 Item = tuple[Sequence[int], Sequence[int] | None, Sequence[int]]
@@ -88,17 +88,19 @@ def score_pairs(
     return results  # type: ignore[return-value]
 
 
-def question_alphas(requests: Sequence[Any], pairs: Sequence[Pair], rule: str) -> list[float]:
-    """Each lm-eval request's alpha: its question's alpha under a multiple-choice rule of ``cblight.adaptive``
-    (docs/adaptive.md) computed from the question's own requests (lm-eval's ``doc_id`` within its task,
-    choices in ``idx`` order); the transductive rules see a task's questions together. Requests without a
-    short score keep 0."""
-    alpha = [0.0] * len(requests)
+def boosted_scores(
+    requests: Sequence[Any], pairs: Sequence[Pair], alpha: float, rule: str | None
+) -> list[float]:
+    """Each lm-eval request's ``log f(cont | context) + alpha · log f(cont | short)`` (paper eq. 2;
+    ``log f(cont | context)`` where there is no short score). With a multiple-choice ``rule`` of
+    ``cblight.adaptive`` (docs/adaptive.md) alpha is each question's own, computed from the question's own
+    requests (lm-eval's ``doc_id`` within its task, choices in ``idx`` order); the transductive rules see a
+    task's questions together."""
+    out = [full for full, _, _ in pairs]
     tasks: dict[Any, dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, (req, (_, short, _)) in enumerate(zip(requests, pairs)):
-        if short is not None:
-            tasks[req.task_name][req.doc_id].append(i)
-    grid = AlphaGrid().values()
+        if short is not None:  # without a rule, each request is a question of its own
+            tasks[req.task_name if rule else None][req.doc_id if rule else i].append(i)
     for questions in tasks.values():
         rows = [sorted(q, key=lambda i: requests[i].idx) for q in questions.values()]
         width = max(len(r) for r in rows)
@@ -107,7 +109,8 @@ def question_alphas(requests: Sequence[Any], pairs: Sequence[Pair], rule: str) -
         for n, row in enumerate(rows):
             full[n, : len(row)] = torch.tensor([pairs[i][0] for i in row], dtype=torch.float64)
             short[n, : len(row)] = torch.tensor([pairs[i][1] for i in row], dtype=torch.float64)
-        for n, a in enumerate(choice_alphas(rule, full, short, grid).tolist()):
-            for i in rows[n]:
-                alpha[i] = a
-    return alpha
+        alphas = choice_alphas(rule, full, short, AlphaGrid().values())[:, None] if rule else alpha
+        for row, scores in zip(rows, choice_scores(full, short, alphas).tolist()):
+            for i, score in zip(row, scores):
+                out[i] = score
+    return out
