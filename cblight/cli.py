@@ -20,13 +20,14 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from jsonargparse import ArgumentParser, DefaultHelpFormatter
+from jsonargparse import ArgumentParser, DefaultHelpFormatter, auto_cli
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -35,7 +36,7 @@ from cblight.errors import ConfigError, exit_on_bad_input
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
 from cblight.notices import quiet_library_notices
-from cblight.parse_errors import OneLineErrors
+from cblight.parse_errors import OneLineErrors, Parser
 from cblight.runs import (
     OutputLock,
     check_output_dir,
@@ -45,9 +46,11 @@ from cblight.runs import (
 )
 
 __all__ = [
+    "check_flow_mappings",
     "evaluate_cli",
     "exit_on_bad_input",
     "generate_cli",
+    "run_subcommands",
     "train_cli",
     "tune_cli",
 ]
@@ -109,6 +112,21 @@ class CLIParser(OneLineErrors, LightningArgumentParser):
     """LightningCLI's parser with cblight's one-line parse errors (``cblight.parse_errors``)."""
 
 
+def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
+    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
+    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
+
+    def run() -> Any:
+        check_config_command(sys.argv[1:] if argv is None else argv)
+        return auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
+
+    try:
+        print(exit_on_bad_input(run))
+    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
+        return stop.code if isinstance(stop.code, int) else 0
+    return 0
+
+
 class LoggerSaveConfigCallback(SaveConfigCallback):
     """Writes ``config.yaml`` to the log directory and logs the parsed config to every logger."""
 
@@ -156,16 +174,66 @@ def _init_keys(class_path: str) -> set[str]:
     return set(inspect.signature(_model_class(class_path)).parameters) - {"self", "args", "kwargs"}
 
 
-def check_config_command(args: Sequence[str], command: str) -> None:
-    """A config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
+_FLOW_KEY_WITHOUT_SPACE = re.compile(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])")
+
+
+def check_flow_mappings(args: Sequence[str]) -> None:
+    """A mapping option written ``{rte:/path}`` is YAML's ``{"rte:/path": null}``: refused, saying what YAML wants."""
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value.lstrip().startswith("{") and _FLOW_KEY_WITHOUT_SPACE.search(value):
+            option = (
+                args[i - 1] if i and value is arg and args[i - 1].startswith("--") else arg.split("=", 1)[0]
+            )
+            fixed = _FLOW_KEY_WITHOUT_SPACE.sub(r"\1: ", value)
+            raise ConfigError(
+                f"{option} {value!r}: in a YAML mapping each key needs a space after its colon; write {fixed!r}"
+            )
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """A config file's mapping of options (or a mapping written out as the option's value, which jsonargparse
+    takes too); else a ConfigError naming the file and what is wrong: missing, not YAML (its line), not a mapping."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = yaml.load(
+                handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            )  # as jsonargparse
+    except OSError:
+        try:
+            content = yaml.safe_load(path)
+        except yaml.YAMLError:
+            content = None
+        if isinstance(content, dict):
+            return content
+        raise ConfigError(f"-c/--config: File does not exist: {path!r}") from None
+    except yaml.MarkedYAMLError as bad:
+        mark, start = bad.problem_mark, bad.context_mark
+        where = (
+            f" ({bad.context} that starts at line {start.line + 1}, column {start.column + 1})"
+            if start
+            else ""
+        )
+        raise ConfigError(
+            f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}"
+        ) from None
+    if content is None:
+        raise ConfigError(f"{path}: the config file is empty; it must be a mapping of options (key: value)")
+    if not isinstance(content, dict):
+        got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
+        raise ConfigError(f"{path}: the config file must be a mapping of options (key: value), got {got}")
+    return content
+
+
+def check_config_command(args: Sequence[str], command: str | None = None) -> None:
+    """Every config read (``read_config``), mappings on the command line checked (``check_flow_mappings``),
+    and a config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
     refused naming that command, read from its ``model.class_path`` or, without one, from the module whose
     options its ``model`` keys are (jsonargparse would say only that one key is unknown)."""
+    check_flow_mappings(args)
     for path in _config_paths(args):
-        try:
-            model = yaml.safe_load(Path(path).read_text(encoding="utf-8"))["model"]
-        except Exception:  # no such file, not YAML, no model mapping: the parser says which
-            continue
-        if not isinstance(model, dict):
+        model = read_config(path).get("model")
+        if not isinstance(model, dict) or command not in COMMAND_MODULES:
             continue
         named = model.get("class_path")
         if isinstance(named, str):
