@@ -19,15 +19,17 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from jsonargparse import ArgumentParser, DefaultHelpFormatter, auto_cli
+from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -35,8 +37,7 @@ from cblight.data.datamodule import EvalDataModule
 from cblight.errors import ConfigError, exit_on_bad_input
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
-from cblight.notices import quiet_library_notices
-from cblight.parse_errors import OneLineErrors, Parser
+from cblight.parse_errors import OneLineErrors, read_config
 from cblight.runs import (
     OutputLock,
     check_output_dir,
@@ -50,7 +51,6 @@ __all__ = [
     "evaluate_cli",
     "exit_on_bad_input",
     "generate_cli",
-    "run_subcommands",
     "train_cli",
     "tune_cli",
 ]
@@ -108,23 +108,34 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
         )
 
 
+# Lightning's lines before any work: advertisements, the devices found and the seed (the config says both)
+_DROPPED = ("💡 Tip:", "GPU available:", "TPU available:", "HPU available:", "IPU available:", "Seed set to")
+
+
+def _drop_tips(record: logging.LogRecord) -> bool:
+    return not str(record.getMessage()).startswith(_DROPPED)
+
+
+def quiet_library_notices() -> None:
+    """Silence, for the rest of the process (idempotent), notices that every run printed and no user can act
+    on, at their source and for cblight's runs only (no log level lowered): LightningCLI's warning that it got
+    ``args`` while ``sys.argv`` holds some too, its note on the evaluators' overridden
+    ``transfer_batch_to_device``, Lightning's ``_DROPPED`` lines, torch's ``LeafSpec`` deprecation."""
+    warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+    warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module=r"lightning\.pytorch\.utilities\._pytree",
+    )
+    # rank_zero_info logs through whichever of the first two Lightning imported last
+    for name in ("pytorch.utilities.rank_zero", "fabric.utilities.rank_zero", "fabric.utilities.seed"):
+        logging.getLogger(f"lightning.{name}").addFilter(_drop_tips)  # added once: addFilter skips a repeat
+
+
 class CLIParser(OneLineErrors, LightningArgumentParser):
     """LightningCLI's parser with cblight's one-line parse errors (``cblight.parse_errors``)."""
-
-
-def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
-    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
-    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
-
-    def run() -> Any:
-        check_config_command(sys.argv[1:] if argv is None else argv)
-        return auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
-
-    try:
-        print(exit_on_bad_input(run))
-    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
-        return stop.code if isinstance(stop.code, int) else 0
-    return 0
 
 
 class LoggerSaveConfigCallback(SaveConfigCallback):
@@ -191,49 +202,14 @@ def check_flow_mappings(args: Sequence[str]) -> None:
             )
 
 
-def read_config(path: str) -> dict[str, Any]:
-    """A config file's mapping of options (or a mapping written out as the option's value, which jsonargparse
-    takes too); else a ConfigError naming the file and what is wrong: missing, not YAML (its line), not a mapping."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            content = yaml.load(
-                handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            )  # as jsonargparse
-    except OSError:
-        try:
-            content = yaml.safe_load(path)
-        except yaml.YAMLError:
-            content = None
-        if isinstance(content, dict):
-            return content
-        raise ConfigError(f"-c/--config: File does not exist: {path!r}") from None
-    except yaml.MarkedYAMLError as bad:
-        mark, start = bad.problem_mark, bad.context_mark
-        where = (
-            f" ({bad.context} that starts at line {start.line + 1}, column {start.column + 1})"
-            if start
-            else ""
-        )
-        raise ConfigError(
-            f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}"
-        ) from None
-    if content is None:
-        raise ConfigError(f"{path}: the config file is empty; it must be a mapping of options (key: value)")
-    if not isinstance(content, dict):
-        got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
-        raise ConfigError(f"{path}: the config file must be a mapping of options (key: value), got {got}")
-    return content
-
-
-def check_config_command(args: Sequence[str], command: str | None = None) -> None:
-    """Every config read (``read_config``), mappings on the command line checked (``check_flow_mappings``),
-    and a config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
+def check_config_command(args: Sequence[str], command: str) -> None:
+    """Mappings on the command line checked (``check_flow_mappings``), and a config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
     refused naming that command, read from its ``model.class_path`` or, without one, from the module whose
     options its ``model`` keys are (jsonargparse would say only that one key is unknown)."""
     check_flow_mappings(args)
     for path in _config_paths(args):
         model = read_config(path).get("model")
-        if not isinstance(model, dict) or command not in COMMAND_MODULES:
+        if not isinstance(model, dict):
             continue
         named = model.get("class_path")
         if isinstance(named, str):

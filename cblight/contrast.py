@@ -196,15 +196,12 @@ def main(args: list[str] | None = None, prog: str | None = None) -> None:
     """``cblight contrast --context TEXT ...`` (``args`` default to ``sys.argv[1:]``)."""
     from jsonargparse import auto_cli
 
-    from cblight.cli import check_config_command
     from cblight.errors import exit_on_bad_input
     from cblight.parse_errors import Parser
 
-    def run() -> None:
-        check_config_command(sys.argv[1:] if args is None else args)
-        auto_cli(contrast_command, args=args, as_positional=False, prog=prog, parser_class=Parser)
-
-    exit_on_bad_input(run)
+    exit_on_bad_input(
+        lambda: auto_cli(contrast_command, args=args, as_positional=False, prog=prog, parser_class=Parser)
+    )
 
 
 if __name__ == "__main__":

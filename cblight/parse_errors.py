@@ -14,7 +14,6 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import yaml
@@ -23,9 +22,10 @@ from jsonargparse import ArgumentParser
 from cblight.option_types import FiniteFloat, describe
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
-__all__ = ["OneLineErrors", "Parser"]
+__all__ = ["OneLineErrors", "Parser", "read_config", "run_subcommands"]
 
 _PARSING: ContextVar[tuple[Any, list[str]] | None] = ContextVar("cblight_parsing", default=None)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
 _NOT_OPTIONS = ("help", "config", "print_config")
 _SCALARS = (int, float, str, bytes, bool, list, tuple, dict, set, os.PathLike, enum.Enum)
 
@@ -70,7 +70,10 @@ class OneLineErrors:
         return self.subcommands
 
     def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        token = _PARSING.set((self, list(map(str, sys.argv[1:] if args is None else args))))
+        argv = list(map(str, sys.argv[1:] if args is None else args))
+        for path in [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-c", "--config")]:
+            read_config(path)  # a config that cannot be read is said first
+        token = _PARSING.set((self, argv))
         try:
             return super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
         finally:
@@ -94,6 +97,57 @@ class OneLineErrors:
 
 class Parser(OneLineErrors, ArgumentParser):
     """jsonargparse's ``ArgumentParser`` with one-line errors (``auto_cli(..., parser_class=Parser)``)."""
+
+
+def _refuse(line: str) -> NoReturn:
+    print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
+    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
+    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
+
+    from jsonargparse import auto_cli
+
+    from cblight.errors import exit_on_bad_input
+
+    try:
+        print(
+            exit_on_bad_input(
+                lambda: auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
+            )
+        )
+    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
+        return stop.code if isinstance(stop.code, int) else 0
+    return 0
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """A config file's mapping of options (or a mapping written out as the option's value, which jsonargparse
+    takes too); else what is wrong with the file (missing, not YAML with its line, not a mapping), said."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = yaml.load(handle, Loader=_LOADER)
+    except OSError:
+        content = _load(path)
+        return (
+            content if isinstance(content, dict) else _refuse(f"-c/--config: File does not exist: {path!r}")
+        )
+    except yaml.MarkedYAMLError as bad:
+        mark, start = bad.problem_mark, bad.context_mark
+        where = (
+            f" ({bad.context} that starts at line {start.line + 1}, column {start.column + 1})"
+            if start
+            else ""
+        )
+        _refuse(f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}")
+    if content is None:
+        _refuse(f"{path}: the config file is empty; it must be a mapping of options (key: value)")
+    if not isinstance(content, dict):
+        got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
+        _refuse(f"{path}: the config file must be a mapping of options (key: value), got {got}")
+    return content
 
 
 def _first_fault(parser: Any, argv: list[str]) -> str | None:
@@ -120,10 +174,7 @@ def _first_fault(parser: Any, argv: list[str]) -> str | None:
             continue
         if name in _needed(parser, True):
             return _positional(parser, name, name)
-        if name in ("c", "config"):  # a config that ``read_config`` read before the parse
-            content = _load(Path(text).read_text(encoding="utf-8") if os.path.isfile(text) else text)
-        else:
-            content = {name: _load(text)}
+        content = read_config(text) if name in ("c", "config") else {name: _load(text)}
         for key, value in content.items():
             said = _check(parser, str(key), value, name not in ("c", "config"), text, given)
             if said:
