@@ -19,8 +19,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
+import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -34,8 +37,7 @@ from cblight.data.datamodule import EvalDataModule
 from cblight.errors import ConfigError, exit_on_bad_input
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
-from cblight.notices import quiet_library_notices
-from cblight.parse_errors import OneLineErrors
+from cblight.parse_errors import OneLineErrors, read_config
 from cblight.runs import (
     OutputLock,
     check_output_dir,
@@ -45,6 +47,7 @@ from cblight.runs import (
 )
 
 __all__ = [
+    "check_flow_mappings",
     "evaluate_cli",
     "exit_on_bad_input",
     "generate_cli",
@@ -105,6 +108,32 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
         )
 
 
+# Lightning's lines before any work: advertisements, the devices found and the seed (the config says both)
+_DROPPED = ("💡 Tip:", "GPU available:", "TPU available:", "HPU available:", "IPU available:", "Seed set to")
+
+
+def _drop_tips(record: logging.LogRecord) -> bool:
+    return not str(record.getMessage()).startswith(_DROPPED)
+
+
+def quiet_library_notices() -> None:
+    """Silence, for the rest of the process (idempotent), notices that every run printed and no user can act
+    on, at their source and for cblight's runs only (no log level lowered): LightningCLI's warning that it got
+    ``args`` while ``sys.argv`` holds some too, its note on the evaluators' overridden
+    ``transfer_batch_to_device``, Lightning's ``_DROPPED`` lines, torch's ``LeafSpec`` deprecation."""
+    warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+    warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module=r"lightning\.pytorch\.utilities\._pytree",
+    )
+    # rank_zero_info logs through whichever of the first two Lightning imported last
+    for name in ("pytorch.utilities.rank_zero", "fabric.utilities.rank_zero", "fabric.utilities.seed"):
+        logging.getLogger(f"lightning.{name}").addFilter(_drop_tips)  # added once: addFilter skips a repeat
+
+
 class CLIParser(OneLineErrors, LightningArgumentParser):
     """LightningCLI's parser with cblight's one-line parse errors (``cblight.parse_errors``)."""
 
@@ -156,15 +185,30 @@ def _init_keys(class_path: str) -> set[str]:
     return set(inspect.signature(_model_class(class_path)).parameters) - {"self", "args", "kwargs"}
 
 
+_FLOW_KEY_WITHOUT_SPACE = re.compile(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])")
+
+
+def check_flow_mappings(args: Sequence[str]) -> None:
+    """A mapping option written ``{rte:/path}`` is YAML's ``{"rte:/path": null}``: refused, saying what YAML wants."""
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value.lstrip().startswith("{") and _FLOW_KEY_WITHOUT_SPACE.search(value):
+            option = (
+                args[i - 1] if i and value is arg and args[i - 1].startswith("--") else arg.split("=", 1)[0]
+            )
+            fixed = _FLOW_KEY_WITHOUT_SPACE.sub(r"\1: ", value)
+            raise ConfigError(
+                f"{option} {value!r}: in a YAML mapping each key needs a space after its colon; write {fixed!r}"
+            )
+
+
 def check_config_command(args: Sequence[str], command: str) -> None:
-    """A config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
+    """Mappings on the command line checked (``check_flow_mappings``), and a config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
     refused naming that command, read from its ``model.class_path`` or, without one, from the module whose
     options its ``model`` keys are (jsonargparse would say only that one key is unknown)."""
+    check_flow_mappings(args)
     for path in _config_paths(args):
-        try:
-            model = yaml.safe_load(Path(path).read_text(encoding="utf-8"))["model"]
-        except Exception:  # no such file, not YAML, no model mapping: the parser says which
-            continue
+        model = read_config(path).get("model")
         if not isinstance(model, dict):
             continue
         named = model.get("class_path")

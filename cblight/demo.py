@@ -192,7 +192,7 @@ def _quiet() -> Iterator[None]:
     import lightning.pytorch  # noqa: F401
     from transformers.utils import logging as hf_logging
 
-    from cblight.notices import quiet_library_notices
+    from cblight.cli import quiet_library_notices
 
     handlers = [
         h for name in ("lightning.pytorch", "lightning.fabric") for h in logging.getLogger(name).handlers

@@ -1,5 +1,4 @@
-"""The project's error types, and how an entry point reports them: bad input as one clear line (exit status
-2), a run stopped by a signal as one line and ``128 + signal`` (``exit_on_bad_input``), never a traceback."""
+"""The project's error types, and how an entry point reports them: never a traceback."""
 
 from __future__ import annotations
 
@@ -31,23 +30,10 @@ class RunInterrupted(BaseException):
         self.signum = signum
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
-
-
-def _bad_input(err: BaseException | None) -> CblightError | None:
-    """The ``CblightError`` behind ``err``: jsonargparse wraps errors raised while it instantiates a class."""
-    for _ in range(20):
-        if err is None or isinstance(err, CblightError):
-            return err
-        err = err.__cause__ or err.__context__
-    return None
-
 
 def exit_on_bad_input(fn: Any) -> Any:
-    """Run ``fn``; bad input (``CblightError``) becomes one line on stderr and exit status 2, a stop by
-    SIGINT/SIGTERM one line and status 128 + the signal number."""
+    """Run ``fn``; bad input (a ``CblightError``, also one jsonargparse wraps while it instantiates a class)
+    becomes one line on stderr and exit status 2, a stop by a signal one line and 128 + its number."""
     try:
         return fn()
     except RunInterrupted as stop:
@@ -55,10 +41,14 @@ def exit_on_bad_input(fn: Any) -> Any:
             f"error: {stop}: finished examples are kept in the cache; rerun the same command to resume",
             file=sys.stderr,
         )
-        raise SystemExit(stop.exit_code) from None
+        raise SystemExit(128 + stop.signum) from None
     except Exception as err:
-        bad = _bad_input(err)
-        if bad is None:
+        bad: BaseException | None = err
+        for _ in range(20):
+            if bad is None or isinstance(bad, CblightError):
+                break
+            bad = bad.__cause__ or bad.__context__
+        if not isinstance(bad, CblightError):
             raise
         print(f"error: {bad}", file=sys.stderr)
         raise SystemExit(2) from None

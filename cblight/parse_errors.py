@@ -1,16 +1,9 @@
-"""A command line or config that does not parse, said in one line (docs/errors.md).
-
-jsonargparse reports a bad option as a nested dump of up to 95 lines. A cblight parser records each option's
-type as it declares it (from the signatures it adds, and ``add_argument``); when a parse fails, it reads the
-command line and its configs again against those types and prints the first fault, exit status 2: an
-unknown key and the closest valid one, a value and what its type accepts (``option_types.describe``, the
-Python checker's words), a group of options given a value, a class that cannot be imported, a missing
-argument. A fault it does not find is jsonargparse's first line; ``JSONARGPARSE_DEBUG=true`` gives it all.
-"""
+"""A command line that does not parse, said in one line instead of jsonargparse's nested dump (every case:
+docs/errors.md): the parser records each option's type as it declares it and, on a failed parse, reads the
+input again against those types (``option_types.describe``'s words), else says jsonargparse's first line."""
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import enum
 import inspect
@@ -19,7 +12,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, Literal, NoReturn
 
@@ -29,12 +22,12 @@ from jsonargparse import ArgumentParser
 from cblight.option_types import FiniteFloat, describe
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
-__all__ = ["OneLineErrors", "Parser", "check_flow_mappings", "one_line", "run_subcommands"]
+__all__ = ["OneLineErrors", "Parser", "read_config", "run_subcommands"]
 
 _PARSING: ContextVar[tuple[Any, list[str]] | None] = ContextVar("cblight_parsing", default=None)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
+_NOT_OPTIONS = ("help", "config", "print_config")
 _SCALARS = (int, float, str, bytes, bool, list, tuple, dict, set, os.PathLike, enum.Enum)
-_FLOW_KEY_WITHOUT_SPACE = re.compile(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])")
 
 
 class OneLineErrors:
@@ -45,14 +38,12 @@ class OneLineErrors:
     def declared(self) -> dict[str, Any]:
         return self.__dict__.setdefault("_declared", {})
 
-    def _declare(
-        self, owner: Any, prefix: str | None, kwargs: dict[str, Any], function: bool = False
-    ) -> None:
+    def _declare(self, owner: Any, prefix: str | None, kw: dict[str, Any], function: bool = False) -> None:
         for name, (hint, required) in _params(owner, not function and not inspect.isclass(owner)).items():
-            if name not in (kwargs.get("skip") or ()):
+            if name not in (kw.get("skip") or ()):
                 self.declared[f"{prefix}.{name}" if prefix else name] = hint
             if required and function:
-                self.__dict__.setdefault("required_params", {})[name] = kwargs.get("as_positional", False)
+                self.__dict__.setdefault("required_params", {})[name] = kw.get("as_positional", False)
 
     def add_argument(self, *args: Any, **kwargs: Any) -> Any:
         action = super().add_argument(*args, **kwargs)  # type: ignore[misc]
@@ -74,21 +65,17 @@ class OneLineErrors:
         self._declare(fn, nested_key, kw, function=True)
         return super().add_function_arguments(fn, nested_key, *a, **kw)  # type: ignore[misc]
 
-    def add_method_arguments(self, cls: Any, method: str, key: str | None = None, *a: Any, **kw: Any) -> Any:
-        self._declare(getattr(cls, method), key, kw)
-        return super().add_method_arguments(cls, method, key, *a, **kw)  # type: ignore[misc]
-
     def add_subcommands(self, *args: Any, **kwargs: Any) -> Any:
         self.subcommands = super().add_subcommands(*args, **kwargs)  # type: ignore[misc]
         return self.subcommands
 
     def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
         argv = list(map(str, sys.argv[1:] if args is None else args))
-        configs = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-c", "--config")]
-        said = check_flow_mappings(argv) or next(filter(None, (_read(p)[1] for p in configs)), None)
+        for path in [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-c", "--config")]:
+            read_config(path)  # a config that cannot be read is said first
         token = _PARSING.set((self, argv))
         try:
-            return _refuse(said) if said else super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
+            return super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
         finally:
             _PARSING.reset(token)
 
@@ -96,7 +83,16 @@ class OneLineErrors:
         # jsonargparse's inner parsers raise (the outer one reports), and its debug mode wants the traceback
         if os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true" or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
-        _refuse(one_line(message, *(_PARSING.get() or (self, []))))
+        parser, argv = _PARSING.get() or (self, [])
+        try:
+            said = _first_fault(parser, list(argv))
+        except Exception:  # a declaration this reading does not follow: jsonargparse's own words
+            said = None
+        lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [message]
+        print(
+            "error:", said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]), file=sys.stderr
+        )
+        raise SystemExit(2)
 
 
 class Parser(OneLineErrors, ArgumentParser):
@@ -111,6 +107,7 @@ def _refuse(line: str) -> NoReturn:
 def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
     """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
     options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
+
     from jsonargparse import auto_cli
 
     from cblight.errors import exit_on_bad_input
@@ -126,31 +123,16 @@ def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str 
     return 0
 
 
-def check_flow_mappings(args: Sequence[str]) -> str | None:
-    """A mapping option written ``{rte:/path}`` is YAML's ``{"rte:/path": null}``, which parses: what YAML
-    wants instead, or None."""
-    for i, arg in enumerate(args):
-        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
-        if value.lstrip().startswith("{") and _FLOW_KEY_WITHOUT_SPACE.search(value):
-            option = (
-                args[i - 1] if i and value is arg and args[i - 1].startswith("--") else arg.split("=", 1)[0]
-            )
-            fixed = _FLOW_KEY_WITHOUT_SPACE.sub(r"\1: ", value)
-            return f"{option} {value!r}: in a YAML mapping each key needs a space after its colon; write {fixed!r}"
-    return None
-
-
-def _read(path: str) -> tuple[Any, str | None]:
-    """A config file's mapping of options, or what is wrong with the file (missing, not YAML, not a mapping)."""
+def read_config(path: str) -> dict[str, Any]:
+    """A config file's mapping of options (or a mapping written out as the option's value, which jsonargparse
+    takes too); else what is wrong with the file (missing, not YAML with its line, not a mapping), said."""
     try:
         with open(path, encoding="utf-8") as handle:
             content = yaml.load(handle, Loader=_LOADER)
-    except OSError:  # jsonargparse also takes a config written out as the option's value
+    except OSError:
         content = _load(path)
         return (
-            (content, None)
-            if isinstance(content, dict)
-            else (None, f"-c/--config: File does not exist: {path!r}")
+            content if isinstance(content, dict) else _refuse(f"-c/--config: File does not exist: {path!r}")
         )
     except yaml.MarkedYAMLError as bad:
         mark, start = bad.problem_mark, bad.context_mark
@@ -159,23 +141,13 @@ def _read(path: str) -> tuple[Any, str | None]:
             if start
             else ""
         )
-        return None, f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}"
+        _refuse(f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}")
+    if content is None:
+        _refuse(f"{path}: the config file is empty; it must be a mapping of options (key: value)")
     if not isinstance(content, dict):
         got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
-        if content is None:
-            return None, f"{path}: the config file is empty; it must be a mapping of options (key: value)"
-        return None, f"{path}: the config file must be a mapping of options (key: value), got {got}"
-    return content, None
-
-
-def one_line(message: str, parser: Any, argv: Sequence[str]) -> str:
-    """The first fault of ``argv`` (parsed by ``parser``), else jsonargparse's ``message``, as one line."""
-    try:
-        said = _first_fault(parser, list(argv))
-    except Exception:  # a declaration this reading does not follow: jsonargparse's own words
-        said = None
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [message]
-    return said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])
+        _refuse(f"{path}: the config file must be a mapping of options (key: value), got {got}")
+    return content
 
 
 def _first_fault(parser: Any, argv: list[str]) -> str | None:
@@ -202,7 +174,7 @@ def _first_fault(parser: Any, argv: list[str]) -> str | None:
             continue
         if name in _needed(parser, True):
             return _positional(parser, name, name)
-        content = _read(text)[0] or {} if name in ("c", "config") else {name: _load(text)}
+        content = read_config(text) if name in ("c", "config") else {name: _load(text)}
         for key, value in content.items():
             said = _check(parser, str(key), value, name not in ("c", "config"), text, given)
             if said:
@@ -217,8 +189,9 @@ def _first_fault(parser: Any, argv: list[str]) -> str | None:
 
 
 def _check(parser: Any, key: str, value: Any, typed: bool, text: str | None, given: set[str]) -> str | None:
-    """The fault of option ``key`` given ``value`` (``text`` as typed on the command line), or None."""
-    text = text if typed else None
+    text, leaf, inner = text if typed else None, key, value
+    while isinstance(inner, Mapping) and inner:  # the first option under ``key`` (``modle: {model: ...}``)
+        leaf, inner = f"{leaf}.{next(iter(inner))}", inner[next(iter(inner))]
     if (
         isinstance(value, Mapping)
         and parser.declared.get(key) is None
@@ -230,7 +203,7 @@ def _check(parser: Any, key: str, value: Any, typed: bool, text: str | None, giv
     heads = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
     head = next((h for h in heads if parser.declared.get(h) is not None), None)  # the nearest typed one
     if head is None:
-        return None if key in parser.declared else _unknown(parser, _leaf(key, value), typed, {})
+        return None if key in parser.declared else _unknown(parser, leaf, typed, {})
     hint, path = parser.declared[head], head
     if key == head and isinstance(value, Mapping) and "class_path" not in value and _bases(hint):
         named = _class_given(parser, key)  # the options of the class given before, or of the default
@@ -238,16 +211,15 @@ def _check(parser: Any, key: str, value: Any, typed: bool, text: str | None, giv
     for part in parts[len(head.split(".")) :]:
         children = _children(hint, _class_given(parser, path) if path == head else None)
         if children is None or part not in children:
-            return _unknown(
-                parser, _leaf(key, value), typed, {f"{path}.{c}": h for c, h in (children or {}).items()}
-            )
+            near = {f"{path}.{c}": h for c, h in (children or {}).items()}
+            return _unknown(parser, leaf, typed, near)
         hint, path = children[part], f"{path}.{part}"
     given.add(key)
     return _value_fault(parser, key, hint, value, typed, text)
 
 
 def _value_fault(parser: Any, key: str, hint: Any, value: Any, typed: bool, text: str | None) -> str | None:
-    bases, children = _bases(hint), _children(hint, value)
+    bases, children, groups = _bases(hint), _children(hint, value), _groups(hint)
     if isinstance(value, Mapping) and children is not None:
         inner = value.get("init_args") if isinstance(value.get("init_args"), Mapping) else {}
         for name, item in {**{f"init_args.{k}": v for k, v in inner.items()}, **value}.items():
@@ -255,75 +227,65 @@ def _value_fault(parser: Any, key: str, hint: Any, value: Any, typed: bool, text
             if name in ("class_path", "init_args", "dict_kwargs"):
                 continue
             if option not in children:
-                return _unknown(
-                    parser,
-                    f"{key}.{name}",
-                    False,
-                    {".".join(filter(None, (key, within, c))): 0 for c in children},
-                )
+                near = {".".join(filter(None, (key, within, c))): 0 for c in children}
+                return _unknown(parser, f"{key}.{name}", False, near)
             said = _value_fault(parser, f"{key}.{name}", children[option], item, False, None)
             if said:
                 return said
         return None
-    if isinstance(value, str) and bases and not _groups(hint):
+    if isinstance(value, str) and bases and not groups:
         if class_named(value, bases) is not None or _fits(hint, value, text):
             return None
         close = closest(value, [c.__name__ for c in subclasses(bases)])
         mean = f"; did you mean {close}?" if close else ""
         return f"{key}: no class {value!r} can be imported{mean} (a class name or a dotted path)"
-    element = next(
-        (typing.get_args(m)[0] for m in _members(hint) if _origin(m) is list and typing.get_args(m)), None
-    )
-    if isinstance(value, list) and element is not None:
+    lists = [
+        typing.get_args(m)[0] for m in _members(hint) if typing.get_origin(m) is list and typing.get_args(m)
+    ]
+    if isinstance(value, list) and lists:
         faults = (
-            _value_fault(parser, f"{key}[{n}]", element, item, False, None) for n, item in enumerate(value)
+            _value_fault(parser, f"{key}[{n}]", lists[0], item, False, None) for n, item in enumerate(value)
         )
         said = next(filter(None, faults), None)
         if said:
             return said
     if _fits(hint, value, text):
         return None
-    if _groups(hint) and len(_members(hint)) == 1:
-        return _group_given_a_value(key, _params(_groups(hint)[0]), text or str(value), "--" if typed else "")
-    shown = (
-        repr(float(value))
-        if isinstance(value, str) and value.lower().lstrip("+-.") in ("nan", "inf")
-        else repr(value)
-    )
+    if groups and len(_members(hint)) == 1:  # ``--model.teacher live``: a group of options given a value
+        option, value = f"{'--' if typed else ''}{key}", text or str(value)
+        if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
+            why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
+            return f"{option}: cannot read {value!r} as a config of its options ({why})"
+        children = _params(groups[0])
+        names = sorted(children)
+        # the option that takes such a value: a Literal's value, a flag's true/false, else its one string option
+        taking = [n for n in names if any(_takes(m, value) for m in _members(children[n][0]))]
+        taking = taking or [n for n in names if children[n][0] is str]
+        what = f"{option} is a group of options ({', '.join(names)}), not a value"
+        if 1 <= len(taking) <= 3:
+            return f"{what}; did you mean {' or '.join(f'{option}.{n} {value}' for n in taking)}?"
+        return f"{what}; set one of them, e.g. {option}.{names[0]} VALUE" if names else what
+    special = isinstance(value, str) and value.lower().lstrip("+-.") in ("nan", "inf")
+    shown = repr(float(value)) if special else repr(value)
     finite = shown in ("nan", "inf", "-inf") and hint is float  # jsonargparse reads no such float from text
     return f"{key} must be {describe(FiniteFloat if finite else hint)}, got {shown}"
 
 
-def _group_given_a_value(key: str, children: dict[str, tuple[Any, bool]], value: str, dashes: str) -> str:
-    """``--model.teacher live``: the group's option that takes such a value (a Literal's value, a flag's
-    true/false, else its one string option), else the group's options; or a file not read as its config."""
-    if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
-        why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
-        return f"{dashes}{key}: cannot read {value!r} as a config of its options ({why})"
-    names = sorted(children)
-    taking = [n for n in names if _takes(children[n][0], value)] or [
-        n for n in names if children[n][0] is str
-    ]
-    what = f"{dashes}{key} is a group of options ({', '.join(names)}), not a value"
-    if 1 <= len(taking) <= 3:
-        return f"{what}; did you mean {' or '.join(f'{dashes}{key}.{n} {value}' for n in taking)}?"
-    return f"{what}; set one of them, e.g. {dashes}{key}.{names[0]} VALUE" if names else what
-
-
-def _takes(hint: Any, value: str) -> bool:
-    """Whether a Literal among ``hint``'s members holds ``value``, or it is a bool and ``value`` one."""
-    if typing.get_origin(hint) is Literal:
-        return value in [str(v) for v in typing.get_args(hint)]
-    return (
-        value.lower() in ("true", "false")
-        if hint is bool
-        else any(_takes(m, value) for m in _members(hint) if m is not hint)
-    )
+def _takes(member: Any, value: str) -> bool:
+    if typing.get_origin(member) is Literal:
+        return value in [str(v) for v in typing.get_args(member)]
+    return member is bool and value.lower() in ("true", "false")
 
 
 def _unknown(parser: Any, key: str, typed: bool, near: dict[str, Any]) -> str:
     dashes = "--" if typed else ""
-    found = closest_keys(key, _keys(parser) | set(near))
+    keys: set[str] = set(near)  # every key the parser accepts: its declarations and their groups' options
+    todo = [(k, h, _class_given(parser, k)) for k, h in parser.declared.items() if k not in _NOT_OPTIONS]
+    while todo:
+        key_, hint, value = todo.pop()
+        keys.add(key_)
+        todo += [(f"{key_}.{c}", h, None) for c, h in (_children(hint, value) or {}).items()]
+    found = closest_keys(key, keys)
     if found and found[0] in _needed(parser, True):
         return _positional(parser, key, found[0])
     if found:
@@ -336,49 +298,23 @@ def _positional(parser: Any, option: str, name: str) -> str:
     return f"unknown option --{option}: {name.upper()} is a positional argument, given without an option name: {usage}"
 
 
-def _keys(parser: Any) -> set[str]:
-    """Every option key the parser accepts, dotted: its declarations, and the options of their groups."""
-    todo = [
-        (k, h, _class_given(parser, k))
-        for k, h in parser.declared.items()
-        if k not in ("help", "config", "print_config")
-    ]
-    keys: set[str] = set()
-    while todo:
-        key, hint, value = todo.pop()
-        keys.add(key)
-        todo += [(f"{key}.{c}", h, None) for c, h in (_children(hint, value) or {}).items()]
-    return keys
-
-
-def _leaf(key: str, value: Any) -> str:
-    """The key of the first option under ``key`` in a config's mapping ``value`` (``modle: {model: ...}``)."""
-    while isinstance(value, Mapping) and value:
-        key, value = f"{key}.{next(iter(value))}", value[next(iter(value))]
-    return key
-
-
 def _needed(parser: Any, positional: bool) -> list[str]:
     return [n for n, p in getattr(parser, "required_params", {}).items() if p == positional]
 
 
 def _params(owner: Any, method: bool = False) -> dict[str, tuple[Any, bool]]:
-    """``{parameter: (type, required?)}`` of a function, a ``method`` (no ``self``), or a class's init."""
     function = owner.__init__ if inspect.isclass(owner) else owner
     try:
         hints = typing.get_type_hints(function)
     except Exception:  # an annotation that does not resolve here: untyped
         hints = {}
+    params = list(inspect.signature(function).parameters.values())[method or inspect.isclass(owner) :]
     kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    params = list(inspect.signature(function).parameters.values())[
-        1 if method or inspect.isclass(owner) else 0 :
-    ]
     return {p.name: (hints.get(p.name), p.default is p.empty) for p in params if p.kind not in kinds}
 
 
 def _children(hint: Any, value: Any) -> dict[str, Any] | None:
-    """The options under a value of type ``hint``: a dataclass's fields, or the init parameters of the class
-    that ``value`` names (``class_path``) among hint's subclasses; None for a type without options."""
+    """The options under a value of type ``hint``: a dataclass's fields, or the class ``value`` names."""
     groups = _groups(hint)
     named = value.get("class_path") if hasattr(value, "get") else value
     cls = groups[0] if groups else class_named(named, _bases(hint)) if isinstance(named, str) else None
@@ -398,27 +334,18 @@ def _class_given(parser: Any, key: str) -> Any:
 
 
 def _members(hint: Any) -> list[Any]:
-    """The types a value of ``hint`` may have (a Union's members, None left out)."""
-    return [
-        a
-        for a in (typing.get_args(hint) if _origin(hint) is typing.Union else (hint,))
-        if a not in (None, type(None))
-    ]
-
-
-def _origin(hint: Any) -> Any:
-    origin = typing.get_origin(hint)
-    return typing.Union if origin is getattr(types, "UnionType", None) else origin
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return [a for a in (typing.get_args(hint) if union else (hint,)) if a not in (None, type(None))]
 
 
 def _groups(hint: Any) -> list[type]:
-    """The dataclasses among ``hint``'s members: groups of options (``--model.boosting.alpha``)."""
+    """Groups of options (``--model.boosting.alpha``)."""
     return [m for m in _members(hint) if dataclasses.is_dataclass(m) and inspect.isclass(m)]
 
 
 def _bases(hint: Any) -> list[type]:
-    """The classes among ``hint``'s members that a class path names a subclass of (``Callable[..., C]``: C)."""
-    found = [typing.get_args(m)[-1] if _origin(m) is collections.abc.Callable else m for m in _members(hint)]
+    """The classes a class path names a subclass of (``Callable[..., C]``: C)."""
+    found = [typing.get_args(m)[-1] if typing.get_origin(m) is Callable else m for m in _members(hint)]
     return [
         c
         for c in found
@@ -427,7 +354,6 @@ def _bases(hint: Any) -> list[type]:
 
 
 def _fits(hint: Any, value: Any, text: str | None) -> bool:
-    """Whether jsonargparse accepts ``value`` (``text`` as typed) for an option of type ``hint``."""
     check = ArgumentParser(exit_on_error=False)
     try:
         check.add_argument("--v", type=hint)
@@ -448,8 +374,7 @@ def _load(text: str) -> Any:
 
 
 def _prog(parser: Any) -> str:
-    """The command as typed: ``cblight data peek`` (not argparse's ``cblight data [options] peek``, nor
-    ``cblight tune fit``: ``cblight tune`` runs LightningCLI's ``fit`` without the word)."""
+    """The command as typed: not argparse's ``cblight data [options] peek``, nor ``cblight tune fit``."""
     prog = str(getattr(parser, "prog", "") or "").replace(" [options]", "")
     return prog[: -len(" fit")] if prog.startswith("cblight tune") and prog.endswith(" fit") else prog
 

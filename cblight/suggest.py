@@ -1,7 +1,5 @@
-"""The valid name nearest a misspelt one, for "did you mean ...?" (docs/errors.md): among words
-(``closest``), dotted option keys (``closest_keys``) or the public subclasses of a base class
-(``subclasses``). Imports nothing heavy, so that ``cblight --help`` stays fast.
-"""
+"""The valid name nearest a misspelt one, for "did you mean ...?": a word, a dotted option key, or a
+subclass of a base class. Imports nothing heavy, so that ``cblight --help`` stays fast."""
 
 from __future__ import annotations
 
@@ -9,14 +7,12 @@ import difflib
 import importlib
 import inspect
 from collections.abc import Iterable
-from typing import Any
 
-__all__ = ["class_named", "closest", "closest_keys", "import_object", "subclasses"]
+__all__ = ["class_named", "closest", "closest_keys", "subclasses"]
 
 
 def closest(word: str, choices: Iterable[str]) -> str | None:
-    """The choice nearest ``word`` by ``difflib``'s ratio; of equal ratios, the one made of the same letters
-    (a swapped pair: ``stpe`` gives ``step``, not ``stop``)."""
+    """The choice nearest ``word`` by difflib; of equal ratios, the same letters (``stpe``: ``step``)."""
     close = difflib.get_close_matches(word, sorted(set(choices)), n=5)
 
     def score(choice: str) -> tuple[float, float]:
@@ -27,11 +23,9 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
 
 
 def closest_keys(key: str, keys: Iterable[str]) -> list[str]:
-    """The valid dotted keys nearest ``key``, leaf options rather than the group that holds them: its longest
-    known prefix kept, the rest matched among the keys under that prefix (``model.lora_rnk`` gives
-    ``model.lora.rank``), or, when the unknown part has parts after it, that part among the prefix's children
-    (``modle.model`` gives ``model.model``). A rest that is the name of leaves deeper down gives those leaves
-    (``model.alpha``: ``model.boosting.alpha`` and ``model.lora.alpha``)."""
+    """The valid dotted keys nearest ``key``, leaves before the groups that hold them: its longest known
+    prefix kept, the rest matched under it (``model.lora_rnk``: ``model.lora.rank``; ``modle.model``:
+    ``model.model``; ``model.alpha``: ``model.boosting.alpha`` and ``model.lora.alpha``)."""
     keys = set(keys)
     parts = key.split(".")
     for depth in range(len(parts) - 1, -1, -1):
@@ -45,23 +39,14 @@ def closest_keys(key: str, keys: Iterable[str]) -> list[str]:
         leaves = {k for k in under if not any(o.startswith(k + ".") for o in under)}
         same_words = sorted(k for k in leaves if k.replace(".", "_") == rest.replace(".", "_"))
         deeper = sorted(k for k in leaves if "." not in rest and k.rpartition(".")[2] == rest)
-        if "." in rest:  # its first part is the unknown one (``modle.model``): matched among the children
+        if "." in rest:  # its first part is the unknown one: matched among the children
             child = closest(parts[depth], {k.split(".")[0] for k in under})
             close = ".".join([child, *parts[depth + 1 :]]) if child else None
-        else:  # matched among the keys under the prefix, whole (``lora_rnk``: ``lora.rank``)
+        else:
             close = closest(rest, under)
         found = same_words or deeper or ([close] if close else [])
         return [f"{prefix}.{k}" if prefix else k for k in found]
     return []
-
-
-def import_object(path: str) -> Any:
-    """The object a dotted path names, or None."""
-    module, _, name = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return None
 
 
 def subclasses(bases: Iterable[type]) -> list[type]:
@@ -78,7 +63,11 @@ def subclasses(bases: Iterable[type]) -> list[type]:
 
 def class_named(name: str, bases: Iterable[type]) -> type | None:
     """The class a ``class_path`` names: a dotted path, or the short name of one of ``bases``' subclasses."""
-    found = import_object(name) if "." in name else None
+    module, _, attr = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attr) if module else None
+    except (ImportError, AttributeError, ValueError):
+        found = None
     if inspect.isclass(found):
         return found
     return next((c for c in subclasses(bases) if c.__name__ == name), None)

@@ -404,7 +404,7 @@ def test_yaml_mapping_without_a_space_after_the_colon(args, fixed, tmp_path, cap
 
 
 def test_yaml_hint_leaves_valid_mappings_alone():
-    from cblight.parse_errors import check_flow_mappings
+    from cblight.cli import check_flow_mappings
 
     assert not check_flow_mappings(
         ["--compare", "{base: gpt2, tuned: hf://org/model}", "--data.data_dirs", "{lama: C:/x}"]

@@ -492,7 +492,7 @@ def test_the_silencers_are_targeted(caplog):
     import lightning.pytorch  # noqa: F401  (its handlers)
     from lightning.pytorch.utilities import rank_zero_info
 
-    from cblight.notices import quiet_library_notices
+    from cblight.cli import quiet_library_notices
     from cblight.scoring import Encoder
     from cblight.tiny import gpt2_tokenizer
 
