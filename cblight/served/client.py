@@ -83,13 +83,6 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
-def _retry_after(err: urllib.error.HTTPError) -> float | None:
-    try:
-        return float(err.headers["Retry-After"])  # a missing header is None: a TypeError
-    except (TypeError, ValueError):
-        return None
-
-
 def _server_message(err: urllib.error.HTTPError) -> str:
     try:
         body = err.read().decode("utf-8", errors="replace")
@@ -186,7 +179,11 @@ class CompletionClient:
             message = _server_message(err)
             status = f"HTTP {err.code} {err.reason}" + (f": {message}" if message else "")
             if err.code in (408, 429) or err.code >= 500:
-                raise _Retryable(status, _retry_after(err)) from None
+                try:
+                    retry_after = float(err.headers["Retry-After"])  # a missing header is None: a TypeError
+                except (TypeError, ValueError):
+                    retry_after = None
+                raise _Retryable(status, retry_after) from None
             if err.code in (401, 403):
                 hint = f"set ${env}" if env else "set server.api_key_env to the variable holding the key"
                 raise ServedModelError(f"{url} refused the request ({status}); {hint}") from None
@@ -285,6 +282,4 @@ class CompletionClient:
                 return None
             raise
         data = answer.get("data")
-        if not isinstance(data, list):
-            return None
-        return [str(m.get("id")) for m in data if isinstance(m, dict)]
+        return [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else None
