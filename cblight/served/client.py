@@ -192,17 +192,16 @@ class CompletionClient:
             reason = getattr(err, "reason", err)
             parts = urllib.parse.urlsplit(url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
-            if isinstance(reason, ConnectionRefusedError) and self.reached:
-                raise ServedModelError(
-                    f"{url}: connection refused: the server on {parts.hostname} port {port} answered earlier "
-                    "in this run and has stopped (crashed or killed: see its log); restart it and rerun the "
-                    "same command, which resumes from the request cache"
-                ) from None
             if isinstance(reason, ConnectionRefusedError):
-                raise ServedModelError(
-                    f"{url}: connection refused: no server listens on {parts.hostname} port {port}; start "
-                    f"it (e.g. vllm serve MODEL --port {port}) or set --model.server.base_url to where it listens"
-                ) from None
+                why = (
+                    f"the server on {parts.hostname} port {port} answered earlier in this run and has stopped "
+                    "(crashed or killed: see its log); restart it and rerun the same command, which resumes "
+                    "from the request cache"
+                    if self.reached
+                    else f"no server listens on {parts.hostname} port {port}; start it (e.g. vllm serve MODEL "
+                    f"--port {port}) or set --model.server.base_url to where it listens"
+                )
+                raise ServedModelError(f"{url}: connection refused: {why}") from None
             if isinstance(reason, socket.gaierror) and reason.errno == socket.EAI_NONAME:  # EAI_AGAIN retries
                 raise ServedModelError(
                     f"{url}: the host name {parts.hostname!r} is not known ({reason.strerror}); check "
