@@ -30,9 +30,11 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from cblight.adaptive import token_alphas
 from cblight.batching import (
+    accepts_kwarg,
     cache_argument,
     last_position_log_probs,
     left_pad,
@@ -45,11 +47,6 @@ from cblight.generate.inputs import PreparedPrompts, Prompts, RowInfo, prepare_p
 from cblight.models import model_window
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.options import Boosting, Experts, LastTokens, Sampling
-
-try:  # transformers' base class keeps isinstance checks in generate happy; the maths does not need it
-    from transformers import LogitsProcessor
-except ImportError:  # pragma: no cover
-    LogitsProcessor = object  # type: ignore[assignment,misc]
 
 Decoder = Literal["fused", "processor"]
 
@@ -145,7 +142,6 @@ def boosted_generate(
     )
 
     kwargs = {**generate_kwargs, **sampling.generate_kwargs()}
-    streamer = kwargs.get("streamer")
     if kwargs.get("pad_token_id") is None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         kwargs["pad_token_id"] = pad
@@ -161,13 +157,10 @@ def boosted_generate(
     beams = int(next((b for b in given_beams if b is not None), 1))
     boosted: BoostingLogitsProcessor | FusedBoostedDecoding | None = None
     if not prepared.experts.is_plain and (beams > 1 or decoder == "processor"):
-        from transformers import LogitsProcessorList
-
-        user = list(kwargs.pop("logits_processor", None) or [])
         boosted = BoostingLogitsProcessor(model, prepared)
-        kwargs["logits_processor"] = LogitsProcessorList([boosted, *user])
+        kwargs["logits_processor"] = LogitsProcessorList([boosted, *(kwargs.get("logits_processor") or [])])
     elif not prepared.experts.is_plain:
-        boosted = kwargs["custom_generate"] = FusedBoostedDecoding(prepared, streamer=streamer)
+        boosted = kwargs["custom_generate"] = FusedBoostedDecoding(prepared, streamer=kwargs.get("streamer"))
 
     was_training = model.training
     model.eval()
@@ -467,8 +460,7 @@ class CachedRows:
     def __init__(self, model: Any, pad_id: int):
         self.model = model
         self.pad_id = pad_id
-        supports = getattr(model, "_supports_logits_to_keep", None)
-        self.keep = {"logits_to_keep": 1} if callable(supports) and supports() else {}
+        self.keep = {"logits_to_keep": 1} if accepts_kwarg(model, "logits_to_keep") else {}
         self.cache: Any = None
         self.mask: torch.Tensor | None = None
         self.next_pos: torch.Tensor | None = None

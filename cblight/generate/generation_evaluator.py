@@ -397,20 +397,15 @@ class BoostedGenerationEvaluator(Evaluator):
             if decoding.boosting is not None and decoding.boosting.adaptive is not None:
                 # mean, spread and range of the per-token alphas over the task (docs/adaptive.md)
                 values = [a for r in rows for a in r.get("alphas", [])]
-                stats = dict.fromkeys(("alpha_mean", "alpha_sd", "alpha_min", "alpha_max"), math.nan)
-                if values:
-                    mean = sum(values) / len(values)
-                    sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values))
-                    stats = {
-                        "alpha_mean": mean,
-                        "alpha_sd": sd,
-                        "alpha_min": min(values),
-                        "alpha_max": max(values),
-                    }
+                mean = sum(values) / len(values) if values else math.nan
+                sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values)) if values else math.nan
                 result.setdefault("adaptive", {})[decoding.name] = {
                     "rule": decoding.boosting.adaptive,
                     "tokens": len(values),
-                    **stats,
+                    "alpha_mean": mean,
+                    "alpha_sd": sd,
+                    "alpha_min": min(values, default=math.nan),
+                    "alpha_max": max(values, default=math.nan),
                 }
             if self.hparams.log_samples:
                 for logger in self.loggers:

@@ -83,13 +83,6 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
-def _retry_after(err: urllib.error.HTTPError) -> float | None:
-    try:
-        return float(err.headers["Retry-After"])  # a missing header is None: a TypeError
-    except (TypeError, ValueError):
-        return None
-
-
 def _server_message(err: urllib.error.HTTPError) -> str:
     try:
         body = err.read().decode("utf-8", errors="replace")
@@ -186,7 +179,11 @@ class CompletionClient:
             message = _server_message(err)
             status = f"HTTP {err.code} {err.reason}" + (f": {message}" if message else "")
             if err.code in (408, 429) or err.code >= 500:
-                raise _Retryable(status, _retry_after(err)) from None
+                try:
+                    retry_after = float(err.headers["Retry-After"])  # a missing header is None: a TypeError
+                except (TypeError, ValueError):
+                    retry_after = None
+                raise _Retryable(status, retry_after) from None
             if err.code in (401, 403):
                 hint = f"set ${env}" if env else "set server.api_key_env to the variable holding the key"
                 raise ServedModelError(f"{url} refused the request ({status}); {hint}") from None
@@ -195,17 +192,16 @@ class CompletionClient:
             reason = getattr(err, "reason", err)
             parts = urllib.parse.urlsplit(url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
-            if isinstance(reason, ConnectionRefusedError) and self.reached:
-                raise ServedModelError(
-                    f"{url}: connection refused: the server on {parts.hostname} port {port} answered earlier "
-                    "in this run and has stopped (crashed or killed: see its log); restart it and rerun the "
-                    "same command, which resumes from the request cache"
-                ) from None
             if isinstance(reason, ConnectionRefusedError):
-                raise ServedModelError(
-                    f"{url}: connection refused: no server listens on {parts.hostname} port {port}; start "
-                    f"it (e.g. vllm serve MODEL --port {port}) or set --model.server.base_url to where it listens"
-                ) from None
+                why = (
+                    f"the server on {parts.hostname} port {port} answered earlier in this run and has stopped "
+                    "(crashed or killed: see its log); restart it and rerun the same command, which resumes "
+                    "from the request cache"
+                    if self.reached
+                    else f"no server listens on {parts.hostname} port {port}; start it (e.g. vllm serve MODEL "
+                    f"--port {port}) or set --model.server.base_url to where it listens"
+                )
+                raise ServedModelError(f"{url}: connection refused: {why}") from None
             if isinstance(reason, socket.gaierror) and reason.errno == socket.EAI_NONAME:  # EAI_AGAIN retries
                 raise ServedModelError(
                     f"{url}: the host name {parts.hostname!r} is not known ({reason.strerror}); check "
@@ -285,6 +281,4 @@ class CompletionClient:
                 return None
             raise
         data = answer.get("data")
-        if not isinstance(data, list):
-            return None
-        return [str(m.get("id")) for m in data if isinstance(m, dict)]
+        return [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else None

@@ -161,8 +161,7 @@ class ServedScorer:
     def _body(self, prompt: str, echo: bool) -> dict[str, Any]:
         # max_tokens=1, not 0: llama-cpp-python reads 0 as "until the window is full"
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
-        body["logprobs"] = self.top_logprobs
-        return {**body, "echo": True} if echo else body
+        return {**body, "logprobs": self.top_logprobs, **({"echo": True} if echo else {})}
 
     def check_alignment(self) -> dict[str, Any]:
         """The canary of the module docstring; returns what it compared, or raises ``ServedModelError``."""
