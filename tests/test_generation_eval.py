@@ -242,12 +242,12 @@ def test_ddp_matches_single_process(generated, tiny_gpt2_dir, tmp_path):
     [
         (
             ["--model.decodings", '[{"name": "x", "sampling": {"do_sample": true, "top_p": 1.5}}]'],
-            "top_p must be in (0, 1]",
+            "error: model.decodings[0].sampling.top_p must be a number in (0, 1] or null, got 1.5",
         ),
         (["--model.decodings", '[{"name": "a"}, {"name": "a"}]'], "distinct names"),
         (
             ["--model.decodings", '[{"name": "a", "boosting": {"k": 0, "alpha": -0.5}}]'],
-            "k (short-context length) must be an integer >= 1, got 0",
+            "error: model.decodings[0].boosting.k must be an integer >= 1, got 0",
         ),
     ],
 )

@@ -269,7 +269,7 @@ def test_train_py_refuses_a_bad_option_in_one_line(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()  # Lightning's "Seed set to 0" may come first
-    assert lines[-1] == "error: loss.beta (the JSD's weight of the teacher) must be in [0, 1], got 2.0"
+    assert lines[-1] == "error: model.loss.beta must be a number in [0, 1], got 2"
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "outputs").exists()
 
