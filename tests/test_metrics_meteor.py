@@ -18,7 +18,7 @@ import cblight.metrics.dialog_meteor as meteor_module
 from cblight.errors import ConfigError
 from cblight.metrics import Meteor, NltkMeteor, dialog_table, meteor, nltk_meteor, resolve_meteor_route
 from cblight.metrics.dialog import dialog_words
-from cblight.metrics.dialog_meteor import _NoSynonyms, official_meteor_missing, wordnet_reader
+from cblight.metrics.dialog_meteor import NO_SYNONYMS, official_meteor_missing, wordnet_reader
 
 OFFICIAL = Path(__file__).resolve().parent / "fixtures" / "dstc7_official"
 MISSING = official_meteor_missing()
@@ -151,7 +151,7 @@ def test_nltk_meteor_matches_nltk_over_references():
     h, r = dialog_words(hyps, refs)
     metric = NltkMeteor(use_synonyms=False)
     metric.update(hyps, refs)
-    ref = np.mean([meteor_score(rr, hh, wordnet=_NoSynonyms()) for hh, rr in zip(h, r)])
+    ref = np.mean([meteor_score(rr, hh, wordnet=NO_SYNONYMS) for hh, rr in zip(h, r)])
     assert float(metric.compute()["meteor_nltk"]) == pytest.approx(ref, abs=1e-12)
 
 

@@ -134,8 +134,7 @@ class ContextSensitivity(PaperMetric):
     ):
         check_arguments(ContextSensitivity.__init__, locals())
         super().__init__(**kwargs)
-        self.full_threshold = full_threshold
-        self.short_threshold = short_threshold
+        self.full_threshold, self.short_threshold = full_threshold, short_threshold
         self.add_sums("tokens", "long_dependent")
         self.add_sums("delta_sum", "nll_sum", dtype=torch.float64)
 

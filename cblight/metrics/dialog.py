@@ -33,7 +33,7 @@ import torch
 from cblight.metrics.mteval import bleu_from_counts, mteval_nist, mteval_words
 from cblight.metrics.ngrams import bleu_from_stats, bleu_stats, corpus_nist, distinct_and_entropy
 from cblight.metrics.ragged import PaperMetric, RaggedMetric, score_once
-from cblight.option_types import PositiveInt, check_arguments
+from cblight.option_types import PositiveInt, check_arguments, fits
 
 Normalize = Literal["dstc", "lower", "none"]
 
@@ -86,22 +86,15 @@ def dialog_words(
     hypotheses: Sequence[str], references: Sequence[Sequence[str]], normalize: Normalize = "dstc"
 ) -> tuple[list[list[str]], list[list[list[str]]]]:
     """Validated, normalised words of hypotheses and their references."""
-    hyps = check_hypotheses(hypotheses, normalize)
-    if isinstance(references, str):
-        raise TypeError("references must be a list (one per hypothesis) of lists of reference strings")
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference lists")
-    refs = []
+    hyps, refs = check_hypotheses(hypotheses, normalize), []
     for i, ref_list in enumerate(references):
-        if isinstance(ref_list, str) or not isinstance(ref_list, Sequence):
-            raise TypeError(
-                f"references[{i}] must be a list of reference strings, got {type(ref_list).__name__}"
-            )
+        if not fits(list[str], ref_list):
+            raise TypeError(f"references[{i}] must be a list of reference strings, got {ref_list!r}")
         if len(ref_list) == 0:
             raise ValueError(f"references[{i}] is empty: every hypothesis needs at least one reference")
-        if not all(isinstance(r, str) for r in ref_list):
-            raise TypeError(f"references[{i}] must hold strings only")
         refs.append([normalize_words(r, normalize) for r in ref_list])
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} reference lists")
     return hyps, refs
 
 

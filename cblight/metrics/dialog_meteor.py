@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -206,11 +207,8 @@ class Meteor(DialogCorpus):
 # nltk's METEOR
 
 
-class _NoSynonyms:
-    """Stands in for nltk's WordNet reader: no synsets, so METEOR's synonym stage matches nothing."""
-
-    def synsets(self, *args: Any, **kwargs: Any) -> list:
-        return []
+#: Stands in for nltk's WordNet reader: no synsets, so METEOR's synonym stage matches nothing.
+NO_SYNONYMS = types.SimpleNamespace(synsets=lambda *args, **kwargs: [])
 
 
 def wordnet_reader() -> Any | None:
@@ -250,7 +248,7 @@ class NltkMeteor(PaperMetric):
         from nltk.translate.meteor_score import meteor_score
 
         hyps, refs = dialog_words(hypotheses, references, self.normalize)
-        reader = wordnet_reader() if self.synonyms else _NoSynonyms()
+        reader = wordnet_reader() if self.synonyms else NO_SYNONYMS
         scores = [meteor_score(ref, hyp, wordnet=reader) for hyp, ref in zip(hyps, refs)]
         self.total += math.fsum(scores)
         self.count += len(scores)

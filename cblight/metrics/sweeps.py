@@ -94,8 +94,7 @@ class ChoiceSweep(_ExampleTable):
         super().__init__(columns, (len(alphas),), **kwargs)
         self.methods = list(methods)
         self.alphas = [float(a) for a in alphas]
-        self.max_choices = max_choices
-        self.length_normalize = length_normalize
+        self.max_choices, self.length_normalize = max_choices, length_normalize
 
     def update(
         self,
