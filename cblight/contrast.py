@@ -116,9 +116,7 @@ def contrast_ids(enc: Encoder, context: str, target: str | None) -> tuple[list[i
         if len(ids) - len(enc.prefix) < 2:
             raise ConfigError("the context needs at least two tokens when no --target is given")
         return ids[:-1], ids[-1], 1
-    ctx, cont = enc.pair(context, target)
-    if not cont:
-        raise ConfigError(f"--target {target!r} encodes to no tokens")
+    ctx, cont = enc.pair(context, target)  # ScoringError when the target encodes to no tokens
     return ctx, cont[0], len(cont)  # Figure 1 ranks one next token
 
 
