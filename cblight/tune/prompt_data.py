@@ -64,12 +64,8 @@ def check_split(task: str, split: str) -> None:
 def read_prompts(path: str | Path, text_field: str = "text") -> list[str]:
     """Prompts from a file: ``.jsonl`` (one object per line, ``text_field`` holds the prompt; a bare JSON
     string per line also works), ``.json`` (a list of strings or of such objects) or plain text (one
-    prompt per line). Blank prompts are dropped."""
+    prompt per line). Blank prompts are dropped. ``PromptDataModule`` refuses a missing path when made."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise PromptDataError(f"prompts_file {str(path)!r} does not exist")
-    if not p.is_file():
-        raise PromptDataError(f"prompts_file {str(path)!r} is not a file")
     suffix = p.suffix.lower()
     try:
         if suffix == ".jsonl":
@@ -325,8 +321,7 @@ class PromptDataModule(L.LightningDataModule):
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # Runs right before the training step, after Lightning's prefetch: the count is what training used.
-        trainer = self.trainer
-        if trainer is not None and trainer.training and isinstance(batch, dict) and "index" in batch:
+        if self.trainer.training:
             self._next_batch = int(batch["index"]) + 1
         return batch
 
