@@ -377,7 +377,6 @@ def tuning_kl_terms(
                 objective = values + trust_region * penalty
         kl[lo:hi] = values.detach()
         if differentiable:
-            assert grad is not None
             (chunk_grad,) = torch.autograd.grad(objective.sum(), z)
             grad[r, c - 1 - offset] = chunk_grad
     if sync_window_calls is not None and teacher_model is None:

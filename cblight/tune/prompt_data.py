@@ -116,10 +116,6 @@ class PromptStream(IterableDataset):
     seed: int = 0
     start: int = 0
 
-    def __post_init__(self) -> None:
-        if not self.pool:
-            raise PromptDataError("the prompt pool is empty")
-
     def batch(self, i: int) -> dict[str, Any]:
         n, g = len(self.pool), self.batch_size * self.world_size
         if n < g:  # each batch tiles fresh permutations of a small pool
@@ -221,7 +217,6 @@ class PromptDataModule(L.LightningDataModule):
             return self._task_prompts()
         if self.prompt_list is not None:
             return [p for p in self.prompt_list if p.strip()]
-        assert self.prompts_file is not None
         return read_prompts(self.prompts_file, self.text_field)
 
     def _task_prompts(self) -> list[str]:
