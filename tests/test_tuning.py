@@ -180,7 +180,7 @@ def test_kl_terms_match_brute_force(arch, tiny_gpt2_dir, tiny_llama_dir):
     )
     teacher, student, long = _reference_terms(model, tok, sampled, k, alpha)
     ref_kl = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
-    assert terms.count == int(sampled.sampled.sum()) == len(ref_kl)
+    assert terms.kl.numel() == int(sampled.sampled.sum()) == len(ref_kl)
     assert torch.equal(terms.long, long) and long.any() and not long.all()
     assert torch.allclose(terms.kl, ref_kl, atol=1e-5, rtol=1e-4)
     assert torch.all(terms.kl[~long] == 0)  # live teacher: f_alpha == f_max where the context is short
@@ -205,7 +205,7 @@ def test_teacher_carries_no_gradient(tiny_gpt2_dir):
     sampled = _sample(model, tok, PROMPTS, max_new_tokens=8)
     k, alpha = 3, -0.5
     terms = tuning_kl_terms(model, sampled, k=k, alpha=alpha)
-    (terms.loss_sum / terms.count + terms.anchor).backward()
+    (terms.loss_sum / terms.kl.numel() + terms.anchor).backward()
     ours = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     teacher, student, _ = _reference_terms(model, tok, sampled, k, alpha)

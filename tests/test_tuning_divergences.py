@@ -154,7 +154,7 @@ def test_chunked_terms_and_gradients_match_brute_force(tiny_gpt2_dir, kind, beta
         terms = tuning_kl_terms(
             model, sampled, k=k, alpha=alpha, options=LossOptions(chunk_size=size, **options), prefix=prefix
         )
-        (terms.loss_sum / terms.count + terms.anchor).backward()
+        (terms.loss_sum / terms.kl.numel() + terms.anchor).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
         if size == chunk:
             chunked = terms

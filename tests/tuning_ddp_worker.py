@@ -23,8 +23,13 @@ def presampled(batch_file: str):
         dist = torch.distributed
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         rows = saved["sequences"].shape[0] // world
-        whole = Sampled(saved["sequences"], saved["attention_mask"], saved["prompt_width"], saved["sampled"])
-        return whole.slice(slice(rank * rows, (rank + 1) * rows))
+        mine = slice(rank * rows, (rank + 1) * rows)
+        return Sampled(
+            saved["sequences"][mine],
+            saved["attention_mask"][mine],
+            saved["prompt_width"],
+            saved["sampled"][mine],
+        )
 
     return sample
 

@@ -101,9 +101,6 @@ class Sampled:
     prompt_width: int
     sampled: torch.Tensor
 
-    def slice(self, rows: slice) -> Sampled:
-        return Sampled(self.sequences[rows], self.attention_mask[rows], self.prompt_width, self.sampled[rows])
-
 
 def sampled_logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[torch.Tensor, int]:
     """The model's logits on ``rows`` of the batch from column ``first_col - 1`` on (where the model
@@ -222,11 +219,7 @@ class KLTerms:
     gap: torch.Tensor
     agree: torch.Tensor
     anchor: torch.Tensor  # a zero that depends on every parameter: keeps DDP's gradient hooks firing
-    trust: torch.Tensor | None = None
-
-    @property
-    def count(self) -> int:
-        return int(self.kl.numel())
+    trust: torch.Tensor
 
     def global_sums(
         self, sampled: torch.Tensor, device: torch.device, reduce: Callable[..., torch.Tensor] | None = None
@@ -236,13 +229,13 @@ class KLTerms:
         kl, long = self.kl.detach(), self.long
         local = torch.stack(
             [
-                torch.tensor(float(self.count), device=device),
+                torch.tensor(float(kl.numel()), device=device),
                 long.sum().float(),
                 sampled.sum().float(),
                 kl.sum(),
                 (kl * long).sum(),
                 (self.gap * long).sum(),
-                self.trust.sum() if self.trust is not None else kl.new_zeros(()),
+                self.trust.sum(),
             ]
         ).to(device, torch.float64)
         total = reduce(local, reduce_op="sum") if reduce is not None else local
@@ -384,7 +377,6 @@ def tuning_kl_terms(
                 objective = values + trust_region * penalty
         kl[lo:hi] = values.detach()
         if differentiable:
-            assert grad is not None
             (chunk_grad,) = torch.autograd.grad(objective.sum(), z)
             grad[r, c - 1 - offset] = chunk_grad
     if sync_window_calls is not None and teacher_model is None:

@@ -64,12 +64,8 @@ def check_split(task: str, split: str) -> None:
 def read_prompts(path: str | Path, text_field: str = "text") -> list[str]:
     """Prompts from a file: ``.jsonl`` (one object per line, ``text_field`` holds the prompt; a bare JSON
     string per line also works), ``.json`` (a list of strings or of such objects) or plain text (one
-    prompt per line). Blank prompts are dropped."""
+    prompt per line). Blank prompts are dropped. ``PromptDataModule`` refuses a missing path when made."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise PromptDataError(f"prompts_file {str(path)!r} does not exist")
-    if not p.is_file():
-        raise PromptDataError(f"prompts_file {str(path)!r} is not a file")
     suffix = p.suffix.lower()
     try:
         if suffix == ".jsonl":
@@ -119,10 +115,6 @@ class PromptStream(IterableDataset):
     world_size: int = 1
     seed: int = 0
     start: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.pool:
-            raise PromptDataError("the prompt pool is empty")
 
     def batch(self, i: int) -> dict[str, Any]:
         n, g = len(self.pool), self.batch_size * self.world_size
@@ -225,7 +217,6 @@ class PromptDataModule(L.LightningDataModule):
             return self._task_prompts()
         if self.prompt_list is not None:
             return [p for p in self.prompt_list if p.strip()]
-        assert self.prompts_file is not None
         return read_prompts(self.prompts_file, self.text_field)
 
     def _task_prompts(self) -> list[str]:
@@ -325,8 +316,7 @@ class PromptDataModule(L.LightningDataModule):
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # Runs right before the training step, after Lightning's prefetch: the count is what training used.
-        trainer = self.trainer
-        if trainer is not None and trainer.training and isinstance(batch, dict) and "index" in batch:
+        if self.trainer.training:
             self._next_batch = int(batch["index"]) + 1
         return batch
 

@@ -153,7 +153,7 @@ def sample_sequences(
     model.generation_config = GenerationConfig(bos_token_id=own_config.bos_token_id)
     model.eval()
     try:
-        out = model.generate(
+        sequences = model.generate(
             input_ids=prompt_ids,
             attention_mask=prompt_mask,
             position_ids=positions_from_mask(prompt_mask),
@@ -163,7 +163,6 @@ def sample_sequences(
     finally:
         model.generation_config = own_config
         model.train(was_training)
-    sequences = out if torch.is_tensor(out) else out.sequences
     width = prompt_ids.shape[1]
     new = sequences.shape[1] - width
     mask = torch.cat([prompt_mask, prompt_mask.new_ones((prompt_mask.shape[0], new))], dim=1)

@@ -116,7 +116,6 @@ class Teacher:
         ema = self.options.kind == "ema"
         if not (ema or (self.options.snapshot and step % int(self.options.refresh_every or 1) == 0)):
             return
-        assert self.model is not None
         pairs = [
             (t, s)
             for t, s in zip(self.model.parameters(), student.parameters(), strict=True)

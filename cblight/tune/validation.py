@@ -230,12 +230,9 @@ class Validator(torch.nn.Module):
         self, step: int, prompts: Sequence[str], sampled: Sampled, loggers: Sequence[Any], log_dir: str | None
     ) -> None:
         """A few of the step's samples to W&B (a table) and ``<log_dir>/samples.jsonl``; rank 0 calls it."""
-        n = min(self.options.num_logged_samples, len(prompts))
-        rows = []
-        for i in range(n):
-            tokens = sampled.sequences[i, sampled.prompt_width :][sampled.sampled[i, sampled.prompt_width :]]
-            text = self.tokenizer.decode(tokens.tolist(), skip_special_tokens=False)
-            rows.append([int(step), prompts[i], text])
+        samples = sampled_tokens(sampled)[: min(self.options.num_logged_samples, len(prompts))]
+        decode = self.tokenizer.decode
+        rows = [[int(step), prompts[i], decode(x, skip_special_tokens=False)] for i, x in enumerate(samples)]
         from lightning.pytorch.loggers import WandbLogger
 
         for logger in loggers:
