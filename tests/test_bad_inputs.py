@@ -32,7 +32,9 @@ class Loaded(AssertionError):
 
 @pytest.fixture
 def no_loading(monkeypatch):
-    """Tripwires on every loader: a refusal must come before any of them runs."""
+    """Tripwires on every loader: a refusal must come before any of them runs. Modules that bind the loaders
+    at import are imported first, so none keeps a tripwire after the test."""
+    import cblight.contrast as contrast
     import cblight.data.datamodule as datamodule
     import cblight.evaluator as base
     import cblight.generate.generation_evaluator as generation
@@ -44,9 +46,9 @@ def no_loading(monkeypatch):
     def data(*args, **kwargs):
         raise Loaded("data was loaded before the bad input was refused")
 
-    for module in (models, base, generation):
+    for module in (models, base, generation, contrast):
         monkeypatch.setattr(module, "load_causal_lm", model)
-    for module in (models, base):
+    for module in (models, base, contrast):
         monkeypatch.setattr(module, "load_tokenizer", model)
     monkeypatch.setattr(datamodule, "load_split_records", data)
 

@@ -39,17 +39,20 @@ class Loaded(AssertionError):
 
 @pytest.fixture
 def no_loading(monkeypatch):
-    """A parse error comes before any model or tokenizer is opened."""
+    """A parse error comes before any model or tokenizer is opened. Every module that binds the loaders at
+    its import is imported first (so none keeps the stand-in after the test) and patched."""
+    import cblight.contrast as contrast
     import cblight.evaluator as base
+    import cblight.generate.generation_evaluator as generation
     import cblight.models as models
     import cblight.tune.coherence_tuning as tuning
 
     def load(*args, **kwargs):
         raise Loaded("a model or tokenizer was loaded before the bad input was refused")
 
-    for module in (models, base, tuning):
-        monkeypatch.setattr(module, "load_causal_lm", load)
-        monkeypatch.setattr(module, "load_tokenizer", load)
+    for module in (models, base, tuning, contrast, generation):
+        for name in ("load_causal_lm", "load_tokenizer"):
+            monkeypatch.setattr(module, name, load, raising=False)
 
 
 def cblight(argv: list[str], capsys) -> tuple[int, list[str], str]:
