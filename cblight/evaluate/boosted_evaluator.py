@@ -52,8 +52,7 @@ DEFAULT_KS = tuple(range(1, 21))  #: the default ``ks``, LAMBADA's grid (Table 1
 def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option: str) -> list[float]:
     """The alpha values of a grid option: a list, or the range form ``{start, stop, step}`` (as an
     ``AlphaGrid``, or the mapping a hyperparameter round trip hands back, e.g. under ``--compare``)."""
-    if value is None:
-        value = default
+    value = default if value is None else value
     if hasattr(value, "as_dict"):  # a jsonargparse Namespace
         value = value.as_dict()
     if isinstance(value, Mapping) and (unknown := set(value) - {"start", "stop", "step"}):
@@ -268,11 +267,10 @@ class BoostedEvaluator(Evaluator):
         self.results = {}
         for split in self._splits.get("report", []):
             sweep = self.sweeps[f"test_{split.name}"]
-            result, rows = self._kind(split, "report").report(
-                split, sweep.shaped(), self.selected.get(split.name)
-            )
+            kind = self._kind(split, "report")
+            result, rows = kind.report(split, sweep.shaped(), self.selected.get(split.name))
             if len(self.methods) > 1:
-                result["methods"] = self._kind(split, "report").describe(split, self.methods[1:])
+                result["methods"] = kind.describe(split, self.methods[1:])
             self.results[split.name] = result
             logged = {
                 f"test/{self._key(split.name)}/{k}": float(v)
