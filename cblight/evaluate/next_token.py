@@ -216,10 +216,8 @@ class NextToken(TaskScoring):
         }
         if "calibrate" in self.methods:  # Table 5's "Zhao et al." row
             report.update(accuracy(out["calibrated_correct"], "acc_calibrate"))
-        ko, ao = divmod(first_argmax(out["acc"]), len(self.alphas))
-        report.update(
-            oracle_k=self.ks[ko], oracle_alpha=self.alphas[ao], oracle_acc=float(out["acc"][ko, ao])
-        )
+        best = self.select(split, out)  # the report split's own best (k, alpha): the oracle
+        report.update(oracle_k=best["k_star"], oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
         adaptive = self._adaptive_rows(out) if self.adaptive is not None else None
         if adaptive is not None:  # no labels: k from the input, alpha from the rule
             alpha, correct, log_prob, rank = adaptive
