@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, ClassVar, Literal
 
 from lightning.pytorch.utilities import rank_zero_info
@@ -316,17 +317,14 @@ class LocalBackend:
         if run.tokenizer is None:
             run._load_tokenizer()
             window = run.hparams.max_length or checkpoint_window(run.model_name, run.hparams.revision)
-            lengths: dict[str, int] = {}  # answer sets repeat across examples: tokenise each string once
+            # answer sets repeat across examples: tokenise each string once
+            length = cache(lambda text: len(run.tokenizer(text, add_special_tokens=False)["input_ids"]))
             for split in dm.loader_splits("selection") + dm.loader_splits("report") if window else ():
                 for ex in split.examples:
                     for choice in ex.choices if isinstance(ex, ChoiceExample) else ():
-                        if choice not in lengths:
-                            lengths[choice] = len(
-                                run.tokenizer(choice, add_special_tokens=False)["input_ids"]
-                            )
-                        if lengths[choice] > window:
+                        if (n := length(choice)) > window:
                             raise DataError(
-                                f"{split.name}: an answer at {ex.where} has {lengths[choice]} tokens, more than "
+                                f"{split.name}: an answer at {ex.where} has {n} tokens, more than "
                                 f"the model window of {window} (answers are never cut; contexts are cut from "
                                 "the left)"
                             )
