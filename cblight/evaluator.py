@@ -117,16 +117,19 @@ class Evaluator(LightningModule):
             self.trainer.strategy.barrier()
             self._cleared = True
 
-    def cache_signature(self, task: str, split: str) -> dict[str, Any]:
-        """The settings every cached number of a (task, split) depends on; subclasses add their own."""
+    @property
+    def model_settings(self) -> dict[str, Any]:
+        """The model's settings: in every cache signature and in ``results.json``."""
         return {
             "model": self.model_name,
             "tokenizer": self.tokenizer_name,
             "revision": self.hparams.revision,
             "dtype": self.hparams.dtype,
-            "task": task,
-            "split": split,
         }
+
+    def cache_signature(self, task: str, split: str) -> dict[str, Any]:
+        """The settings every cached number of a (task, split) depends on; subclasses add their own."""
+        return {**self.model_settings, "task": task, "split": split}
 
     def _open_cache(
         self, key: Any, directory: Path, signature: Mapping[str, Any], fields: Sequence[str]
@@ -150,13 +153,8 @@ class Evaluator(LightningModule):
     def write_results(self, settings: Mapping[str, Any], summary: str) -> Path:
         """``<output_dir>/results.json``: cblight's version, the model settings, ``settings``, wall time,
         the printed ``summary`` and every task's result (rank 0 calls it)."""
-        base = {
-            "model": self.model_name,
-            "tokenizer": self.tokenizer_name,
-            "dtype": self.hparams.dtype,
-            "revision": self.hparams.revision,
-        }
-        return write_run_results(self.output_dir, {**base, **settings}, summary, self.results, self._started)
+        run = {**self.model_settings, **settings}
+        return write_run_results(self.output_dir, run, summary, self.results, self._started)
 
     # -- comparisons (``--compare``, ``cblight.runs.run_comparison``) ------------------------------------------
     def check_checkpoint(self, path: str) -> Any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, ClassVar, Literal
 
 from lightning.pytorch.utilities import rank_zero_info
@@ -52,8 +53,7 @@ DEFAULT_KS = tuple(range(1, 21))  #: the default ``ks``, LAMBADA's grid (Table 1
 def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option: str) -> list[float]:
     """The alpha values of a grid option: a list, or the range form ``{start, stop, step}`` (as an
     ``AlphaGrid``, or the mapping a hyperparameter round trip hands back, e.g. under ``--compare``)."""
-    if value is None:
-        value = default
+    value = default if value is None else value
     if hasattr(value, "as_dict"):  # a jsonargparse Namespace
         value = value.as_dict()
     if isinstance(value, Mapping) and (unknown := set(value) - {"start", "stop", "step"}):
@@ -268,11 +268,10 @@ class BoostedEvaluator(Evaluator):
         self.results = {}
         for split in self._splits.get("report", []):
             sweep = self.sweeps[f"test_{split.name}"]
-            result, rows = self._kind(split, "report").report(
-                split, sweep.shaped(), self.selected.get(split.name)
-            )
+            kind = self._kind(split, "report")
+            result, rows = kind.report(split, sweep.shaped(), self.selected.get(split.name))
             if len(self.methods) > 1:
-                result["methods"] = self._kind(split, "report").describe(split, self.methods[1:])
+                result["methods"] = kind.describe(split, self.methods[1:])
             self.results[split.name] = result
             logged = {
                 f"test/{self._key(split.name)}/{k}": float(v)
@@ -318,17 +317,14 @@ class LocalBackend:
         if run.tokenizer is None:
             run._load_tokenizer()
             window = run.hparams.max_length or checkpoint_window(run.model_name, run.hparams.revision)
-            lengths: dict[str, int] = {}  # answer sets repeat across examples: tokenise each string once
+            # answer sets repeat across examples: tokenise each string once
+            length = cache(lambda text: len(run.tokenizer(text, add_special_tokens=False)["input_ids"]))
             for split in dm.loader_splits("selection") + dm.loader_splits("report") if window else ():
                 for ex in split.examples:
                     for choice in ex.choices if isinstance(ex, ChoiceExample) else ():
-                        if choice not in lengths:
-                            lengths[choice] = len(
-                                run.tokenizer(choice, add_special_tokens=False)["input_ids"]
-                            )
-                        if lengths[choice] > window:
+                        if (n := length(choice)) > window:
                             raise DataError(
-                                f"{split.name}: an answer at {ex.where} has {lengths[choice]} tokens, more than "
+                                f"{split.name}: an answer at {ex.where} has {n} tokens, more than "
                                 f"the model window of {window} (answers are never cut; contexts are cut from "
                                 "the left)"
                             )

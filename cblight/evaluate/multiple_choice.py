@@ -208,9 +208,8 @@ class MultipleChoice(TaskScoring):
         report: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
         for name, pred in preds.items():
             report.update(accuracy(pred == labels, f"acc_{name}"))
-        curve = out["acc"]
-        oracle = first_argmax(curve)
-        report.update(oracle_alpha=self.alphas[oracle], oracle_acc=float(curve[oracle]))
+        best = self.select(split, out)  # the report split's own best alpha: the oracle
+        report.update(oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
         if selection is not None:
             alpha = selection["alpha_star"]
             preds["boosted"] = choice_predictions(full, short, alpha, lengths)
@@ -229,7 +228,7 @@ class MultipleChoice(TaskScoring):
             "selection": {k: v for k, v in (selection or {}).items() if k != "curve"} or None,
             "sweep": {
                 "alphas": self.alphas,
-                "report_acc": curve.tolist(),
+                "report_acc": best["curve"],
                 "selection_acc": selection["curve"] if selection else None,
             },
         }

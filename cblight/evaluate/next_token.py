@@ -216,13 +216,11 @@ class NextToken(TaskScoring):
         }
         if "calibrate" in self.methods:  # Table 5's "Zhao et al." row
             report.update(accuracy(out["calibrated_correct"], "acc_calibrate"))
-        ko, ao = divmod(first_argmax(out["acc"]), len(self.alphas))
-        report.update(
-            oracle_k=self.ks[ko], oracle_alpha=self.alphas[ao], oracle_acc=float(out["acc"][ko, ao])
-        )
+        best = self.select(split, out)  # the report split's own best (k, alpha): the oracle
+        report.update(oracle_k=best["k_star"], oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
         adaptive = self._adaptive_rows(out) if self.adaptive is not None else None
         if adaptive is not None:  # no labels: k from the input, alpha from the rule
-            alpha, correct, log_prob, _ = adaptive
+            alpha, correct, log_prob, rank = adaptive
             report.update(accuracy(correct, "acc_adaptive"))
             report["ppl_adaptive"] = float(torch.exp(-log_prob.double().mean()))
             k = out["adaptive_k"].double()
@@ -276,7 +274,6 @@ class NextToken(TaskScoring):
                     pred_calibrate=self.decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
                 )
             if adaptive is not None:
-                alpha, correct, log_prob, rank = adaptive
                 row.update(
                     k_adaptive=int(out["adaptive_k"][i]),
                     alpha_adaptive=float(alpha[i]),
@@ -302,10 +299,7 @@ class NextToken(TaskScoring):
         """Per passage: the rule's alpha, the target's correctness and log-prob under it, and its rank
         (``None`` for ``jsd_mean``, whose one alpha of the split is read on ``ADAPTIVE_GRID``)."""
         if self.adaptive != "jsd_mean":
-            alpha, correct, log_prob, rank = (
-                out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob", "rank")
-            )
-            return alpha, correct, log_prob, rank
+            return tuple(out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob", "rank"))  # type: ignore[return-value]
         value = round(float(out["adaptive_alpha"].double().mean()), 2)
         col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
         alpha = torch.full_like(out["adaptive_alpha"], ADAPTIVE_GRID[col])

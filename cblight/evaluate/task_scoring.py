@@ -212,13 +212,11 @@ def next_token_curves(
     groups: dict[tuple[float, ...], list[int]] = {}
     for k in chosen:
         groups.setdefault(tuple(accuracy[ks.index(k)]), []).append(k)
-    curves, highlight = {}, ""
-    for curve, members in groups.items():
-        label = "k = " + ", ".join(map(str, members)) + (" (k*)" if k_star in members else "")
-        curves[label] = list(curve)
-        if k_star in members:
-            highlight = label
-    return curves, highlight
+    curves = {
+        "k = " + ", ".join(map(str, members)) + (" (k*)" if k_star in members else ""): list(curve)
+        for curve, members in groups.items()
+    }
+    return curves, next(label for label in curves if label.endswith(" (k*)"))  # k* is always drawn
 
 
 # column name of each comparison method in the paper's Tables 5, 11 and 12

@@ -85,16 +85,15 @@ def _output_types(name: Any, manager: Any, seen: set[str] | None = None) -> dict
     return {task: kind for member in members for task, kind in _output_types(member, manager, seen).items()}
 
 
-def check_adaptive_rule(model_args: Any, tasks: list[Any], manager: Any) -> None:
+def check_adaptive_rule(model_args: dict[str, Any], tasks: list[Any], manager: Any) -> None:
     """``alpha=adaptive,adaptive_rule=RULE`` with a rule that does not fit a task of the run, refused
     before the model loads (as ``cblight evaluate --model.adaptive`` is): a multiple-choice task's scores
     take a multiple-choice rule, a ``generate_until`` task a per-token rule, a ``loglikelihood`` task both
     (its scores and its greedy flags)."""
     from cblight.adaptive import CHOICE_RULES, TOKEN_RULES
 
-    args = model_args if isinstance(model_args, dict) else {}
-    rule = str(args.get("adaptive_rule", "auto"))
-    if str(args.get("alpha")) != "adaptive" or rule == "auto":
+    rule = str(model_args.get("adaptive_rule", "auto"))
+    if str(model_args.get("alpha")) != "adaptive" or rule == "auto":
         return
     fits = {
         "multiple_choice": ("multiple-choice", CHOICE_RULES),

@@ -307,11 +307,8 @@ class CblightLM(TemplateLM):
         for i, (ctx, _) in enumerate(encoded):
             groups[tuple(ctx)].append(i)
         scored = self.scorer.score_choices([(list(c), [encoded[i][1] for i in g]) for c, g in groups.items()])
-        out: list[tuple[float, bool] | None] = [None] * len(encoded)
-        for members, scores in zip(groups.values(), scored):
-            for i, s in zip(members, scores):
-                out[i] = (s.log_prob, s.is_greedy)
-        return out  # type: ignore[return-value]
+        out = {i: (s.log_prob, s.is_greedy) for g, ss in zip(groups.values(), scored) for i, s in zip(g, ss)}
+        return [out[i] for i in range(len(encoded))]
 
     def _pairs(
         self,
