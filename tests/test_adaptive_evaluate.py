@@ -167,7 +167,7 @@ def test_lambada_rows_match_a_naive_model_loop(runs, per_passage, tiny_gpt2_dir)
         ),
         (
             "nope",
-            "model.adaptive: expected 'auto' or 'jsd' or 'jsd_mean' or 'residual' or 'decorrelate' or 'balance', "
+            "model.adaptive must be one of 'auto', 'jsd', 'jsd_mean', 'residual', 'decorrelate', 'balance' or null, "
             "got 'nope'",
         ),
     ],

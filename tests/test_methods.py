@@ -444,9 +444,12 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
         (["--model.methods", "[boost, channel, channel]"], "methods repeats a name"),
         (
             ["--model.method_options.channel_template", "4"],
-            "model.method_options.channel_template: '4' is not",
+            "error: model.method_options.channel_template must be one of 0, 1, 2, 3, got 4",
         ),
-        (["--model.method_options.calibrate_top_n", "-1"], "error: model.method_options.calibrate_top_n: "),
+        (
+            ["--model.method_options.calibrate_top_n", "-1"],
+            "error: model.method_options.calibrate_top_n must be an integer >= 0, got -1",
+        ),
         (["--model.method_options.content_free_inputs", "[]"], "method_options.content_free_inputs is empty"),
     ],
 )
