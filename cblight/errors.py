@@ -38,7 +38,8 @@ def exit_on_bad_input(fn: Any) -> Any:
         return fn()
     except RunInterrupted as stop:
         print(
-            f"error: {stop}: finished examples are kept in the cache; rerun the same command to resume",
+            f"error: {stop}: finished work is kept (an evaluation's cache, tuning's last checkpoint); "
+            "rerun the same command to resume",
             file=sys.stderr,
         )
         raise SystemExit(128 + stop.signum) from None

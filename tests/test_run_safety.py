@@ -265,7 +265,7 @@ def test_signal_stops_the_run_promptly(signum, code, long_lambada, tiny_gpt2_dir
     # loaded machine and Lightning's teardown
     assert took < 10, took
     name = signal.Signals(signum).name
-    assert f"error: stopped by {name}: finished examples are kept in the cache" in err
+    assert f"error: stopped by {name}: finished work is kept (an evaluation's cache" in err
     assert "Traceback" not in err
     assert not (out / "results.json").exists()
     rows = assert_cache_consistent(out)
