@@ -34,6 +34,14 @@ def accepts_kwarg(model: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def input_device(model: Any) -> torch.device:
+    """Where the model's input ids go: its embedding's device (the first device of a sharded model)."""
+    try:
+        return model.get_input_embeddings().weight.device
+    except AttributeError:
+        return next(model.parameters()).device
+
+
 def cache_argument(model: Any) -> str:
     """The keyword a model's ``forward`` takes its KV cache by: ``cache`` in recent transformers (which warn
     on every call given the older ``past_key_values``), else ``past_key_values``."""

@@ -27,6 +27,7 @@ import torch
 from cblight.batching import (
     accepts_kwarg,
     cache_argument,
+    input_device,
     last_position_log_probs,
     left_pad,
     output_cache,
@@ -175,10 +176,7 @@ class Scorer:
     # -- plumbing ------------------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        try:
-            return self.model.get_input_embeddings().weight.device
-        except AttributeError:
-            return next(self.model.parameters()).device
+        return input_device(self.model)
 
     @property
     def rows_per_batch(self) -> int:

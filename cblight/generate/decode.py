@@ -36,6 +36,7 @@ from cblight.adaptive import token_alphas
 from cblight.batching import (
     accepts_kwarg,
     cache_argument,
+    input_device,
     last_position_log_probs,
     left_pad,
     output_cache,
@@ -124,10 +125,7 @@ def boosted_generate(
         sampling = replace(
             Sampling.from_generate_kwargs(generate_kwargs), seed=generate_kwargs.pop("seed", None)
         )
-    try:
-        device = model.get_input_embeddings().weight.device
-    except AttributeError:
-        device = next(model.parameters()).device
+    device = input_device(model)
     window = model_window(model, max_length)
     room = window - max_new_tokens
     if room < 1:

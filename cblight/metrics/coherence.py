@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from cblight.batching import accepts_kwarg, right_pad, windowed_log_probs, windowed_positions
+from cblight.batching import accepts_kwarg, input_device, right_pad, windowed_log_probs, windowed_positions
 from cblight.boosting import log_softmax32
 from cblight.metrics.ragged import PaperMetric, score_once
 from cblight.metrics.text_stats import TokenDocs, as_token_lists
@@ -74,10 +74,7 @@ def generated_token_log_probs(
             )
     was_training = model.training
     model.eval()
-    try:
-        device = model.get_input_embeddings().weight.device
-    except AttributeError:
-        device = next(model.parameters()).device
+    device = input_device(model)
     results = [(torch.empty(0), torch.empty(0)) for _ in range(len(ctxs))]
     order = sorted((i for i in range(len(ctxs)) if gens[i]), key=lambda i: -(len(ctxs[i]) + len(gens[i])))
     try:
