@@ -55,7 +55,9 @@ def passages(path: Path, split: str, limit: int, seed: int) -> list[tuple[int, s
     return out
 
 
-def score_chunk(model: Any, tok: Any, items: list[tuple[int, str]], args: argparse.Namespace) -> dict:
+def score_chunk(
+    model: Any, tok: Any, items: list[tuple[int, str]], ks: list[int], args: argparse.Namespace
+) -> dict:
     import torch
 
     from cblight.adaptive import token_alphas, unit_k
@@ -77,7 +79,7 @@ def score_chunk(model: Any, tok: Any, items: list[tuple[int, str]], args: argpar
     alphas = torch.tensor(args.alphas)
     full = scorer.next_token_log_probs(contexts)
     columns: list[torch.Tensor] = []
-    for k in args.ks:
+    for k in ks:
         columns.append(scorer.last_k_log_probs(contexts, k, full=full))
     for u in UNITS:
         shorts = [short_context_ids(c, k, prefix) for c, k in zip(contexts, units[u])]
@@ -93,8 +95,9 @@ def score_chunk(model: Any, tok: Any, items: list[tuple[int, str]], args: argpar
         "k_unit": torch.tensor([units[u] for u in UNITS]).T,
         "lengths": torch.tensor([len(c) - len(prefix) for c in contexts]),
     }
-    grid, rules, cands = [], {r: ([], []) for r in ("jsd", "residual")}, []
+    grid, rules, cands, stats = [], {r: ([], []) for r in ("jsd", "residual")}, [], []
     for short in columns:
+        stats.append(expert_stats(full, short))
         grid.append(next_token_alpha_sweep(full, short, tgt, alphas)["correct"])
         for rule, (alpha_list, correct_list) in rules.items():
             a = token_alphas(rule, full, short, "next_token")
@@ -108,15 +111,35 @@ def score_chunk(model: Any, tok: Any, items: list[tuple[int, str]], args: argpar
     for rule, (alpha_list, correct_list) in rules.items():
         out[f"{rule}_alpha"] = torch.stack(alpha_list, 1)
         out[f"{rule}_correct"] = torch.stack(correct_list, 1)
+    out["stats"] = torch.stack(stats, 1)  # [n, K + units, len(STATS)]
     out["candidate_scores"] = torch.stack(cands, 1)  # [n, K + units, 2M + 1, (full, short)], target last
     return out
 
 
-def scored_split(model: Any, tok: Any, name: str, items: list, args: argparse.Namespace) -> dict:
+STATS = ("renyi_half", "entropy_full", "entropy_short", "margin_full")
+
+
+def expert_stats(full: Any, short: Any) -> Any:
+    """Per passage, what a label-free per-token weight may read of the two predictions ``[n, len(STATS)]``
+    (nats): the Rényi divergence of order 1/2 of ``f_max`` from ``f_short`` (``-2 log Σ √(p q)``), both
+    entropies, and the margin between ``f_max``'s two most likely tokens (CoCoA's ingredients)."""
+    import torch
+
+    full, short = full.double(), short.double()
+    renyi = -2 * torch.logsumexp((full + short) / 2, -1)
+    entropy = [-(lp.exp() * lp.clamp_min(-1e30)).sum(-1) for lp in (full, short)]
+    top = full.exp().topk(2, -1).values
+    return torch.stack([renyi.clamp_min(0), *entropy, top[:, 0] - top[:, 1]], -1).float()
+
+
+def scored_split(
+    model: Any, tok: Any, name: str, items: list, ks: list[int], args: argparse.Namespace
+) -> dict:
     """Every passage's numbers, from the chunk cache where present."""
     import torch
 
-    folder = Path(args.out) / args.model.replace("/", "_") / name
+    grid = "" if ks == list(range(1, 21)) else "-k" + "_".join(map(str, ks))
+    folder = Path(args.out) / args.model.replace("/", "_") / f"{name}{grid}"
     folder.mkdir(parents=True, exist_ok=True)
     parts = []
     for lo in range(0, len(items), args.chunk):
@@ -125,7 +148,7 @@ def scored_split(model: Any, tok: Any, name: str, items: list, args: argparse.Na
             parts.append(torch.load(path))
             continue
         start = time.perf_counter()
-        part = score_chunk(model, tok, items[lo : lo + args.chunk], args)
+        part = score_chunk(model, tok, items[lo : lo + args.chunk], ks, args)
         tmp = path.with_suffix(".tmp")
         torch.save(part, tmp)
         tmp.replace(path)
@@ -164,11 +187,9 @@ def table(test: dict, dev: dict, args: argparse.Namespace) -> list[dict[str, Any
 
     from benchmarks.common import BenchError
 
-    ks, alphas = list(args.ks), list(args.alphas)
+    ks, alphas = list(args.test_ks), list(args.alphas)
     nk = len(ks)
-    dev_acc = dev["grid_correct"][:, :nk].double().mean(0)  # [K, A]
-    best = int(torch.nonzero(dev_acc.reshape(-1) == dev_acc.max())[0, 0])  # ties: first, as the evaluator
-    ki, ai = divmod(best, len(alphas))
+    ki, ai = ks.index(args.k_star), args.alpha_star_index
     star = test["grid_correct"][:, ki, ai]
     test_acc = test["grid_correct"][:, :nk].double().mean(0)
     oi = int(torch.nonzero(test_acc.reshape(-1) == test_acc.max())[0, 0])
@@ -256,6 +277,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--out", required=True, help="folder of the per-chunk score cache")
     parser.add_argument("--ks", type=int, nargs="+", default=list(range(1, 21)))
+    parser.add_argument(
+        "--test-grid",
+        choices=("all", "k*"),
+        default="all",
+        help="k of the test split: the whole grid (for the oracle row) or the dev-chosen k* alone",
+    )
     args = parser.parse_args()
     args.alphas = [round(-0.1 * i, 1) + 0.0 for i in range(11)]
     if args.limit < 1:
@@ -264,8 +291,14 @@ def main() -> None:
     model, tok = load_model(args)
     test_items = passages(args.test, "test", args.limit, args.seed)
     dev_items = passages(args.dev, "dev", args.dev_limit or args.limit, args.seed)
-    dev = scored_split(model, tok, "dev", dev_items, args)
-    test = scored_split(model, tok, "test", test_items, args)
+    dev = scored_split(model, tok, "dev", dev_items, list(args.ks), args)
+    dev_acc = dev["grid_correct"][:, : len(args.ks)].double().mean(0)  # [K, A]
+    best = int((dev_acc.reshape(-1) == dev_acc.max()).nonzero()[0, 0])  # ties: first, as the evaluator
+    ki, args.alpha_star_index = divmod(best, len(args.alphas))
+    args.k_star = args.ks[ki]
+    # the test split needs the grid of k only for the oracle row: --test-grid k* keeps k* alone (faster)
+    args.test_ks = [args.k_star] if args.test_grid == "k*" else list(args.ks)
+    test = scored_split(model, tok, "test", test_items, args.test_ks, args)
     rows = table(test, dev, args)
     if args.json:
         write_json(

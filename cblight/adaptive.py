@@ -53,6 +53,7 @@ from cblight.option_types import check_arguments
 __all__ = [
     "AUTO",
     "CHOICE_RULES",
+    "GATE_BITS",
     "NEXT_TOKEN_RULES",
     "NEXT_TOKEN_UNIT",
     "RULES",
@@ -66,7 +67,10 @@ __all__ = [
     "balance_alpha",
     "choice_alphas",
     "choice_jsd_alpha",
+    "cocoa_alpha",
+    "context_gain",
     "decorrelate_alpha",
+    "gated_alpha",
     "js_divergence",
     "jsd_alpha",
     "prior_ranks",
@@ -78,13 +82,13 @@ __all__ = [
 ]
 
 #: The per-position rules (decoding, tuning, greedy flags).
-TokenRule = Literal["jsd", "residual"]
+TokenRule = Literal["jsd", "cocoa", "residual"]
 #: The rules of next-token tasks (LAMBADA).
-NextTokenRule = Literal["jsd", "jsd_mean", "residual"]
+NextTokenRule = Literal["jsd", "cocoa", "jsd_mean", "residual"]
 #: The rules of multiple-choice tasks.
-ChoiceRule = Literal["jsd", "jsd_mean", "decorrelate", "balance"]
+ChoiceRule = Literal["gated", "jsd", "jsd_mean", "decorrelate", "balance"]
 #: Every rule name ``adaptive`` accepts.
-RuleName = Literal["auto", "jsd", "jsd_mean", "residual", "decorrelate", "balance"]
+RuleName = Literal["auto", "gated", "jsd", "cocoa", "jsd_mean", "residual", "decorrelate", "balance"]
 #: How ``k`` is read off a next-token input, as its last sentence or its last clause.
 Unit = Literal["sentence", "clause"]
 TOKEN_RULES: tuple[str, ...] = get_args(TokenRule)  #: the values of ``TokenRule``
@@ -92,7 +96,10 @@ NEXT_TOKEN_RULES: tuple[str, ...] = get_args(NextTokenRule)  #: the values of ``
 CHOICE_RULES: tuple[str, ...] = get_args(ChoiceRule)  #: the values of ``ChoiceRule``
 RULES: tuple[str, ...] = get_args(RuleName)  #: the values of ``RuleName``
 #: the rule ``auto`` stands for, per task kind (the measurements behind the choice are in docs/adaptive.md)
-AUTO = {"multiple_choice": "decorrelate", "next_token": "jsd_mean"}
+AUTO = {"multiple_choice": "gated", "next_token": "jsd_mean"}
+#: The gate of ``gated``: the least mean JSD (bits) by which the premise must move a question's answers
+#: for boosting to be worth its risk (``context_gain``; docs/adaptive.md).
+GATE_BITS = 0.1
 NEXT_TOKEN_UNIT: Unit = "sentence"  #: the short context of next-token rules, the input's last sentence
 
 
@@ -150,6 +157,22 @@ def alpha_in_form(alpha_next_token: torch.Tensor, form: BoostForm) -> torch.Tens
     return alpha_next_token if form == "next_token" else alpha_next_token / (1.0 + alpha_next_token)
 
 
+def cocoa_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
+    """A CoCoA-style weight per row ``[N]`` (after Khandelwal et al. 2025, "CoCoA: Confidence- and
+    Context-Aware Adaptive Decoding"): ``a = (1 - exp(-D)) (1 - m)``, ``D`` the Rényi divergence of order
+    1/2 of ``f_max`` from ``f_short`` in nats (``-2 log Σ √(p q)``: unlike the JSD it does not saturate when a
+    low-probability token moves) and ``m`` the margin between ``f_max``'s two most likely tokens. CoCoA
+    trusts a peaked context; here the weight falls as ``f_max`` peaks, as measured on LAMBADA's development
+    passages (docs/adaptive.md): a peaked ``f_max`` already decides its argmax, and boosting then only
+    amplifies the short expert's tail. ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form."""
+    full64, short64 = full.double(), short.double()
+    divergence = (-2.0 * torch.logsumexp((full64 + short64) / 2.0, dim=-1)).clamp_min(0.0)
+    top = full64.exp().topk(min(2, full64.shape[-1]), dim=-1).values
+    margin = top[..., 0] - (top[..., 1] if top.shape[-1] > 1 else 0.0)
+    a = ((1.0 - torch.exp(-divergence)) * (1.0 - margin)).to(torch.promote_types(full.dtype, torch.float32))
+    return -a if form == "generation" else -a / (1.0 + a)
+
+
 def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
     """AdaCAD's alpha per row ``[N]``: ``a = JSD(f_max || f_short)`` in bits; ``-a`` in the generation form
     (exactly AdaCAD's ``(1 + a) log f_max - a log f_short``), ``-a / (1 + a)`` in the next-token form (the
@@ -185,7 +208,7 @@ def token_alphas(
 ) -> torch.Tensor:
     """Per-row alpha ``[N]`` of a per-position rule from ``log f_max`` and ``log f_short``."""
     check_arguments(token_alphas, {"rule": rule})
-    return (jsd_alpha if rule == "jsd" else residual_alpha)(full, short, form)
+    return {"jsd": jsd_alpha, "cocoa": cocoa_alpha, "residual": residual_alpha}[rule](full, short, form)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -236,6 +259,29 @@ def decorrelate_alpha(
     if var <= 1e-12:
         return 0.0
     return -float((fc * sc).sum()) / var
+
+
+def context_gain(
+    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
+) -> tuple[float, float]:
+    """How far the premise moves the answers: the mean over the split's questions of the JSD (bits) between
+    the full and the premise-free scores normalised over each question's answers, and its standard error.
+
+    Near 0 the premise adds nothing the answers' own likelihood did not say (PIQA's solutions: the full
+    and the premise-free model pick the same one), and boosting, which removes that likelihood, leaves
+    noise: the case NWCAD's gate falls back to plain decoding for (arXiv 2604.16686)."""
+    x = -choice_jsd_alpha(ll_full, ll_short, lengths)  # a / (1 + a)
+    js = x / (1.0 - x)
+    n = js.numel()
+    return float(js.mean()) if n else 0.0, float(js.std(unbiased=True) / math.sqrt(n)) if n > 1 else math.inf
+
+
+def gated_alpha(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None) -> float:
+    """``decorrelate_alpha`` where the premise demonstrably moves the answers (``context_gain``'s mean
+    minus two standard errors at least ``GATE_BITS``), else 0, the base model: where the premise adds
+    nothing, or the split is too small to tell, boosting only risks a loss (docs/adaptive.md measures it)."""
+    gain, stderr = context_gain(ll_full, ll_short, lengths)
+    return decorrelate_alpha(ll_full, ll_short, lengths) if gain - 2.0 * stderr >= GATE_BITS else 0.0
 
 
 def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:
@@ -299,6 +345,8 @@ def choice_alphas(
         value = float(choice_jsd_alpha(ll_full, ll_short, lengths).mean())
     elif rule == "decorrelate":
         value = decorrelate_alpha(ll_full, ll_short, lengths)
+    elif rule == "gated":
+        value = gated_alpha(ll_full, ll_short, lengths)
     else:
         value = balance_alpha(ll_full, ll_short, alphas, lengths)[0]
     return torch.full((ll_full.shape[0],), value, dtype=torch.float64)

@@ -11,11 +11,15 @@ import pytest
 import torch
 
 from cblight.adaptive import (
+    GATE_BITS,
     alpha_in_form,
     balance_alpha,
     choice_alphas,
     choice_jsd_alpha,
+    cocoa_alpha,
+    context_gain,
     decorrelate_alpha,
+    gated_alpha,
     js_divergence,
     jsd_alpha,
     prior_ranks,
@@ -172,6 +176,51 @@ def test_decorrelate_alpha_by_hand():
     margin = choice_scores(full, short, alpha)
     assert float((margin[:, 0] - margin[:, 1]).mean()) == pytest.approx(0.0, abs=1e-12)
     assert decorrelate_alpha(full, torch.zeros_like(full)) == 0.0
+
+
+def test_cocoa_alpha_by_hand():
+    p, q = [0.6, 0.3, 0.1, 0.0], [0.2, 0.2, 0.5, 0.1]
+    renyi = -2 * LOG(sum(math.sqrt(a * b) for a, b in zip(p, q)))  # order 1/2, nats
+    a = (1 - math.exp(-renyi)) * (1 - (0.6 - 0.3))  # falls as f_max's top-two margin grows
+    full, short = logs(*p).float(), logs(*q).float()
+    torch.testing.assert_close(cocoa_alpha(full, short, "generation"), torch.tensor([-a]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(cocoa_alpha(full, short), torch.tensor([-a / (1 + a)]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(token_alphas("cocoa", full, short), cocoa_alpha(full, short))
+    # identical experts, or a one-hot f_max (margin 1), leave the base model
+    assert float(cocoa_alpha(full, full)) == pytest.approx(0.0, abs=1e-6)
+    assert float(cocoa_alpha(logs(1.0, 0.0, 0.0).float(), logs(0.2, 0.3, 0.5).float())) == 0.0
+
+
+def test_context_gain_and_gate_by_hand():
+    # the JSD in bits of each question's two answer distributions, their mean and its standard error
+    full = torch.tensor([[-0.1, -2.5], [-2.0, -0.2], [-0.3, -1.5], [-1.0, -0.5]], dtype=torch.float64)
+    short = torch.tensor([[-1.0, -0.5], [-0.4, -1.2], [-0.7, -0.7], [-0.9, -0.6]], dtype=torch.float64)
+
+    def softmax(row):
+        z = [math.exp(v) for v in row]
+        return [v / sum(z) for v in z]
+
+    js = [jsd_bits_by_hand(softmax(f), softmax(s)) for f, s in zip(full.tolist(), short.tolist())]
+    mean = sum(js) / 4
+    stderr = math.sqrt(sum((v - mean) ** 2 for v in js) / 3 / 4)
+    gain, se = context_gain(full, short)
+    assert gain == pytest.approx(mean, abs=1e-9)
+    assert se == pytest.approx(stderr, abs=1e-9)
+    # four questions cannot tell (the mean minus two standard errors is below the gate): no boosting
+    assert mean - 2 * stderr < GATE_BITS
+    assert gated_alpha(full, short) == 0.0
+    # the same questions many times over: the gate opens and the rule is decorrelate's
+    many_full, many_short = full.repeat(100, 1), short.repeat(100, 1)
+    assert context_gain(many_full, many_short)[0] == pytest.approx(mean, abs=1e-9)
+    assert mean >= GATE_BITS + 0.03
+    assert gated_alpha(many_full, many_short) == decorrelate_alpha(many_full, many_short)
+    assert choice_alphas("gated", many_full, many_short, [0.0]).unique().tolist() == [
+        decorrelate_alpha(many_full, many_short)
+    ]
+    # a premise that moves nothing (full = premise-free + a constant per question): gate shut at any size
+    flat = short.repeat(100, 1) + torch.arange(400, dtype=torch.float64)[:, None]
+    assert context_gain(flat, short.repeat(100, 1))[0] == pytest.approx(0.0, abs=1e-9)
+    assert gated_alpha(flat, short.repeat(100, 1)) == 0.0
 
 
 def test_prior_ranks_and_balance_alpha_by_hand():
