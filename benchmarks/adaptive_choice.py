@@ -116,7 +116,7 @@ def paired(a: Any, b: Any) -> tuple[float, float]:
 def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
 
-    from cblight.adaptive import choice_alphas
+    from cblight.adaptive import CHOICE_RULES, choice_alphas, context_gain
     from cblight.boosting import choice_accuracy_curve, choice_predictions, choice_scores, first_argmax
 
     grid = torch.tensor(GRID, dtype=torch.float64)
@@ -134,12 +134,16 @@ def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict
         (f"alpha* = {star:g} (selection split)", star_correct, None),
         (f"oracle alpha = {oracle:g} (report labels)", fixed(oracle), None),
     ]
-    for rule in ("jsd", "jsd_mean", "decorrelate", "balance"):
+    for rule in CHOICE_RULES:
         alpha = choice_alphas(rule, rep["full"], rep["short"], GRID)
         scores = choice_scores(rep["full"], rep["short"], alpha.view(-1, 1))
         rows.append((f"{rule} (no labels)", scores.argmax(-1) == rep["labels"], alpha))
     n = len(rep["labels"])
+    gain, gain_se = context_gain(rep["full"], rep["short"])
     print(f"\n{task}: report n = {n}, selection n = {len(sel['labels'])}")
+    print(
+        f"context gain (mean JSD, bits): {gain:.3f} ± {gain_se:.3f}; the gate opens at a lower bound >= 0.1"
+    )
     print(f"{'row':<40} {'acc %':>7} {'± se':>6}   {'vs alpha*':>9} {'± se':>6}   alpha (mean, sd)")
     out = []
     for name, correct, alpha in rows:

@@ -132,6 +132,13 @@ def expert_stats(full: Any, short: Any) -> Any:
     return torch.stack([renyi.clamp_min(0), *entropy, top[:, 0] - top[:, 1]], -1).float()
 
 
+def cocoa_from_stats(stats: Any) -> Any:
+    """``cblight.adaptive.cocoa_alpha`` (next-token form) from the cached ``STATS`` of one expert."""
+    renyi, _, _, margin = stats.double().unbind(-1)
+    a = (1 - (-renyi).exp()) * (1 - margin)
+    return -a / (1 + a)
+
+
 def scored_split(
     model: Any, tok: Any, name: str, items: list, ks: list[int], args: argparse.Namespace
 ) -> dict:
@@ -163,10 +170,12 @@ def scored_split(
     return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
 
 
-def candidate_correct(split: dict, col: int, alpha: float) -> Any:
-    """Whether the target wins at ``alpha`` among the candidate set of expert ``col`` (see the module
-    docstring); ``table`` checks this against the exact whole-vocabulary grid."""
+def candidate_correct(split: dict, col: int, alpha: Any) -> Any:
+    """Whether the target wins at ``alpha`` (one value, or one per passage) among the candidate set of
+    expert ``col`` (see the module docstring); ``table`` checks this against the exact whole-vocabulary
+    grid."""
     scores = split["candidate_scores"][:, col].float()
+    alpha = alpha.float()[:, None] if hasattr(alpha, "float") else alpha
     mixed = scores[..., 0] + alpha * scores[..., 1]
     return mixed[:, -1] >= mixed.max(-1).values
 
@@ -228,6 +237,14 @@ def table(test: dict, dev: dict, args: argparse.Namespace) -> list[dict[str, Any
                     "no labels",
                 )
             )
+        cocoa = cocoa_from_stats(test["stats"][:, col])
+        rows.append(
+            (
+                f"cocoa (mean alpha {float(cocoa.mean()):.2f}), k = last {u}",
+                candidate_correct(test, col, cocoa),
+                "no labels",
+            )
+        )
     for rule in ("jsd", "residual"):
         mean_alpha = float(test[f"{rule}_alpha"][:, ki].mean())
         rows.append(
