@@ -218,11 +218,9 @@ def test_streaming_equals_one_call():
     for lo in range(0, len(hyps), 7):
         bleu.update(hyps[lo : lo + 7], refs[lo : lo + 7])
         nist.update(hyps[lo : lo + 7], refs[lo : lo + 7])
-    assert {k: float(v) for k, v in bleu.compute().items()} == pytest.approx(
-        corpus_bleu(hyps, refs, orders=(1, 4))
-    )
+    assert {k: float(v) for k, v in bleu.compute().items()} == pytest.approx(corpus_bleu(hyps, refs, (1, 4)))
     assert {k: float(v) for k, v in nist.compute().items()} == pytest.approx(
-        corpus_nist_score(hyps, refs, orders=(1, 4))
+        corpus_nist_score(hyps, refs, (1, 4))
     )
 
 

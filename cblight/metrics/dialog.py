@@ -312,41 +312,57 @@ class ResponseLength(PaperMetric):
 
 
 def corpus_bleu(
-    hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    orders: Orders = (2, 4),
+    normalize: Normalize = "dstc",
+    n_refs: PositiveInt | None = None,
 ) -> dict[str, float]:
-    """``CorpusBLEU`` (mteval-v14c.pl) in one call; ``options``: its keywords (``orders``, ``normalize``,
-    ``n_refs``)."""
-    return score_once(CorpusBLEU(**options), hypotheses, references)
+    """``CorpusBLEU`` (mteval-v14c.pl) in one call."""
+    return score_once(CorpusBLEU(orders, normalize, n_refs), hypotheses, references)
 
 
 def corpus_nist_score(
-    hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    orders: Orders = (2, 4),
+    normalize: Normalize = "dstc",
+    n_refs: PositiveInt | None = None,
 ) -> dict[str, float]:
-    """``CorpusNIST`` (mteval-v14c.pl) in one call; ``options``: its keywords (``orders``, ``normalize``,
-    ``n_refs``)."""
-    return score_once(CorpusNIST(**options), hypotheses, references)
+    """``CorpusNIST`` (mteval-v14c.pl) in one call."""
+    return score_once(CorpusNIST(orders, normalize, n_refs), hypotheses, references)
 
 
 def nltk_corpus_bleu(
-    hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    orders: Orders = (2, 4),
+    normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NltkCorpusBLEU`` on one corpus: nltk's ``corpus_bleu`` at each order (kept to compare with the
-    official NIST-script BLEU of ``corpus_bleu``); ``options``: ``orders``, ``normalize``."""
-    return score_once(NltkCorpusBLEU(**options), hypotheses, references)
+    official NIST-script BLEU of ``corpus_bleu``)."""
+    return score_once(NltkCorpusBLEU(orders, normalize), hypotheses, references)
 
 
 def nltk_corpus_nist(
-    hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    orders: Orders = (2, 4),
+    normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NltkCorpusNIST`` on one corpus: nltk's ``corpus_nist`` at each order (kept to compare with the
-    official ``mteval-v14c.pl`` figures of ``corpus_nist_score``); ``options``: ``orders``, ``normalize``."""
-    return score_once(NltkCorpusNIST(**options), hypotheses, references)
+    official ``mteval-v14c.pl`` figures of ``corpus_nist_score``)."""
+    return score_once(NltkCorpusNIST(orders, normalize), hypotheses, references)
 
 
-def ngram_diversity(hypotheses: Sequence[str], **options: Any) -> dict[str, float]:
-    """``NGramDiversity`` on one corpus: Dist-n and Ent-n of the responses (Table 3, DialoGPT's DSTC
-    scripts); ``options``: ``distinct_orders``, ``entropy_orders``, ``normalize``."""
-    return score_once(NGramDiversity(**options), hypotheses)
+def ngram_diversity(
+    hypotheses: Sequence[str],
+    distinct_orders: Orders = (1, 2),
+    entropy_orders: Orders = (4,),
+    normalize: Normalize = "dstc",
+) -> dict[str, float]:
+    """``NGramDiversity`` on one corpus: Dist-n and Ent-n of the responses (Table 3, DialoGPT's DSTC scripts)."""
+    return score_once(NGramDiversity(distinct_orders, entropy_orders, normalize), hypotheses)
 
 
 def response_length(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> float:

@@ -265,15 +265,22 @@ class NltkMeteor(PaperMetric):
 # Functional forms
 
 
-def meteor(hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any) -> float:
-    """The official corpus METEOR 1.5 (``Meteor``) in one call; ``options``: ``normalize``, ``n_refs``,
-    ``jar``."""
-    return score_once(Meteor(**options), hypotheses, references)
+def meteor(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    normalize: Normalize = "dstc",
+    n_refs: PositiveInt | None = None,
+    jar: str | None = None,
+) -> float:
+    """The official corpus METEOR 1.5 (``Meteor``) in one call."""
+    return score_once(Meteor(normalize, n_refs, jar), hypotheses, references)
 
 
 def nltk_meteor(
-    hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    normalize: Normalize = "dstc",
+    use_synonyms: bool | None = None,
 ) -> dict[str, float]:
-    """nltk's mean sentence METEOR (``NltkMeteor``) in one call; ``options``: ``normalize``,
-    ``use_synonyms``."""
-    return score_once(NltkMeteor(**options), hypotheses, references)
+    """nltk's mean sentence METEOR (``NltkMeteor``) in one call."""
+    return score_once(NltkMeteor(normalize, use_synonyms), hypotheses, references)

@@ -70,8 +70,10 @@ class ROUGE(PaperMetric):
 
 
 def rouge(
-    predictions: Sequence[str], references: Sequence[str | Sequence[str]], **options: Any
+    predictions: Sequence[str],
+    references: Sequence[str | Sequence[str]],
+    rouge_types: Sequence[str] = ROUGE_TYPES,
+    use_stemmer: bool = True,
 ) -> dict[str, float]:
-    """``ROUGE`` F-measures of predictions against their references (the summarisation appendix's
-    ROUGE-1/2/L); ``options``: ``rouge_types``, ``use_stemmer``."""
-    return score_once(ROUGE(**options), predictions, references)
+    """``ROUGE`` F-measures of predictions against their references (the summarisation appendix's ROUGE-1/2/L)."""
+    return score_once(ROUGE(rouge_types, use_stemmer), predictions, references)
