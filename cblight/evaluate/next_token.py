@@ -23,7 +23,6 @@ from cblight.boosting import (
     boosted_log_probs,
     first_argmax,
     next_token_alpha_sweep,
-    short_context_ids,
 )
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
@@ -164,13 +163,7 @@ class NextToken(TaskScoring):
         ``log f_max + alpha log f_k`` (normalised), and its correctness and log-prob on ``ADAPTIVE_GRID``."""
         prefix = scorer.encoder.prefix
         ks = [unit_k([self.decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
-        shorts = [short_context_ids(c, k, prefix) for c, k in zip(contexts, ks)]
-        short = full.clone()  # a context no longer than its k: f_k == f_max
-        todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
-        if todo:
-            short[torch.tensor(todo, device=full.device)] = scorer.next_token_log_probs(
-                [shorts[i] for i in todo]
-            )
+        short = scorer.last_k_log_probs(contexts, ks, full=full)
         alpha = token_alphas(self.token_rule or "", full, short, "next_token")
         mixed = boosted_log_probs(full, short, alpha, "next_token")
         lp = mixed.gather(1, tgt[:, None])
