@@ -148,7 +148,7 @@ class Scorer:
     """Batched scoring with one model; see the module docstring.
 
     ``batch_size`` caps the number of sequences (rows) per forward pass. ``"auto"`` starts at
-    ``auto_start`` rows on a GPU and halves on out-of-memory; on CPU it is ``16``.
+    64 rows on a GPU and halves on out-of-memory; on CPU it is ``16``.
     ``share_context`` encodes the context of a group once and fans its KV cache out to the choices.
     """
 
@@ -160,7 +160,6 @@ class Scorer:
         batch_size: BatchSize = "auto",
         max_length: int | None = None,
         share_context: bool = True,
-        auto_start: int = 64,
     ):
         from cblight.models import model_window
 
@@ -170,7 +169,7 @@ class Scorer:
         self.window = model_window(model, max_length)
         self.batch_size = batch_size
         self.share_context = share_context
-        self._auto_rows = auto_start
+        self._auto_rows = 64
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
 
     # -- plumbing ------------------------------------------------------------------------------------

@@ -58,12 +58,7 @@ class TaskScoring(ABC):
     def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
         self.methods = list(methods)
         self.adaptive = adaptive
-        self._options: MethodOptions | None = run.method_options
-
-    @property
-    def options(self) -> MethodOptions:
-        """The comparison methods' options: the run's, or their defaults (built only where a method runs)."""
-        return self._options or MethodOptions()
+        self.options: MethodOptions = run.method_options or MethodOptions()
 
     @property
     def content_free(self) -> list[str]:

@@ -38,10 +38,8 @@ def score_pairs(
     ``token_rule`` (``cblight.adaptive.TOKEN_RULES``; docs/adaptive.md) the greedy flag mixes each
     continuation position with that position's own alpha instead of ``alpha``."""
     prepared: list[tuple[list[list[int]], list[int], list[int]]] = []  # (rows, first positions, cont)
-    for i, (ctx, short, cont) in enumerate(items):
+    for ctx, short, cont in items:  # continuations are never empty: the model refuses those first
         cont = list(cont)
-        if not cont:
-            raise ValueError(f"item {i} has an empty continuation")
         cuts = [scorer.truncate(c, [cont]) for c in ((ctx,) if short is None else (ctx, short))]
         prepared.append(([cut + cont[:-1] for cut in cuts], [len(cut) - 1 for cut in cuts], cont))
     order = sorted(range(len(items)), key=lambda i: -max(len(r) for r in prepared[i][0]))

@@ -123,10 +123,9 @@ def echoed_continuation(
 class ServedScorer:
     """Multiple-choice scoring through a served model (module docstring); ``score_text`` as ``Scorer``'s."""
 
-    def __init__(self, client: CompletionClient, model: str, top_logprobs: int = 1):
+    def __init__(self, client: CompletionClient, model: str):
         self.client = client
         self.model = model
-        self.top_logprobs = top_logprobs
         self.boundary_straddles = 0
         self.alignment: dict[str, Any] | None = None
 
@@ -159,9 +158,10 @@ class ServedScorer:
         }
 
     def _body(self, prompt: str, echo: bool) -> dict[str, Any]:
-        # max_tokens=1, not 0: llama-cpp-python reads 0 as "until the window is full"
+        # max_tokens=1, not 0: llama-cpp-python reads 0 as "until the window is full"; logprobs=1: the top
+        # token of each position beside the prompt token's own, for the greedy flag
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
-        return {**body, "logprobs": self.top_logprobs, **({"echo": True} if echo else {})}
+        return {**body, "logprobs": 1, **({"echo": True} if echo else {})}
 
     def check_alignment(self) -> dict[str, Any]:
         """The canary of the module docstring; returns what it compared, or raises ``ServedModelError``."""
