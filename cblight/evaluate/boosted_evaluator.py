@@ -40,7 +40,7 @@ from cblight.models import DTypeName, check_checkpoint_max_length, check_max_len
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.runs import check_interrupt
 from cblight.scoring import Scorer, TextScorer
-from cblight.served import ServedScorer, ServerOptions, check_served_splits, resumed_line
+from cblight.served import ServedScorer, ServerOptions, check_served_splits
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 
@@ -374,8 +374,17 @@ class ServedBackend:
         return ServedScorer.connect(self.server, run.model_name, run.output_dir / "requests.sqlite")
 
     def settings(self, scorer: TextScorer | None, resumed: int) -> dict[str, Any]:
-        """The server's report (none when every example came from the cache), and a line on what resumed."""
+        """The server's report (none when every example came from the cache); for a run that resumed, one line
+        on the examples an earlier run had scored (the per-example cache) and the requests it had paid for
+        (the request cache), neither asked again."""
         served = scorer if isinstance(scorer, ServedScorer) else None
-        if line := resumed_line(self.server.base_url, resumed, served):
-            rank_zero_info(line)
+        client = served.client if served is not None else None
+        hits, sent = (client.cache_hits, client.requests_sent) if client is not None else (0, 0)
+        if resumed or hits:
+            where = f" ({client.cache.path})" if client is not None and client.cache is not None else ""
+            rank_zero_info(
+                f"served model at {self.server.base_url}, resumed: {resumed} examples from the per-example "
+                f"cache, {hits} requests answered from the request cache{where}, {sent} requests sent (checks "
+                "included)"
+            )
         return {"backend": "openai", **({"served": served.report()} if served is not None else {})}

@@ -129,12 +129,8 @@ class MultipleChoice(TaskScoring):
         records: dict[int, dict[str, Any]] = {}
         for ex in choices:  # the cached record of the same input keeps its valid parts
             old = previous.get(ex.idx) or {}
-            keep = old.get("input") == self.input_digest(ex)
-            records[ex.idx] = (
-                {**old, "method_inputs": dict(old.get("method_inputs", {}))}
-                if keep
-                else {"method_inputs": {}}
-            )
+            old = old if old.get("input") == self.input_digest(ex) else {}
+            records[ex.idx] = {**old, "method_inputs": dict(old.get("method_inputs", {}))}
         at = 0
         for i, part, n in slots:
             self._fill(records[choices[i].idx], part, choices[i], scores[at : at + n])

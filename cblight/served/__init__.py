@@ -5,7 +5,7 @@
 """
 
 from cblight.served.client import CompletionClient, RequestCache, ServedModelError, ServerOptions
-from cblight.served.scorer import ServedScorer, check_served_splits, resumed_line
+from cblight.served.scorer import ServedScorer, check_served_splits
 
 __all__ = [
     "CompletionClient",
@@ -14,5 +14,4 @@ __all__ = [
     "ServedScorer",
     "ServerOptions",
     "check_served_splits",
-    "resumed_line",
 ]

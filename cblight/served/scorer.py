@@ -243,18 +243,3 @@ def check_served_splits(splits: Sequence[Any], has_tokenizer: bool) -> None:
                         "name does not tell; give the model's tokenizer as --model.tokenizer (only its "
                         "special tokens are used)"
                     )
-
-
-def resumed_line(base_url: str, examples_cached: int, scorer: ServedScorer | None) -> str | None:
-    """One line for a served run that resumed: the examples an earlier run had scored (the per-example cache)
-    and the requests it had paid for (the request cache), neither asked again; ``None`` for a fresh run."""
-    client = scorer.client if scorer is not None else None
-    hits = client.cache_hits if client is not None else 0
-    if not examples_cached and not hits:
-        return None
-    where = f" ({client.cache.path})" if client is not None and client.cache is not None else ""
-    sent = client.requests_sent if client is not None else 0
-    return (
-        f"served model at {base_url}, resumed: {examples_cached} examples from the per-example cache, "
-        f"{hits} requests answered from the request cache{where}, {sent} requests sent (checks included)"
-    )
