@@ -46,7 +46,6 @@ __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 
 KINDS: dict[str, type[TaskScoring]] = {kind.kind: kind for kind in (MultipleChoice, NextToken)}
 _STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report"}
-_PREFIX = {"selection": "val", "report": "test"}
 DEFAULT_KS = tuple(range(1, 21))  #: the default ``ks``, LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
 
 
@@ -193,9 +192,8 @@ class BoostedEvaluator(Evaluator):
         pending = False
         for split in splits:
             kind = self._kind(split, role)
-            key = f"{_PREFIX[role]}_{split.name}"
-            if key not in self.sweeps:
-                self.sweeps[key] = kind.new_sweep(split)
+            if f"{role}_{split.name}" not in self.sweeps:
+                self.sweeps[f"{role}_{split.name}"] = kind.new_sweep(split)
             label = f"{split.split}-sample" if split.sampled_indices is not None else split.split
             sig = {**self.cache_signature(split.name, split.split), "max_length": self.hparams.max_length}
             sig.update(**self.backend.signature, **kind.signature())
@@ -244,7 +242,7 @@ class BoostedEvaluator(Evaluator):
             if self._scorer is None:  # connected when an example needs it
                 self._scorer = self.backend.connect(self)
             self._store((role, split.name), kind.score(self._scorer, split, todo, cached))
-        kind.update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], [cached[ex.idx] for ex in batch])
+        kind.update(self.sweeps[f"{role}_{split.name}"], [cached[ex.idx] for ex in batch])
 
     def validation_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._step(batch, dataloader_idx, "selection")
@@ -255,7 +253,7 @@ class BoostedEvaluator(Evaluator):
     # -- selection (validation loop) -------------------------------------------------------------------------
     def on_validation_epoch_end(self) -> None:
         for split in self._splits.get("selection", []):
-            sweep = self.sweeps[f"val_{split.name}"]
+            sweep = self.sweeps[f"selection_{split.name}"]
             info = self._kind(split, "selection").select(split, sweep.shaped())
             self.selected[split.name] = info
             key = f"val/{self._key(split.name)}"
@@ -267,7 +265,7 @@ class BoostedEvaluator(Evaluator):
     def on_test_epoch_end(self) -> None:
         self.results = {}
         for split in self._splits.get("report", []):
-            sweep = self.sweeps[f"test_{split.name}"]
+            sweep = self.sweeps[f"report_{split.name}"]
             kind = self._kind(split, "report")
             result, rows = kind.report(split, sweep.shaped(), self.selected.get(split.name))
             if len(self.methods) > 1:

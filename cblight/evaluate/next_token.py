@@ -211,9 +211,15 @@ class NextToken(TaskScoring):
             report.update(accuracy(out["calibrated_correct"], "acc_calibrate"))
         best = self.select(split, out)  # the report split's own best (k, alpha): the oracle
         report.update(oracle_k=best["k_star"], oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
-        adaptive = self._adaptive_rows(out) if self.adaptive is not None else None
-        if adaptive is not None:  # no labels: k from the input, alpha from the rule
-            alpha, correct, log_prob, rank = adaptive
+        if self.adaptive is not None:  # no labels: k from the input, alpha from the rule
+            alpha, correct, log_prob = (out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob"))
+            rank: torch.Tensor | None = out["adaptive_rank"]
+            if self.adaptive == "jsd_mean":  # the split's one alpha, its passages' mean on ADAPTIVE_GRID
+                value = round(float(alpha.double().mean()), 2)
+                col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
+                alpha = torch.full_like(alpha, ADAPTIVE_GRID[col])
+                correct, log_prob = (out[f"adaptive_grid_{n}"][:, col] for n in ("correct", "log_prob"))
+                rank = None  # the grid keeps no ranks
             report.update(accuracy(correct, "acc_adaptive"))
             report["ppl_adaptive"] = float(torch.exp(-log_prob.double().mean()))
             k = out["adaptive_k"].double()
@@ -266,7 +272,7 @@ class NextToken(TaskScoring):
                 row.update(
                     pred_calibrate=self.decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
                 )
-            if adaptive is not None:
+            if self.adaptive is not None:
                 row.update(
                     k_adaptive=int(out["adaptive_k"][i]),
                     alpha_adaptive=float(alpha[i]),
@@ -285,15 +291,3 @@ class NextToken(TaskScoring):
                 )
             rows.append(row)
         return result, rows
-
-    def _adaptive_rows(
-        self, out: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Per passage: the rule's alpha, the target's correctness and log-prob under it, and its rank
-        (``None`` for ``jsd_mean``, whose one alpha of the split is read on ``ADAPTIVE_GRID``)."""
-        if self.adaptive != "jsd_mean":
-            return tuple(out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob", "rank"))  # type: ignore[return-value]
-        value = round(float(out["adaptive_alpha"].double().mean()), 2)
-        col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
-        alpha = torch.full_like(out["adaptive_alpha"], ADAPTIVE_GRID[col])
-        return alpha, out["adaptive_grid_correct"][:, col], out["adaptive_grid_log_prob"][:, col], None
