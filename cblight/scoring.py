@@ -102,8 +102,7 @@ class Encoder:
         stripped = context.rstrip(" ")
         context, continuation = stripped, context[len(stripped) :] + continuation
         ctx_body = self.body(context) if context else []
-        whole = self.body(context + continuation)
-        cont = whole[len(ctx_body) :]
+        cont = self.body(context + continuation)[len(ctx_body) :]
         if not cont:
             raise ScoringError(f"continuation {continuation!r} encodes to no tokens after its context")
         ctx = self.prefix + ctx_body if ctx_body else empty_context_ids(self.tokenizer, self.prefix)

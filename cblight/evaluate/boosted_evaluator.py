@@ -30,6 +30,7 @@ from cblight.adaptive import RuleName, rule_for
 from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import Role, TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
+from cblight.data.registry import RenderContext
 from cblight.errors import ConfigError
 from cblight.evaluate.methods import MethodName, MethodOptions, not_applicable
 from cblight.evaluate.multiple_choice import MultipleChoice
@@ -40,7 +41,7 @@ from cblight.models import DTypeName, check_checkpoint_max_length, check_max_len
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.runs import check_interrupt
 from cblight.scoring import Scorer, TextScorer
-from cblight.served import ServedScorer, ServerOptions, check_served_splits
+from cblight.served import ServedModelError, ServedScorer, ServerOptions
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 
@@ -187,8 +188,7 @@ class BoostedEvaluator(Evaluator):
         dm = self._datamodule()
         self.check_tasks(dm)
         self._clear_cache_once()
-        splits = dm.loader_splits(role)
-        self._splits[role] = splits
+        self._splits[role] = splits = dm.loader_splits(role)
         pending = False
         for split in splits:
             kind = self._kind(split, role)
@@ -361,9 +361,28 @@ class ServedBackend:
         self.server = server
 
     def prepare(self, run: BoostedEvaluator, dm: Any, splits: list[TaskSplit], pending: bool) -> None:
-        """Before any request: what a served model cannot score exactly is refused."""
+        """Before any request, what a served model cannot score exactly is refused: next-token tasks (the
+        argmax over the vocabulary, ``cblight.served.scorer``), and prompts holding a special token that only
+        a local tokenizer can spell (SST-5's answers end with EOS: without ``tokenizer`` it would be GPT-2's
+        literal)."""
         run._load_tokenizer()
-        check_served_splits(splits, run.tokenizer is not None)
+        placeholder = RenderContext().eos_token
+        for split in splits:
+            if split.task.kind != "multiple_choice":
+                raise ServedModelError(
+                    f"{split.name}: next-token prediction needs the model's whole next-token distribution (the "
+                    "boosted argmax over the vocabulary), and a completions server returns only the top-N "
+                    "log-probs of a position; backend openai scores multiple-choice tasks only (exact from "
+                    "prompt log-probs): run next-token tasks with backend local"
+                )
+            if run.tokenizer is None:
+                for ex in split.examples:
+                    if placeholder in ex.context or any(placeholder in c for c in ex.choices):
+                        raise ServedModelError(
+                            f"{split.name}: its prompts contain the tokenizer's EOS token, which a served "
+                            "model's name does not tell; give the model's tokenizer as --model.tokenizer (only "
+                            "its special tokens are used)"
+                        )
 
     def check_checkpoint(self, run: BoostedEvaluator, path: str) -> None:
         return None  # a served model's name is the server's to check

@@ -90,18 +90,6 @@ class NextToken(TaskScoring):
         )
         return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
-    def _calibrated(
-        self, scorer: Scorer, passages: Sequence[NextTokenExample], full: torch.Tensor
-    ) -> list[int]:
-        enc = scorer.encoder
-        new = sorted({ex.template for ex in passages} - set(self._cf))
-        if new:
-            prompts = [enc.context(t.replace("[X]", cf)) for t in new for cf in self.content_free]
-            lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
-            self._cf.update({t: lp[i] for i, t in enumerate(new)})
-        cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
-        return calibrated_next_token(full, cf, self.options.calibrate_top_n, reduce="min").tolist()
-
     def score(
         self,
         scorer: Scorer,
@@ -133,7 +121,15 @@ class NextToken(TaskScoring):
             sweep = next_token_alpha_sweep(full, short, tgt, alphas, "next_token")
             for name in ("correct", "log_prob", "rank"):
                 per_k[f"boosted_{name}"].append(sweep[name].int() if name == "correct" else sweep[name])
-        calibrated = self._calibrated(scorer, passages, full) if "calibrate" in self.methods else None
+        calibrated = None
+        if "calibrate" in self.methods:  # one pass per relation template and content-free input, kept
+            new = sorted({ex.template for ex in passages} - set(self._cf))
+            if new:
+                prompts = [enc.context(t.replace("[X]", cf)) for t in new for cf in self.content_free]
+                lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
+                self._cf.update({t: lp[i] for i, t in enumerate(new)})
+            cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
+            calibrated = calibrated_next_token(full, cf, self.options.calibrate_top_n, reduce="min").tolist()
         adaptive = self._adaptive(scorer, contexts, full, tgt) if self.adaptive is not None else None
         stack = {name: torch.stack(columns, 1).tolist() for name, columns in per_k.items()}
         records = []

@@ -56,7 +56,7 @@ from cblight.lmeval.contexts import RULES, PremiseFreeRule, ShortContextMode, ru
 from cblight.lmeval.pairs import Pair, boosted_scores, score_pairs
 from cblight.models import DTypeName
 from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
-from cblight.scoring import Encoder, Scorer
+from cblight.scoring import Scorer
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class CblightLM(TemplateLM):
         self.model = model
         self.tokenizer = tok
         self.scorer = Scorer(model, tok, batch_size=batch_size, max_length=max_length)
-        self.prefix = Encoder(tok).prefix
+        self.prefix = self.scorer.encoder.prefix
         self._settings = {
             "model": str(self.model_name),
             "alpha": self.alpha,

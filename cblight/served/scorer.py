@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cblight.data.registry import RenderContext
 from cblight.scoring import ContinuationScore
 from cblight.served.client import CompletionClient, RequestCache, ServedModelError, ServerOptions
 
@@ -220,26 +219,3 @@ class ServedScorer:
                 log.warning("%s: the server's tokens straddle the context/continuation boundary", name)
             out[g].append(ContinuationScore(sum(got.log_probs), got.log_probs, got.greedy))
         return out
-
-
-def check_served_splits(splits: Sequence[Any], has_tokenizer: bool) -> None:
-    """Refuse, before any request, what a served model cannot score exactly: next-token tasks (the argmax
-    over the vocabulary, module docstring), and prompts holding a special token that only a local tokenizer
-    can spell (SST-5's answers end with EOS: without ``tokenizer`` it would be GPT-2's literal)."""
-    placeholder = RenderContext().eos_token
-    for split in splits:
-        if split.task.kind != "multiple_choice":
-            raise ServedModelError(
-                f"{split.name}: next-token prediction needs the model's whole next-token distribution (the "
-                "boosted argmax over the vocabulary), and a completions server returns only the top-N "
-                "log-probs of a position; backend openai scores multiple-choice tasks only (exact from "
-                "prompt log-probs): run next-token tasks with backend local"
-            )
-        if not has_tokenizer:
-            for ex in split.examples:
-                if placeholder in ex.context or any(placeholder in c for c in ex.choices):
-                    raise ServedModelError(
-                        f"{split.name}: its prompts contain the tokenizer's EOS token, which a served model's "
-                        "name does not tell; give the model's tokenizer as --model.tokenizer (only its "
-                        "special tokens are used)"
-                    )
