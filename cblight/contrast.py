@@ -90,10 +90,9 @@ def contrast(
             )
             for i, t in enumerate(shown)
         ]
-    short_ids = short_context_ids(ctx, k, enc.prefix)
     return Contrast(
         context=tokenizer.decode(ctx, skip_special_tokens=True),
-        short_context=tokenizer.decode(short_ids, skip_special_tokens=True),
+        short_context=tokenizer.decode(short_context_ids(ctx, k, enc.prefix), skip_special_tokens=True),
         target=tokenizer.decode([target_id]),
         tables=tables,
         target_rank=ranks,

@@ -261,10 +261,8 @@ class Scorer:
         order = sorted(prepared, key=lambda g: -(len(g.context) + max(len(c) for c in g.continuations)))
         run = self._score_shared if self.share_context else self._score_rows
         scored = self.in_batches(order, lambda g: len(g.continuations), run)
-        results: list[list[ContinuationScore]] = [[] for _ in groups]
-        for group, scores in zip(order, scored):
-            results[group.index] = scores
-        return results
+        done = {group.index: scores for group, scores in zip(order, scored)}
+        return [done[i] for i in range(len(groups))]
 
     def _score_shared(self, groups: list[_Group]) -> list[list[ContinuationScore]]:
         device = self.device

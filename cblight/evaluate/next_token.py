@@ -108,7 +108,6 @@ class NextToken(TaskScoring):
             targets.append(ids[-1])
         full = scorer.next_token_log_probs(contexts)
         tgt = torch.tensor(targets, device=full.device)
-        alphas = torch.tensor(self.alphas)
         full_lp = full.gather(1, tgt[:, None]).squeeze(1)
         full_rank = (full > full_lp[:, None]).sum(-1) + 1
         full_correct = full.argmax(-1) == tgt
@@ -118,7 +117,7 @@ class NextToken(TaskScoring):
             s_lp = short.gather(1, tgt[:, None]).squeeze(1)
             per_k["short_log_prob"].append(s_lp)
             per_k["short_rank"].append((short > s_lp[:, None]).sum(-1) + 1)
-            sweep = next_token_alpha_sweep(full, short, tgt, alphas, "next_token")
+            sweep = next_token_alpha_sweep(full, short, tgt, torch.tensor(self.alphas), "next_token")
             for name in ("correct", "log_prob", "rank"):
                 per_k[f"boosted_{name}"].append(sweep[name].int() if name == "correct" else sweep[name])
         calibrated = None
