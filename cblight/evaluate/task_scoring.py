@@ -58,8 +58,18 @@ class TaskScoring(ABC):
     def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
         self.methods = list(methods)
         self.adaptive = adaptive
-        self.options: MethodOptions = run.method_options or MethodOptions()
-        self.content_free = self.options.content_free(self.kind)  # contextual calibration's inputs
+        self._options: MethodOptions | None = run.method_options
+
+    @property
+    def options(self) -> MethodOptions:
+        """The comparison methods' options: the run's, or their defaults (built only where a method runs, so
+        that a run without comparison methods never calls into ``cblight.evaluate.methods``)."""
+        return self._options or MethodOptions()
+
+    @property
+    def content_free(self) -> list[str]:
+        """Contextual calibration's content-free inputs for this kind of task."""
+        return self.options.content_free(self.kind)
 
     def signature(self) -> dict[str, Any]:
         return {}
