@@ -254,8 +254,7 @@ class BoostedEvaluator(Evaluator):
     def on_validation_epoch_end(self) -> None:
         for split in self._splits.get("selection", []):
             sweep = self.sweeps[f"selection_{split.name}"]
-            info = self._kind(split, "selection").select(split, sweep.shaped())
-            self.selected[split.name] = info
+            self.selected[split.name] = info = self._kind(split, "selection").select(split, sweep.shaped())
             key = f"val/{self._key(split.name)}"
             logged = {f"{key}/{n}": float(info[n]) for n in ("acc", "alpha_star", "k_star") if n in info}
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced

@@ -95,9 +95,8 @@ class MultipleChoice(TaskScoring):
         scorer: TextScorer,
         split: TaskSplit,
         examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]] | None = None,
+        previous: dict[int, dict[str, Any]],
     ) -> list[dict[str, Any]]:
-        previous = previous or {}
         choices = [ex for ex in examples if isinstance(ex, ChoiceExample)]
         groups: list[tuple[str, Sequence[str]]] = []
         names: list[str] = []

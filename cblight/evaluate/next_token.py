@@ -95,7 +95,7 @@ class NextToken(TaskScoring):
         scorer: Scorer,
         split: TaskSplit,
         examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]] | None = None,
+        previous: dict[int, dict[str, Any]],
     ) -> list[dict[str, Any]]:
         enc = scorer.encoder
         passages = [ex for ex in examples if isinstance(ex, NextTokenExample)]

@@ -88,7 +88,7 @@ class TaskScoring(ABC):
         scorer: TextScorer,
         split: TaskSplit,
         examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]] | None = None,
+        previous: dict[int, dict[str, Any]],
     ) -> list[dict[str, Any]]:
         """Records of ``examples``; ``previous`` holds their cached records (parts still valid are kept)."""
 
