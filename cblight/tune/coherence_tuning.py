@@ -175,8 +175,7 @@ class CoherenceTuning(L.LightningModule):
             eos_id=self.tokenizer.eos_token_id,
             rollouts=rollouts,
         )
-        if rollouts.cache == "static" or rollouts.compile:
-            rollouts.resolve(self.model, torch.device("cpu"))  # a model that cannot is refused now
+        rollouts.check_supported(type(self.model))  # a static cache or compiling asked of a model that cannot
         disable_dropout(self.model)
         self.model.train()
         if gradient_checkpointing:
