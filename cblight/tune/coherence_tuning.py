@@ -166,14 +166,7 @@ class CoherenceTuning(L.LightningModule):
                 f"boosting.k = {boosting.k} must be smaller than the model window of {room} tokens"
             )
         self.sampler = RolloutSampler(
-            self.encoder,
-            sampling,
-            max_new_tokens,
-            max_prompt_tokens,
-            window=self.window,
-            pad_id=int(self.tokenizer.pad_token_id),
-            eos_id=self.tokenizer.eos_token_id,
-            rollouts=rollouts,
+            self.encoder, sampling, max_new_tokens, max_prompt_tokens, self.window, rollouts
         )
         rollouts.check_supported(type(self.model))  # a static cache or compiling asked of a model that cannot
         disable_dropout(self.model)

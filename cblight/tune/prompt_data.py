@@ -52,9 +52,7 @@ def check_split(task: str, split: str) -> None:
     known = list(dict.fromkeys([*(source.local.files if source.local else ()), *source.hub]))
     if split in known:
         return
-    close = difflib.get_close_matches(str(split), known, n=1, cutoff=0.3)
-    if not close:  # an abbreviation ("valid") is closest to the split it begins
-        close = [s for s in known if s.startswith(str(split)[:3])][:1]
+    close = difflib.get_close_matches(str(split), known, n=1, cutoff=0.3)  # "valid": validation
     hint = f"; use --data.split {close[0]}" if close else ""
     raise PromptDataError(
         f"data.split {split!r} is not a split of task {task!r}: its splits are {', '.join(known)}{hint}"

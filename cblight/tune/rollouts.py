@@ -28,6 +28,7 @@ from cblight.errors import ConfigError
 from cblight.option_types import check_fields
 from cblight.options import Sampling
 from cblight.scoring import Encoder
+from cblight.truncation import fit_row
 from cblight.tune.loss import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
@@ -82,13 +83,12 @@ class RolloutOptions:
     def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
         """``(static cache, compiled)`` for ``model`` on ``device``; a model that cannot be compiled is
         refused when static or compile was asked for by name, and gets the dynamic cache under ``auto``."""
-        supported = bool(getattr(model, "_can_compile_fullgraph", False))
         if self.cache == "static" or self.compile:
             self.check_supported(type(model))
             return True, bool(self.compile)
         if self.cache == "dynamic":
             return False, False
-        static = supported and device.type == "cuda" and not sharded
+        static = getattr(model, "_can_compile_fullgraph", False) and device.type == "cuda" and not sharded
         return static, static if self.compile is None else bool(self.compile) and static
 
 
@@ -202,7 +202,8 @@ class RolloutSampler:
     process's sampling random state (saved in and restored from checkpoints).
 
     Args:
-        encoder: the tokenizer's ``Encoder`` (prompts keep its special prefix, BOS, when they are cut).
+        encoder: the tokenizer's ``Encoder`` (prompts keep its special prefix, BOS, when they are cut; its
+            tokenizer's padding and end-of-sequence ids are the samples').
         sampling: how tokens are drawn (``do_sample`` true; unset ``temperature`` / ``top_p`` / ``top_k`` /
             ``seed`` mean 1.0 / 1.0 / 0 / 0: plain sampling from ``f``, never the model's own generation
             config).
@@ -210,7 +211,6 @@ class RolloutSampler:
         max_prompt_tokens: prompts are cut from the left to this many tokens, and to the room the model
             window leaves after ``max_new_tokens``.
         window: the model window.
-        pad_id, eos_id: the tokenizer's padding and end-of-sequence ids.
         rollouts: the decoding machinery (KV cache, compiled decode step), resolved for the model and device
             at the first call.
     """
@@ -222,8 +222,6 @@ class RolloutSampler:
         max_new_tokens: int,
         max_prompt_tokens: int,
         window: int,
-        pad_id: int,
-        eos_id: int | Sequence[int] | None,
         rollouts: RolloutOptions = RolloutOptions(),
     ):
         if max_new_tokens + len(encoder.prefix) + 1 > window:
@@ -237,8 +235,8 @@ class RolloutSampler:
         self.top_p = 1.0 if sampling.top_p is None else sampling.top_p
         self.top_k = 0 if sampling.top_k is None else sampling.top_k
         self.seed = 0 if sampling.seed is None else sampling.seed
-        self.pad_id = pad_id
-        self.eos_id = eos_id
+        self.pad_id = int(encoder.tokenizer.pad_token_id)
+        self.eos_id = encoder.tokenizer.eos_token_id
         self._rng: dict[str, torch.Tensor] | None = None
         self._loaded_rng: dict[str, Any] | None = None
         self.rollouts = rollouts
@@ -247,12 +245,7 @@ class RolloutSampler:
     # -- prompts ------------------------------------------------------------------------------------------
     def prompt_ids(self, text: str) -> list[int]:
         """Token ids of a prompt (BOS/EOS alone for an empty one), cut from the left, special prefix kept."""
-        ids = self.encoder.context(text)
-        if len(ids) <= self.max_prompt_tokens:
-            return ids
-        prefix = self.encoder.prefix
-        keep = self.max_prompt_tokens - len(prefix)
-        return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
+        return fit_row(self.encoder.context(text), self.max_prompt_tokens, self.encoder.prefix)
 
     def check_prompts(self, prompts: Sequence[str], k: int) -> None:
         """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero).
