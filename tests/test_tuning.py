@@ -23,7 +23,7 @@ from cblight.tune.loss import (
     sampled_token_mask,
     tuning_kl_terms,
 )
-from cblight.tune.preflight import check_boosting, check_sampling
+from cblight.tune.preflight import check_shared_options
 from cblight.tune.rollouts import sample_sequences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -90,8 +90,8 @@ def test_sampled_token_mask_stops_after_first_eos():
 
 
 def test_option_checks():
-    check_boosting(Boosting(k=32, alpha=-0.05))
-    check_sampling(Sampling(do_sample=True, num_beams=1))
+    sampled, boosted = Sampling(do_sample=True, num_beams=1), Boosting(k=4, alpha=-0.1)
+    check_shared_options(Boosting(k=32, alpha=-0.05), sampled)
     LossOptions(last_m=8)
     for make, word in [  # the shared option objects check themselves
         (lambda: Boosting(k=0, alpha=-0.1), "k"),
@@ -102,11 +102,14 @@ def test_option_checks():
         with pytest.raises(BoostingError, match=word):
             make()
     for make, word in [  # and tuning checks what it asks of them, and its own options
-        (lambda: check_boosting(Boosting(k=4, alpha=0.0)), "boosting.alpha = 0"),
-        (lambda: check_boosting(Boosting(mode="response", alpha=-0.1)), "boosting.mode"),
-        (lambda: check_boosting(Boosting(k=4, alpha=-0.1, form="next_token")), "boosting.form"),
-        (lambda: check_sampling(Sampling(do_sample=False)), "sampling.do_sample"),
-        (lambda: check_sampling(Sampling(do_sample=True, num_beams=4)), "sampling.num_beams"),
+        (lambda: check_shared_options(Boosting(k=4, alpha=0.0), sampled), "boosting.alpha = 0"),
+        (lambda: check_shared_options(Boosting(mode="response", alpha=-0.1), sampled), "boosting.mode"),
+        (
+            lambda: check_shared_options(Boosting(k=4, alpha=-0.1, form="next_token"), sampled),
+            "boosting.form",
+        ),
+        (lambda: check_shared_options(boosted, Sampling(do_sample=False)), "sampling.do_sample"),
+        (lambda: check_shared_options(boosted, Sampling(do_sample=True, num_beams=4)), "sampling.num_beams"),
         (lambda: LossOptions(last_m=0), "LossOptions.last_m must be an integer >= 1 or null, got 0"),
         (lambda: LossOptions(chunk_size=0), "LossOptions.chunk_size"),
         (lambda: LossOptions(window_chunk_size=-1), "LossOptions.window_chunk_size"),

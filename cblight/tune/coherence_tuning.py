@@ -42,7 +42,7 @@ from cblight.tune.callbacks import GuardOptions
 from cblight.tune.export import Exporter, ExportOptions
 from cblight.tune.lora import LoraOptions, apply_lora
 from cblight.tune.loss import KLTerms, LossOptions, Sampled, tuning_kl_terms
-from cblight.tune.preflight import check_boosting, check_max_steps, check_sampling, check_validation_data
+from cblight.tune.preflight import check_max_steps, check_shared_options, check_validation_data
 from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, seed_of
 from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy
 from cblight.tune.validation import ValidationOptions, Validator
@@ -136,8 +136,7 @@ class CoherenceTuning(L.LightningModule):
         super().__init__()
         # Every option group checked itself when it was made; what remains is what tuning asks of the
         # shared ones, checked before anything is loaded.
-        check_boosting(boosting)
-        check_sampling(sampling)
+        check_shared_options(boosting, sampling)
         # Option objects go into ``hparams`` (checkpoints, logged configs) as plain mappings, as LightningCLI
         # stores them, so that checkpoints load with ``torch.load(weights_only=True)`` and
         # ``load_from_checkpoint`` rebuilds the objects with LightningCLI's instantiator.
@@ -359,7 +358,7 @@ class CoherenceTuning(L.LightningModule):
         logged = self.validator.validation_batch(
             self.model,
             self.teacher.initial,
-            lambda model: self.sampler.sample_fixed(model, prompts, seed, self.device, synced=self._synced()),
+            lambda model: self.sampler.sample(model, prompts, self.device, synced=self._synced(), seed=seed),
             self.kl_terms,
             same_initial=self.teacher.options.kind == "frozen",
             texts=batch.get("texts") or [],

@@ -303,33 +303,24 @@ class RolloutSampler:
         device: torch.device | str = "cpu",
         rank: int = 0,
         synced: bool = False,
+        seed: int | None = None,
     ) -> Sampled:
         """Sample the tuning sequences of ``prompts`` from ``model``, advancing this process's random state
-        (``rank`` seeds it when sampling starts outside ``fit``; ``synced``: a sharded model)."""
+        (``rank`` seeds it when sampling starts outside ``fit``; ``synced``: a sharded model). With ``seed``
+        (validation), sample from that seed instead, leaving the tuning random state alone."""
         device = torch.device(device)
-        if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
+        if self._rng is None and seed is None:  # outside fit (e.g. a direct call): start from the seed
             self._rng = _rng_state(device, self.seed + rank)
         with torch.random.fork_rng(devices=_devices(device)):
+            if seed is not None:
+                torch.manual_seed(seed)
+                return self._generate(model, prompts, device, synced)
             torch.set_rng_state(self._rng["cpu"])
             if "cuda" in self._rng:
                 torch.cuda.set_rng_state(self._rng["cuda"], device)
             sampled = self._generate(model, prompts, device, synced)
             self._rng = _rng_state(device)
         return sampled
-
-    def sample_fixed(
-        self,
-        model: Any,
-        prompts: Sequence[str],
-        seed: int,
-        device: torch.device | str = "cpu",
-        synced: bool = False,
-    ) -> Sampled:
-        """Sample with a given seed, leaving the tuning random state alone (validation)."""
-        device = torch.device(device)
-        with torch.random.fork_rng(devices=_devices(device)):
-            torch.manual_seed(seed)
-            return self._generate(model, prompts, device, synced)
 
     # -- random state in checkpoints ---------------------------------------------------------------------
     def start(self, rank: int, world_size: int, global_step: int, device: torch.device) -> None:
