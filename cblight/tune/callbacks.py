@@ -148,14 +148,12 @@ def resume_interrupted_run(
     versions = sorted(
         (int(d.name[8:]), d) for d in runs.glob("version_*") if d.name[8:].isdigit() and d.is_dir()
     )
-    current = None
+    current = _run_identity(saved_config()) if versions else None
     for _, directory in reversed(versions):
         checkpoint = directory / "checkpoints" / "last.ckpt"
         saved = directory / "config.yaml"
         if not (checkpoint.is_file() and saved.is_file()):
             continue
-        if current is None:
-            current = _run_identity(saved_config())
         try:
             same = _run_identity(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}) == current
             step = int(

@@ -162,13 +162,8 @@ class PromptDataModule(L.LightningDataModule):
     ):
         check_arguments(PromptDataModule.__init__, locals(), PromptDataError)
         super().__init__()
-        given = {
-            "prompts": prompts is not None,
-            "prompts_file": prompts_file is not None,
-            "bos_only": bos_only,
-            "task": task is not None,
-        }
-        sources = [name for name, on in given.items() if on]
+        given = {"prompts": prompts, "prompts_file": prompts_file, "bos_only": bos_only or None, "task": task}
+        sources = [name for name, value in given.items() if value is not None]
         if len(sources) != 1:
             raise PromptDataError(
                 "give exactly one prompt source: prompts (a list), prompts_file (a path), task (a generation "
@@ -231,9 +226,7 @@ class PromptDataModule(L.LightningDataModule):
 
     def _pools(self) -> tuple[list[str], list[str]]:
         if self._split is None:
-            pool = self.load_prompts()
-            if self.limit is not None:
-                pool = pool[: self.limit]
+            pool = self.load_prompts()[: self.limit]
             source = self._source_name()
             if not pool:
                 raise PromptDataError(f"the prompt source ({source}) yields no prompts")
