@@ -136,10 +136,8 @@ def resume_interrupted_run(
     trainer = config.get("trainer") or {}
     loggers = trainer.get("logger")
     first = loggers[0] if isinstance(loggers, list) and loggers else loggers
-    if (
-        not hasattr(first, "get")
-        or str(first.get("class_path", "")).rpartition(".")[2] not in _VERSIONED_LOGGERS
-    ):
+    logger = first.get("class_path", "") if hasattr(first, "get") else ""
+    if str(logger).rpartition(".")[2] not in _VERSIONED_LOGGERS:
         return None
     args = first.get("init_args") or {}
     if args.get("version") is not None or not args.get("save_dir"):

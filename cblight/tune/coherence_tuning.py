@@ -197,22 +197,18 @@ class CoherenceTuning(L.LightningModule):
         self._log_dir = self.trainer.log_dir
         if stage != "fit":
             return
-        trainer = self.trainer
         if self._synced() and (self.teacher.options.kind == "ema" or self.lora_options.rank):
             raise ConfigError(
                 "teacher.kind: ema and lora.rank > 0 need every process to hold the whole model; "
                 "use a replicated strategy (DDP) or teacher.kind: live without LoRA under FSDP/DeepSpeed"
             )
-        check_max_steps(trainer.max_steps)
-        datamodule = getattr(trainer, "datamodule", None)
+        check_max_steps(self.trainer.max_steps)
+        datamodule = getattr(self.trainer, "datamodule", None)
         if hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
         check_validation_data(self.guard_options, datamodule)  # a data module without validation: no check
-        if (
-            self._initial_for_guard_only
-            and hasattr(datamodule, "val_prompts")
-            and not datamodule.val_prompts()
-        ):
+        guard_only = self._initial_for_guard_only and hasattr(datamodule, "val_prompts")
+        if guard_only and not datamodule.val_prompts():
             self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
 
     def _synced(self) -> bool:
@@ -334,10 +330,8 @@ class CoherenceTuning(L.LightningModule):
             prefix=self.encoder.prefix,
             teacher_model=teacher_model if teacher_model is not None else self.teacher.model,
             sync_window_calls=sync if self._synced() else None,
-            # the trust region's f_0, the initial copy, when it is on
-            reference_model=self.teacher.initial
-            if teacher_model is None and self.teacher.options.trust_region > 0
-            else None,
+            # the trust region's f_0 (used while trust_region > 0): the initial copy, under the run's teacher
+            reference_model=self.teacher.initial if teacher_model is None else None,
             trust_region=self.teacher.options.trust_region,
             adaptive=self.boosting.adaptive,
         )
