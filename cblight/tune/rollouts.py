@@ -28,7 +28,6 @@ from cblight.errors import ConfigError
 from cblight.option_types import check_fields
 from cblight.options import Sampling
 from cblight.scoring import Encoder
-from cblight.truncation import fit_row
 from cblight.tune.loss import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
@@ -245,7 +244,12 @@ class RolloutSampler:
     # -- prompts ------------------------------------------------------------------------------------------
     def prompt_ids(self, text: str) -> list[int]:
         """Token ids of a prompt (BOS/EOS alone for an empty one), cut from the left, special prefix kept."""
-        return fit_row(self.encoder.context(text), self.max_prompt_tokens, self.encoder.prefix)
+        ids = self.encoder.context(text)
+        if len(ids) <= self.max_prompt_tokens:
+            return ids
+        prefix = self.encoder.prefix
+        keep = self.max_prompt_tokens - len(prefix)
+        return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
 
     def check_prompts(self, prompts: Sequence[str], k: int) -> None:
         """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero).

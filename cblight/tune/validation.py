@@ -144,11 +144,10 @@ class _ModelStats(torch.nn.Module):
         """``ppl`` (``exp(nll / tokens)``, where there were texts), ``entropy``, ``distinct_1/2`` and
         ``repetition`` (where there were samples), synced over processes; the metrics reset."""
         values: dict[str, torch.Tensor] = {}
-        if self.tokens.update_called:  # held-out texts or not: the same on every process
+        if self.entropy.update_called:  # a validation ran, on every process alike
             count = self.tokens.compute()
             if float(count) > 0:
                 values["ppl"] = torch.exp(self.nll.compute() / count)
-        if self.entropy.update_called:
             values.update(entropy=self.entropy.compute(), **self.diversity.compute())
         for metric in (self.entropy, self.diversity, self.nll, self.tokens):
             metric.reset()
