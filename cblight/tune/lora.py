@@ -1,9 +1,10 @@
 """Optional LoRA adapters for coherence tuning, through ``peft`` (``pip install 'cblight[lora]'``).
 
 With ``lora.rank > 0`` (``LoraOptions``) only low-rank adapters on the chosen linear layers train (Hu et
-al. 2022); the base weights stay frozen. The tuned model is exported twice: merged into plain weights (a normal Hugging
-Face model directory) and as the adapter alone (``adapter_config.json`` + weights, which
-``AutoModelForCausalLM.from_pretrained`` also loads, fetching the base model named in it).
+al. 2022); the base weights stay frozen. The tuned model is exported twice (``cblight.tune.export``):
+merged into plain weights (a normal Hugging Face model directory) and as the adapter alone
+(``adapter_config.json`` + weights, which ``AutoModelForCausalLM.from_pretrained`` also loads, fetching
+the base model named in it).
 """
 
 from __future__ import annotations
