@@ -266,11 +266,9 @@ class CoherenceTuning(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The gradient's 2-norm before clipping (over all processes' shards under FSDP)."""
         grads = [p.grad.detach().float() for p in self.parameters() if p.grad is not None]
-        squares = (
-            torch.stack([g.square().sum() for g in grads]).sum()
-            if grads
-            else torch.zeros((), device=self.device)
-        )
+        squares = torch.stack(
+            [g.square().sum() for g in grads] or [torch.zeros((), device=self.device)]
+        ).sum()
         if self._synced():
             squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
         self.log("train/tuning/grad_norm", squares.sqrt(), batch_size=1)
