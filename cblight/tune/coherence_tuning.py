@@ -289,8 +289,7 @@ class CoherenceTuning(L.LightningModule):
         )
         # 2-3. the boosted teacher at every position in scope (no gradient) and the divergence to it
         terms = self.kl_terms(sampled)
-        reduce = self.trainer.strategy.reduce if self._trainer is not None else None
-        sums = terms.global_sums(sampled.sampled, self.device, reduce)
+        sums = terms.global_sums(sampled.sampled, self.device, self.trainer.strategy.reduce)
         count = max(sums["count"], 1.0)
         # Sum over this process's positions / positions of all processes, times the number of processes
         # because DDP averages gradients: the update is the gradient of the global per-position mean.

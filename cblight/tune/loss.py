@@ -222,10 +222,10 @@ class KLTerms:
     trust: torch.Tensor
 
     def global_sums(
-        self, sampled: torch.Tensor, device: torch.device, reduce: Callable[..., torch.Tensor] | None = None
+        self, sampled: torch.Tensor, device: torch.device, reduce: Callable[..., torch.Tensor]
     ) -> dict[str, float]:
         """Counts and sums of the batch's terms (``sampled``: its mask of sampled tokens), over every process
-        in one all-reduce (``reduce``, a strategy's ``reduce``; ``None``: this process)."""
+        in one all-reduce (``reduce``, a strategy's ``reduce``)."""
         kl, long = self.kl.detach(), self.long
         local = torch.stack(
             [
@@ -238,7 +238,7 @@ class KLTerms:
                 self.trust.sum(),
             ]
         ).to(device, torch.float64)
-        total = reduce(local, reduce_op="sum") if reduce is not None else local
+        total = reduce(local, reduce_op="sum")
         names = ["count", "long", "sampled_tokens", "kl_sum", "kl_long_sum", "gap_long_sum", "trust_sum"]
         return dict(zip(names, total.tolist(), strict=True))
 
