@@ -65,10 +65,9 @@ def right_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[
     width = max(1, max(len(s) for s in seqs))
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s):
-            ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
-            mask[i, : len(s)] = 1
+    for i, s in enumerate(seqs):  # an empty row stays all padding
+        ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+        mask[i, : len(s)] = 1
     return ids.to(device), mask.to(device)
 
 

@@ -47,18 +47,6 @@ class Contrast:
     window: int = 0  # the model's window
 
 
-def _ranked(log_probs: torch.Tensor, tokenizer: Any, target: int, top: int) -> tuple[list[Ranked], int]:
-    order = torch.argsort(log_probs, descending=True, stable=True)
-    target_rank = int((order == target).nonzero()[0, 0]) + 1
-    rows = [
-        Ranked(i + 1, repr(tokenizer.decode([t])), float(log_probs[t]), t == target)
-        for i, t in enumerate(order[:top].tolist())
-    ]
-    if target_rank > top:
-        rows.append(Ranked(target_rank, repr(tokenizer.decode([target])), float(log_probs[target]), True))
-    return rows, target_rank
-
-
 def check_texts(context: str, target: str | None) -> None:
     """An empty context or target, refused before any tokenizer or model loads."""
     if context == "":
@@ -92,12 +80,19 @@ def contrast(
     short = scorer.last_k_log_probs([ctx], k, full=full[None])[0]
     boosted = boosted_log_probs(full, short, alpha, "generation")
     tables, ranks = {}, {}
-    for name, lp in (("full", full), ("short", short), ("boosted", boosted)):
-        tables[name], ranks[name] = _ranked(lp.cpu(), tokenizer, target_id, top)
-    short_ids = short_context_ids(ctx, k, enc.prefix)
+    for name, lp in (("full", full.cpu()), ("short", short.cpu()), ("boosted", boosted.cpu())):
+        order = torch.argsort(lp, descending=True, stable=True)
+        ranks[name] = int((order == target_id).nonzero()[0, 0]) + 1  # the target last when not in the top
+        shown = order[:top].tolist() + ([target_id] if ranks[name] > top else [])
+        tables[name] = [
+            Ranked(
+                i + 1 if i < top else ranks[name], repr(tokenizer.decode([t])), float(lp[t]), t == target_id
+            )
+            for i, t in enumerate(shown)
+        ]
     return Contrast(
         context=tokenizer.decode(ctx, skip_special_tokens=True),
-        short_context=tokenizer.decode(short_ids, skip_special_tokens=True),
+        short_context=tokenizer.decode(short_context_ids(ctx, k, enc.prefix), skip_special_tokens=True),
         target=tokenizer.decode([target_id]),
         tables=tables,
         target_rank=ranks,

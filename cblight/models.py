@@ -144,7 +144,6 @@ def load_causal_lm(
     device_map: str | dict | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
-    attn_implementation: str | None = None,
 ) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` in eval mode.
 
@@ -158,14 +157,12 @@ def load_causal_lm(
     if name.startswith(OFFLINE) and dtype in zoo.lookup(name).unsupported_dtypes:
         raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
     name = resolve_model_path(name, revision)
-    given = {"device_map": device_map, "attn_implementation": attn_implementation}
-    kwargs: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    kwargs.update(revision=revision, trust_remote_code=trust_remote_code)
-    kwargs["dtype"] = dtype if dtype == "auto" else getattr(torch, dtype)
+    kwargs = {"device_map": device_map, "revision": revision, "trust_remote_code": trust_remote_code}
+    torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     from safetensors import SafetensorError
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
     except (OSError, ValueError, KeyError) as err:
         raise _explain("model", name, err) from err
     except SafetensorError as err:

@@ -102,8 +102,7 @@ class Encoder:
         stripped = context.rstrip(" ")
         context, continuation = stripped, context[len(stripped) :] + continuation
         ctx_body = self.body(context) if context else []
-        whole = self.body(context + continuation)
-        cont = whole[len(ctx_body) :]
+        cont = self.body(context + continuation)[len(ctx_body) :]
         if not cont:
             raise ScoringError(f"continuation {continuation!r} encodes to no tokens after its context")
         ctx = self.prefix + ctx_body if ctx_body else empty_context_ids(self.tokenizer, self.prefix)
@@ -148,7 +147,7 @@ class Scorer:
     """Batched scoring with one model; see the module docstring.
 
     ``batch_size`` caps the number of sequences (rows) per forward pass. ``"auto"`` starts at
-    ``auto_start`` rows on a GPU and halves on out-of-memory; on CPU it is ``16``.
+    64 rows on a GPU and halves on out-of-memory; on CPU it is ``16``.
     ``share_context`` encodes the context of a group once and fans its KV cache out to the choices.
     """
 
@@ -160,7 +159,6 @@ class Scorer:
         batch_size: BatchSize = "auto",
         max_length: int | None = None,
         share_context: bool = True,
-        auto_start: int = 64,
     ):
         from cblight.models import model_window
 
@@ -170,7 +168,7 @@ class Scorer:
         self.window = model_window(model, max_length)
         self.batch_size = batch_size
         self.share_context = share_context
-        self._auto_rows = auto_start
+        self._auto_rows = 64
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -184,7 +182,7 @@ class Scorer:
             return int(self.batch_size)
         return self._auto_rows if self.device.type == "cuda" else 16
 
-    def _run_adaptive(self, items: list[Any], cost: Any, run: Any) -> list[Any]:
+    def in_batches(self, items: list[Any], cost: Any, run: Any) -> list[Any]:
         """Run ``run(chunk)`` over consecutive chunks holding at most ``rows_per_batch`` rows (by
         ``cost(item)``), halving the automatic batch size on CUDA out-of-memory."""
         out: list[Any] = []
@@ -262,11 +260,9 @@ class Scorer:
             prepared.append(_Group(i, cut, conts))
         order = sorted(prepared, key=lambda g: -(len(g.context) + max(len(c) for c in g.continuations)))
         run = self._score_shared if self.share_context else self._score_rows
-        scored = self._run_adaptive(order, lambda g: len(g.continuations), run)
-        results: list[list[ContinuationScore]] = [[] for _ in groups]
-        for group, scores in zip(order, scored):
-            results[group.index] = scores
-        return results
+        scored = self.in_batches(order, lambda g: len(g.continuations), run)
+        done = {group.index: scores for group, scores in zip(order, scored)}
+        return [done[i] for i in range(len(groups))]
 
     def _score_shared(self, groups: list[_Group]) -> list[list[ContinuationScore]]:
         device = self.device
@@ -325,21 +321,29 @@ class Scorer:
             for g in groups
         ]
 
+    def continuation_log_probs(
+        self, rows: Sequence[Sequence[int]], starts: Sequence[int], lengths: Sequence[int]
+    ) -> torch.Tensor:
+        """float32 ``[R, max(lengths), V]`` next-token log-probs of one right-padded pass over ``rows`` (each a
+        context and its continuation but the last token, as lm-evaluation-harness runs them), kept only at
+        the ``lengths[r]`` positions from ``starts[r]`` on: those that predict the continuation's tokens."""
+        ids, mask = right_pad(rows, self.pad_id, self.device)
+        logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        index = torch.tensor(
+            [[s + min(j, n - 1) for j in range(max(lengths))] for s, n in zip(starts, lengths)],
+            device=logits.device,
+        )
+        return log_softmax32(logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1])))
+
     def _score_rows(self, groups: list[_Group]) -> list[list[ContinuationScore]]:
         """One right-padded row per (context, continuation), as lm-evaluation-harness runs them."""
-        device = self.device
-        rows = [g.context + c[:-1] for g in groups for c in g.continuations]
         conts = [c for g in groups for c in g.continuations]
-        starts = [len(g.context) - 1 for g in groups for _ in g.continuations]
-        ids, mask = right_pad(rows, self.pad_id, device)
-        out = self.model(input_ids=ids, attention_mask=mask, use_cache=False)
-        width = max(len(c) for c in conts)
-        index = torch.tensor(
-            [[s + min(j, len(c) - 1) for j in range(width)] for s, c in zip(starts, conts)], device=device
+        lp = self.continuation_log_probs(
+            [g.context + c[:-1] for g in groups for c in g.continuations],
+            [len(g.context) - 1 for g in groups for _ in g.continuations],
+            [len(c) for c in conts],
         )
-        logits = out.logits.gather(1, index[..., None].expand(-1, -1, out.logits.shape[-1]))
-        lp = log_softmax32(logits)
-        targets, _ = right_pad(conts, self.pad_id, device)
+        targets, _ = right_pad(conts, self.pad_id, lp.device)
         return self._collect(
             groups, conts, lp.gather(-1, targets[..., None]).squeeze(-1), lp.argmax(-1) == targets
         )
@@ -361,16 +365,18 @@ class Scorer:
             ids, mask = left_pad([cut[i] for i in chunk], self.pad_id, self.device)
             return list(last_position_log_probs(self.model, ids, mask))
 
-        rows = torch.stack(self._run_adaptive(order, lambda _: 1, run))
+        rows = torch.stack(self.in_batches(order, lambda _: 1, run))
         return rows[torch.tensor(order, device=rows.device).argsort()]  # back in the order given
 
     @torch.no_grad()
     def last_k_log_probs(
-        self, contexts: Sequence[Sequence[int]], k: int, full: torch.Tensor | None = None
+        self, contexts: Sequence[Sequence[int]], k: int | Sequence[int], full: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``log f_k(· | context)``: the model on the last ``k`` tokens (after the special prefix), at
-        positions ``0..k-1``. Contexts no longer than ``k`` reuse ``full`` (``f_k == f_max``) when given."""
-        shorts = [short_context_ids(c, k, self.encoder.prefix) for c in contexts]
+        positions ``0..k-1``; ``k`` is one for all contexts or each context's own. Contexts no longer than
+        their ``k`` reuse ``full`` (``f_k == f_max``) when given."""
+        ks = [k] * len(contexts) if isinstance(k, int) else k
+        shorts = [short_context_ids(c, n, self.encoder.prefix) for c, n in zip(contexts, ks)]
         if full is None:
             return self.next_token_log_probs(shorts)
         out = full.clone()

@@ -144,8 +144,9 @@ def test_adaptive_options_are_checked_once():
 
 def test_adaptive_tuning_teacher_is_the_per_position_mix():
     from cblight.adaptive import js_divergence
+    from cblight.options import Sampling
     from cblight.tune.loss import boosted_teacher
-    from cblight.tune.preflight import check_boosting
+    from cblight.tune.preflight import check_shared_options
 
     torch.manual_seed(0)
     full = torch.log_softmax(3 * torch.randn(4, 6), -1)
@@ -157,7 +158,7 @@ def test_adaptive_tuning_teacher_is_the_per_position_mix():
         a = float(js_divergence(full[row].double(), s.double()))
         expected = torch.log_softmax((1 + a) * full[row].double() - a * s.double(), -1).float()
         torch.testing.assert_close(teacher[row], expected, rtol=0, atol=1e-5)
-    check_boosting(Boosting(k=8, adaptive="jsd"))  # alpha 0 is fine with a rule
+    check_shared_options(Boosting(k=8, adaptive="jsd"), Sampling(do_sample=True))  # alpha 0: fine with a rule
 
 
 def test_generation_evaluator_saves_and_summarises_the_alphas(tiny_gpt2_dir, tmp_path):

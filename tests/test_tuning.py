@@ -14,7 +14,7 @@ from cblight.models import load_causal_lm, load_tokenizer
 from cblight.options import Boosting, Sampling
 from cblight.scoring import Encoder
 from cblight.tune.coherence_tuning import disable_dropout
-from cblight.tune.divergences import forward_kl
+from cblight.tune.divergences import divergence
 from cblight.tune.loss import (
     LossOptions,
     Sampled,
@@ -23,7 +23,7 @@ from cblight.tune.loss import (
     sampled_token_mask,
     tuning_kl_terms,
 )
-from cblight.tune.preflight import check_boosting, check_sampling
+from cblight.tune.preflight import check_shared_options
 from cblight.tune.rollouts import sample_sequences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -43,8 +43,8 @@ def test_kl_hand_computed():
         0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.7),
         0.7 * math.log(0.7 / 0.5) + 0.2 * math.log(0.2 / 0.3) + 0.1 * math.log(0.1 / 0.2),
     ]
-    assert forward_kl(p, q).tolist() == pytest.approx(expected, abs=1e-6)
-    assert forward_kl(p[0, :2], p[0, :2]).item() == pytest.approx(0.0, abs=1e-7)
+    assert divergence(p, q).tolist() == pytest.approx(expected, abs=1e-6)
+    assert divergence(p[0, :2], p[0, :2]).item() == pytest.approx(0.0, abs=1e-7)
 
 
 def test_kl_matches_torch_kl_div():
@@ -52,14 +52,14 @@ def test_kl_matches_torch_kl_div():
     p = torch.log_softmax(torch.randn(5, 7, generator=g) * 2, -1)
     q = torch.log_softmax(torch.randn(5, 7, generator=g), -1)
     ref = F.kl_div(q, p, log_target=True, reduction="none").sum(-1)
-    assert torch.allclose(forward_kl(p, q), ref, atol=1e-6)
-    assert torch.allclose(forward_kl(p, p), torch.zeros(5), atol=1e-6)
+    assert torch.allclose(divergence(p, q), ref, atol=1e-6)
+    assert torch.allclose(divergence(p, p), torch.zeros(5), atol=1e-6)
 
 
 def test_kl_gradient_flows_only_into_the_student():
     p = torch.tensor([0.2, 0.3, 0.5]).log().requires_grad_()
     logits = torch.tensor([0.1, -0.4, 0.3], requires_grad=True)
-    forward_kl(p, torch.log_softmax(logits, -1)).backward()
+    divergence(p, torch.log_softmax(logits, -1)).backward()
     assert p.grad is None
     # d KL / d logits = softmax(logits) - p
     assert torch.allclose(logits.grad, torch.softmax(logits.detach(), -1) - p.detach().exp(), atol=1e-6)
@@ -90,8 +90,8 @@ def test_sampled_token_mask_stops_after_first_eos():
 
 
 def test_option_checks():
-    check_boosting(Boosting(k=32, alpha=-0.05))
-    check_sampling(Sampling(do_sample=True, num_beams=1))
+    sampled, boosted = Sampling(do_sample=True, num_beams=1), Boosting(k=4, alpha=-0.1)
+    check_shared_options(Boosting(k=32, alpha=-0.05), sampled)
     LossOptions(last_m=8)
     for make, word in [  # the shared option objects check themselves
         (lambda: Boosting(k=0, alpha=-0.1), "k"),
@@ -102,11 +102,14 @@ def test_option_checks():
         with pytest.raises(BoostingError, match=word):
             make()
     for make, word in [  # and tuning checks what it asks of them, and its own options
-        (lambda: check_boosting(Boosting(k=4, alpha=0.0)), "boosting.alpha = 0"),
-        (lambda: check_boosting(Boosting(mode="response", alpha=-0.1)), "boosting.mode"),
-        (lambda: check_boosting(Boosting(k=4, alpha=-0.1, form="next_token")), "boosting.form"),
-        (lambda: check_sampling(Sampling(do_sample=False)), "sampling.do_sample"),
-        (lambda: check_sampling(Sampling(do_sample=True, num_beams=4)), "sampling.num_beams"),
+        (lambda: check_shared_options(Boosting(k=4, alpha=0.0), sampled), "boosting.alpha = 0"),
+        (lambda: check_shared_options(Boosting(mode="response", alpha=-0.1), sampled), "boosting.mode"),
+        (
+            lambda: check_shared_options(Boosting(k=4, alpha=-0.1, form="next_token"), sampled),
+            "boosting.form",
+        ),
+        (lambda: check_shared_options(boosted, Sampling(do_sample=False)), "sampling.do_sample"),
+        (lambda: check_shared_options(boosted, Sampling(do_sample=True, num_beams=4)), "sampling.num_beams"),
         (lambda: LossOptions(last_m=0), "LossOptions.last_m must be an integer >= 1 or null, got 0"),
         (lambda: LossOptions(chunk_size=0), "LossOptions.chunk_size"),
         (lambda: LossOptions(window_chunk_size=-1), "LossOptions.window_chunk_size"),

@@ -16,7 +16,7 @@ from cblight.tune.lora import LoraOptions
 from cblight.tune.loss import tuning_kl_terms
 from cblight.tune.prompt_data import PromptDataModule
 from cblight.tune.teacher import EMA_KEY, TeacherOptions
-from cblight.tune.validation import ValidationOptions
+from cblight.tune.validation import ValidationOptions, human_text_nll
 from tests.test_tuning_module import PROMPTS, _trainer, _tuning
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -99,7 +99,7 @@ def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir
         "A journey of a thousand miles begins with one step.",
     ]
     module = _tuning(tiny_model_dir, validation=ValidationOptions(text_tokens=8, log_samples_every_n_steps=0))
-    nll, tokens = module.validator.text_nll(module.model, texts)
+    nll, tokens = human_text_nll(module.model, module.tokenizer, texts, max_tokens=8)
     start = module.tokenizer.bos_token_id if module.encoder.prefix else module.tokenizer.eos_token_id
     ref_nll, ref_tokens = 0.0, 0
     for text in texts:
@@ -119,7 +119,7 @@ def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir
     data = PromptDataModule(prompts=PROMPTS, batch_size=2, val_size=2, val_texts_file=str(texts_file))
     trainer.fit(module, data)
     # the weights moved by one step since ref_nll: compare to a fresh computation, not to ref_nll
-    nll_after, tokens_after = module.validator.text_nll(module.model, texts)
+    nll_after, tokens_after = human_text_nll(module.model, module.tokenizer, texts, max_tokens=8)
     ppl = trainer.callback_metrics["val/tuning/ppl"]
     assert float(ppl) == pytest.approx(float(torch.exp(torch.tensor(nll_after / tokens_after))), rel=1e-5)
 

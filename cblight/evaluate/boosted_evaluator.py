@@ -30,6 +30,7 @@ from cblight.adaptive import RuleName, rule_for
 from cblight.boosting import AlphaGrid
 from cblight.data.datamodule import Role, TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
+from cblight.data.registry import RenderContext
 from cblight.errors import ConfigError
 from cblight.evaluate.methods import MethodName, MethodOptions, not_applicable
 from cblight.evaluate.multiple_choice import MultipleChoice
@@ -40,13 +41,12 @@ from cblight.models import DTypeName, check_checkpoint_max_length, check_max_len
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.runs import check_interrupt
 from cblight.scoring import Scorer, TextScorer
-from cblight.served import ServedScorer, ServerOptions, check_served_splits, resumed_line
+from cblight.served import ServedModelError, ServedScorer, ServerOptions
 
 __all__ = ["DEFAULT_KS", "BoostedEvaluator"]
 
 KINDS: dict[str, type[TaskScoring]] = {kind.kind: kind for kind in (MultipleChoice, NextToken)}
 _STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report"}
-_PREFIX = {"selection": "val", "report": "test"}
 DEFAULT_KS = tuple(range(1, 21))  #: the default ``ks``, LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
 
 
@@ -188,14 +188,12 @@ class BoostedEvaluator(Evaluator):
         dm = self._datamodule()
         self.check_tasks(dm)
         self._clear_cache_once()
-        splits = dm.loader_splits(role)
-        self._splits[role] = splits
+        self._splits[role] = splits = dm.loader_splits(role)
         pending = False
         for split in splits:
             kind = self._kind(split, role)
-            key = f"{_PREFIX[role]}_{split.name}"
-            if key not in self.sweeps:
-                self.sweeps[key] = kind.new_sweep(split)
+            if f"{role}_{split.name}" not in self.sweeps:
+                self.sweeps[f"{role}_{split.name}"] = kind.new_sweep(split)
             label = f"{split.split}-sample" if split.sampled_indices is not None else split.split
             sig = {**self.cache_signature(split.name, split.split), "max_length": self.hparams.max_length}
             sig.update(**self.backend.signature, **kind.signature())
@@ -244,7 +242,7 @@ class BoostedEvaluator(Evaluator):
             if self._scorer is None:  # connected when an example needs it
                 self._scorer = self.backend.connect(self)
             self._store((role, split.name), kind.score(self._scorer, split, todo, cached))
-        kind.update(self.sweeps[f"{_PREFIX[role]}_{split.name}"], [cached[ex.idx] for ex in batch])
+        kind.update(self.sweeps[f"{role}_{split.name}"], [cached[ex.idx] for ex in batch])
 
     def validation_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._step(batch, dataloader_idx, "selection")
@@ -255,9 +253,8 @@ class BoostedEvaluator(Evaluator):
     # -- selection (validation loop) -------------------------------------------------------------------------
     def on_validation_epoch_end(self) -> None:
         for split in self._splits.get("selection", []):
-            sweep = self.sweeps[f"val_{split.name}"]
-            info = self._kind(split, "selection").select(split, sweep.shaped())
-            self.selected[split.name] = info
+            sweep = self.sweeps[f"selection_{split.name}"]
+            self.selected[split.name] = info = self._kind(split, "selection").select(split, sweep.shaped())
             key = f"val/{self._key(split.name)}"
             logged = {f"{key}/{n}": float(info[n]) for n in ("acc", "alpha_star", "k_star") if n in info}
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
@@ -267,7 +264,7 @@ class BoostedEvaluator(Evaluator):
     def on_test_epoch_end(self) -> None:
         self.results = {}
         for split in self._splits.get("report", []):
-            sweep = self.sweeps[f"test_{split.name}"]
+            sweep = self.sweeps[f"report_{split.name}"]
             kind = self._kind(split, "report")
             result, rows = kind.report(split, sweep.shaped(), self.selected.get(split.name))
             if len(self.methods) > 1:
@@ -363,9 +360,28 @@ class ServedBackend:
         self.server = server
 
     def prepare(self, run: BoostedEvaluator, dm: Any, splits: list[TaskSplit], pending: bool) -> None:
-        """Before any request: what a served model cannot score exactly is refused."""
+        """Before any request, what a served model cannot score exactly is refused: next-token tasks (the
+        argmax over the vocabulary, ``cblight.served.scorer``), and prompts holding a special token that only
+        a local tokenizer can spell (SST-5's answers end with EOS: without ``tokenizer`` it would be GPT-2's
+        literal)."""
         run._load_tokenizer()
-        check_served_splits(splits, run.tokenizer is not None)
+        placeholder = RenderContext().eos_token
+        for split in splits:
+            if split.task.kind != "multiple_choice":
+                raise ServedModelError(
+                    f"{split.name}: next-token prediction needs the model's whole next-token distribution (the "
+                    "boosted argmax over the vocabulary), and a completions server returns only the top-N "
+                    "log-probs of a position; backend openai scores multiple-choice tasks only (exact from "
+                    "prompt log-probs): run next-token tasks with backend local"
+                )
+            if run.tokenizer is None:
+                for ex in split.examples:
+                    if placeholder in ex.context or any(placeholder in c for c in ex.choices):
+                        raise ServedModelError(
+                            f"{split.name}: its prompts contain the tokenizer's EOS token, which a served "
+                            "model's name does not tell; give the model's tokenizer as --model.tokenizer (only "
+                            "its special tokens are used)"
+                        )
 
     def check_checkpoint(self, run: BoostedEvaluator, path: str) -> None:
         return None  # a served model's name is the server's to check
@@ -374,8 +390,17 @@ class ServedBackend:
         return ServedScorer.connect(self.server, run.model_name, run.output_dir / "requests.sqlite")
 
     def settings(self, scorer: TextScorer | None, resumed: int) -> dict[str, Any]:
-        """The server's report (none when every example came from the cache), and a line on what resumed."""
+        """The server's report (none when every example came from the cache); for a run that resumed, one line
+        on the examples an earlier run had scored (the per-example cache) and the requests it had paid for
+        (the request cache), neither asked again."""
         served = scorer if isinstance(scorer, ServedScorer) else None
-        if line := resumed_line(self.server.base_url, resumed, served):
-            rank_zero_info(line)
+        client = served.client if served is not None else None
+        hits, sent = (client.cache_hits, client.requests_sent) if client is not None else (0, 0)
+        if resumed or hits:
+            where = f" ({client.cache.path})" if client is not None and client.cache is not None else ""
+            rank_zero_info(
+                f"served model at {self.server.base_url}, resumed: {resumed} examples from the per-example "
+                f"cache, {hits} requests answered from the request cache{where}, {sent} requests sent (checks "
+                "included)"
+            )
         return {"backend": "openai", **({"served": served.report()} if served is not None else {})}

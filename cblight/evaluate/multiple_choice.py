@@ -95,9 +95,8 @@ class MultipleChoice(TaskScoring):
         scorer: TextScorer,
         split: TaskSplit,
         examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]] | None = None,
+        previous: dict[int, dict[str, Any]],
     ) -> list[dict[str, Any]]:
-        previous = previous or {}
         choices = [ex for ex in examples if isinstance(ex, ChoiceExample)]
         groups: list[tuple[str, Sequence[str]]] = []
         names: list[str] = []
@@ -129,12 +128,8 @@ class MultipleChoice(TaskScoring):
         records: dict[int, dict[str, Any]] = {}
         for ex in choices:  # the cached record of the same input keeps its valid parts
             old = previous.get(ex.idx) or {}
-            keep = old.get("input") == self.input_digest(ex)
-            records[ex.idx] = (
-                {**old, "method_inputs": dict(old.get("method_inputs", {}))}
-                if keep
-                else {"method_inputs": {}}
-            )
+            old = old if old.get("input") == self.input_digest(ex) else {}
+            records[ex.idx] = {**old, "method_inputs": dict(old.get("method_inputs", {}))}
         at = 0
         for i, part, n in slots:
             self._fill(records[choices[i].idx], part, choices[i], scores[at : at + n])

@@ -23,7 +23,6 @@ from cblight.boosting import (
     boosted_log_probs,
     first_argmax,
     next_token_alpha_sweep,
-    short_context_ids,
 )
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
@@ -91,24 +90,12 @@ class NextToken(TaskScoring):
         )
         return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
-    def _calibrated(
-        self, scorer: Scorer, passages: Sequence[NextTokenExample], full: torch.Tensor
-    ) -> list[int]:
-        enc = scorer.encoder
-        new = sorted({ex.template for ex in passages} - set(self._cf))
-        if new:
-            prompts = [enc.context(t.replace("[X]", cf)) for t in new for cf in self.content_free]
-            lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
-            self._cf.update({t: lp[i] for i, t in enumerate(new)})
-        cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
-        return calibrated_next_token(full, cf, self.options.calibrate_top_n, reduce="min").tolist()
-
     def score(
         self,
         scorer: Scorer,
         split: TaskSplit,
         examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]] | None = None,
+        previous: dict[int, dict[str, Any]],
     ) -> list[dict[str, Any]]:
         enc = scorer.encoder
         passages = [ex for ex in examples if isinstance(ex, NextTokenExample)]
@@ -121,7 +108,6 @@ class NextToken(TaskScoring):
             targets.append(ids[-1])
         full = scorer.next_token_log_probs(contexts)
         tgt = torch.tensor(targets, device=full.device)
-        alphas = torch.tensor(self.alphas)
         full_lp = full.gather(1, tgt[:, None]).squeeze(1)
         full_rank = (full > full_lp[:, None]).sum(-1) + 1
         full_correct = full.argmax(-1) == tgt
@@ -131,10 +117,18 @@ class NextToken(TaskScoring):
             s_lp = short.gather(1, tgt[:, None]).squeeze(1)
             per_k["short_log_prob"].append(s_lp)
             per_k["short_rank"].append((short > s_lp[:, None]).sum(-1) + 1)
-            sweep = next_token_alpha_sweep(full, short, tgt, alphas, "next_token")
+            sweep = next_token_alpha_sweep(full, short, tgt, torch.tensor(self.alphas), "next_token")
             for name in ("correct", "log_prob", "rank"):
                 per_k[f"boosted_{name}"].append(sweep[name].int() if name == "correct" else sweep[name])
-        calibrated = self._calibrated(scorer, passages, full) if "calibrate" in self.methods else None
+        calibrated = None
+        if "calibrate" in self.methods:  # one pass per relation template and content-free input, kept
+            new = sorted({ex.template for ex in passages} - set(self._cf))
+            if new:
+                prompts = [enc.context(t.replace("[X]", cf)) for t in new for cf in self.content_free]
+                lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
+                self._cf.update({t: lp[i] for i, t in enumerate(new)})
+            cf = torch.stack([self._cf[ex.template].to(full.device) for ex in passages])
+            calibrated = calibrated_next_token(full, cf, self.options.calibrate_top_n, reduce="min").tolist()
         adaptive = self._adaptive(scorer, contexts, full, tgt) if self.adaptive is not None else None
         stack = {name: torch.stack(columns, 1).tolist() for name, columns in per_k.items()}
         records = []
@@ -164,13 +158,7 @@ class NextToken(TaskScoring):
         ``log f_max + alpha log f_k`` (normalised), and its correctness and log-prob on ``ADAPTIVE_GRID``."""
         prefix = scorer.encoder.prefix
         ks = [unit_k([self.decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
-        shorts = [short_context_ids(c, k, prefix) for c, k in zip(contexts, ks)]
-        short = full.clone()  # a context no longer than its k: f_k == f_max
-        todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
-        if todo:
-            short[torch.tensor(todo, device=full.device)] = scorer.next_token_log_probs(
-                [shorts[i] for i in todo]
-            )
+        short = scorer.last_k_log_probs(contexts, ks, full=full)
         alpha = token_alphas(self.token_rule or "", full, short, "next_token")
         mixed = boosted_log_probs(full, short, alpha, "next_token")
         lp = mixed.gather(1, tgt[:, None])
@@ -218,9 +206,15 @@ class NextToken(TaskScoring):
             report.update(accuracy(out["calibrated_correct"], "acc_calibrate"))
         best = self.select(split, out)  # the report split's own best (k, alpha): the oracle
         report.update(oracle_k=best["k_star"], oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
-        adaptive = self._adaptive_rows(out) if self.adaptive is not None else None
-        if adaptive is not None:  # no labels: k from the input, alpha from the rule
-            alpha, correct, log_prob, rank = adaptive
+        if self.adaptive is not None:  # no labels: k from the input, alpha from the rule
+            alpha, correct, log_prob = (out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob"))
+            rank: torch.Tensor | None = out["adaptive_rank"]
+            if self.adaptive == "jsd_mean":  # the split's one alpha, its passages' mean on ADAPTIVE_GRID
+                value = round(float(alpha.double().mean()), 2)
+                col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
+                alpha = torch.full_like(alpha, ADAPTIVE_GRID[col])
+                correct, log_prob = (out[f"adaptive_grid_{n}"][:, col] for n in ("correct", "log_prob"))
+                rank = None  # the grid keeps no ranks
             report.update(accuracy(correct, "acc_adaptive"))
             report["ppl_adaptive"] = float(torch.exp(-log_prob.double().mean()))
             k = out["adaptive_k"].double()
@@ -273,7 +267,7 @@ class NextToken(TaskScoring):
                 row.update(
                     pred_calibrate=self.decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
                 )
-            if adaptive is not None:
+            if self.adaptive is not None:
                 row.update(
                     k_adaptive=int(out["adaptive_k"][i]),
                     alpha_adaptive=float(alpha[i]),
@@ -292,15 +286,3 @@ class NextToken(TaskScoring):
                 )
             rows.append(row)
         return result, rows
-
-    def _adaptive_rows(
-        self, out: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Per passage: the rule's alpha, the target's correctness and log-prob under it, and its rank
-        (``None`` for ``jsd_mean``, whose one alpha of the split is read on ``ADAPTIVE_GRID``)."""
-        if self.adaptive != "jsd_mean":
-            return tuple(out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob", "rank"))  # type: ignore[return-value]
-        value = round(float(out["adaptive_alpha"].double().mean()), 2)
-        col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
-        alpha = torch.full_like(out["adaptive_alpha"], ADAPTIVE_GRID[col])
-        return alpha, out["adaptive_grid_correct"][:, col], out["adaptive_grid_log_prob"][:, col], None

@@ -62,7 +62,8 @@ class TaskScoring(ABC):
 
     @property
     def options(self) -> MethodOptions:
-        """The comparison methods' options: the run's, or their defaults (built only where a method runs)."""
+        """The comparison methods' options: the run's, or their defaults (built only where a method runs, so
+        that a run without comparison methods never calls into ``cblight.evaluate.methods``)."""
         return self._options or MethodOptions()
 
     @property
@@ -87,7 +88,7 @@ class TaskScoring(ABC):
         scorer: TextScorer,
         split: TaskSplit,
         examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]] | None = None,
+        previous: dict[int, dict[str, Any]],
     ) -> list[dict[str, Any]]:
         """Records of ``examples``; ``previous`` holds their cached records (parts still valid are kept)."""
 
@@ -267,12 +268,10 @@ def _pct(value: Any) -> float | None:
 def compare_accuracy_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """Several checkpoints' runs (``--compare``) in Table 4's layout: per task, each checkpoint's accuracy at
     ``alpha = 0`` and at ``alpha*``, and ``alpha*``; an average row when there are several tasks."""
-    labels = list(runs)
-    tasks = list(next(iter(runs.values())))
     rows: list[dict[str, Any]] = []
-    for task in tasks:
+    for task in next(iter(runs.values())):
         row: dict[str, Any] = {"task": task}
-        for label in labels:
+        for label in runs:
             report = runs[label][task]["report"]
             row[label] = _pct(report.get("acc_base"))
             row[f"{label} + CB"] = _pct(report.get("acc"))

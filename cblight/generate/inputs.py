@@ -35,16 +35,14 @@ def separator_ids(tokenizer: Any, separator: str | None) -> list[int]:
                 "separator=None means the tokenizer's EOS, and this tokenizer has no EOS token"
             )
         return [int(tokenizer.eos_token_id)]
-    ids = Encoder(tokenizer).body(separator) if separator else []
-    if not ids:
-        raise BoostingError(f"separator {separator!r} encodes to no tokens")
-    return ids
+    return marker_ids(tokenizer, separator, "separator")
 
 
-def marker_ids(tokenizer: Any, marker: str) -> list[int]:
-    ids = Encoder(tokenizer).body(marker)
+def marker_ids(tokenizer: Any, marker: str, what: str = "marker") -> list[int]:
+    """Token ids of a marker (or, ``what="separator"``, a separator) without the special prefix."""
+    ids = Encoder(tokenizer).body(marker) if marker else []
     if not ids:
-        raise BoostingError(f"marker {marker!r} encodes to no tokens")
+        raise BoostingError(f"{what} {marker!r} encodes to no tokens")
     return ids
 
 
@@ -138,27 +136,6 @@ class PreparedPrompts:
         )
 
 
-def _rows_from(prompts: Prompts, attention_mask: torch.Tensor | None, enc: Encoder) -> list[list[int]]:
-    if isinstance(prompts, torch.Tensor):
-        if prompts.dim() != 2:
-            raise BoostingError(f"input_ids must be [batch, length], got shape {tuple(prompts.shape)}")
-        mask = torch.ones_like(prompts) if attention_mask is None else attention_mask
-        if mask.shape != prompts.shape:
-            raise BoostingError("attention_mask must have the shape of input_ids")
-        return [[int(t) for t, m in zip(r, mr) if m] for r, mr in zip(prompts.tolist(), mask.tolist())]
-    if isinstance(prompts, str):
-        raise BoostingError("prompts must be a list of strings (or token-id rows), not one string")
-    rows: list[list[int]] = []
-    for i, p in enumerate(prompts):
-        if isinstance(p, str):
-            rows.append(enc.context(p))
-        elif isinstance(p, Sequence) and all(isinstance(t, int) for t in p):
-            rows.append(list(p))
-        else:
-            raise BoostingError(f"prompt {i} must be a string or a list of token ids, got {type(p).__name__}")
-    return rows
-
-
 def prepare_prompts(
     tokenizer: Any,
     prompts: Prompts,
@@ -178,7 +155,26 @@ def prepare_prompts(
     experts = as_experts(boosting)
     enc = Encoder(tokenizer)
     prefix = list(enc.prefix)
-    rows = _rows_from(prompts, attention_mask, enc)
+    if isinstance(prompts, torch.Tensor):
+        if prompts.dim() != 2:
+            raise BoostingError(f"input_ids must be [batch, length], got shape {tuple(prompts.shape)}")
+        mask = torch.ones_like(prompts) if attention_mask is None else attention_mask
+        if mask.shape != prompts.shape:
+            raise BoostingError("attention_mask must have the shape of input_ids")
+        rows = [[int(t) for t, m in zip(r, mr) if m] for r, mr in zip(prompts.tolist(), mask.tolist())]
+    elif isinstance(prompts, str):
+        raise BoostingError("prompts must be a list of strings (or token-id rows), not one string")
+    else:
+        rows = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):
+                rows.append(enc.context(p))
+            elif isinstance(p, Sequence) and all(isinstance(t, int) for t in p):
+                rows.append(list(p))
+            else:
+                raise BoostingError(
+                    f"prompt {i} must be a string or a list of token ids, got {type(p).__name__}"
+                )
     if not rows:
         raise BoostingError("no prompts to generate from")
 

@@ -52,11 +52,11 @@ from tqdm import tqdm
 from cblight.adaptive import AUTO, CHOICE_RULES, TOKEN_RULES, RuleName
 from cblight.boosting import short_context_ids
 from cblight.errors import CblightError
-from cblight.lmeval.contexts import RULES, PremiseFreeRule, ShortContextError, ShortContextMode, rule_for
+from cblight.lmeval.contexts import RULES, PremiseFreeRule, ShortContextMode, rule_for
 from cblight.lmeval.pairs import Pair, boosted_scores, score_pairs
 from cblight.models import DTypeName
 from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
-from cblight.scoring import Encoder, Scorer
+from cblight.scoring import Scorer
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class CblightLM(TemplateLM):
         self.model = model
         self.tokenizer = tok
         self.scorer = Scorer(model, tok, batch_size=batch_size, max_length=max_length)
-        self.prefix = Encoder(tok).prefix
+        self.prefix = self.scorer.encoder.prefix
         self._settings = {
             "model": str(self.model_name),
             "alpha": self.alpha,
@@ -280,11 +280,8 @@ class CblightLM(TemplateLM):
             if not cont:
                 raise CblightError(f"{req.task_name}: continuation {req.args[1]!r} encodes to no tokens")
         shorts: list[tuple[list[int], list[int]] | None] = []
-        if self.boosted:
-            try:  # before any model call: a task without a rule fails at once, in one line
-                shorts = [self._short(req, ctx, cont) for req, (ctx, cont) in zip(requests, encoded)]
-            except ShortContextError as err:
-                raise ShortContextError(str(err)) from None
+        if self.boosted:  # before any model call: a task without a rule fails at once
+            shorts = [self._short(req, ctx, cont) for req, (ctx, cont) in zip(requests, encoded)]
         # blocks of requests in lm-eval's order (a question's choices stay together), with a progress bar
         block = 32 * self.scorer.rows_per_batch
         out: list[tuple[float, bool]] = []

@@ -19,8 +19,7 @@ from typing import Any
 import torch
 
 from cblight.adaptive import choice_alphas, token_alphas
-from cblight.batching import right_pad
-from cblight.boosting import AlphaGrid, boosted_log_probs, choice_scores, log_softmax32, mix_log_probs
+from cblight.boosting import AlphaGrid, boosted_log_probs, choice_scores, mix_log_probs
 from cblight.scoring import Scorer
 
 Item = tuple[Sequence[int], Sequence[int] | None, Sequence[int]]
@@ -34,40 +33,23 @@ def score_pairs(
     scorer: Scorer, items: Sequence[Item], alpha: float, token_rule: str | None = None
 ) -> list[Pair]:
     """Scores of every item (see the module docstring), in order. An item's rows always share a chunk (so
-    no distribution outlives its chunk); chunks hold at most ``scorer.rows_per_batch`` rows (one item at
-    least), longest first. Contexts are cut to the window as ``Scorer.truncate`` does. With ``token_rule``
-    (``cblight.adaptive.TOKEN_RULES``; docs/adaptive.md) the greedy flag mixes each continuation position
-    with that position's own alpha instead of ``alpha``."""
+    no distribution outlives its chunk), longest first, in ``Scorer.in_batches``' chunks of at most
+    ``scorer.rows_per_batch`` rows. Contexts are cut to the window as ``Scorer.truncate`` does. With
+    ``token_rule`` (``cblight.adaptive.TOKEN_RULES``; docs/adaptive.md) the greedy flag mixes each
+    continuation position with that position's own alpha instead of ``alpha``."""
     prepared: list[tuple[list[list[int]], list[int], list[int]]] = []  # (rows, first positions, cont)
-    for i, (ctx, short, cont) in enumerate(items):
+    for ctx, short, cont in items:  # continuations are never empty: the model refuses those first
         cont = list(cont)
-        if not cont:
-            raise ValueError(f"item {i} has an empty continuation")
         cuts = [scorer.truncate(c, [cont]) for c in ((ctx,) if short is None else (ctx, short))]
         prepared.append(([cut + cont[:-1] for cut in cuts], [len(cut) - 1 for cut in cuts], cont))
     order = sorted(range(len(items)), key=lambda i: -max(len(r) for r in prepared[i][0]))
-    results: list[Pair | None] = [None] * len(items)
-    start = 0
-    while start < len(order):
-        end, n_rows = start, 0
-        while end < len(order) and (
-            end == start or n_rows + len(prepared[order[end]][0]) <= scorer.rows_per_batch
-        ):
-            n_rows += len(prepared[order[end]][0])
-            end += 1
-        chunk = order[start:end]
-        start = end
+
+    def run(chunk: list[int]) -> list[Pair]:
         rows = [row for i in chunk for row in prepared[i][0]]
         starts = [s for i in chunk for s in prepared[i][1]]
         lengths = [len(prepared[i][2]) for i in chunk for _ in prepared[i][0]]
-        ids, mask = right_pad(rows, scorer.pad_id, scorer.device)
-        logits = scorer.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        index = torch.tensor(
-            [[s + min(j, n - 1) for j in range(max(lengths))] for s, n in zip(starts, lengths)],
-            device=logits.device,
-        )
-        picked = log_softmax32(logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1])))
-        r = 0
+        picked = scorer.continuation_log_probs(rows, starts, lengths)
+        pairs, r = [], 0
         for i in chunk:  # each item's rows: [len(cont), V] log-probs after the full (and the short) context
             cont = prepared[i][2]
             target = torch.tensor(cont, device=picked.device)
@@ -80,12 +62,12 @@ def score_pairs(
                 boosted = boosted_log_probs(*lps, token_alphas(token_rule, *lps, "next_token"))
             else:
                 boosted = mix_log_probs(lps, [1.0, alpha])
-            results[i] = (
-                sums[0],
-                sums[1] if len(sums) > 1 else None,
-                bool((boosted.argmax(-1) == target).all()),
-            )
-    return results  # type: ignore[return-value]
+            greedy = bool((boosted.argmax(-1) == target).all())
+            pairs.append((sums[0], sums[1] if len(sums) > 1 else None, greedy))
+        return pairs
+
+    done = dict(zip(order, scorer.in_batches(order, lambda i: len(prepared[i][0]), run)))
+    return [done[i] for i in range(len(items))]
 
 
 def boosted_scores(

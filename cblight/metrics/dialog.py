@@ -74,11 +74,8 @@ def normalize_words(text: str, normalize: Normalize = "dstc") -> list[str]:
 
 def check_hypotheses(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> list[list[str]]:
     """The normalised words of each hypothesis string."""
-    if isinstance(hypotheses, str):
-        raise TypeError("hypotheses must be a list of strings, not one string")
-    for i, hyp in enumerate(hypotheses):
-        if not isinstance(hyp, str):
-            raise TypeError(f"hypotheses[{i}] must be a string, got {type(hyp).__name__}")
+    if not fits(list[str], hypotheses):
+        raise TypeError(f"hypotheses must be a list of strings (not one string), got {hypotheses!r:.80}")
     return [normalize_words(h, normalize) for h in hypotheses]
 
 

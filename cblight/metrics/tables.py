@@ -69,6 +69,11 @@ class _Suite(nn.Module):
         for metric in self.children():
             metric.reset()
 
+    def score(self, *inputs: Any) -> dict[str, Any]:
+        """The columns of one set of inputs in memory (the tables' functional forms)."""
+        self.update(*inputs)
+        return self.compute()
+
 
 class TextSuite(_Suite):
     """Table 2's columns, accumulated batch by batch.
@@ -190,8 +195,7 @@ def generation_table(
     """
     scored = generated_token_log_probs(model, contexts, generations, **options)
     suite = TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples, seed=seed)
-    suite.update(generations, [f for f, _ in scored], [s for _, s in scored])
-    return suite.compute()
+    return suite.score(generations, [f for f, _ in scored], [s for _, s in scored])
 
 
 def dialog_table(
@@ -199,9 +203,7 @@ def dialog_table(
 ) -> dict[str, Any]:
     """Table 3's columns for one set of responses against their reference lists; ``options``: the
     keywords of ``DialogSuite`` (``normalize``, ``meteor``, ``use_synonyms``, ``n_refs``)."""
-    suite = DialogSuite(**options)
-    suite.update(hypotheses, references)
-    return suite.compute()
+    return DialogSuite(**options).score(hypotheses, references)
 
 
 def format_dialog_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
@@ -223,6 +225,4 @@ def summary_table(
     predictions: Sequence[str], references: Sequence[str | Sequence[str]], *, use_stemmer: bool = True
 ) -> dict[str, float]:
     """The summarisation table's ROUGE-1/2/L F-measures in percent."""
-    suite = SummarySuite(use_stemmer)
-    suite.update(predictions, references)
-    return suite.compute()
+    return SummarySuite(use_stemmer).score(predictions, references)

@@ -5,7 +5,7 @@
 """
 
 from cblight.served.client import CompletionClient, RequestCache, ServedModelError, ServerOptions
-from cblight.served.scorer import ServedScorer, check_served_splits, resumed_line
+from cblight.served.scorer import ServedScorer
 
 __all__ = [
     "CompletionClient",
@@ -13,6 +13,4 @@ __all__ = [
     "ServedModelError",
     "ServedScorer",
     "ServerOptions",
-    "check_served_splits",
-    "resumed_line",
 ]

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cblight.data.registry import RenderContext
 from cblight.scoring import ContinuationScore
 from cblight.served.client import CompletionClient, RequestCache, ServedModelError, ServerOptions
 
@@ -123,10 +122,9 @@ def echoed_continuation(
 class ServedScorer:
     """Multiple-choice scoring through a served model (module docstring); ``score_text`` as ``Scorer``'s."""
 
-    def __init__(self, client: CompletionClient, model: str, top_logprobs: int = 1):
+    def __init__(self, client: CompletionClient, model: str):
         self.client = client
         self.model = model
-        self.top_logprobs = top_logprobs
         self.boundary_straddles = 0
         self.alignment: dict[str, Any] | None = None
 
@@ -159,9 +157,10 @@ class ServedScorer:
         }
 
     def _body(self, prompt: str, echo: bool) -> dict[str, Any]:
-        # max_tokens=1, not 0: llama-cpp-python reads 0 as "until the window is full"
+        # max_tokens=1, not 0: llama-cpp-python reads 0 as "until the window is full"; logprobs=1: the top
+        # token of each position beside the prompt token's own, for the greedy flag
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
-        return {**body, "logprobs": self.top_logprobs, **({"echo": True} if echo else {})}
+        return {**body, "logprobs": 1, **({"echo": True} if echo else {})}
 
     def check_alignment(self) -> dict[str, Any]:
         """The canary of the module docstring; returns what it compared, or raises ``ServedModelError``."""
@@ -220,41 +219,3 @@ class ServedScorer:
                 log.warning("%s: the server's tokens straddle the context/continuation boundary", name)
             out[g].append(ContinuationScore(sum(got.log_probs), got.log_probs, got.greedy))
         return out
-
-
-def check_served_splits(splits: Sequence[Any], has_tokenizer: bool) -> None:
-    """Refuse, before any request, what a served model cannot score exactly: next-token tasks (the argmax
-    over the vocabulary, module docstring), and prompts holding a special token that only a local tokenizer
-    can spell (SST-5's answers end with EOS: without ``tokenizer`` it would be GPT-2's literal)."""
-    placeholder = RenderContext().eos_token
-    for split in splits:
-        if split.task.kind != "multiple_choice":
-            raise ServedModelError(
-                f"{split.name}: next-token prediction needs the model's whole next-token distribution (the "
-                "boosted argmax over the vocabulary), and a completions server returns only the top-N "
-                "log-probs of a position; backend openai scores multiple-choice tasks only (exact from "
-                "prompt log-probs): run next-token tasks with backend local"
-            )
-        if not has_tokenizer:
-            for ex in split.examples:
-                if placeholder in ex.context or any(placeholder in c for c in ex.choices):
-                    raise ServedModelError(
-                        f"{split.name}: its prompts contain the tokenizer's EOS token, which a served model's "
-                        "name does not tell; give the model's tokenizer as --model.tokenizer (only its "
-                        "special tokens are used)"
-                    )
-
-
-def resumed_line(base_url: str, examples_cached: int, scorer: ServedScorer | None) -> str | None:
-    """One line for a served run that resumed: the examples an earlier run had scored (the per-example cache)
-    and the requests it had paid for (the request cache), neither asked again; ``None`` for a fresh run."""
-    client = scorer.client if scorer is not None else None
-    hits = client.cache_hits if client is not None else 0
-    if not examples_cached and not hits:
-        return None
-    where = f" ({client.cache.path})" if client is not None and client.cache is not None else ""
-    sent = client.requests_sent if client is not None else 0
-    return (
-        f"served model at {base_url}, resumed: {examples_cached} examples from the per-example cache, "
-        f"{hits} requests answered from the request cache{where}, {sent} requests sent (checks included)"
-    )

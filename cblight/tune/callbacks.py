@@ -136,10 +136,8 @@ def resume_interrupted_run(
     trainer = config.get("trainer") or {}
     loggers = trainer.get("logger")
     first = loggers[0] if isinstance(loggers, list) and loggers else loggers
-    if (
-        not hasattr(first, "get")
-        or str(first.get("class_path", "")).rpartition(".")[2] not in _VERSIONED_LOGGERS
-    ):
+    logger = first.get("class_path", "") if hasattr(first, "get") else ""
+    if str(logger).rpartition(".")[2] not in _VERSIONED_LOGGERS:
         return None
     args = first.get("init_args") or {}
     if args.get("version") is not None or not args.get("save_dir"):
@@ -148,14 +146,12 @@ def resume_interrupted_run(
     versions = sorted(
         (int(d.name[8:]), d) for d in runs.glob("version_*") if d.name[8:].isdigit() and d.is_dir()
     )
-    current = None
+    current = _run_identity(saved_config()) if versions else None
     for _, directory in reversed(versions):
         checkpoint = directory / "checkpoints" / "last.ckpt"
         saved = directory / "config.yaml"
         if not (checkpoint.is_file() and saved.is_file()):
             continue
-        if current is None:
-            current = _run_identity(saved_config())
         try:
             same = _run_identity(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}) == current
             step = int(

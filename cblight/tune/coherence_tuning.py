@@ -42,7 +42,7 @@ from cblight.tune.callbacks import GuardOptions
 from cblight.tune.export import Exporter, ExportOptions
 from cblight.tune.lora import LoraOptions, apply_lora
 from cblight.tune.loss import KLTerms, LossOptions, Sampled, tuning_kl_terms
-from cblight.tune.preflight import check_boosting, check_max_steps, check_sampling, check_validation_data
+from cblight.tune.preflight import check_max_steps, check_shared_options, check_validation_data
 from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, seed_of
 from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy
 from cblight.tune.validation import ValidationOptions, Validator
@@ -136,8 +136,7 @@ class CoherenceTuning(L.LightningModule):
         super().__init__()
         # Every option group checked itself when it was made; what remains is what tuning asks of the
         # shared ones, checked before anything is loaded.
-        check_boosting(boosting)
-        check_sampling(sampling)
+        check_shared_options(boosting, sampling)
         # Option objects go into ``hparams`` (checkpoints, logged configs) as plain mappings, as LightningCLI
         # stores them, so that checkpoints load with ``torch.load(weights_only=True)`` and
         # ``load_from_checkpoint`` rebuilds the objects with LightningCLI's instantiator.
@@ -166,17 +165,9 @@ class CoherenceTuning(L.LightningModule):
                 f"boosting.k = {boosting.k} must be smaller than the model window of {room} tokens"
             )
         self.sampler = RolloutSampler(
-            self.encoder,
-            sampling,
-            max_new_tokens,
-            max_prompt_tokens,
-            window=self.window,
-            pad_id=int(self.tokenizer.pad_token_id),
-            eos_id=self.tokenizer.eos_token_id,
-            rollouts=rollouts,
+            self.encoder, sampling, max_new_tokens, max_prompt_tokens, self.window, rollouts
         )
-        if rollouts.cache == "static" or rollouts.compile:
-            rollouts.resolve(self.model, torch.device("cpu"))  # a model that cannot is refused now
+        rollouts.check_supported(type(self.model))  # a static cache or compiling asked of a model that cannot
         disable_dropout(self.model)
         self.model.train()
         if gradient_checkpointing:
@@ -206,22 +197,18 @@ class CoherenceTuning(L.LightningModule):
         self._log_dir = self.trainer.log_dir
         if stage != "fit":
             return
-        trainer = self.trainer
         if self._synced() and (self.teacher.options.kind == "ema" or self.lora_options.rank):
             raise ConfigError(
                 "teacher.kind: ema and lora.rank > 0 need every process to hold the whole model; "
                 "use a replicated strategy (DDP) or teacher.kind: live without LoRA under FSDP/DeepSpeed"
             )
-        check_max_steps(trainer.max_steps)
-        datamodule = getattr(trainer, "datamodule", None)
+        check_max_steps(self.trainer.max_steps)
+        datamodule = getattr(self.trainer, "datamodule", None)
         if hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
         check_validation_data(self.guard_options, datamodule)  # a data module without validation: no check
-        if (
-            self._initial_for_guard_only
-            and hasattr(datamodule, "val_prompts")
-            and not datamodule.val_prompts()
-        ):
+        guard_only = self._initial_for_guard_only and hasattr(datamodule, "val_prompts")
+        if guard_only and not datamodule.val_prompts():
             self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
 
     def _synced(self) -> bool:
@@ -279,11 +266,9 @@ class CoherenceTuning(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The gradient's 2-norm before clipping (over all processes' shards under FSDP)."""
         grads = [p.grad.detach().float() for p in self.parameters() if p.grad is not None]
-        squares = (
-            torch.stack([g.square().sum() for g in grads]).sum()
-            if grads
-            else torch.zeros((), device=self.device)
-        )
+        squares = torch.stack(
+            [g.square().sum() for g in grads] or [torch.zeros((), device=self.device)]
+        ).sum()
         if self._synced():
             squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
         self.log("train/tuning/grad_norm", squares.sqrt(), batch_size=1)
@@ -304,8 +289,7 @@ class CoherenceTuning(L.LightningModule):
         )
         # 2-3. the boosted teacher at every position in scope (no gradient) and the divergence to it
         terms = self.kl_terms(sampled)
-        reduce = self.trainer.strategy.reduce if self._trainer is not None else None
-        sums = terms.global_sums(sampled.sampled, self.device, reduce)
+        sums = terms.global_sums(sampled.sampled, self.device, self.trainer.strategy.reduce)
         count = max(sums["count"], 1.0)
         # Sum over this process's positions / positions of all processes, times the number of processes
         # because DDP averages gradients: the update is the gradient of the global per-position mean.
@@ -343,10 +327,8 @@ class CoherenceTuning(L.LightningModule):
             prefix=self.encoder.prefix,
             teacher_model=teacher_model if teacher_model is not None else self.teacher.model,
             sync_window_calls=sync if self._synced() else None,
-            # the trust region's f_0, the initial copy, when it is on
-            reference_model=self.teacher.initial
-            if teacher_model is None and self.teacher.options.trust_region > 0
-            else None,
+            # the trust region's f_0 (used while trust_region > 0): the initial copy, under the run's teacher
+            reference_model=self.teacher.initial if teacher_model is None else None,
             trust_region=self.teacher.options.trust_region,
             adaptive=self.boosting.adaptive,
         )
@@ -367,7 +349,7 @@ class CoherenceTuning(L.LightningModule):
         logged = self.validator.validation_batch(
             self.model,
             self.teacher.initial,
-            lambda model: self.sampler.sample_fixed(model, prompts, seed, self.device, synced=self._synced()),
+            lambda model: self.sampler.sample(model, prompts, self.device, synced=self._synced(), seed=seed),
             self.kl_terms,
             same_initial=self.teacher.options.kind == "frozen",
             texts=batch.get("texts") or [],

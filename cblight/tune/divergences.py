@@ -24,21 +24,14 @@ it). Nothing here imports a model, Lightning or the Hub.
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
+from typing import Literal
 
 import torch
 
 #: The divergence of ``LossOptions``, ``KL(teacher || student)`` (the paper), ``KL(student || teacher)`` or generalised JSD.
 Divergence = Literal["forward_kl", "reverse_kl", "jsd"]
 
-__all__ = [
-    "Divergence",
-    "divergence",
-    "forward_kl",
-    "generalized_jsd",
-    "restrict_to_teacher_top_k",
-    "reverse_kl",
-]
+__all__ = ["Divergence", "divergence", "restrict_to_teacher_top_k"]
 
 
 def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
@@ -47,44 +40,25 @@ def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
     return torch.where(p > 0, p * (p_log - q_log), torch.zeros_like(p)).sum(dim=-1)
 
 
-def forward_kl(teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor) -> torch.Tensor:
-    """``KL(p || q)`` over the last axis (the paper's objective)."""
-    return _kl(teacher_log_probs.detach().float(), student_log_probs.float())
-
-
-def reverse_kl(teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor) -> torch.Tensor:
-    """``KL(q || p)`` over the last axis; infinite where the student puts mass on a token with ``p = 0``."""
-    return _kl(student_log_probs.float(), teacher_log_probs.detach().float())
-
-
-def generalized_jsd(
-    teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor, beta: float = 0.5
-) -> torch.Tensor:
-    """``beta · KL(p || m) + (1 - beta) · KL(q || m)`` with ``m = beta · p + (1 - beta) · q`` (TRL's GKD);
-    ``beta = 0`` / ``1`` give the forward / reverse KL."""
-    if beta == 0:
-        return forward_kl(teacher_log_probs, student_log_probs)
-    if beta == 1:
-        return reverse_kl(teacher_log_probs, student_log_probs)
-    p_log, q_log = teacher_log_probs.detach().float(), student_log_probs.float()
-    m_log = torch.logaddexp(p_log + math.log(beta), q_log + math.log(1.0 - beta))
-    return beta * _kl(p_log, m_log) + (1.0 - beta) * _kl(q_log, m_log)
-
-
 def divergence(
     teacher_log_probs: torch.Tensor,
     student_log_probs: torch.Tensor,
     kind: Divergence = "forward_kl",
     beta: float = 0.5,
 ) -> torch.Tensor:
-    """The divergence ``kind`` per row (``beta`` only matters for ``jsd``)."""
-    if kind == "forward_kl":
-        return forward_kl(teacher_log_probs, student_log_probs)
-    if kind == "reverse_kl":
-        return reverse_kl(teacher_log_probs, student_log_probs)
-    if kind == "jsd":
-        return generalized_jsd(teacher_log_probs, student_log_probs, beta)
-    raise ValueError(f"divergence must be one of {', '.join(get_args(Divergence))}; got {kind!r}")
+    """The divergence ``kind`` per row, over the last axis, with ``p`` the teacher and ``q`` the student:
+    ``forward_kl`` ``KL(p || q)`` (the paper's objective), ``reverse_kl`` ``KL(q || p)`` (infinite where the
+    student puts mass on a token with ``p = 0``), ``jsd`` ``beta · KL(p || m) + (1 - beta) · KL(q || m)``
+    with ``m = beta · p + (1 - beta) · q`` (TRL's GKD), which is the forward / reverse KL at ``beta`` 0 / 1
+    (``beta`` only matters for ``jsd``)."""
+    p_log, q_log = teacher_log_probs.detach().float(), student_log_probs.float()
+    beta = {"forward_kl": 0.0, "reverse_kl": 1.0}.get(kind, beta)
+    if beta == 0:
+        return _kl(p_log, q_log)
+    if beta == 1:
+        return _kl(q_log, p_log)
+    m_log = torch.logaddexp(p_log + math.log(beta), q_log + math.log(1.0 - beta))
+    return beta * _kl(p_log, m_log) + (1.0 - beta) * _kl(q_log, m_log)
 
 
 def restrict_to_teacher_top_k(

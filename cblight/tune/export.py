@@ -9,6 +9,7 @@ second run nor a rerun replaces a tuned model without a word.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,6 @@ from lightning.pytorch import Callback
 
 from cblight.option_types import check_fields
 from cblight.runs import LOCK_NAME, OutputDirError, OutputLock
-from cblight.tune.lora import is_peft_model, save_lora_exports
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +144,11 @@ class Exporter(Callback):
             state = trainer.strategy.lightning_module_state_dict()
             weights = {name[len("model.") :]: t for name, t in state.items() if name.startswith("model.")}
             is_zero = trainer.is_global_zero
-        if is_zero and is_peft_model(model):  # LoRA is refused under sharded strategies
-            save_lora_exports(model, tokenizer, out)
-        elif is_zero:
+        if is_zero and hasattr(model, "merge_and_unload"):  # LoRA (peft; refused under sharded strategies)
+            model.save_pretrained(out / "adapter")  # the adapter alone, then the merged model
+            tokenizer.save_pretrained(out / "adapter")
+            model, weights = copy.deepcopy(model).merge_and_unload(), None
+        if is_zero:
             out.mkdir(parents=True, exist_ok=True)
             model.save_pretrained(out, state_dict=weights)
             tokenizer.save_pretrained(out)

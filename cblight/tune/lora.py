@@ -1,23 +1,22 @@
 """Optional LoRA adapters for coherence tuning, through ``peft`` (``pip install 'cblight[lora]'``).
 
 With ``lora.rank > 0`` (``LoraOptions``) only low-rank adapters on the chosen linear layers train (Hu et
-al. 2022); the base weights stay frozen. The tuned model is exported twice: merged into plain weights (a normal Hugging
-Face model directory) and as the adapter alone (``adapter_config.json`` + weights, which
-``AutoModelForCausalLM.from_pretrained`` also loads, fetching the base model named in it).
+al. 2022); the base weights stay frozen. The tuned model is exported twice (``cblight.tune.export``):
+merged into plain weights (a normal Hugging Face model directory) and as the adapter alone
+(``adapter_config.json`` + weights, which ``AutoModelForCausalLM.from_pretrained`` also loads, fetching
+the base model named in it).
 """
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from cblight.errors import ConfigError
 from cblight.option_types import NonNegativeInt, PositiveFloat, check_fields
 
-__all__ = ["LoraOptions", "apply_lora", "is_peft_model", "save_lora_exports"]
+__all__ = ["LoraOptions", "apply_lora"]
 
 
 @dataclass(frozen=True)
@@ -61,23 +60,3 @@ def apply_lora(model: Any, options: LoraOptions) -> Any:
         return get_peft_model(model, config)
     except ValueError as err:  # e.g. target modules that the model does not have
         raise ConfigError(f"lora.target_modules {options.target_modules!r}: {err}") from err
-
-
-def is_peft_model(model: Any) -> bool:
-    """Whether ``model`` is a peft ``PeftModel`` (LoRA adapters); ``False`` when peft is not installed."""
-    if importlib.util.find_spec("peft") is None:
-        return False
-    from peft import PeftModel
-
-    return isinstance(model, PeftModel)
-
-
-def save_lora_exports(model: Any, tokenizer: Any, out: Path) -> tuple[Path, Path]:
-    """The merged model to ``out`` and the adapter alone to ``out/adapter``, each with the tokenizer."""
-    adapter = out / "adapter"
-    model.save_pretrained(adapter)
-    tokenizer.save_pretrained(adapter)
-    merged = copy.deepcopy(model).merge_and_unload()
-    merged.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out, adapter

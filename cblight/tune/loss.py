@@ -21,7 +21,7 @@ the positions in scope (``sampled_token_mask``, ``kl_scope``: the KL "at every p
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,10 +222,10 @@ class KLTerms:
     trust: torch.Tensor
 
     def global_sums(
-        self, sampled: torch.Tensor, device: torch.device, reduce: Callable[..., torch.Tensor] | None = None
+        self, sampled: torch.Tensor, device: torch.device, reduce: Callable[..., torch.Tensor]
     ) -> dict[str, float]:
         """Counts and sums of the batch's terms (``sampled``: its mask of sampled tokens), over every process
-        in one all-reduce (``reduce``, a strategy's ``reduce``; ``None``: this process)."""
+        in one all-reduce (``reduce``, a strategy's ``reduce``)."""
         kl, long = self.kl.detach(), self.long
         local = torch.stack(
             [
@@ -238,7 +238,7 @@ class KLTerms:
                 self.trust.sum(),
             ]
         ).to(device, torch.float64)
-        total = reduce(local, reduce_op="sum") if reduce is not None else local
+        total = reduce(local, reduce_op="sum")
         names = ["count", "long", "sampled_tokens", "kl_sum", "kl_long_sum", "gap_long_sum", "trust_sum"]
         return dict(zip(names, total.tolist(), strict=True))
 
@@ -260,21 +260,18 @@ def tuning_window_chunk(device: torch.device, window_tokens: int) -> int:
     return max(1, 1024 // max(window_tokens, 1))
 
 
-def _row_chunks(rows: torch.Tensor, per_chunk: int) -> list[tuple[int, int]]:
+def _row_chunks(rows: torch.Tensor, per_chunk: int) -> Iterator[tuple[int, int]]:
     """``[lo, hi)`` ranges of the row-major positions, at most ``per_chunk`` long, never splitting a row
     unless the row alone is longer (a separate teacher then reruns that row's forward)."""
-    n = int(rows.numel())
-    bounds, lo = [], 0
-    counts = torch.bincount(rows).tolist() if n else []
-    ends = list(itertools.accumulate(counts))
+    n, lo = int(rows.numel()), 0
+    ends = list(itertools.accumulate(torch.bincount(rows).tolist())) if n else []
     while lo < n:
         hi = min(lo + per_chunk, n)
         if hi < n:
             whole_rows = [e for e in ends if lo < e <= hi]
             hi = whole_rows[-1] if whole_rows else hi
-        bounds.append((lo, hi))
+        yield lo, hi
         lo = hi
-    return bounds
 
 
 def tuning_kl_terms(
@@ -339,8 +336,7 @@ def tuning_kl_terms(
         r, c = rows[lo:hi], cols[lo:hi]
         chunk_long = long[lo:hi]
         z = detached[r, c - 1 - offset].requires_grad_(differentiable)
-        with torch.enable_grad() if differentiable else torch.no_grad():
-            student = log_softmax32(z)
+        student = log_softmax32(z)  # a graph only where the model's logits have one (grad mode is on then)
         with torch.no_grad():
             full = (
                 student.detach() if teacher_model is None else _full_log_probs(teacher_model, sampled, r, c)
@@ -365,16 +361,15 @@ def tuning_kl_terms(
             targets = sampled.sequences[r, c].view(-1, 1)
             gap[lo:hi] = (teacher.gather(1, targets) - student.detach().gather(1, targets)).squeeze(1)
             agree[lo:hi] = (teacher.argmax(-1) == student.detach().argmax(-1)).float()
-        with torch.enable_grad() if differentiable else torch.no_grad():
-            p, q = teacher, student
-            if options.teacher_top_k is not None:
-                p, q = restrict_to_teacher_top_k(teacher, student, options.teacher_top_k)
-            values = divergence_fn(p, q, options.divergence, options.beta)
-            objective = values
-            if reference is not None:
-                penalty = divergence_fn(reference, student, "reverse_kl")  # KL(f_θ || f_0)
-                trust[lo:hi] = penalty.detach()
-                objective = values + trust_region * penalty
+        p, q = teacher, student
+        if options.teacher_top_k is not None:
+            p, q = restrict_to_teacher_top_k(teacher, student, options.teacher_top_k)
+        values = divergence_fn(p, q, options.divergence, options.beta)
+        objective = values
+        if reference is not None:
+            penalty = divergence_fn(reference, student, "reverse_kl")  # KL(f_θ || f_0)
+            trust[lo:hi] = penalty.detach()
+            objective = values + trust_region * penalty
         kl[lo:hi] = values.detach()
         if differentiable:
             (chunk_grad,) = torch.autograd.grad(objective.sum(), z)

@@ -1,5 +1,5 @@
 """What ``cblight tune`` refuses before the model loads: what tuning asks of the shared option groups
-(``check_boosting``, ``check_sampling``), a run with no step limit (``check_max_steps``), guard bands that
+(``check_shared_options``), a run with no step limit (``check_max_steps``), guard bands that
 the validation data cannot check (``check_validation_data``) and, from a parsed config, every directory
 the run writes, an export it would overwrite, the prompts and a static cache the model cannot use
 (``check_before_loading``). A refusal is one line and costs no model load.
@@ -16,22 +16,22 @@ from typing import Any
 
 from cblight.errors import ConfigError
 from cblight.options import Boosting, Sampling
-from cblight.tune.callbacks import GuardOptions
+from cblight.tune.callbacks import GuardOptions, resume_interrupted_run
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "check_before_loading",
-    "check_boosting",
     "check_max_steps",
-    "check_sampling",
+    "check_shared_options",
     "check_validation_data",
 ]
 
 
-def check_boosting(boosting: Boosting) -> None:
-    """Refuse a boosting that coherence tuning's teacher is not: the last ``k`` tokens boosted in the
-    generation form (Table 2) with a non-zero ``alpha``."""
+def check_shared_options(boosting: Boosting, sampling: Sampling) -> None:
+    """Refuse a boosting that coherence tuning's teacher is not (the last ``k`` tokens boosted in the
+    generation form of Table 2, with a non-zero ``alpha``) and a sampling that does not draw one sequence
+    per prompt (tuning learns from samples)."""
     if boosting.mode != "last_k":
         raise ConfigError(
             f"boosting.mode must be last_k (the teacher boosts against the last k tokens), got {boosting.mode!r}"
@@ -46,10 +46,6 @@ def check_boosting(boosting: Boosting) -> None:
             "boosting.alpha = 0 makes the boosted teacher the model itself and the KL identically zero; "
             "use a negative alpha (Table 2: -0.05 or -0.1)"
         )
-
-
-def check_sampling(sampling: Sampling) -> None:
-    """Refuse a ``Sampling`` that does not sample one sequence per prompt (tuning learns from samples)."""
     if sampling.do_sample is not True:
         raise ConfigError(
             f"sampling.do_sample must be true (coherence tuning samples its sequences), got {sampling.do_sample!r}"
@@ -132,7 +128,6 @@ def check_before_loading(
 
     from cblight.models import checkpoint_config
     from cblight.runs import OutputLock, check_output_dir
-    from cblight.tune.callbacks import resume_interrupted_run
     from cblight.tune.export import check_export_dir
 
     trainer, model = config.get("trainer") or {}, config.get("model") or {}
@@ -141,8 +136,7 @@ def check_before_loading(
         for name, parameter in inspect.signature(module_class.__init__).parameters.items()
         if is_dataclass(parameter.default)
     }
-    check_boosting(groups["boosting"])  # what tuning asks of the shared groups
-    check_sampling(groups["sampling"])
+    check_shared_options(groups["boosting"], groups["sampling"])  # what tuning asks of the shared groups
     root = Path(_get(trainer, "default_root_dir", ".")).expanduser()
     check_output_dir(root, "trainer.default_root_dir")
     loggers = _get(trainer, "logger")

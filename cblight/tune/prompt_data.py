@@ -52,9 +52,7 @@ def check_split(task: str, split: str) -> None:
     known = list(dict.fromkeys([*(source.local.files if source.local else ()), *source.hub]))
     if split in known:
         return
-    close = difflib.get_close_matches(str(split), known, n=1, cutoff=0.3)
-    if not close:  # an abbreviation ("valid") is closest to the split it begins
-        close = [s for s in known if s.startswith(str(split)[:3])][:1]
+    close = difflib.get_close_matches(str(split), known, n=1, cutoff=0.3)  # "valid": validation
     hint = f"; use --data.split {close[0]}" if close else ""
     raise PromptDataError(
         f"data.split {split!r} is not a split of task {task!r}: its splits are {', '.join(known)}{hint}"
@@ -164,13 +162,8 @@ class PromptDataModule(L.LightningDataModule):
     ):
         check_arguments(PromptDataModule.__init__, locals(), PromptDataError)
         super().__init__()
-        given = {
-            "prompts": prompts is not None,
-            "prompts_file": prompts_file is not None,
-            "bos_only": bos_only,
-            "task": task is not None,
-        }
-        sources = [name for name, on in given.items() if on]
+        given = {"prompts": prompts, "prompts_file": prompts_file, "bos_only": bos_only or None, "task": task}
+        sources = [name for name, value in given.items() if value is not None]
         if len(sources) != 1:
             raise PromptDataError(
                 "give exactly one prompt source: prompts (a list), prompts_file (a path), task (a generation "
@@ -233,9 +226,7 @@ class PromptDataModule(L.LightningDataModule):
 
     def _pools(self) -> tuple[list[str], list[str]]:
         if self._split is None:
-            pool = self.load_prompts()
-            if self.limit is not None:
-                pool = pool[: self.limit]
+            pool = self.load_prompts()[: self.limit]
             source = self._source_name()
             if not pool:
                 raise PromptDataError(f"the prompt source ({source}) yields no prompts")

@@ -82,13 +82,12 @@ class RolloutOptions:
     def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
         """``(static cache, compiled)`` for ``model`` on ``device``; a model that cannot be compiled is
         refused when static or compile was asked for by name, and gets the dynamic cache under ``auto``."""
-        supported = bool(getattr(model, "_can_compile_fullgraph", False))
         if self.cache == "static" or self.compile:
             self.check_supported(type(model))
             return True, bool(self.compile)
         if self.cache == "dynamic":
             return False, False
-        static = supported and device.type == "cuda" and not sharded
+        static = getattr(model, "_can_compile_fullgraph", False) and device.type == "cuda" and not sharded
         return static, static if self.compile is None else bool(self.compile) and static
 
 
@@ -202,7 +201,8 @@ class RolloutSampler:
     process's sampling random state (saved in and restored from checkpoints).
 
     Args:
-        encoder: the tokenizer's ``Encoder`` (prompts keep its special prefix, BOS, when they are cut).
+        encoder: the tokenizer's ``Encoder`` (prompts keep its special prefix, BOS, when they are cut; its
+            tokenizer's padding and end-of-sequence ids are the samples').
         sampling: how tokens are drawn (``do_sample`` true; unset ``temperature`` / ``top_p`` / ``top_k`` /
             ``seed`` mean 1.0 / 1.0 / 0 / 0: plain sampling from ``f``, never the model's own generation
             config).
@@ -210,7 +210,6 @@ class RolloutSampler:
         max_prompt_tokens: prompts are cut from the left to this many tokens, and to the room the model
             window leaves after ``max_new_tokens``.
         window: the model window.
-        pad_id, eos_id: the tokenizer's padding and end-of-sequence ids.
         rollouts: the decoding machinery (KV cache, compiled decode step), resolved for the model and device
             at the first call.
     """
@@ -222,8 +221,6 @@ class RolloutSampler:
         max_new_tokens: int,
         max_prompt_tokens: int,
         window: int,
-        pad_id: int,
-        eos_id: int | Sequence[int] | None,
         rollouts: RolloutOptions = RolloutOptions(),
     ):
         if max_new_tokens + len(encoder.prefix) + 1 > window:
@@ -237,8 +234,8 @@ class RolloutSampler:
         self.top_p = 1.0 if sampling.top_p is None else sampling.top_p
         self.top_k = 0 if sampling.top_k is None else sampling.top_k
         self.seed = 0 if sampling.seed is None else sampling.seed
-        self.pad_id = pad_id
-        self.eos_id = eos_id
+        self.pad_id = int(encoder.tokenizer.pad_token_id)
+        self.eos_id = encoder.tokenizer.eos_token_id
         self._rng: dict[str, torch.Tensor] | None = None
         self._loaded_rng: dict[str, Any] | None = None
         self.rollouts = rollouts
@@ -310,33 +307,24 @@ class RolloutSampler:
         device: torch.device | str = "cpu",
         rank: int = 0,
         synced: bool = False,
+        seed: int | None = None,
     ) -> Sampled:
         """Sample the tuning sequences of ``prompts`` from ``model``, advancing this process's random state
-        (``rank`` seeds it when sampling starts outside ``fit``; ``synced``: a sharded model)."""
+        (``rank`` seeds it when sampling starts outside ``fit``; ``synced``: a sharded model). With ``seed``
+        (validation), sample from that seed instead, leaving the tuning random state alone."""
         device = torch.device(device)
-        if self._rng is None:  # outside fit (e.g. a direct call): start from the seed
+        if self._rng is None and seed is None:  # outside fit (e.g. a direct call): start from the seed
             self._rng = _rng_state(device, self.seed + rank)
         with torch.random.fork_rng(devices=_devices(device)):
+            if seed is not None:
+                torch.manual_seed(seed)
+                return self._generate(model, prompts, device, synced)
             torch.set_rng_state(self._rng["cpu"])
             if "cuda" in self._rng:
                 torch.cuda.set_rng_state(self._rng["cuda"], device)
             sampled = self._generate(model, prompts, device, synced)
             self._rng = _rng_state(device)
         return sampled
-
-    def sample_fixed(
-        self,
-        model: Any,
-        prompts: Sequence[str],
-        seed: int,
-        device: torch.device | str = "cpu",
-        synced: bool = False,
-    ) -> Sampled:
-        """Sample with a given seed, leaving the tuning random state alone (validation)."""
-        device = torch.device(device)
-        with torch.random.fork_rng(devices=_devices(device)):
-            torch.manual_seed(seed)
-            return self._generate(model, prompts, device, synced)
 
     # -- random state in checkpoints ---------------------------------------------------------------------
     def start(self, rank: int, world_size: int, global_step: int, device: torch.device) -> None:

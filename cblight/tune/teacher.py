@@ -93,12 +93,8 @@ class Teacher:
     def __init__(self, options: TeacherOptions, student: torch.nn.Module, initial: torch.nn.Module | None):
         self.options = options
         self.initial = initial
-        self.model: torch.nn.Module | None = None
-        if options.kind == "frozen":
-            if initial is None:
-                raise ValueError("the frozen teacher needs the initial model's copy")
-            self.model = initial
-        elif options.kind == "ema" or options.snapshot:
+        self.model = initial if options.kind == "frozen" else None  # the live teacher: the student itself
+        if options.kind == "ema" or options.snapshot:
             self.model = frozen_copy(student)
 
     def to(self, device: torch.device) -> None:

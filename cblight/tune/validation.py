@@ -76,10 +76,9 @@ class SampleDiversity(RaggedMetric):
     span (degen's rule, ``cblight.metrics.text_stats.ends_in_repetition``; a trailing EOS dropped). The
     samples themselves are the state, so the value over several processes is the value of their union."""
 
-    def __init__(self, eos_token_id: int | Sequence[int] | None = None, **kwargs: Any):
+    def __init__(self, eos_token_id: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
-        self.eos_token_id = eos[0] if eos else None
+        self.eos_token_id = eos_token_id
         self.add_ragged_state("samples")
 
     def update(self, samples: Sequence[Sequence[int]]) -> None:
@@ -128,29 +127,27 @@ class _ModelStats(torch.nn.Module):
     """One model's validation statistics: next-token entropy and diversity of its samples, perplexity of
     the held-out human texts."""
 
-    def __init__(self, eos_token_id: int | Sequence[int] | None):
+    def __init__(self, eos_token_id: int | None):
         super().__init__()
         self.entropy = MeanMetric()
         self.diversity = SampleDiversity(eos_token_id)
         self.nll = SumMetric()
         self.tokens = SumMetric()
 
-    def update(self, model: Any, sampled: Sampled, text_nll: tuple[float, int] | None) -> None:
+    def update(self, model: Any, sampled: Sampled, text_nll: tuple[float, int]) -> None:
         self.entropy.update(next_token_entropy(model, sampled))
         self.diversity.update(sampled_tokens(sampled))
-        if text_nll is not None:
-            self.nll.update(text_nll[0])
-            self.tokens.update(text_nll[1])
+        self.nll.update(text_nll[0])
+        self.tokens.update(text_nll[1])
 
     def compute(self) -> dict[str, torch.Tensor]:
         """``ppl`` (``exp(nll / tokens)``, where there were texts), ``entropy``, ``distinct_1/2`` and
         ``repetition`` (where there were samples), synced over processes; the metrics reset."""
         values: dict[str, torch.Tensor] = {}
-        if self.tokens.update_called:  # held-out texts or not: the same on every process
+        if self.entropy.update_called:  # a validation ran, on every process alike
             count = self.tokens.compute()
             if float(count) > 0:
                 values["ppl"] = torch.exp(self.nll.compute() / count)
-        if self.entropy.update_called:
             values.update(entropy=self.entropy.compute(), **self.diversity.compute())
         for metric in (self.entropy, self.diversity, self.nll, self.tokens):
             metric.reset()
@@ -205,10 +202,10 @@ class Validator(torch.nn.Module):
             self.top1_initial.update(scored.agree.float())
             logged["val/tuning/kl_initial"] = self.kl_initial
             logged["val/tuning/top1_initial"] = self.top1_initial
-        self.current.update(model, sampled, self.text_nll(model, texts) if texts else None)
+        cut = self.options.text_tokens
+        self.current.update(model, sampled, human_text_nll(model, self.tokenizer, texts, cut))
         if self.reference is None and initial is not None:  # once: the guard's reference values
-            text_nll = self.text_nll(initial, texts) if texts else None
-            self.initial.update(initial, sample(initial), text_nll)
+            self.initial.update(initial, sample(initial), human_text_nll(initial, self.tokenizer, texts, cut))
         return logged
 
     def epoch_values(self) -> dict[str, torch.Tensor]:
@@ -220,10 +217,6 @@ class Validator(torch.nn.Module):
         for name, value in (self.reference or {}).items():
             values[f"{name}_initial"] = torch.tensor(value, dtype=torch.float64)
         return values
-
-    def text_nll(self, model: Any, texts: Sequence[str]) -> tuple[float, int]:
-        """Summed negative log-likelihood and token count of held-out human texts (``human_text_nll``)."""
-        return human_text_nll(model, self.tokenizer, texts, self.options.text_tokens)
 
     # -- the sample log ---------------------------------------------------------------------------------
     def log_samples(
