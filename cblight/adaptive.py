@@ -59,6 +59,7 @@ __all__ = [
     "RULES",
     "TOKEN_RULES",
     "ChoiceRule",
+    "DecodingRule",
     "NextTokenRule",
     "RuleName",
     "TokenRule",
@@ -83,6 +84,8 @@ __all__ = [
 
 #: The per-position rules (decoding, tuning, greedy flags).
 TokenRule = Literal["jsd", "cocoa", "residual"]
+#: What a per-position option accepts: ``auto`` (``AUTO["token"]``) or a per-position rule.
+DecodingRule = Literal["auto", "jsd", "cocoa", "residual"]
 #: The rules of next-token tasks (LAMBADA).
 NextTokenRule = Literal["jsd", "cocoa", "jsd_mean", "residual"]
 #: The rules of multiple-choice tasks.
@@ -96,7 +99,7 @@ NEXT_TOKEN_RULES: tuple[str, ...] = get_args(NextTokenRule)  #: the values of ``
 CHOICE_RULES: tuple[str, ...] = get_args(ChoiceRule)  #: the values of ``ChoiceRule``
 RULES: tuple[str, ...] = get_args(RuleName)  #: the values of ``RuleName``
 #: the rule ``auto`` stands for, per task kind (the measurements behind the choice are in docs/adaptive.md)
-AUTO = {"multiple_choice": "gated", "next_token": "jsd_mean"}
+AUTO = {"multiple_choice": "gated", "next_token": "jsd_mean", "token": "jsd"}
 #: The gate of ``gated``: the least mean JSD (bits) by which the premise must move a question's answers
 #: for boosting to be worth its risk (``context_gain``; docs/adaptive.md).
 GATE_BITS = 0.1
@@ -204,10 +207,12 @@ def residual_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "n
 
 
 def token_alphas(
-    rule: TokenRule, full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token"
+    rule: DecodingRule, full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token"
 ) -> torch.Tensor:
-    """Per-row alpha ``[N]`` of a per-position rule from ``log f_max`` and ``log f_short``."""
+    """Per-row alpha ``[N]`` of a per-position rule (``auto``: ``AUTO["token"]``) from ``log f_max`` and
+    ``log f_short``."""
     check_arguments(token_alphas, {"rule": rule})
+    rule = AUTO["token"] if rule == "auto" else rule
     return {"jsd": jsd_alpha, "cocoa": cocoa_alpha, "residual": residual_alpha}[rule](full, short, form)
 
 

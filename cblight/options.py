@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Literal, get_args
 
-from cblight.adaptive import TokenRule
+from cblight.adaptive import DecodingRule
 from cblight.boosting import BoostForm, two_expert_weights
 from cblight.errors import BoostingError
 from cblight.option_types import (
@@ -113,14 +113,14 @@ class Experts:
     positive: tokens the full model (or a constraint such as ``bad_words_ids``) rules out stay ruled out,
     and the decoder stays a boosted version of the full model rather than of a short one.
 
-    ``adaptive`` names a per-token rule (``cblight.adaptive.TOKEN_RULES``) that replaces the two fixed
+    ``adaptive`` names a per-token rule (``auto`` or one of ``cblight.adaptive.TOKEN_RULES``) that replaces the two fixed
     weights by ``two_expert_weights(alpha_t, form)`` with each row's ``alpha_t`` at each step, read from
     ``f_max`` and the (single) short expert; the weights given are then unused.
     """
 
     experts: tuple[tuple[ShortContext, FiniteFloat], ...] = ()
     full_weight: FiniteFloat = 1.0
-    adaptive: TokenRule | None = None
+    adaptive: DecodingRule | None = None
     form: BoostForm = "generation"
 
     def __post_init__(self) -> None:
@@ -168,8 +168,9 @@ class Boosting:
             ``next_token`` (``log f_max + alpha log f_short``, the default of ``response`` and ``marker``).
         marker: the marker of ``marker`` mode.
         separator: the separator of ``response`` mode (``None``: the tokenizer's EOS, DialoGPT's).
-        adaptive: a label-free rule that sets alpha per token instead (``jsd``: AdaCAD's Jensen-Shannon
-            weight; ``residual``; docs/adaptive.md); ``alpha`` is then left at 0.
+        adaptive: a label-free rule that sets alpha per token instead (``auto``; ``jsd``: AdaCAD's
+            Jensen-Shannon weight; ``cocoa``: a CoCoA-style weight; ``residual``; docs/adaptive.md);
+            ``alpha`` is then left at 0.
     """
 
     mode: Literal["last_k", "response", "marker", "auto"] = "last_k"
@@ -178,7 +179,7 @@ class Boosting:
     form: BoostForm | None = None
     marker: NotEmptyStr = " TL;DR:"
     separator: str | None = None
-    adaptive: TokenRule | None = None
+    adaptive: DecodingRule | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, BoostingError)

@@ -81,16 +81,18 @@ def test_every_other_number_is_unchanged(runs):
     assert "acc@adaptive" in adaptive["summary"] and "acc@adaptive" not in plain["summary"]
 
 
-def test_multiple_choice_row_is_the_decorrelation_rule_by_hand(runs):
-    _, adaptive, out = runs
-    rows = predictions(out, "copa.validation.jsonl")
+def decorrelate_by_hand(rows: list[dict]) -> float:
     num = den = 0.0
     for r in rows:  # pooled slope of full on premise-free scores, each question centred on its answers
         f, s = r["ll_full"], r["ll_short"]
         fm, sm = sum(f) / len(f), sum(s) / len(s)
         num += sum((x - fm) * (y - sm) for x, y in zip(f, s))
         den += sum((y - sm) ** 2 for y in s)
-    alpha = -num / den
+    return -num / den
+
+
+def check_rows(out: Path, report: dict, alpha: float, rule: str) -> None:
+    rows = predictions(out, "copa.validation.jsonl")
     hits = 0
     for r in rows:
         assert r["alpha_adaptive"] == pytest.approx(alpha, abs=1e-12)
@@ -98,11 +100,32 @@ def test_multiple_choice_row_is_the_decorrelation_rule_by_hand(runs):
         pred = scores.index(max(scores))
         assert r["pred_adaptive"] == pred
         hits += pred == r["label"]
-    report = adaptive["tasks"]["copa"]["report"]
     assert report["acc_adaptive"] == hits / len(rows)
     assert report["acc_adaptive_stderr"] == pytest.approx(math.sqrt(hits / 10 * (1 - hits / 10) / 10))
-    assert report["adaptive"]["rule"] == "decorrelate"
+    assert report["adaptive"]["rule"] == rule
     assert report["adaptive"]["alpha_mean"] == pytest.approx(alpha) and report["adaptive"]["alpha_sd"] < 1e-12
+
+
+def test_multiple_choice_auto_is_the_gate_then_decorrelate_by_hand(runs):
+    _, adaptive, out = runs
+    rows = predictions(out, "copa.validation.jsonl")
+    bits = []
+    for r in rows:  # the JSD (bits) of each question's full and premise-free answer distributions
+        p, q = (torch.softmax(torch.tensor(r[k], dtype=torch.float64), 0) for k in ("ll_full", "ll_short"))
+        m = (p + q) / 2
+        bits.append(float(((p * (p / m).log()).sum() + (q * (q / m).log()).sum()) / 2 / math.log(2)))
+    mean = sum(bits) / len(bits)
+    stderr = math.sqrt(sum((b - mean) ** 2 for b in bits) / (len(bits) - 1) / len(bits))
+    alpha = decorrelate_by_hand(rows) if mean - 2 * stderr >= 0.1 else 0.0
+    check_rows(out, adaptive["tasks"]["copa"]["report"], alpha, "gated")
+
+
+def test_multiple_choice_decorrelate_by_hand(runs, tiny_gpt2_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("decorrelate")
+    shutil.copytree(runs[2] / "cache", out / "cache")  # the same numbers: no model pass
+    result = run(tiny_gpt2_dir, out, "--model.adaptive", "decorrelate", "--data.tasks", "[copa]")
+    alpha = decorrelate_by_hand(predictions(out, "copa.validation.jsonl"))
+    check_rows(out, result["tasks"]["copa"]["report"], alpha, "decorrelate")
 
 
 def naive_lambada(model_dir: Path) -> list[tuple[int, int, torch.Tensor, torch.Tensor]]:
@@ -163,11 +186,11 @@ def test_lambada_rows_match_a_naive_model_loop(runs, per_passage, tiny_gpt2_dir)
         (
             "residual",
             "--model.adaptive: task copa: adaptive rule 'residual' does not apply to multiple-choice tasks; "
-            "use auto or one of jsd, jsd_mean, decorrelate, balance",
+            "use auto or one of gated, jsd, jsd_mean, decorrelate, balance",
         ),
         (
             "nope",
-            "model.adaptive must be one of 'auto', 'jsd', 'jsd_mean', 'residual', 'decorrelate', 'balance' or null, "
+            "model.adaptive must be one of 'auto', 'gated', 'jsd', 'cocoa', 'jsd_mean', 'residual', 'decorrelate', 'balance' or null, "
             "got 'nope'",
         ),
     ],

@@ -131,7 +131,10 @@ def test_residual_rule_and_custom_generate_agree_with_boosted_generate(sharp_lm)
 def test_adaptive_options_are_checked_once():
     with pytest.raises(BoostingError) as err:
         Boosting("last_k", adaptive="kl")
-    assert str(err.value) == "Boosting.adaptive must be one of 'jsd', 'residual' or null, got 'kl'"
+    assert (
+        str(err.value)
+        == "Boosting.adaptive must be one of 'auto', 'jsd', 'cocoa', 'residual' or null, got 'kl'"
+    )
     with pytest.raises(BoostingError) as err:
         Boosting("last_k", alpha=-0.2, adaptive="jsd")
     assert str(err.value) == "adaptive=jsd sets alpha at every token; leave alpha at 0 (got alpha=-0.2)"

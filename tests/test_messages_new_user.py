@@ -51,7 +51,7 @@ def test_lmeval_refuses_a_per_token_rule_on_a_multiple_choice_task_before_loadin
     line = last_error([*args, f"pretrained={tiny_gpt2_dir},alpha=adaptive,adaptive_rule=residual"], capsys)
     assert line == (
         "error: --model_args adaptive_rule: task cblight_copa: adaptive rule 'residual' does not apply to "
-        "multiple-choice tasks; use auto or one of jsd, jsd_mean, decorrelate, balance"
+        "multiple-choice tasks; use auto or one of gated, jsd, jsd_mean, decorrelate, balance"
     )  # the same words as cblight evaluate --model.adaptive residual
 
 
@@ -62,7 +62,7 @@ def test_lmeval_refuses_a_per_token_rule_on_a_multiple_choice_task_before_loadin
             "generate_until",
             "decorrelate",
             "--model_args adaptive_rule: task t: adaptive rule 'decorrelate' does not apply to generate_until "
-            "tasks; use auto or one of jsd, residual",
+            "tasks; use auto or one of jsd, cocoa, residual",
         ),
         (
             "loglikelihood",

@@ -30,7 +30,7 @@ requests together for the transductive rules; a question is lm-eval's ``doc_id``
 (``cblight.adaptive.RULES``; ``auto``: each kind's own). A named rule is used where it applies and refused
 where a metric would need the other kind (``residual`` for scores, ``decorrelate`` for ``generate_until``;
 ``cblight lmeval`` checks the tasks' kinds before the model loads); the greedy flags of a multiple-choice task,
-which no metric reads, stay at ``jsd`` under a multiple-choice rule.
+which no metric reads, take the per-token ``auto`` under a multiple-choice rule.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ class CblightLM(TemplateLM):
         alpha: boosting coefficient; 0 is the base model, -1 with short_context=empty is PMI; adaptive: set
             with no labels by adaptive_rule (docs/adaptive.md).
         k: tokens of the last_k short context.
-        adaptive_rule: the label-free rule of alpha=adaptive: auto (decorrelate for scores, jsd for greedy
-            flags and generate_until), jsd, jsd_mean, residual, decorrelate or balance.
+        adaptive_rule: the label-free rule of alpha=adaptive: auto (gated for scores, jsd for greedy
+            flags and generate_until), gated, jsd, cocoa, jsd_mean, residual, decorrelate or balance.
         short_context: last_k (the context's last k tokens), empty (BOS/EOS) or premise_free (Table 10).
         premise_free_rule: force one premise-free rule for every task (answer_cue, question, connector,
             after_last_period, empty, last_k); default: each task's own (docs/lmeval.md).
@@ -177,7 +177,7 @@ class CblightLM(TemplateLM):
     def _rule(self, kind: str) -> str | None:
         """The adaptive rule of a kind: ``multiple_choice`` for scores, ``next_token`` for greedy flags,
         ``generate_until``. ``auto`` is each kind's own; a rule named for scores keeps the flags of a
-        multiple-choice task at ``jsd`` (they are no metric there); a named rule is never swapped for
+        multiple-choice task at the per-token ``auto`` (they are no metric there); a named rule is never swapped for
         another where it would make a metric (scores, generations): ``CblightError``."""
         if self.adaptive is None:
             return None
@@ -192,7 +192,7 @@ class CblightLM(TemplateLM):
             )
         if kind == "multiple_choice":
             return AUTO[kind] if self.adaptive == "auto" else self.adaptive
-        return self.adaptive if self.adaptive in TOKEN_RULES else "jsd"  # per position: no split mean
+        return self.adaptive if self.adaptive in TOKEN_RULES else "auto"  # per position: no split mean
 
     @property
     def eot_token_id(self) -> int:
