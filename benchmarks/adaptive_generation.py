@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32, help="new tokens per prompt")
     parser.add_argument("--k", type=int, default=8, help="the short expert's last k tokens")
     parser.add_argument("--alphas", type=float, nargs="*", default=[-0.05, -0.1, -0.2, -0.4])
-    parser.add_argument("--rules", nargs="*", default=["jsd", "cocoa", "residual"])
+    parser.add_argument("--rules", nargs="*", default=["jsd", "cocoa"])
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)

@@ -95,7 +95,7 @@ def score_chunk(
         "k_unit": torch.tensor([units[u] for u in UNITS]).T,
         "lengths": torch.tensor([len(c) - len(prefix) for c in contexts]),
     }
-    grid, rules, cands, stats = [], {r: ([], []) for r in ("jsd", "residual")}, [], []
+    grid, rules, cands, stats = [], {r: ([], []) for r in ("jsd",)}, [], []
     for short in columns:
         stats.append(expert_stats(full, short))
         grid.append(next_token_alpha_sweep(full, short, tgt, alphas)["correct"])
@@ -228,15 +228,10 @@ def table(test: dict, dev: dict, args: argparse.Namespace) -> list[dict[str, Any
                 "no labels",
             )
         )
-        for rule in ("jsd", "residual"):
-            mean_alpha = float(test[f"{rule}_alpha"][:, col].mean())
-            rows.append(
-                (
-                    f"{rule} (mean alpha {mean_alpha:.2f}), k = last {u}",
-                    test[f"{rule}_correct"][:, col],
-                    "no labels",
-                )
-            )
+        mean_alpha = float(test["jsd_alpha"][:, col].mean())
+        rows.append(
+            (f"jsd (mean alpha {mean_alpha:.2f}), k = last {u}", test["jsd_correct"][:, col], "no labels")
+        )
         cocoa = cocoa_from_stats(test["stats"][:, col])
         rows.append(
             (
@@ -245,15 +240,10 @@ def table(test: dict, dev: dict, args: argparse.Namespace) -> list[dict[str, Any
                 "no labels",
             )
         )
-    for rule in ("jsd", "residual"):
-        mean_alpha = float(test[f"{rule}_alpha"][:, ki].mean())
-        rows.append(
-            (
-                f"{rule} (mean alpha {mean_alpha:.2f}), k = k* {ks[ki]}",
-                test[f"{rule}_correct"][:, ki],
-                "k labelled",
-            )
-        )
+    mean_alpha = float(test["jsd_alpha"][:, ki].mean())
+    rows.append(
+        (f"jsd (mean alpha {mean_alpha:.2f}), k = k* {ks[ki]}", test["jsd_correct"][:, ki], "k labelled")
+    )
     out = []
     print(f"LAMBADA test sample: n = {len(test['ids'])}; selection: dev sample n = {len(dev['ids'])}")
     print(f"{'row':<52} {'acc %':>7} {'± se':>6}   {'vs alpha*':>9} {'± se':>6}  uses")

@@ -12,9 +12,8 @@ Per position (next-token prediction, generation) and per example (multiple choic
   Contextual and Parametric Knowledge"): ``a = JSD(f_max || f_short)`` in bits (in [0, 1]) and the
   context-aware-decoding mix ``(1 + a) log f_max - a log f_short``, i.e. the generation form with
   ``alpha = -a`` and, for an argmax, the next-token form with ``alpha = -a / (1 + a)``;
-* ``residual``: the short expert's share of the full prediction removed: the slope ``beta`` of a least-squares
-  fit of ``log f_max`` on ``log f_short`` under ``f_max``'s own weights, ``alpha = -beta`` in the next-token
-  form (cblight's own rule; docs/adaptive.md says where it wins and loses).
+* ``cocoa``: a CoCoA-style weight (Khandelwal et al. 2025), the Rényi divergence of order 1/2 damped by
+  ``f_max``'s peakedness (``cocoa_alpha``).
 
 Over the unlabelled inputs of a whole split (transductive):
 
@@ -75,7 +74,6 @@ __all__ = [
     "js_divergence",
     "jsd_alpha",
     "prior_ranks",
-    "residual_alpha",
     "rule_for",
     "summary",
     "token_alphas",
@@ -83,15 +81,15 @@ __all__ = [
 ]
 
 #: The per-position rules (decoding, tuning, greedy flags).
-TokenRule = Literal["jsd", "cocoa", "residual"]
+TokenRule = Literal["jsd", "cocoa"]
 #: What a per-position option accepts: ``auto`` (``AUTO["token"]``) or a per-position rule.
-DecodingRule = Literal["auto", "jsd", "cocoa", "residual"]
+DecodingRule = Literal["auto", "jsd", "cocoa"]
 #: The rules of next-token tasks (LAMBADA).
-NextTokenRule = Literal["jsd", "cocoa", "jsd_mean", "residual"]
+NextTokenRule = Literal["jsd", "cocoa", "jsd_mean"]
 #: The rules of multiple-choice tasks.
 ChoiceRule = Literal["gated", "jsd", "jsd_mean", "decorrelate", "balance"]
 #: Every rule name ``adaptive`` accepts.
-RuleName = Literal["auto", "gated", "jsd", "cocoa", "jsd_mean", "residual", "decorrelate", "balance"]
+RuleName = Literal["auto", "gated", "jsd", "cocoa", "jsd_mean", "decorrelate", "balance"]
 #: How ``k`` is read off a next-token input, as its last sentence or its last clause.
 Unit = Literal["sentence", "clause"]
 TOKEN_RULES: tuple[str, ...] = get_args(TokenRule)  #: the values of ``TokenRule``
@@ -184,28 +182,6 @@ def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_t
     return -a if form == "generation" else -a / (1.0 + a)
 
 
-def residual_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
-    """Per row ``[N]``: ``-beta`` with ``beta = Cov_p(log f_max, log f_short) / Var_p(log f_short)`` under
-    ``p = f_max`` (the weighted least-squares slope of the full prediction on the short one), clipped to
-    ``[-0.9, 0]`` in the next-token form (a negative slope means the short expert does not echo the full one:
-    no boosting), then turned into ``form``. Where ``f_short`` is flat under ``p`` (``Var = 0``, e.g.
-    identical one-hot experts) the slope is taken as 1 only if the experts are identical, else 0."""
-    full64, short64 = full.double(), short.double()
-    p = full64.exp()
-    finite = torch.isfinite(full64) & torch.isfinite(short64) & (p > 0)
-    p = torch.where(finite, p, torch.zeros_like(p))
-    w = p / p.sum(-1, keepdim=True).clamp_min(1e-300)
-    f = torch.where(finite, full64, torch.zeros_like(full64))
-    s = torch.where(finite, short64, torch.zeros_like(short64))
-    f_mean = (w * f).sum(-1, keepdim=True)
-    s_mean = (w * s).sum(-1, keepdim=True)
-    cov = (w * (f - f_mean) * (s - s_mean)).sum(-1)
-    var = (w * (s - s_mean) ** 2).sum(-1)
-    beta = torch.where(var > 1e-12, cov / var.clamp_min(1e-12), torch.zeros_like(var))
-    alpha = (-beta).clamp(min=-0.9, max=0.0).to(torch.float32)
-    return alpha_in_form(alpha, form)
-
-
 def token_alphas(
     rule: DecodingRule, full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token"
 ) -> torch.Tensor:
@@ -213,7 +189,7 @@ def token_alphas(
     ``log f_short``."""
     check_arguments(token_alphas, {"rule": rule})
     rule = AUTO["token"] if rule == "auto" else rule
-    return {"jsd": jsd_alpha, "cocoa": cocoa_alpha, "residual": residual_alpha}[rule](full, short, form)
+    return (jsd_alpha if rule == "jsd" else cocoa_alpha)(full, short, form)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def _restricted(hint: Any) -> bool:
 
 
 def describe(hint: Any) -> str:
-    """What a value of type ``hint`` is, in words: ``an integer >= 1``, ``one of 'jsd', 'residual'``, ..."""
+    """What a value of type ``hint`` is, in words: ``an integer >= 1``, ``one of 'jsd', 'cocoa'``, ..."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint in _WORDS:
         return _WORDS[hint]

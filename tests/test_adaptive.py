@@ -23,7 +23,6 @@ from cblight.adaptive import (
     js_divergence,
     jsd_alpha,
     prior_ranks,
-    residual_alpha,
     token_alphas,
     unit_k,
 )
@@ -72,26 +71,6 @@ def test_jsd_alpha_is_adacad_in_both_forms():
     assert boosted_log_probs(full, short, nt).argmax() == got.argmax()
     # identical experts: no divergence, no boosting
     assert float(jsd_alpha(full, full)) == 0.0
-
-
-def test_residual_alpha_by_hand():
-    p, q = (0.5, 0.3, 0.2), (0.6, 0.2, 0.2)
-    f, s = [LOG(x) for x in p], [LOG(x) for x in q]
-    fm = sum(w * x for w, x in zip(p, f))
-    sm = sum(w * x for w, x in zip(p, s))
-    cov = sum(w * (x - fm) * (y - sm) for w, x, y in zip(p, f, s))
-    var = sum(w * (y - sm) ** 2 for w, y in zip(p, s))
-    beta = cov / var
-    assert 0 < beta < 0.9
-    got = residual_alpha(logs(*p).float(), logs(*q).float())
-    assert float(got) == pytest.approx(-beta, abs=1e-6)
-    assert float(residual_alpha(logs(*p).float(), logs(*q).float(), "generation")) == pytest.approx(
-        -beta / (1 - beta), abs=1e-6
-    )
-    # a short expert that ranks tokens against the full one (negative slope) is not boosted against
-    assert float(residual_alpha(logs(0.6, 0.3, 0.1), logs(0.1, 0.3, 0.6))) == 0.0
-    # identical experts: slope 1, clipped to the floor
-    assert float(residual_alpha(logs(*p).float(), logs(*p).float())) == pytest.approx(-0.9)
 
 
 def test_per_row_alpha_matches_scalar_boosting_row_by_row():

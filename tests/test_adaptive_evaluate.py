@@ -184,13 +184,13 @@ def test_lambada_rows_match_a_naive_model_loop(runs, per_passage, tiny_gpt2_dir)
     "rule, message",
     [
         (
-            "residual",
-            "--model.adaptive: task copa: adaptive rule 'residual' does not apply to multiple-choice tasks; "
+            "cocoa",
+            "--model.adaptive: task copa: adaptive rule 'cocoa' does not apply to multiple-choice tasks; "
             "use auto or one of gated, jsd, jsd_mean, decorrelate, balance",
         ),
         (
             "nope",
-            "model.adaptive must be one of 'auto', 'gated', 'jsd', 'cocoa', 'jsd_mean', 'residual', 'decorrelate', 'balance' or null, "
+            "model.adaptive must be one of 'auto', 'gated', 'jsd', 'cocoa', 'jsd_mean', 'decorrelate', 'balance' or null, "
             "got 'nope'",
         ),
     ],

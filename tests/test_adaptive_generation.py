@@ -99,7 +99,7 @@ def test_adaptive_greedy_decoding_matches_brute_force(sharp_lm, form, decoder):
     assert min(a for row in out.alphas for a in row) < -0.05  # the rule acted
 
 
-def test_residual_rule_and_custom_generate_agree_with_boosted_generate(sharp_lm):
+def test_cocoa_rule_and_custom_generate_agree_with_boosted_generate(sharp_lm):
     model, tok = sharp_lm
     rows = [tok(p)["input_ids"] for p in PROMPTS]
     from cblight.batching import left_pad
@@ -109,7 +109,7 @@ def test_residual_rule_and_custom_generate_agree_with_boosted_generate(sharp_lm)
         model,
         tok,
         ids,
-        Boosting("last_k", k=K, adaptive="residual"),
+        Boosting("last_k", k=K, adaptive="cocoa"),
         attention_mask=mask,
         max_new_tokens=STEPS,
     )
@@ -120,7 +120,7 @@ def test_residual_rule_and_custom_generate_agree_with_boosted_generate(sharp_lm)
         trust_remote_code=True,
         tokenizer=tok,
         boost_k=K,
-        boost_adaptive="residual",
+        boost_adaptive="cocoa",
         max_new_tokens=STEPS,
         do_sample=False,
     )
@@ -131,10 +131,7 @@ def test_residual_rule_and_custom_generate_agree_with_boosted_generate(sharp_lm)
 def test_adaptive_options_are_checked_once():
     with pytest.raises(BoostingError) as err:
         Boosting("last_k", adaptive="kl")
-    assert (
-        str(err.value)
-        == "Boosting.adaptive must be one of 'auto', 'jsd', 'cocoa', 'residual' or null, got 'kl'"
-    )
+    assert str(err.value) == "Boosting.adaptive must be one of 'auto', 'jsd', 'cocoa' or null, got 'kl'"
     with pytest.raises(BoostingError) as err:
         Boosting("last_k", alpha=-0.2, adaptive="jsd")
     assert str(err.value) == "adaptive=jsd sets alpha at every token; leave alpha at 0 (got alpha=-0.2)"

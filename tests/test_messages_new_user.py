@@ -48,11 +48,11 @@ def test_lmeval_refuses_a_per_token_rule_on_a_multiple_choice_task_before_loadin
 ):
     """Was: scored with ``decorrelate`` (per-choice scores identical to it), exit 0."""
     args = ["lmeval", "--tasks", "cblight_copa", "--limit", "1", "--device", "cpu", "--model_args"]
-    line = last_error([*args, f"pretrained={tiny_gpt2_dir},alpha=adaptive,adaptive_rule=residual"], capsys)
+    line = last_error([*args, f"pretrained={tiny_gpt2_dir},alpha=adaptive,adaptive_rule=cocoa"], capsys)
     assert line == (
-        "error: --model_args adaptive_rule: task cblight_copa: adaptive rule 'residual' does not apply to "
+        "error: --model_args adaptive_rule: task cblight_copa: adaptive rule 'cocoa' does not apply to "
         "multiple-choice tasks; use auto or one of gated, jsd, jsd_mean, decorrelate, balance"
-    )  # the same words as cblight evaluate --model.adaptive residual
+    )  # the same words as cblight evaluate --model.adaptive cocoa
 
 
 @pytest.mark.parametrize(
@@ -62,12 +62,12 @@ def test_lmeval_refuses_a_per_token_rule_on_a_multiple_choice_task_before_loadin
             "generate_until",
             "decorrelate",
             "--model_args adaptive_rule: task t: adaptive rule 'decorrelate' does not apply to generate_until "
-            "tasks; use auto or one of jsd, cocoa, residual",
+            "tasks; use auto or one of jsd, cocoa",
         ),
         (
             "loglikelihood",
-            "residual",
-            "--model_args adaptive_rule: task t: adaptive rule 'residual' does not apply to loglikelihood "
+            "cocoa",
+            "--model_args adaptive_rule: task t: adaptive rule 'cocoa' does not apply to loglikelihood "
             "(scores and greedy flags) tasks; use auto or one of jsd",
         ),
         ("multiple_choice", "jsd", None),
@@ -100,10 +100,8 @@ def test_the_lmeval_model_never_swaps_a_named_rule(tiny_gpt2_dir):
     from cblight.lmeval.model import CblightLM
 
     scores = Instance("loglikelihood", doc={}, arguments=("The cat sat on the", " mat"), idx=0)
-    lm = CblightLM(pretrained=str(tiny_gpt2_dir), alpha="adaptive", adaptive_rule="residual", device="cpu")
-    with pytest.raises(
-        CblightError, match="adaptive_rule=residual is a per-token rule: it does not apply to"
-    ):
+    lm = CblightLM(pretrained=str(tiny_gpt2_dir), alpha="adaptive", adaptive_rule="cocoa", device="cpu")
+    with pytest.raises(CblightError, match="adaptive_rule=cocoa is a per-token rule: it does not apply to"):
         lm.loglikelihood([scores])
     text = Instance(
         "generate_until", doc={}, arguments=("The cat", {"until": ["."], "max_gen_toks": 2}), idx=0

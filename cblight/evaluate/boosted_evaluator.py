@@ -98,8 +98,8 @@ class BoostedEvaluator(Evaluator):
         length_normalize: divide each answer's score by its length in characters, as the reference can.
         adaptive: a label-free rule reported beside base, PMI and alpha* as the row ``adaptive``
             (``docs/adaptive.md``): ``auto`` (each kind's recommended rule), ``jsd`` (AdaCAD's weight, per
-            question or per passage), ``residual`` (next-token), ``decorrelate`` or ``balance`` (multiple
-            choice, one alpha from the unlabelled reported inputs); next-token rules take ``k`` from the
+            question or per passage), ``cocoa`` (next-token), ``gated``, ``decorrelate`` or ``balance``
+            (multiple choice, one alpha from the unlabelled reported inputs); next-token rules take ``k`` from the
             passage's last sentence. Its alphas go to the predictions, their mean and spread to
             ``results.json``.
         methods: scoring methods reported side by side (``docs/methods.md``): ``boost`` (always computed),

@@ -28,7 +28,7 @@ short)`` with its question's alpha from a multiple-choice rule over the question
 requests together for the transductive rules; a question is lm-eval's ``doc_id`` within its task), its
 ``is_greedy`` flag and ``generate_until`` use a per-token rule. ``adaptive_rule`` names a rule
 (``cblight.adaptive.RULES``; ``auto``: each kind's own). A named rule is used where it applies and refused
-where a metric would need the other kind (``residual`` for scores, ``decorrelate`` for ``generate_until``;
+where a metric would need the other kind (``cocoa`` for scores, ``decorrelate`` for ``generate_until``;
 ``cblight lmeval`` checks the tasks' kinds before the model loads); the greedy flags of a multiple-choice task,
 which no metric reads, take the per-token ``auto`` under a multiple-choice rule.
 """
@@ -76,7 +76,7 @@ class CblightLM(TemplateLM):
             with no labels by adaptive_rule (docs/adaptive.md).
         k: tokens of the last_k short context.
         adaptive_rule: the label-free rule of alpha=adaptive: auto (gated for scores, jsd for greedy
-            flags and generate_until), gated, jsd, cocoa, jsd_mean, residual, decorrelate or balance.
+            flags and generate_until), gated, jsd, cocoa, jsd_mean, decorrelate or balance.
         short_context: last_k (the context's last k tokens), empty (BOS/EOS) or premise_free (Table 10).
         premise_free_rule: force one premise-free rule for every task (answer_cue, question, connector,
             after_last_period, empty, last_k); default: each task's own (docs/lmeval.md).
