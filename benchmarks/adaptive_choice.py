@@ -144,18 +144,23 @@ def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict
     print(
         f"context gain (mean JSD, bits): {gain:.3f} ± {gain_se:.3f}; the gate opens at a lower bound >= 0.1"
     )
-    print(f"{'row':<40} {'acc %':>7} {'± se':>6}   {'vs alpha*':>9} {'± se':>6}   alpha (mean, sd)")
+    print(
+        f"{'row':<40} {'acc %':>7} {'± se':>6}   {'vs alpha*':>9} {'± se':>6}   {'vs base':>8} {'± se':>6}   alpha"
+    )
     out = []
     for name, correct, alpha in rows:
         acc = 100 * float(correct.double().mean())
         se = 100 * math.sqrt(acc / 100 * (1 - acc / 100) / n)
         diff, diff_se = paired(correct, star_correct)
+        gain, gain_se = paired(correct, rows[0][1])
         spread = (
             "" if alpha is None else f"{float(alpha.mean()):+.2f}, {float(alpha.std()) if n > 1 else 0:.2f}"
         )
-        print(f"{name:<40} {acc:7.2f} {se:6.2f}   {diff:+9.2f} {diff_se:6.2f}   {spread}")
+        print(
+            f"{name:<40} {acc:7.2f} {se:6.2f}   {diff:+9.2f} {diff_se:6.2f}   {gain:+8.2f} {gain_se:6.2f}   {spread}"
+        )
         out.append({"task": task, "row": name, "acc": acc, "stderr": se, "vs_alpha_star": diff,
-                    "vs_alpha_star_stderr": diff_se,
+                    "vs_alpha_star_stderr": diff_se, "vs_base": gain, "vs_base_stderr": gain_se,
                     "alpha_mean": None if alpha is None else float(alpha.mean())})  # fmt: skip
     return out
 

@@ -75,6 +75,7 @@ __all__ = [
     "jsd_alpha",
     "prior_ranks",
     "rule_for",
+    "same_prior_everywhere",
     "summary",
     "token_alphas",
     "unit_k",
@@ -257,12 +258,29 @@ def context_gain(
     return float(js.mean()) if n else 0.0, float(js.std(unbiased=True) / math.sqrt(n)) if n > 1 else math.inf
 
 
+def same_prior_everywhere(ll_full: torch.Tensor, ll_short: torch.Tensor) -> bool:
+    """Whether every question has the same answers' premise-free scores (a fixed answer set after a constant
+    premise-free context, as SST-2's labels): such a prior cannot tell one question's answer from another's,
+    so it is a bias to calibrate away, never evidence. Scores within 1e-4 nats count as equal (the same
+    text scored in different float32 batches differs by about 1e-5)."""
+    mask = ~torch.isneginf(ll_full)
+    if ll_full.shape[0] < 2 or not bool((mask == mask[:1]).all()):
+        return False
+    s = torch.where(mask, ll_short.double(), 0.0)
+    return bool(((s - s[:1]).abs() <= 1e-4).all())
+
+
 def gated_alpha(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None) -> float:
-    """``decorrelate_alpha`` where the premise demonstrably moves the answers (``context_gain``'s mean
-    minus two standard errors at least ``GATE_BITS``), else 0, the base model: where the premise adds
-    nothing, or the split is too small to tell, boosting only risks a loss (docs/adaptive.md measures it)."""
+    """``decorrelate_alpha`` where boosting removes a bias, else 0, the base model. It removes a bias where
+    the prior is the same for every question (``same_prior_everywhere``: then ``decorrelate`` is batch
+    calibration) or where the premise demonstrably moves the answers (``context_gain``'s mean minus two
+    standard errors at least ``GATE_BITS``). Where the premise adds little the premise-free likelihood is
+    the evidence (PIQA's fluent right solutions) and removing it loses; where the split is too small to
+    tell, the base model is kept (docs/adaptive.md measures both)."""
     gain, stderr = context_gain(ll_full, ll_short, lengths)
-    return decorrelate_alpha(ll_full, ll_short, lengths) if gain - 2.0 * stderr >= GATE_BITS else 0.0
+    if same_prior_everywhere(ll_full, ll_short) or gain - 2.0 * stderr >= GATE_BITS:
+        return decorrelate_alpha(ll_full, ll_short, lengths)
+    return 0.0
 
 
 def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:

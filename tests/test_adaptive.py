@@ -23,6 +23,7 @@ from cblight.adaptive import (
     js_divergence,
     jsd_alpha,
     prior_ranks,
+    same_prior_everywhere,
     token_alphas,
     unit_k,
 )
@@ -200,6 +201,14 @@ def test_context_gain_and_gate_by_hand():
     flat = short.repeat(100, 1) + torch.arange(400, dtype=torch.float64)[:, None]
     assert context_gain(flat, short.repeat(100, 1))[0] == pytest.approx(0.0, abs=1e-9)
     assert gated_alpha(flat, short.repeat(100, 1)) == 0.0
+    # one premise-free score vector for every question (a fixed label set, SST-2): calibration, at any gain
+    same = short[:1].repeat(4, 1) + torch.tensor([[0.0, 5e-5]] * 4, dtype=torch.float64) * torch.rand(4, 1)
+    assert same_prior_everywhere(full, same) and not same_prior_everywhere(full, short)
+    assert context_gain(full, same)[0] - 2 * context_gain(full, same)[1] < GATE_BITS
+    assert gated_alpha(full, same) == decorrelate_alpha(full, same) != 0.0
+    ragged = full.clone()
+    ragged[0, 1] = -math.inf  # a question with another answer set: not one fixed answer set
+    assert not same_prior_everywhere(ragged, same)
 
 
 def test_prior_ranks_and_balance_alpha_by_hand():

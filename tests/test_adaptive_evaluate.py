@@ -116,7 +116,8 @@ def test_multiple_choice_auto_is_the_gate_then_decorrelate_by_hand(runs):
         bits.append(float(((p * (p / m).log()).sum() + (q * (q / m).log()).sum()) / 2 / math.log(2)))
     mean = sum(bits) / len(bits)
     stderr = math.sqrt(sum((b - mean) ** 2 for b in bits) / (len(bits) - 1) / len(bits))
-    alpha = decorrelate_by_hand(rows) if mean - 2 * stderr >= 0.1 else 0.0
+    same_prior = all(r["ll_short"] == rows[0]["ll_short"] for r in rows)  # one fixed label set: calibrate
+    alpha = decorrelate_by_hand(rows) if same_prior or mean - 2 * stderr >= 0.1 else 0.0
     check_rows(out, adaptive["tasks"]["copa"]["report"], alpha, "gated")
 
 
