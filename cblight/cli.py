@@ -34,13 +34,14 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from cblight.data.datamodule import EvalDataModule
-from cblight.errors import ConfigError, exit_on_bad_input
+from cblight.errors import ConfigError
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
 from cblight.parse_errors import OneLineErrors, read_config
 from cblight.runs import (
     OutputLock,
     check_output_dir,
+    exit_on_bad_input,
     resolve_output_dir,
     run_comparison,
     run_evaluation,

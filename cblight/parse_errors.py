@@ -19,6 +19,7 @@ from typing import Any, Literal, NoReturn
 import yaml
 from jsonargparse import ArgumentParser
 
+from cblight.errors import CblightError
 from cblight.option_types import FiniteFloat, describe
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
@@ -107,18 +108,14 @@ def _refuse(line: str) -> NoReturn:
 def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
     """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
     options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
-
     from jsonargparse import auto_cli
 
-    from cblight.errors import exit_on_bad_input
-
     try:
-        print(
-            exit_on_bad_input(
-                lambda: auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
-            )
-        )
-    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
+        print(auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser))
+    except CblightError as bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
+    except SystemExit as stop:  # --help (0), a parse error (2)
         return stop.code if isinstance(stop.code, int) else 0
     return 0
 

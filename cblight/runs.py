@@ -1,4 +1,5 @@
-"""A run of an evaluator: where it writes, that it writes alone, how it stops, and what it runs.
+"""A run of an evaluator: where it writes, that it writes alone, how it stops, and what it runs; how a
+command ends.
 
 * **Output directory**: ``resolve_output_dir`` fills ``{model}`` in, ``check_output_dir`` refuses one that
   could not hold the results, and ``OutputLock`` keeps two runs from writing one directory at once. The CLI
@@ -6,9 +7,10 @@
 * **Signals**: within ``stop_on_signals`` SIGINT and SIGTERM raise ``RunInterrupted`` at once, in the
   middle of a batch if need be; ``check_interrupt``, called by the evaluators before every batch, raises it
   too should a library have swallowed the first one. Cache rows are appended all-or-none
-  (``cblight.cache``), so a rerun resumes. The entry point turns ``RunInterrupted`` into one line and exit
-  status 128 + the signal number (130 for SIGINT, 143 for SIGTERM), as a shell reports a killed command.
+  (``cblight.cache``), so a rerun resumes. ``exit_on_bad_input``, around every command, turns
+  ``RunInterrupted`` into one line and exit status 128 + the signal number (130 for SIGINT, 143 for SIGTERM), as a shell reports a killed command.
   A training run defers the first signal (``defer``) to a checkpointed stop at its next step boundary.
+  Bad input (a ``CblightError``) becomes one line and exit status 2, never a traceback.
 * **The run**: ``run_evaluation`` chooses alpha* (and k*) on the selection splits with Lightning's
   validation loop when the evaluator selects (``Evaluator.selects``), then reports on the test splits;
   ``run_comparison`` runs one evaluation per checkpoint (tuned vs boosted vs base) and prints the table
@@ -35,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from cblight.errors import CblightError, ConfigError, RunInterrupted
+from cblight.errors import CblightError, ConfigError
 
 LOCK_NAME = ".cblight.lock"
 
@@ -154,6 +156,15 @@ class OutputLock:
 
 # ---------------------------------------------------------------------------------------------------------
 # Stopping on SIGINT / SIGTERM
+
+
+class RunInterrupted(BaseException):
+    """A run stopped by a signal. A BaseException, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
 
 # A signal delivered twice at once (to the process group, and forwarded by Lightning's launcher) is one.
 REPEAT_AFTER_S = 2.0
@@ -282,3 +293,31 @@ def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
         path = atomic_write_json(base_dir / "results.json", payload)
         rank_zero_info(f"\nComparison ({', '.join(checkpoints)})\n{table}\n\nresults: {path}")
     return payload
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command
+
+
+def exit_on_bad_input(fn: Any) -> Any:
+    """Run ``fn``; bad input (a ``CblightError``, also one jsonargparse wraps while it instantiates a class)
+    becomes one line on stderr and exit status 2, a stop by a signal one line and 128 + its number."""
+    try:
+        return fn()
+    except RunInterrupted as stop:
+        print(
+            f"error: {stop}: finished work is kept (an evaluation's cache, tuning's last checkpoint); "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + stop.signum) from None
+    except Exception as err:
+        bad: BaseException | None = err
+        for _ in range(20):
+            if bad is None or isinstance(bad, CblightError):
+                break
+            bad = bad.__cause__ or bad.__context__
+        if not isinstance(bad, CblightError):
+            raise
+        print(f"error: {bad}", file=sys.stderr)
+        raise SystemExit(2) from None
