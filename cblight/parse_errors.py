@@ -291,8 +291,7 @@ def _unknown(parser: Any, key: str, typed: bool, near: dict[str, Any]) -> str:
 
 
 def _positional(parser: Any, option: str, name: str) -> str:
-    usage = f"usage: {_usage(parser)}"
-    return f"unknown option --{option}: {name.upper()} is a positional argument, given without an option name: {usage}"
+    return f"unknown option --{option}: {name.upper()} is a positional argument, given without an option name: usage: {_usage(parser)}"
 
 
 def _needed(parser: Any, positional: bool) -> list[str]:

@@ -8,7 +8,8 @@ command ends.
   middle of a batch if need be; ``check_interrupt``, called by the evaluators before every batch, raises it
   too should a library have swallowed the first one. Cache rows are appended all-or-none
   (``cblight.cache``), so a rerun resumes. ``exit_on_bad_input``, around every command, turns
-  ``RunInterrupted`` into one line and exit status 128 + the signal number (130 for SIGINT, 143 for SIGTERM), as a shell reports a killed command.
+  ``RunInterrupted`` into one line and exit status 128 + the signal number (130 for SIGINT, 143 for
+  SIGTERM), as a shell reports a killed command.
   A training run defers the first signal (``defer``) to a checkpointed stop at its next step boundary.
   Bad input (a ``CblightError``) becomes one line and exit status 2, never a traceback.
 * **The run**: ``run_evaluation`` chooses alpha* (and k*) on the selection splits with Lightning's
