@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import warnings
+import zipfile
 from collections.abc import Sequence
 from operator import attrgetter
 from pathlib import Path
@@ -38,6 +39,7 @@ from cblight.data.datamodule import EvalDataModule
 from cblight.errors import ConfigError
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
+from cblight.models import model_label
 from cblight.parse_errors import OneLineErrors, Parser, read_config
 from cblight.runs import (
     OutputLock,
@@ -93,8 +95,6 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
         raise ConfigError(
             f"ckpt_path {str(ckpt_path)!r} is a directory, not a Lightning checkpoint file{hint}"
         )
-    import zipfile
-
     if not zipfile.is_zipfile(path):
         raise ConfigError(
             f"ckpt_path {str(ckpt_path)!r} is not a Lightning checkpoint (not a torch.save zip archive)"
@@ -246,7 +246,7 @@ class EvaluateCLI(LightningCLI):
         default_dir = (
             inspect.signature(_model_class(config.model.class_path)).parameters["output_dir"].default
         )
-        output_dir = resolve_output_dir(args.get("output_dir") or default_dir, args.model)
+        output_dir = resolve_output_dir(args.get("output_dir") or default_dir, model_label(args.model))
         check_output_dir(output_dir)
         if logger is None or logger is True:
             config.trainer.logger = {

@@ -19,11 +19,10 @@ from typing import Any, Literal, NoReturn
 import yaml
 from jsonargparse import ArgumentParser
 
-from cblight.errors import CblightError
 from cblight.option_types import FiniteFloat, describe
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
-__all__ = ["OneLineErrors", "Parser", "read_config", "run_subcommands"]
+__all__ = ["OneLineErrors", "Parser", "read_config"]
 
 _PARSING: ContextVar[tuple[Any, list[str]] | None] = ContextVar("cblight_parsing", default=None)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
@@ -90,10 +89,7 @@ class OneLineErrors:
         except Exception:  # a declaration this reading does not follow: jsonargparse's own words
             said = None
         lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [message]
-        print(
-            "error:", said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]), file=sys.stderr
-        )
-        raise SystemExit(2)
+        _refuse(said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]))
 
 
 class Parser(OneLineErrors, ArgumentParser):
@@ -103,21 +99,6 @@ class Parser(OneLineErrors, ArgumentParser):
 def _refuse(line: str) -> NoReturn:
     print(f"error: {line}", file=sys.stderr)
     raise SystemExit(2)
-
-
-def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
-    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
-    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
-    from jsonargparse import auto_cli
-
-    try:
-        print(auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser))
-    except CblightError as bad:
-        print(f"error: {bad}", file=sys.stderr)
-        return 2
-    except SystemExit as stop:  # --help (0), a parse error (2)
-        return stop.code if isinstance(stop.code, int) else 0
-    return 0
 
 
 def read_config(path: str) -> dict[str, Any]:

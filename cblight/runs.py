@@ -11,7 +11,8 @@ command ends.
   ``RunInterrupted`` into one line and exit status 128 + the signal number (130 for SIGINT, 143 for
   SIGTERM), as a shell reports a killed command.
   A training run defers the first signal (``defer``) to a checkpointed stop at its next step boundary.
-  Bad input (a ``CblightError``) becomes one line and exit status 2, never a traceback.
+  Bad input (a ``CblightError``) becomes one line and exit status 2, never a traceback; so too in
+  ``run_subcommands``, which runs a command of subcommands (``cblight data``, ``cblight zoo``).
 * **The run**: ``run_evaluation`` chooses alpha* (and k*) on the selection splits with Lightning's
   validation loop when the evaluator selects (``Evaluator.selects``), then reports on the test splits;
   ``run_comparison`` runs one evaluation per checkpoint (tuned vs boosted vs base) and prints the table
@@ -51,11 +52,10 @@ class OutputDirError(CblightError):
     """An output directory that cannot be used: a file in its path, not writable, or in use by another run."""
 
 
-def resolve_output_dir(template: str, model: str) -> Path:
-    """``template`` with ``{model}`` replaced by the model's short name (``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m``)."""
-    from cblight.models import model_label
-
-    return Path(template.replace("{model}", model_label(model)))
+def resolve_output_dir(template: str, label: str) -> Path:
+    """``template`` with ``{model}`` replaced by the model's short name ``label`` (``models.model_label``:
+    ``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m``)."""
+    return Path(template.replace("{model}", label))
 
 
 def check_output_dir(path: Path, option: str = "model.output_dir") -> None:
@@ -322,3 +322,21 @@ def exit_on_bad_input(fn: Any) -> Any:
             raise
         print(f"error: {bad}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
+    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
+    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
+    from jsonargparse import auto_cli
+
+    from cblight.parse_errors import Parser
+
+    try:
+        print(
+            exit_on_bad_input(
+                lambda: auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
+            )
+        )
+    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
+        return stop.code if isinstance(stop.code, int) else 0
+    return 0
