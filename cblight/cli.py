@@ -26,6 +26,7 @@ import sys
 import warnings
 import zipfile
 from collections.abc import Sequence
+from contextlib import ExitStack
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Optional
@@ -60,19 +61,10 @@ __all__ = [
 ]
 
 
-def _strings(value: Any) -> list[str]:
-    """Every string inside a parsed config value (a dict, a list, a jsonargparse Namespace): its class paths."""
-    value = value.as_dict() if hasattr(value, "as_dict") else value
-    value = list(value.values()) if isinstance(value, dict) else value
-    if isinstance(value, (list, tuple)):
-        return [found for item in value for found in _strings(item)]
-    return [value] if isinstance(value, str) else []
-
-
 def check_wandb_available(logger_config: Any) -> None:
-    """Refuse a W&B logger when the ``wandb`` package is missing (Lightning would fail later, deep inside)."""
-    wants_wandb = any("wandb" in path.lower() for path in _strings(logger_config))
-    if wants_wandb and importlib.util.find_spec("wandb") is None:
+    """Refuse a W&B logger (``wandb`` in the logger's config: its class path) when the ``wandb`` package is
+    missing (Lightning would fail later, deep inside)."""
+    if "wandb" in str(logger_config).lower() and importlib.util.find_spec("wandb") is None:
         raise ConfigError(
             "W&B logging was asked for (trainer.logger holds a WandbLogger, e.g. via -c configs/logger/wandb.yaml) "
             "but the wandb package is not installed: pip install 'cblight[wandb]' (or drop the W&B logger)"
@@ -138,11 +130,6 @@ class LoggerSaveConfigCallback(SaveConfigCallback):
         config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
         for logger in trainer.loggers:
             logger.log_hyperparams({"config": config})
-
-
-def _largest_k(model: Any) -> int:
-    """The largest short-context length of the next-token grid (LAMA keeps prompts longer than it)."""
-    return max(getattr(model, "ks", None) or DEFAULT_KS)
 
 
 EVALUATOR = "cblight.evaluate.boosted_evaluator.BoostedEvaluator"
@@ -215,6 +202,11 @@ def check_config_command(args: Sequence[str], command: str) -> None:
                     f"{module.rpartition('.')[2]}, not of {COMMAND_MODULES[command].rpartition('.')[2]}): use "
                     f"cblight {owner} -c {path}"
                 )
+
+
+def _largest_k(model: Any) -> int:
+    """The largest short-context length of the next-token grid (LAMA keeps prompts longer than it)."""
+    return max(getattr(model, "ks", None) or DEFAULT_KS)
 
 
 class EvaluateCLI(LightningCLI):
@@ -377,16 +369,12 @@ def _is_launching_process() -> bool:
 
 def _evaluate(args: Sequence[str] | None, default_class: str, prog: str | None) -> dict[str, Any]:
     cli = build_evaluate_cli(args, default_class, prog)
-    lock = OutputLock(cli.model.output_dir) if _is_launching_process() else None
-    if lock is not None:
-        lock.acquire()
-    try:
+    with ExitStack() as held:
+        if _is_launching_process():
+            held.callback(OutputLock(cli.model.output_dir).acquire().release)
         if cli.config.get("compare"):
             return run_comparison(cli, cli.config["compare"])
         return run_evaluation(cli.trainer, cli.model, cli.datamodule)
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 class TuneCLI(LightningCLI):

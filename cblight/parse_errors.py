@@ -4,6 +4,7 @@ input again against those types (``option_types.describe``'s words), else says j
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import inspect
@@ -39,7 +40,7 @@ class OneLineErrors:
         return self.__dict__.setdefault("_declared", {})
 
     def _declare(self, owner: Any, prefix: str | None, kw: dict[str, Any], function: bool = False) -> None:
-        for name, (hint, required) in _params(owner, not function and not inspect.isclass(owner)).items():
+        for name, (hint, required) in _params(owner).items():
             if name not in (kw.get("skip") or ()):
                 self.declared[f"{prefix}.{name}" if prefix else name] = hint
             if required and function:
@@ -279,13 +280,13 @@ def _needed(parser: Any, positional: bool) -> list[str]:
     return [n for n, p in getattr(parser, "required_params", {}).items() if p == positional]
 
 
-def _params(owner: Any, method: bool = False) -> dict[str, tuple[Any, bool]]:
+def _params(owner: Any) -> dict[str, tuple[Any, bool]]:
     function = owner.__init__ if inspect.isclass(owner) else owner
     try:
         hints = typing.get_type_hints(function)
     except Exception:  # an annotation that does not resolve here: untyped
         hints = {}
-    params = list(inspect.signature(function).parameters.values())[method or inspect.isclass(owner) :]
+    params = list(inspect.signature(function).parameters.values())[inspect.isclass(owner) :]
     kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     return {p.name: (hints.get(p.name), p.default is p.empty) for p in params if p.kind not in kinds}
 
@@ -336,11 +337,10 @@ def _fits(hint: Any, value: Any, text: str | None) -> bool:
         check.add_argument("--v", type=hint)
     except Exception:  # a type jsonargparse does not take as an option's type: nothing to say
         return True
-    try:
+    with contextlib.suppress(Exception, SystemExit):
         check.parse_args([f"--v={text}"]) if text is not None else check.parse_object({"v": value})
-    except (Exception, SystemExit):
-        return False
-    return True
+        return True
+    return False
 
 
 def _load(text: str) -> Any:
