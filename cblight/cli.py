@@ -290,9 +290,8 @@ def options_help(cls: type, key: str, title: str) -> str:
     """``--<key>.*`` options of ``cls`` with their types, defaults and docstring text, as jsonargparse
     formats them (``docstring-parser`` reads the ``Args:`` section), under ``title``."""
     parser = ArgumentParser(formatter_class=_HelpFormatter, add_help=False, usage="-")
-    parser.add_class_arguments(
-        cls, key, as_group=False
-    )  # under the parser's own title, without --<key> CONFIG
+    # under the parser's own title, without --<key> CONFIG
+    parser.add_class_arguments(cls, key, as_group=False)
     text = parser.format_help()
     return title + ":" + text[text.index("\n\n") + 2 :].split(":", 1)[1].rstrip() + "\n"
 
@@ -415,9 +414,15 @@ class TuneCLI(LightningCLI):
 
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
+        # with trainer.default_root_dir set, every relative logger save_dir lives under it (as the model's
+        # relative export.dir does), so that nothing of the run lands in the working directory
         root = config.get("trainer", {}).get("default_root_dir")
-        if root:
-            _loggers_under(config.trainer.get("logger"), root)
+        logger = config.trainer.get("logger") if root else None
+        for item in logger if isinstance(logger, list) else [logger]:
+            args = item.get("init_args") if hasattr(item, "get") else None
+            save_dir = args.get("save_dir") if args is not None else None
+            if isinstance(save_dir, str) and not Path(save_dir).expanduser().is_absolute():
+                args["save_dir"] = str(Path(root) / save_dir)
         self._early_data = check_before_loading(
             config,
             self._model_class,
@@ -447,16 +452,6 @@ class TuneCLI(LightningCLI):
                 raise SystemExit(128 + callback.stopped_by)
             if isinstance(callback, CollapseGuard) and callback.reason:
                 raise SystemExit(1)
-
-
-def _loggers_under(logger: Any, root: str) -> None:
-    """With ``trainer.default_root_dir`` set, every relative logger ``save_dir`` lives under it (as the
-    model's relative ``export.dir`` does), so that nothing of the run lands in the working directory."""
-    for item in logger if isinstance(logger, list) else [logger]:
-        args = item.get("init_args") if hasattr(item, "get") else None
-        save_dir = args.get("save_dir") if args is not None else None
-        if isinstance(save_dir, str) and not Path(save_dir).expanduser().is_absolute():
-            args["save_dir"] = str(Path(root) / save_dir)
 
 
 def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> TuneCLI:

@@ -121,10 +121,9 @@ def read_config(path: str) -> dict[str, Any]:
             else ""
         )
         _refuse(f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}")
-    if content is None:
-        _refuse(f"{path}: the config file is empty; it must be a mapping of options (key: value)")
     if not isinstance(content, dict):
-        got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
+        kinds = {list: "a list", str: "a string", bool: "true or false", type(None): "an empty file"}
+        got = kinds.get(type(content), "a number")
         _refuse(f"{path}: the config file must be a mapping of options (key: value), got {got}")
     return content
 
