@@ -1,7 +1,5 @@
 """The project's error types: bad input, said in one line that names what is at fault."""
 
-from __future__ import annotations
-
 
 class CblightError(ValueError):
     """Bad input: a message that names the option, file, field or record at fault."""

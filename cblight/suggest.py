@@ -22,30 +22,20 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
     return max(close, key=score, default=None)
 
 
-def closest_keys(key: str, keys: Iterable[str]) -> list[str]:
-    """The valid dotted keys nearest ``key``, leaves before the groups that hold them: its longest known
-    prefix kept, the rest matched under it (``model.lora_rnk``: ``model.lora.rank``; ``modle.model``:
-    ``model.model``; ``model.alpha``: ``model.boosting.alpha`` and ``model.lora.alpha``)."""
-    keys = set(keys)
+def closest_keys(key: str, keys: set[str]) -> list[str]:
+    """The valid dotted keys nearest ``key``: its longest known prefix kept, then the options of the same name
+    deeper down (``model.alpha``: ``model.boosting.alpha`` and ``model.lora.alpha``), else the nearest
+    key under the prefix, a dot read as an underscore (``model.lora_rnk``: ``model.lora.rank``)."""
     parts = key.split(".")
     for depth in range(len(parts) - 1, -1, -1):
-        prefix = ".".join(parts[:depth])
-        under = {
-            k[len(prefix) + 1 :] if prefix else k for k in keys if not prefix or k.startswith(prefix + ".")
-        }
-        if not under:
-            continue
-        rest = ".".join(parts[depth:])
-        leaves = {k for k in under if not any(o.startswith(k + ".") for o in under)}
-        same_words = sorted(k for k in leaves if k.replace(".", "_") == rest.replace(".", "_"))
-        deeper = sorted(k for k in leaves if "." not in rest and k.rpartition(".")[2] == rest)
-        if "." in rest:  # its first part is the unknown one: matched among the children
-            child = closest(parts[depth], {k.split(".")[0] for k in under})
-            close = ".".join([child, *parts[depth + 1 :]]) if child else None
-        else:
-            close = closest(rest, under)
-        found = same_words or deeper or ([close] if close else [])
-        return [f"{prefix}.{k}" if prefix else k for k in found]
+        prefix = "".join(f"{part}." for part in parts[:depth])
+        under = {k[len(prefix) :]: k for k in sorted(keys) if k.startswith(prefix)}
+        if under:
+            rest = key[len(prefix) :]
+            words = {u.replace(".", "_"): k for u, k in under.items()}
+            close = closest(rest.replace(".", "_"), words)
+            deeper = [k for u, k in under.items() if u.endswith(f".{rest}")]
+            return deeper or ([words[close]] if close else [])
     return []
 
 
