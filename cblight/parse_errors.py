@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import yaml
 from jsonargparse import ArgumentParser
@@ -84,10 +84,9 @@ class OneLineErrors:
         if os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true" or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
         parser, argv = _PARSING.get() or (self, [])
-        try:
+        said = None  # on a declaration this reading does not follow: jsonargparse's own words
+        with contextlib.suppress(Exception):
             said = _first_fault(parser, list(argv))
-        except Exception:  # a declaration this reading does not follow: jsonargparse's own words
-            said = None
         lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [message]
         _refuse(said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]))
 
@@ -102,8 +101,7 @@ def _refuse(line: str) -> NoReturn:
 
 
 def read_config(path: str) -> dict[str, Any]:
-    """A config file's mapping of options (or a mapping written out as the option's value, which jsonargparse
-    takes too); else what is wrong with the file (missing, not YAML with its line, not a mapping), said."""
+    """A config file's options (or a mapping given as the option's value); else says what is wrong with it."""
     try:
         with open(path, encoding="utf-8") as handle:
             content = yaml.load(handle, Loader=_LOADER)
@@ -146,9 +144,8 @@ def _first_fault(parser: Any, argv: list[str]) -> str | None:
             continue
         if name in _needed(parser, True):
             return _positional(parser, name, name)
-        content = read_config(text) if name in ("c", "config") else {name: _load(text)}
-        for key, value in content.items():
-            typed = name not in ("c", "config")
+        typed = name not in ("c", "config")
+        for key, value in ({name: _load(text)} if typed else read_config(text)).items():
             said = _fault(parser, "", None, value, str(key).split("."), typed, text if typed else None)
             if said:
                 return said
@@ -212,11 +209,10 @@ def _fault(
         if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
             why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
             return f"{option}: cannot read {value!r} as a config of its options ({why})"
-        children = _params(groups[0])
         names = sorted(children)
-        # the option that takes such a value: a Literal's value, a flag's true/false, else its one string option
-        taking = [n for n in names if any(_takes(m, value) for m in _members(children[n][0]))]
-        taking = taking or [n for n in names if children[n][0] is str]
+        # the options that take such a value (a Literal's, a flag's true/false), else its string options
+        taking = [n for n in names if str not in _members(children[n]) and _fits(children[n], value, value)]
+        taking = taking or [n for n in names if children[n] is str]
         what = f"{option} is a group of options ({', '.join(names)}), not a value"
         if 1 <= len(taking) <= 3:
             return f"{what}; did you mean {' or '.join(f'{option}.{n} {value}' for n in taking)}?"
@@ -225,12 +221,6 @@ def _fault(
     shown = repr(float(value)) if special else repr(value)
     finite = shown in ("nan", "inf", "-inf") and hint is float  # jsonargparse reads no such float from text
     return f"{key} must be {describe(FiniteFloat if finite else hint)}, got {shown}"
-
-
-def _takes(member: Any, value: str) -> bool:
-    if typing.get_origin(member) is Literal:
-        return value in [str(v) for v in typing.get_args(member)]
-    return member is bool and value.lower() in ("true", "false")
 
 
 def _unknown(parser: Any, key: str, typed: bool, near: set[str]) -> str:

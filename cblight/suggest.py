@@ -3,6 +3,7 @@ subclass of a base class. Imports nothing heavy, so that ``cblight --help`` stay
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -14,18 +15,14 @@ __all__ = ["class_named", "closest", "closest_keys", "subclasses"]
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice nearest ``word`` by difflib; of equal ratios, the same letters (``stpe``: ``step``)."""
     close = difflib.get_close_matches(word, sorted(set(choices)), n=5)
-
-    def score(choice: str) -> tuple[float, float]:
-        matcher = difflib.SequenceMatcher(None, word, choice)
-        return matcher.ratio(), matcher.quick_ratio()
-
-    return max(close, key=score, default=None)
+    matchers = [difflib.SequenceMatcher(None, word, choice) for choice in close]
+    best = max(matchers, key=lambda m: (m.ratio(), m.quick_ratio()), default=None)
+    return best.b if best else None
 
 
 def closest_keys(key: str, keys: set[str]) -> list[str]:
-    """The valid dotted keys nearest ``key``: its longest known prefix kept, then the options of the same name
-    deeper down (``model.alpha``: ``model.boosting.alpha`` and ``model.lora.alpha``), else the nearest
-    key under the prefix, a dot read as an underscore (``model.lora_rnk``: ``model.lora.rank``)."""
+    """The valid keys nearest ``key`` under its longest known prefix: those of its name deeper down
+    (``model.alpha``: ``model.boosting.alpha``, ``model.lora.alpha``), else the nearest (``.`` as ``_``)."""
     parts = key.split(".")
     for depth in range(len(parts) - 1, -1, -1):
         prefix = "".join(f"{part}." for part in parts[:depth])
@@ -54,10 +51,8 @@ def subclasses(bases: Iterable[type]) -> list[type]:
 def class_named(name: str, bases: Iterable[type]) -> type | None:
     """The class a ``class_path`` names: a dotted path, or the short name of one of ``bases``' subclasses."""
     module, _, attr = name.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), attr) if module else None
-    except (ImportError, AttributeError, ValueError):
-        found = None
-    if inspect.isclass(found):
-        return found
+    with contextlib.suppress(ImportError, AttributeError, ValueError):  # not a dotted path to a class
+        found = getattr(importlib.import_module(module), attr)
+        if inspect.isclass(found):
+            return found
     return next((c for c in subclasses(bases) if c.__name__ == name), None)
