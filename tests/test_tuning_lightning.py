@@ -108,7 +108,7 @@ def test_a_deferred_signal_is_recorded_and_a_second_one_stops_at_once(monkeypatc
     """Tuning's stop (``stop_on_signals(defer=True)``): the first signal is only recorded, the same signal
     delivered twice at once counts once, and a second one 2 s or more later raises ``RunInterrupted``."""
     from cblight import runs
-    from cblight.errors import RunInterrupted
+    from cblight.runs import RunInterrupted
 
     clock = [100.0]
     monkeypatch.setattr(runs.time, "monotonic", lambda: clock[0])
