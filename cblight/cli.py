@@ -24,7 +24,10 @@ import os
 import re
 import sys
 import warnings
+import zipfile
 from collections.abc import Sequence
+from contextlib import ExitStack
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,13 +37,15 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from cblight.data.datamodule import EvalDataModule
-from cblight.errors import ConfigError, exit_on_bad_input
+from cblight.errors import ConfigError
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
-from cblight.parse_errors import OneLineErrors, read_config
+from cblight.models import model_label
+from cblight.parse_errors import OneLineErrors, Parser, read_config
 from cblight.runs import (
     OutputLock,
     check_output_dir,
+    exit_on_bad_input,
     resolve_output_dir,
     run_comparison,
     run_evaluation,
@@ -56,28 +61,10 @@ __all__ = [
 ]
 
 
-def _class_paths(value: Any) -> list[str]:
-    """Every ``class_path`` inside a parsed config value (a dict, a list, a jsonargparse Namespace)."""
-    if hasattr(value, "as_dict"):
-        value = value.as_dict()
-    found: list[str] = []
-    if isinstance(value, dict):
-        if isinstance(value.get("class_path"), str):
-            found.append(value["class_path"])
-        for item in value.values():
-            found.extend(_class_paths(item))
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            found.extend(_class_paths(item))
-    elif isinstance(value, str):
-        found.append(value)
-    return found
-
-
 def check_wandb_available(logger_config: Any) -> None:
-    """Refuse a W&B logger when the ``wandb`` package is missing (Lightning would fail later, deep inside)."""
-    wants_wandb = any("wandb" in path.lower() for path in _class_paths(logger_config))
-    if wants_wandb and importlib.util.find_spec("wandb") is None:
+    """Refuse a W&B logger (``wandb`` in the logger's config: its class path) when the ``wandb`` package is
+    missing (Lightning would fail later, deep inside)."""
+    if "wandb" in str(logger_config).lower() and importlib.util.find_spec("wandb") is None:
         raise ConfigError(
             "W&B logging was asked for (trainer.logger holds a WandbLogger, e.g. via -c configs/logger/wandb.yaml) "
             "but the wandb package is not installed: pip install 'cblight[wandb]' (or drop the W&B logger)"
@@ -100,8 +87,6 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
         raise ConfigError(
             f"ckpt_path {str(ckpt_path)!r} is a directory, not a Lightning checkpoint file{hint}"
         )
-    import zipfile
-
     if not zipfile.is_zipfile(path):
         raise ConfigError(
             f"ckpt_path {str(ckpt_path)!r} is not a Lightning checkpoint (not a torch.save zip archive)"
@@ -145,22 +130,6 @@ class LoggerSaveConfigCallback(SaveConfigCallback):
         config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
         for logger in trainer.loggers:
             logger.log_hyperparams({"config": config})
-
-
-EVAL_TRAINER_DEFAULTS: dict[str, Any] = {
-    "enable_checkpointing": False,
-    "enable_model_summary": False,
-    "inference_mode": True,
-}
-
-
-def _tokenizer_of(model: Any) -> str:
-    return model.tokenizer_name
-
-
-def _largest_k(model: Any) -> int:
-    """The largest short-context length of the next-token grid (LAMA keeps prompts longer than it)."""
-    return max(getattr(model, "ks", None) or DEFAULT_KS)
 
 
 EVALUATOR = "cblight.evaluate.boosted_evaluator.BoostedEvaluator"
@@ -235,6 +204,11 @@ def check_config_command(args: Sequence[str], command: str) -> None:
                 )
 
 
+def _largest_k(model: Any) -> int:
+    """The largest short-context length of the next-token grid (LAMA keeps prompts longer than it)."""
+    return max(getattr(model, "ks", None) or DEFAULT_KS)
+
+
 class EvaluateCLI(LightningCLI):
     """``cblight evaluate`` / ``cblight generate``: an evaluator (``default_class`` unless the config names
     another) and ``EvalDataModule``, instantiated but not run (``cblight.runs`` runs them)."""
@@ -245,7 +219,9 @@ class EvaluateCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.set_defaults({"model": {"class_path": self.default_class}})
-        parser.link_arguments("model", "data.tokenizer", compute_fn=_tokenizer_of, apply_on="instantiate")
+        parser.link_arguments(
+            "model", "data.tokenizer", compute_fn=attrgetter("tokenizer_name"), apply_on="instantiate"
+        )
         parser.link_arguments("model", "data.max_k", compute_fn=_largest_k, apply_on="instantiate")
         parser.add_argument(
             "--compare",
@@ -262,7 +238,7 @@ class EvaluateCLI(LightningCLI):
         default_dir = (
             inspect.signature(_model_class(config.model.class_path)).parameters["output_dir"].default
         )
-        output_dir = resolve_output_dir(args.get("output_dir") or default_dir, args.model)
+        output_dir = resolve_output_dir(args.get("output_dir") or default_dir, model_label(args.model))
         check_output_dir(output_dir)
         if logger is None or logger is True:
             config.trainer.logger = {
@@ -314,9 +290,8 @@ def options_help(cls: type, key: str, title: str) -> str:
     """``--<key>.*`` options of ``cls`` with their types, defaults and docstring text, as jsonargparse
     formats them (``docstring-parser`` reads the ``Args:`` section), under ``title``."""
     parser = ArgumentParser(formatter_class=_HelpFormatter, add_help=False, usage="-")
-    parser.add_class_arguments(
-        cls, key, as_group=False
-    )  # under the parser's own title, without --<key> CONFIG
+    # under the parser's own title, without --<key> CONFIG
+    parser.add_class_arguments(cls, key, as_group=False)
     text = parser.format_help()
     return title + ":" + text[text.index("\n\n") + 2 :].split(":", 1)[1].rstrip() + "\n"
 
@@ -347,8 +322,6 @@ def nested_help(args: Sequence[str], default_class: str, prog: str) -> None:
     subclass mode, where only ``--model.help`` exists), then exit 0."""
     for i, arg in enumerate(args):
         if arg.startswith("--model.") and arg.endswith(".help"):
-            from cblight.parse_errors import Parser
-
             parser = Parser(prog=prog, formatter_class=_HelpFormatter)
             parser.add_class_arguments(_model_class(default_class), "model")
             value = args[i + 1 : i + 2]
@@ -359,11 +332,10 @@ def build_evaluate_cli(
     args: Sequence[str] | None = None, default_class: str = EVALUATOR, prog: str | None = None
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
-    nested_help(sys.argv[1:] if args is None else args, default_class, prog or _prog())
+    argv = sys.argv[1:] if args is None else args
+    nested_help(argv, default_class, prog or _prog())
     quiet_library_notices()
-    check_config_command(
-        sys.argv[1:] if args is None else args, "generate" if default_class == GENERATOR else "evaluate"
-    )
+    check_config_command(argv, "generate" if default_class == GENERATOR else "evaluate")
     return EvaluateCLI(
         LightningModule,
         EvalDataModule,
@@ -377,7 +349,11 @@ def build_evaluate_cli(
             "description": evaluate_help(default_class),
             "formatter_class": _HelpFormatter,
         },
-        trainer_defaults=EVAL_TRAINER_DEFAULTS,
+        trainer_defaults={
+            "enable_checkpointing": False,
+            "enable_model_summary": False,
+            "inference_mode": True,
+        },
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1234,
         args=list(args) if args is not None else None,
@@ -392,16 +368,12 @@ def _is_launching_process() -> bool:
 
 def _evaluate(args: Sequence[str] | None, default_class: str, prog: str | None) -> dict[str, Any]:
     cli = build_evaluate_cli(args, default_class, prog)
-    lock = OutputLock(cli.model.output_dir) if _is_launching_process() else None
-    if lock is not None:
-        lock.acquire()
-    try:
+    with ExitStack() as held:
+        if _is_launching_process():
+            held.callback(OutputLock(cli.model.output_dir).acquire().release)
         if cli.config.get("compare"):
             return run_comparison(cli, cli.config["compare"])
         return run_evaluation(cli.trainer, cli.model, cli.datamodule)
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 class TuneCLI(LightningCLI):
@@ -427,7 +399,14 @@ class TuneCLI(LightningCLI):
         config = self.config.get(subcommand, self.config) if subcommand else self.config
         check_wandb_available(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
-        check_tune_options(config)
+        # tuning options otherwise read only after the model has loaded: the step limit, the prompt split
+        from cblight.tune.preflight import check_max_steps
+        from cblight.tune.prompt_data import check_split
+
+        check_max_steps(config.get("trainer", {}).get("max_steps"))
+        data = config.get("data") or {}
+        if data.get("task") is not None:
+            check_split(data["task"], data.get("split") or "train")
 
     def before_instantiate_classes(self) -> None:
         # Everything the run will write, read or refuse is checked here, before the model loads.
@@ -435,9 +414,15 @@ class TuneCLI(LightningCLI):
 
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
+        # with trainer.default_root_dir set, every relative logger save_dir lives under it (as the model's
+        # relative export.dir does), so that nothing of the run lands in the working directory
         root = config.get("trainer", {}).get("default_root_dir")
-        if root:
-            _loggers_under(config.trainer.get("logger"), root)
+        logger = config.trainer.get("logger") if root else None
+        for item in logger if isinstance(logger, list) else [logger]:
+            args = item.get("init_args") if hasattr(item, "get") else None
+            save_dir = args.get("save_dir") if args is not None else None
+            if isinstance(save_dir, str) and not Path(save_dir).expanduser().is_absolute():
+                args["save_dir"] = str(Path(root) / save_dir)
         self._early_data = check_before_loading(
             config,
             self._model_class,
@@ -469,36 +454,6 @@ class TuneCLI(LightningCLI):
                 raise SystemExit(1)
 
 
-def check_tune_options(config: Any) -> None:
-    """Tuning options otherwise read only after the model has loaded: the step limit, the prompt split."""
-    from cblight.tune.preflight import check_max_steps
-    from cblight.tune.prompt_data import check_split
-
-    check_max_steps(config.get("trainer", {}).get("max_steps"))
-    data = config.get("data") or {}
-    if data.get("task") is not None:
-        check_split(data["task"], data.get("split") or "train")
-
-
-def _loggers_under(logger: Any, root: str) -> None:
-    """With ``trainer.default_root_dir`` set, every relative logger ``save_dir`` lives under it (as the
-    model's relative ``export.dir`` does), so that nothing of the run lands in the working directory."""
-    for item in logger if isinstance(logger, list) else [logger]:
-        args = item.get("init_args") if hasattr(item, "get") else None
-        save_dir = args.get("save_dir") if args is not None else None
-        if isinstance(save_dir, str) and not Path(save_dir).expanduser().is_absolute():
-            args["save_dir"] = str(Path(root) / save_dir)
-
-
-def _defaults() -> dict[str, Any]:
-    return {
-        "logger": {
-            "class_path": "lightning.pytorch.loggers.CSVLogger",
-            "init_args": {"save_dir": "outputs", "name": "coherence_tuning"},
-        }
-    }
-
-
 def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> TuneCLI:
     """``python train.py fit -c configs/coherence_tuning.yaml``: coherence tuning (paper appendix), with
     LightningCLI's subcommands (``fit``)."""
@@ -507,32 +462,34 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
 
     check_config_command(sys.argv[1:] if args is None else list(args), "tune")
     quiet_library_notices()
+    prog = prog or _prog()
+    usage = (
+        RUN_USAGE.replace("%(prog)s", f"{prog} fit" if prog.endswith(".py") else prog) + " [--ckpt_path CKPT]"
+    )
     locks: list[Any] = []
     try:
-        return _tune_cli(CoherenceTuning, PromptDataModule, locks, args, run, prog)
+        return TuneCLI(
+            CoherenceTuning,
+            PromptDataModule,
+            locks=locks,
+            save_config_callback=LoggerSaveConfigCallback,
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults={
+                "logger": {
+                    "class_path": "lightning.pytorch.loggers.CSVLogger",
+                    "init_args": {"save_dir": "outputs", "name": "coherence_tuning"},
+                }
+            },
+            seed_everything_default=0,
+            auto_configure_optimizers=False,
+            parser_class=CLIParser,
+            parser_kwargs={"prog": prog, "fit": {"usage": usage, "description": TUNE_ABOUT}},
+            args=args,
+            run=run,
+        )
     finally:  # a run called in process (the demo, tests) frees its directories when it ends
         for lock in reversed(locks):
             lock.release()
-
-
-def _tune_cli(module: type, data: type, locks: list[Any], args: Any, run: bool, prog: str | None) -> TuneCLI:
-    return TuneCLI(
-        module,
-        data,
-        locks=locks,
-        save_config_callback=LoggerSaveConfigCallback,
-        save_config_kwargs={"overwrite": True},
-        trainer_defaults=_defaults(),
-        seed_everything_default=0,
-        auto_configure_optimizers=False,
-        parser_class=CLIParser,
-        parser_kwargs={
-            "prog": prog or _prog(),
-            "fit": {"usage": _tune_usage(prog or _prog()), "description": TUNE_ABOUT},
-        },
-        args=args,
-        run=run,
-    )
 
 
 def _prog() -> str:
@@ -545,11 +502,6 @@ TUNE_ABOUT = (
     "text, e.g. cblight tune -c configs/coherence_tuning.yaml. The module's options (--model.*) come first, "
     "then the prompt data's (--data.*), then the trainer's (--trainer.*)."
 )
-
-
-def _tune_usage(prog: str) -> str:
-    command = f"{prog} fit" if prog.endswith(".py") else prog
-    return RUN_USAGE.replace("%(prog)s", command) + " [--ckpt_path CKPT]"
 
 
 def tune_cli(args: Sequence[str] | None = None, prog: str | None = None) -> TuneCLI:

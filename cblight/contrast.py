@@ -20,9 +20,10 @@ from typing import Any
 import torch
 
 from cblight.boosting import boosted_log_probs, short_context_ids
-from cblight.errors import ConfigError, exit_on_bad_input
+from cblight.errors import ConfigError
 from cblight.models import DTypeName, load_causal_lm, load_tokenizer
 from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
+from cblight.runs import exit_on_bad_input
 from cblight.scoring import Encoder, Scorer
 
 

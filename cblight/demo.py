@@ -305,8 +305,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     """``cblight demo [--model M] [--quick] ...`` (the arguments come from ``sys.argv`` unless given)."""
     from jsonargparse import ActionYesNo
 
-    from cblight.errors import exit_on_bad_input
     from cblight.parse_errors import Parser
+    from cblight.runs import exit_on_bad_input
 
     parser = Parser(prog=prog, description=demo.__doc__.split("\n")[0])
     parser.add_function_arguments(demo, as_group=False, skip={"quick"})

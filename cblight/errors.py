@@ -1,10 +1,4 @@
-"""The project's error types, and how an entry point reports them: never a traceback."""
-
-from __future__ import annotations
-
-import signal
-import sys
-from typing import Any
+"""The project's error types: bad input, said in one line that names what is at fault."""
 
 
 class CblightError(ValueError):
@@ -21,35 +15,3 @@ class DataError(CblightError):
 
 class BoostingError(CblightError):
     """A boosting configuration or prompt that cannot be decoded (names the offending option)."""
-
-
-class RunInterrupted(BaseException):
-    """A run stopped by a signal. A BaseException, so no ``except Exception`` on the way swallows it."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-
-
-def exit_on_bad_input(fn: Any) -> Any:
-    """Run ``fn``; bad input (a ``CblightError``, also one jsonargparse wraps while it instantiates a class)
-    becomes one line on stderr and exit status 2, a stop by a signal one line and 128 + its number."""
-    try:
-        return fn()
-    except RunInterrupted as stop:
-        print(
-            f"error: {stop}: finished work is kept (an evaluation's cache, tuning's last checkpoint); "
-            "rerun the same command to resume",
-            file=sys.stderr,
-        )
-        raise SystemExit(128 + stop.signum) from None
-    except Exception as err:
-        bad: BaseException | None = err
-        for _ in range(20):
-            if bad is None or isinstance(bad, CblightError):
-                break
-            bad = bad.__cause__ or bad.__context__
-        if not isinstance(bad, CblightError):
-            raise
-        print(f"error: {bad}", file=sys.stderr)
-        raise SystemExit(2) from None

@@ -30,7 +30,7 @@ from lightning.pytorch import LightningModule
 
 from cblight.cache import RecordCache
 from cblight.errors import DataError
-from cblight.models import check_loadable, load_causal_lm, load_tokenizer
+from cblight.models import check_loadable, load_causal_lm, load_tokenizer, model_label
 from cblight.results import write_run_results
 from cblight.runs import resolve_output_dir
 
@@ -55,7 +55,7 @@ class Evaluator(LightningModule):
         super().__init__()
         self.model_name = model
         self.tokenizer_name: str | None = tokenizer or model
-        self.output_dir = resolve_output_dir(output_dir, model)
+        self.output_dir = resolve_output_dir(output_dir, model_label(model))
         self.run_label = run_label
         self.overwrite = overwrite
         # Not class attributes: a class-level ``_lm = None`` would shadow the submodule nn.Module keeps.

@@ -1,9 +1,9 @@
-"""A command line that does not parse, said in one line instead of jsonargparse's nested dump (every case:
-docs/errors.md): the parser records each option's type as it declares it and, on a failed parse, reads the
-input again against those types (``option_types.describe``'s words), else says jsonargparse's first line."""
+"""A command line that does not parse, said in one line (every case: docs/errors.md): the parser records each
+option's declared type; a failed parse is read again against them, else jsonargparse's first line is said."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import inspect
@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import yaml
 from jsonargparse import ArgumentParser
@@ -22,7 +22,7 @@ from jsonargparse import ArgumentParser
 from cblight.option_types import FiniteFloat, describe
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
-__all__ = ["OneLineErrors", "Parser", "read_config", "run_subcommands"]
+__all__ = ["OneLineErrors", "Parser", "read_config"]
 
 _PARSING: ContextVar[tuple[Any, list[str]] | None] = ContextVar("cblight_parsing", default=None)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
@@ -39,7 +39,7 @@ class OneLineErrors:
         return self.__dict__.setdefault("_declared", {})
 
     def _declare(self, owner: Any, prefix: str | None, kw: dict[str, Any], function: bool = False) -> None:
-        for name, (hint, required) in _params(owner, not function and not inspect.isclass(owner)).items():
+        for name, (hint, required) in _params(owner).items():
             if name not in (kw.get("skip") or ()):
                 self.declared[f"{prefix}.{name}" if prefix else name] = hint
             if required and function:
@@ -84,15 +84,11 @@ class OneLineErrors:
         if os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true" or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
         parser, argv = _PARSING.get() or (self, [])
-        try:
+        said = None  # on a declaration this reading does not follow: jsonargparse's own words
+        with contextlib.suppress(Exception):
             said = _first_fault(parser, list(argv))
-        except Exception:  # a declaration this reading does not follow: jsonargparse's own words
-            said = None
         lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [message]
-        print(
-            "error:", said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]), file=sys.stderr
-        )
-        raise SystemExit(2)
+        _refuse(said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]))
 
 
 class Parser(OneLineErrors, ArgumentParser):
@@ -104,48 +100,22 @@ def _refuse(line: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
-    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
-    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
-
-    from jsonargparse import auto_cli
-
-    from cblight.errors import exit_on_bad_input
-
-    try:
-        print(
-            exit_on_bad_input(
-                lambda: auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
-            )
-        )
-    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
-        return stop.code if isinstance(stop.code, int) else 0
-    return 0
-
-
 def read_config(path: str) -> dict[str, Any]:
-    """A config file's mapping of options (or a mapping written out as the option's value, which jsonargparse
-    takes too); else what is wrong with the file (missing, not YAML with its line, not a mapping), said."""
+    """A config file's options (or a mapping given as the option's value); else says what is wrong with it."""
     try:
         with open(path, encoding="utf-8") as handle:
             content = yaml.load(handle, Loader=_LOADER)
     except OSError:
-        content = _load(path)
-        return (
-            content if isinstance(content, dict) else _refuse(f"-c/--config: File does not exist: {path!r}")
-        )
+        if not isinstance(_load(path), dict):
+            _refuse(f"-c/--config: File does not exist: {path!r}")
+        return _load(path)
     except yaml.MarkedYAMLError as bad:
-        mark, start = bad.problem_mark, bad.context_mark
-        where = (
-            f" ({bad.context} that starts at line {start.line + 1}, column {start.column + 1})"
-            if start
-            else ""
-        )
-        _refuse(f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{where}")
-    if content is None:
-        _refuse(f"{path}: the config file is empty; it must be a mapping of options (key: value)")
+        mark, ctx = bad.problem_mark, bad.context_mark
+        at = f" ({bad.context} that starts at line {ctx.line + 1}, column {ctx.column + 1})" if ctx else ""
+        _refuse(f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{at}")
     if not isinstance(content, dict):
-        got = {list: "a list", str: "a string", bool: "true or false"}.get(type(content), "a number")
+        kinds = {list: "a list", str: "a string", bool: "true or false", type(None): "an empty file"}
+        got = kinds.get(type(content), "a number")
         _refuse(f"{path}: the config file must be a mapping of options (key: value), got {got}")
     return content
 
@@ -174,11 +144,12 @@ def _first_fault(parser: Any, argv: list[str]) -> str | None:
             continue
         if name in _needed(parser, True):
             return _positional(parser, name, name)
-        content = read_config(text) if name in ("c", "config") else {name: _load(text)}
-        for key, value in content.items():
-            said = _check(parser, str(key), value, name not in ("c", "config"), text, given)
+        typed = name not in ("c", "config")
+        for key, value in ({name: _load(text)} if typed else read_config(text)).items():
+            said = _fault(parser, "", None, value, str(key).split("."), typed, text if typed else None)
             if said:
                 return said
+            given.add(str(key))
     if getattr(parser, "subcommands", None) is not None and subcommand is None:
         return f"a subcommand is needed: {' or '.join(parser.subcommands.choices)} ({_prog(parser)} --help lists them)"
     for name in [n for n in _needed(parser, True) if n not in given]:
@@ -188,65 +159,47 @@ def _first_fault(parser: Any, argv: list[str]) -> str | None:
     return None
 
 
-def _check(parser: Any, key: str, value: Any, typed: bool, text: str | None, given: set[str]) -> str | None:
-    text, leaf, inner = text if typed else None, key, value
-    while isinstance(inner, Mapping) and inner:  # the first option under ``key`` (``modle: {model: ...}``)
-        leaf, inner = f"{leaf}.{next(iter(inner))}", inner[next(iter(inner))]
-    if (
-        isinstance(value, Mapping)
-        and parser.declared.get(key) is None
-        and any(k.startswith(f"{key}.") for k in parser.declared)
-    ):
-        faults = (_check(parser, f"{key}.{name}", item, False, None, given) for name, item in value.items())
-        return next(filter(None, faults), None)  # a group of options in a config (``data: {tasks: [copa]}``)
-    parts = key.split(".")
-    heads = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
-    head = next((h for h in heads if parser.declared.get(h) is not None), None)  # the nearest typed one
-    if head is None:
-        return None if key in parser.declared else _unknown(parser, leaf, typed, {})
-    hint, path = parser.declared[head], head
-    if key == head and isinstance(value, Mapping) and "class_path" not in value and _bases(hint):
-        named = _class_given(parser, key)  # the options of the class given before, or of the default
-        value = {"class_path": named.get("class_path") if hasattr(named, "get") else named, **value}
-    for part in parts[len(head.split(".")) :]:
-        children = _children(hint, _class_given(parser, path) if path == head else None)
-        if children is None or part not in children:
-            near = {f"{path}.{c}": h for c, h in (children or {}).items()}
-            return _unknown(parser, leaf, typed, near)
-        hint, path = children[part], f"{path}.{part}"
-    given.add(key)
-    return _value_fault(parser, key, hint, value, typed, text)
-
-
-def _value_fault(parser: Any, key: str, hint: Any, value: Any, typed: bool, text: str | None) -> str | None:
-    bases, children, groups = _bases(hint), _children(hint, value), _groups(hint)
-    if isinstance(value, Mapping) and children is not None:
+def _fault(
+    parser: Any, key: str, hint: Any, value: Any, rest: list[str], typed: bool, text: str | None
+) -> str | None:
+    """The first fault in ``value`` given for the option ``key`` + ``rest`` (of type ``hint``; ``text``: as
+    typed), walked one option at a time: the dotted key's, then those of a mapping given."""
+    prefix = f"{key}." if key else ""
+    if hint is None:  # a group of the parser's options (``data.tasks``), or the parser itself
+        names = {k[len(prefix) :].split(".")[0] for k in parser.declared if k.startswith(prefix)}
+        children = {name: parser.declared.get(prefix + name) for name in names}
+    else:  # a dataclass's fields, or those of the class its value, the command line or its default names
+        named = value if isinstance(value, Mapping) and "class_path" in value else _class_given(parser, key)
+        children = _children(hint, named) or {}
+    items: dict[Any, Any] = {rest[0]: value} if rest else {}
+    if not rest and isinstance(value, Mapping) and children:  # its options, ``init_args``' among them
         inner = value.get("init_args") if isinstance(value.get("init_args"), Mapping) else {}
-        for name, item in {**{f"init_args.{k}": v for k, v in inner.items()}, **value}.items():
-            within, _, option = name.rpartition(".")
-            if name in ("class_path", "init_args", "dict_kwargs"):
-                continue
-            if option not in children:
-                near = {".".join(filter(None, (key, within, c))): 0 for c in children}
-                return _unknown(parser, f"{key}.{name}", False, near)
-            said = _value_fault(parser, f"{key}.{name}", children[option], item, False, None)
-            if said:
-                return said
+        items, typed, text = {**{f"init_args.{k}": v for k, v in inner.items()}, **value}, False, None
+    for name, item in items.items():
+        within, _, option = str(name).rpartition(".")
+        if option in ("class_path", "init_args", "dict_kwargs") and not rest:
+            continue
+        if option not in children:  # said as the first option under it (``modle: {model: ...}``)
+            leaf = ".".join([prefix + str(name), *rest[1:]])
+            while isinstance(item, Mapping) and item:
+                leaf, item = f"{leaf}.{next(iter(item))}", item[next(iter(item))]
+            near = {".".join(filter(None, (key, within, c))) for c in children if c not in _NOT_OPTIONS}
+            return _unknown(parser, leaf, typed, near)
+        said = _fault(parser, prefix + str(name), children[option], item, rest[1:], typed, text)
+        if said or rest:
+            return said
+    if items:
         return None
+    bases, groups = _bases(hint), _groups(hint)
     if isinstance(value, str) and bases and not groups:
         if class_named(value, bases) is not None or _fits(hint, value, text):
             return None
         close = closest(value, [c.__name__ for c in subclasses(bases)])
         mean = f"; did you mean {close}?" if close else ""
         return f"{key}: no class {value!r} can be imported{mean} (a class name or a dotted path)"
-    lists = [
-        typing.get_args(m)[0] for m in _members(hint) if typing.get_origin(m) is list and typing.get_args(m)
-    ]
-    if isinstance(value, list) and lists:
-        faults = (
-            _value_fault(parser, f"{key}[{n}]", lists[0], item, False, None) for n, item in enumerate(value)
-        )
-        said = next(filter(None, faults), None)
+    lists = [a for m in _members(hint) if typing.get_origin(m) is list for a in typing.get_args(m)]
+    for n, item in enumerate(value if isinstance(value, list) and lists else []):
+        said = _fault(parser, f"{key}[{n}]", lists[0], item, [], False, None)
         if said:
             return said
     if _fits(hint, value, text):
@@ -256,11 +209,10 @@ def _value_fault(parser: Any, key: str, hint: Any, value: Any, typed: bool, text
         if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
             why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
             return f"{option}: cannot read {value!r} as a config of its options ({why})"
-        children = _params(groups[0])
         names = sorted(children)
-        # the option that takes such a value: a Literal's value, a flag's true/false, else its one string option
-        taking = [n for n in names if any(_takes(m, value) for m in _members(children[n][0]))]
-        taking = taking or [n for n in names if children[n][0] is str]
+        # the options that take such a value (a Literal's, a flag's true/false), else its string options
+        taking = [n for n in names if str not in _members(children[n]) and _fits(children[n], value, value)]
+        taking = taking or [n for n in names if children[n] is str]
         what = f"{option} is a group of options ({', '.join(names)}), not a value"
         if 1 <= len(taking) <= 3:
             return f"{what}; did you mean {' or '.join(f'{option}.{n} {value}' for n in taking)}?"
@@ -271,13 +223,7 @@ def _value_fault(parser: Any, key: str, hint: Any, value: Any, typed: bool, text
     return f"{key} must be {describe(FiniteFloat if finite else hint)}, got {shown}"
 
 
-def _takes(member: Any, value: str) -> bool:
-    if typing.get_origin(member) is Literal:
-        return value in [str(v) for v in typing.get_args(member)]
-    return member is bool and value.lower() in ("true", "false")
-
-
-def _unknown(parser: Any, key: str, typed: bool, near: dict[str, Any]) -> str:
+def _unknown(parser: Any, key: str, typed: bool, near: set[str]) -> str:
     dashes = "--" if typed else ""
     keys: set[str] = set(near)  # every key the parser accepts: its declarations and their groups' options
     todo = [(k, h, _class_given(parser, k)) for k, h in parser.declared.items() if k not in _NOT_OPTIONS]
@@ -294,21 +240,20 @@ def _unknown(parser: Any, key: str, typed: bool, near: dict[str, Any]) -> str:
 
 
 def _positional(parser: Any, option: str, name: str) -> str:
-    usage = f"usage: {_usage(parser)}"
-    return f"unknown option --{option}: {name.upper()} is a positional argument, given without an option name: {usage}"
+    return f"unknown option --{option}: {name.upper()} is a positional argument, given without an option name: usage: {_usage(parser)}"
 
 
 def _needed(parser: Any, positional: bool) -> list[str]:
     return [n for n, p in getattr(parser, "required_params", {}).items() if p == positional]
 
 
-def _params(owner: Any, method: bool = False) -> dict[str, tuple[Any, bool]]:
+def _params(owner: Any) -> dict[str, tuple[Any, bool]]:
     function = owner.__init__ if inspect.isclass(owner) else owner
     try:
         hints = typing.get_type_hints(function)
     except Exception:  # an annotation that does not resolve here: untyped
         hints = {}
-    params = list(inspect.signature(function).parameters.values())[method or inspect.isclass(owner) :]
+    params = list(inspect.signature(function).parameters.values())[inspect.isclass(owner) :]
     kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     return {p.name: (hints.get(p.name), p.default is p.empty) for p in params if p.kind not in kinds}
 
@@ -327,10 +272,9 @@ def _class_given(parser: Any, key: str) -> Any:
     named = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == f"--{key}" and argv[i + 1][:1] != "{"]
     if named or not _bases(parser.declared.get(key)):
         return named[-1] if named else None
-    try:
+    with contextlib.suppress(KeyError):  # an option without a default
         return parser.get_default(key)
-    except KeyError:  # an option without a default
-        return None
+    return None
 
 
 def _members(hint: Any) -> list[Any]:
@@ -346,11 +290,8 @@ def _groups(hint: Any) -> list[type]:
 def _bases(hint: Any) -> list[type]:
     """The classes a class path names a subclass of (``Callable[..., C]``: C)."""
     found = [typing.get_args(m)[-1] if typing.get_origin(m) is Callable else m for m in _members(hint)]
-    return [
-        c
-        for c in found
-        if inspect.isclass(c) and not issubclass(c, _SCALARS) and not dataclasses.is_dataclass(c)
-    ]
+    classes = [c for c in found if inspect.isclass(c) and not dataclasses.is_dataclass(c)]
+    return [c for c in classes if not issubclass(c, _SCALARS)]
 
 
 def _fits(hint: Any, value: Any, text: str | None) -> bool:
@@ -359,11 +300,10 @@ def _fits(hint: Any, value: Any, text: str | None) -> bool:
         check.add_argument("--v", type=hint)
     except Exception:  # a type jsonargparse does not take as an option's type: nothing to say
         return True
-    try:
+    with contextlib.suppress(Exception, SystemExit):
         check.parse_args([f"--v={text}"]) if text is not None else check.parse_object({"v": value})
-    except (Exception, SystemExit):
-        return False
-    return True
+        return True
+    return False
 
 
 def _load(text: str) -> Any:

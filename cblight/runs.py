@@ -1,4 +1,5 @@
-"""A run of an evaluator: where it writes, that it writes alone, how it stops, and what it runs.
+"""A run of an evaluator: where it writes, that it writes alone, how it stops, and what it runs; how a
+command ends.
 
 * **Output directory**: ``resolve_output_dir`` fills ``{model}`` in, ``check_output_dir`` refuses one that
   could not hold the results, and ``OutputLock`` keeps two runs from writing one directory at once. The CLI
@@ -6,9 +7,12 @@
 * **Signals**: within ``stop_on_signals`` SIGINT and SIGTERM raise ``RunInterrupted`` at once, in the
   middle of a batch if need be; ``check_interrupt``, called by the evaluators before every batch, raises it
   too should a library have swallowed the first one. Cache rows are appended all-or-none
-  (``cblight.cache``), so a rerun resumes. The entry point turns ``RunInterrupted`` into one line and exit
-  status 128 + the signal number (130 for SIGINT, 143 for SIGTERM), as a shell reports a killed command.
+  (``cblight.cache``), so a rerun resumes. ``exit_on_bad_input``, around every command, turns
+  ``RunInterrupted`` into one line and exit status 128 + the signal number (130 for SIGINT, 143 for
+  SIGTERM), as a shell reports a killed command.
   A training run defers the first signal (``defer``) to a checkpointed stop at its next step boundary.
+  Bad input (a ``CblightError``) becomes one line and exit status 2, never a traceback; so too in
+  ``run_subcommands``, which runs a command of subcommands (``cblight data``, ``cblight zoo``).
 * **The run**: ``run_evaluation`` chooses alpha* (and k*) on the selection splits with Lightning's
   validation loop when the evaluator selects (``Evaluator.selects``), then reports on the test splits;
   ``run_comparison`` runs one evaluation per checkpoint (tuned vs boosted vs base) and prints the table
@@ -35,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from cblight.errors import CblightError, ConfigError, RunInterrupted
+from cblight.errors import CblightError, ConfigError
 
 LOCK_NAME = ".cblight.lock"
 
@@ -48,11 +52,10 @@ class OutputDirError(CblightError):
     """An output directory that cannot be used: a file in its path, not writable, or in use by another run."""
 
 
-def resolve_output_dir(template: str, model: str) -> Path:
-    """``template`` with ``{model}`` replaced by the model's short name (``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m``)."""
-    from cblight.models import model_label
-
-    return Path(template.replace("{model}", model_label(model)))
+def resolve_output_dir(template: str, label: str) -> Path:
+    """``template`` with ``{model}`` replaced by the model's short name ``label`` (``models.model_label``:
+    ``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m``)."""
+    return Path(template.replace("{model}", label))
 
 
 def check_output_dir(path: Path, option: str = "model.output_dir") -> None:
@@ -154,6 +157,15 @@ class OutputLock:
 
 # ---------------------------------------------------------------------------------------------------------
 # Stopping on SIGINT / SIGTERM
+
+
+class RunInterrupted(BaseException):
+    """A run stopped by a signal. A BaseException, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
 
 # A signal delivered twice at once (to the process group, and forwarded by Lightning's launcher) is one.
 REPEAT_AFTER_S = 2.0
@@ -282,3 +294,49 @@ def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
         path = atomic_write_json(base_dir / "results.json", payload)
         rank_zero_info(f"\nComparison ({', '.join(checkpoints)})\n{table}\n\nresults: {path}")
     return payload
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command
+
+
+def exit_on_bad_input(fn: Any) -> Any:
+    """Run ``fn``; bad input (a ``CblightError``, also one jsonargparse wraps while it instantiates a class)
+    becomes one line on stderr and exit status 2, a stop by a signal one line and 128 + its number."""
+    try:
+        return fn()
+    except RunInterrupted as stop:
+        print(
+            f"error: {stop}: finished work is kept (an evaluation's cache, tuning's last checkpoint); "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + stop.signum) from None
+    except Exception as err:
+        bad: BaseException | None = err
+        for _ in range(20):
+            if bad is None or isinstance(bad, CblightError):
+                break
+            bad = bad.__cause__ or bad.__context__
+        if not isinstance(bad, CblightError):
+            raise
+        print(f"error: {bad}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_subcommands(commands: dict[str, Any], argv: list[str] | None, prog: str | None, about: str) -> int:
+    """Runs a command of subcommands (``cblight data list|peek``), each a function whose signature gives its
+    options and that returns the text to print; the exit status: 0, or 2 for bad input (one line)."""
+    from jsonargparse import auto_cli
+
+    from cblight.parse_errors import Parser
+
+    try:
+        print(
+            exit_on_bad_input(
+                lambda: auto_cli(commands, args=argv, prog=prog, description=about, parser_class=Parser)
+            )
+        )
+    except SystemExit as stop:  # --help (0), a parse error or bad input (2)
+        return stop.code if isinstance(stop.code, int) else 0
+    return 0

@@ -3,6 +3,7 @@ subclass of a base class. Imports nothing heavy, so that ``cblight --help`` stay
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -14,38 +15,24 @@ __all__ = ["class_named", "closest", "closest_keys", "subclasses"]
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice nearest ``word`` by difflib; of equal ratios, the same letters (``stpe``: ``step``)."""
     close = difflib.get_close_matches(word, sorted(set(choices)), n=5)
-
-    def score(choice: str) -> tuple[float, float]:
-        matcher = difflib.SequenceMatcher(None, word, choice)
-        return matcher.ratio(), matcher.quick_ratio()
-
-    return max(close, key=score, default=None)
+    matchers = [difflib.SequenceMatcher(None, word, choice) for choice in close]
+    best = max(matchers, key=lambda m: (m.ratio(), m.quick_ratio()), default=None)
+    return best.b if best else None
 
 
-def closest_keys(key: str, keys: Iterable[str]) -> list[str]:
-    """The valid dotted keys nearest ``key``, leaves before the groups that hold them: its longest known
-    prefix kept, the rest matched under it (``model.lora_rnk``: ``model.lora.rank``; ``modle.model``:
-    ``model.model``; ``model.alpha``: ``model.boosting.alpha`` and ``model.lora.alpha``)."""
-    keys = set(keys)
+def closest_keys(key: str, keys: set[str]) -> list[str]:
+    """The valid keys nearest ``key`` under its longest known prefix: those of its name deeper down
+    (``model.alpha``: ``model.boosting.alpha``, ``model.lora.alpha``), else the nearest (``.`` as ``_``)."""
     parts = key.split(".")
     for depth in range(len(parts) - 1, -1, -1):
-        prefix = ".".join(parts[:depth])
-        under = {
-            k[len(prefix) + 1 :] if prefix else k for k in keys if not prefix or k.startswith(prefix + ".")
-        }
-        if not under:
-            continue
-        rest = ".".join(parts[depth:])
-        leaves = {k for k in under if not any(o.startswith(k + ".") for o in under)}
-        same_words = sorted(k for k in leaves if k.replace(".", "_") == rest.replace(".", "_"))
-        deeper = sorted(k for k in leaves if "." not in rest and k.rpartition(".")[2] == rest)
-        if "." in rest:  # its first part is the unknown one: matched among the children
-            child = closest(parts[depth], {k.split(".")[0] for k in under})
-            close = ".".join([child, *parts[depth + 1 :]]) if child else None
-        else:
-            close = closest(rest, under)
-        found = same_words or deeper or ([close] if close else [])
-        return [f"{prefix}.{k}" if prefix else k for k in found]
+        prefix = "".join(f"{part}." for part in parts[:depth])
+        under = {k[len(prefix) :]: k for k in sorted(keys) if k.startswith(prefix)}
+        if under:
+            rest = key[len(prefix) :]
+            words = {u.replace(".", "_"): k for u, k in under.items()}
+            close = closest(rest.replace(".", "_"), words)
+            deeper = [k for u, k in under.items() if u.endswith(f".{rest}")]
+            return deeper or ([words[close]] if close else [])
     return []
 
 
@@ -64,10 +51,8 @@ def subclasses(bases: Iterable[type]) -> list[type]:
 def class_named(name: str, bases: Iterable[type]) -> type | None:
     """The class a ``class_path`` names: a dotted path, or the short name of one of ``bases``' subclasses."""
     module, _, attr = name.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), attr) if module else None
-    except (ImportError, AttributeError, ValueError):
-        found = None
-    if inspect.isclass(found):
-        return found
+    with contextlib.suppress(ImportError, AttributeError, ValueError):  # not a dotted path to a class
+        found = getattr(importlib.import_module(module), attr)
+        if inspect.isclass(found):
+            return found
     return next((c for c in subclasses(bases) if c.__name__ == name), None)

@@ -329,7 +329,7 @@ def path_command(name: str) -> str:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight zoo list|convert|path`` (the arguments come from ``sys.argv`` unless given)."""
-    from cblight.parse_errors import run_subcommands
+    from cblight.runs import run_subcommands
 
     return run_subcommands(
         {"list": list_models, "convert": path_command, "path": path_command},

@@ -316,7 +316,7 @@ def test_a_group_given_a_value_in_a_config(tmp_path, capsys):
 # -- config files ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "got"),
-    [("[1, 2]\n", "a list"), ("3\n", "a number"), ("just words\n", "a string"), ("", None)],
+    [("[1, 2]\n", "a list"), ("3\n", "a number"), ("just words\n", "a string"), ("", "an empty file")],
 )
 @pytest.mark.parametrize("command", ["evaluate", "tune", "contrast"])
 @pytest.mark.usefixtures("no_loading")
@@ -325,10 +325,7 @@ def test_a_config_that_is_not_a_mapping_names_the_file(command, text, got, tmp_p
     path = tmp_path / "c.yaml"
     path.write_text(text)
     flag = "--config" if command == "contrast" else "-c"
-    if got is None:
-        line = f"error: {path}: the config file is empty; it must be a mapping of options (key: value)"
-    else:
-        line = f"error: {path}: the config file must be a mapping of options (key: value), got {got}"
+    line = f"error: {path}: the config file must be a mapping of options (key: value), got {got}"
     assert one_line([command, flag, str(path)], capsys) == line
 
 

@@ -244,7 +244,7 @@ def test_bad_tuning_options_exit_2_with_one_line(option, value, named, capsys, m
     not exist, so anything that got further would fail differently)."""
     import importlib.util
 
-    from cblight.errors import exit_on_bad_input
+    from cblight.runs import exit_on_bad_input
 
     if named == "lora.rank":  # LoRA asked for without peft installed
         real = importlib.util.find_spec

@@ -124,7 +124,7 @@ def peek(
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight data list|peek ...`` (the arguments come from ``sys.argv`` unless given)."""
-    from cblight.parse_errors import run_subcommands
+    from cblight.runs import run_subcommands
 
     return run_subcommands({"list": list_tasks, "peek": peek}, argv, prog, __doc__.split("\n\n")[0])
 

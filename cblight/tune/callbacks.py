@@ -33,9 +33,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 
-from cblight.errors import RunInterrupted
 from cblight.option_types import ClosedUnitInterval, PositiveFloat, check_fields
-from cblight.runs import OutputLock, requested, stop_on_signals
+from cblight.runs import OutputLock, RunInterrupted, requested, stop_on_signals
 
 log = logging.getLogger(__name__)
 
