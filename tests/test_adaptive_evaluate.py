@@ -118,7 +118,12 @@ def test_multiple_choice_auto_is_the_gate_then_decorrelate_by_hand(runs):
     stderr = math.sqrt(sum((b - mean) ** 2 for b in bits) / (len(bits) - 1) / len(bits))
     same_prior = all(r["ll_short"] == rows[0]["ll_short"] for r in rows)  # one fixed label set: calibrate
     alpha = decorrelate_by_hand(rows) if same_prior or mean - 2 * stderr >= 0.1 else 0.0
-    check_rows(out, adaptive["tasks"]["copa"]["report"], alpha, "gated")
+    report = adaptive["tasks"]["copa"]["report"]
+    check_rows(out, report, alpha, "gated")
+    gate = report["adaptive"]["gate"]  # what the gate read, in results.json
+    assert gate["context_gain"] == pytest.approx(mean, abs=1e-9)
+    assert gate["stderr"] == pytest.approx(stderr, abs=1e-9)
+    assert gate["same_prior"] is same_prior
 
 
 def test_multiple_choice_decorrelate_by_hand(runs, tiny_gpt2_dir, tmp_path_factory):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from cblight.adaptive import choice_alphas, summary
+from cblight.adaptive import choice_alphas, context_gain, same_prior_everywhere, summary
 from cblight.boosting import choice_predictions, first_argmax
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
@@ -215,6 +215,10 @@ class MultipleChoice(TaskScoring):
             preds["adaptive"] = choice_predictions(full, short, adaptive.view(-1, 1), lengths)
             report.update(accuracy(preds["adaptive"] == labels, "acc_adaptive"))
             report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
+            if self.adaptive == "gated":  # what the gate read, so a fallback to the base model is visible
+                gain, stderr = context_gain(full, short, lengths)
+                same = same_prior_everywhere(full, short)
+                report["adaptive"]["gate"] = {"context_gain": gain, "stderr": stderr, "same_prior": same}
         result = {
             "kind": "multiple_choice",
             "title": split.task.title,
