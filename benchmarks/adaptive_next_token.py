@@ -134,8 +134,10 @@ def expert_stats(full: Any, short: Any) -> Any:
 
 def cocoa_from_stats(stats: Any) -> Any:
     """``cblight.adaptive.cocoa_alpha`` (next-token form) from the cached ``STATS`` of one expert."""
+    from cblight.adaptive import cocoa_weight
+
     renyi, _, _, margin = stats.double().unbind(-1)
-    a = (1 - (-renyi).exp()) * (1 - margin)
+    a = cocoa_weight(renyi, margin)
     return -a / (1 + a)
 
 

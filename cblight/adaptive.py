@@ -66,8 +66,10 @@ __all__ = [
     "alpha_in_form",
     "balance_alpha",
     "choice_alphas",
+    "choice_jsd",
     "choice_jsd_alpha",
     "cocoa_alpha",
+    "cocoa_weight",
     "context_gain",
     "decorrelate_alpha",
     "gated_alpha",
@@ -171,8 +173,14 @@ def cocoa_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next
     divergence = (-2.0 * torch.logsumexp((full64 + short64) / 2.0, dim=-1)).clamp_min(0.0)
     top = full64.exp().topk(min(2, full64.shape[-1]), dim=-1).values
     margin = top[..., 0] - (top[..., 1] if top.shape[-1] > 1 else 0.0)
-    a = ((1.0 - torch.exp(-divergence)) * (1.0 - margin)).to(torch.promote_types(full.dtype, torch.float32))
+    a = cocoa_weight(divergence, margin).to(torch.promote_types(full.dtype, torch.float32))
     return -a if form == "generation" else -a / (1.0 + a)
+
+
+def cocoa_weight(divergence: torch.Tensor, margin: torch.Tensor) -> torch.Tensor:
+    """``cocoa_alpha``'s weight ``a = (1 - exp(-D)) (1 - m)`` from the Rényi-1/2 divergence ``D`` (nats) and
+    ``f_max``'s top-two margin ``m``."""
+    return (1.0 - torch.exp(-divergence)) * (1.0 - margin)
 
 
 def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
@@ -207,16 +215,23 @@ def _per_length(ll: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
     return ll if lengths is None else ll / lengths.to(ll.dtype).clamp_min(1)
 
 
-def choice_jsd_alpha(
+def choice_jsd(
     ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """AdaCAD's weight over each question's answer set ``[N]``: the full and premise-free scores normalised
-    over the answers (eq. 2's two experts as distributions over the choices), ``a`` their JSD in bits,
-    ``alpha = -a / (1 + a)`` (eq. 2's argmax of ``(1 + a) l_full - a l_short``)."""
+    """Per question ``[N]``, the JSD in bits between the full and premise-free scores normalised over its
+    answers (eq. 2's two experts as distributions over the choices)."""
     mask = ~torch.isneginf(ll_full)
     full = _normalised(_per_length(ll_full.double(), lengths), mask)
     short = _normalised(_per_length(torch.where(mask, ll_short.double(), 0.0), lengths), mask)
-    a = js_divergence(full, short)
+    return js_divergence(full, short)
+
+
+def choice_jsd_alpha(
+    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """AdaCAD's weight over each question's answer set ``[N]``: ``a = choice_jsd``,
+    ``alpha = -a / (1 + a)`` (eq. 2's argmax of ``(1 + a) l_full - a l_short``)."""
+    a = choice_jsd(ll_full, ll_short, lengths)
     return (-a / (1.0 + a)).double()
 
 
@@ -252,8 +267,7 @@ def context_gain(
     Near 0 the premise adds nothing the answers' own likelihood did not say (PIQA's solutions: the full
     and the premise-free model pick the same one), and boosting, which removes that likelihood, leaves
     noise: the case NWCAD's gate falls back to plain decoding for (arXiv 2604.16686)."""
-    x = -choice_jsd_alpha(ll_full, ll_short, lengths)  # a / (1 + a)
-    js = x / (1.0 - x)
+    js = choice_jsd(ll_full, ll_short, lengths)
     n = js.numel()
     return float(js.mean()) if n else 0.0, float(js.std(unbiased=True) / math.sqrt(n)) if n > 1 else math.inf
 
