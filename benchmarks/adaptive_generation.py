@@ -8,7 +8,8 @@ same ``k``. Then it prints Table 2's context columns with standard errors over d
 LTF and delta under the base model (each token's ``p_full`` and ``p_short`` from the run's cache;
 documents are the independent units, so the standard errors are those of a ratio estimator over
 documents), repetition (degen's, from ``results.json``) and the mean and spread of each adaptive row's
-per-token alphas.
+per-token alphas. Last, each adaptive row's LTF and delta against nucleus sampling and against the
+strongest fixed alpha, as paired differences over the same prompts with their standard errors.
 
     python benchmarks/adaptive_generation.py --model smollm2 --webtext DIR_WITH_webtext.test.jsonl \\
         --limit 32 --new 32 --k 8 --out /tmp/adaptive-webtext
@@ -71,8 +72,20 @@ def ratio_stderr(num: list[float], den: list[float]) -> tuple[float, float]:
     return r, math.sqrt(n / (n - 1) * sum(e * e for e in resid)) / total
 
 
+def paired_ratio_diff(a: dict[int, tuple], b: dict[int, tuple], field: int) -> tuple[float, float]:
+    """``R_a - R_b`` for two ratio estimators over the same documents (``{id: (ltf, delta, tokens)}``, the
+    numerator at ``field``) in percentage points, and its standard error (the linearised difference)."""
+    ids = sorted(set(a) & set(b))
+    ta, tb = sum(a[i][2] for i in ids), sum(b[i][2] for i in ids)
+    ra, rb = sum(a[i][field] for i in ids) / ta, sum(b[i][field] for i in ids) / tb
+    e = [(a[i][field] - ra * a[i][2]) / ta - (b[i][field] - rb * b[i][2]) / tb for i in ids]
+    n = len(ids)
+    return 100 * (ra - rb), 100 * math.sqrt(n / (n - 1) * sum(x * x for x in e)) if n > 1 else math.nan
+
+
 def row_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
     ltf_n, delta_n, nll_n, den, alphas = [], [], [], [], []
+    docs: dict[int, tuple[float, float, float]] = {}
     for r in records:
         if not r["tokens"]:
             continue
@@ -82,6 +95,7 @@ def row_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
         delta_n.append(sum(a - b for a, b in zip(pf, ps)))
         nll_n.append(-sum(r["lp_full"]))
         den.append(float(len(r["tokens"])))
+        docs[r["id"]] = (ltf_n[-1], delta_n[-1], den[-1])
         alphas += r.get("alphas", [])
     ltf, ltf_se = ratio_stderr(ltf_n, den)
     delta, delta_se = ratio_stderr(delta_n, den)
@@ -90,6 +104,7 @@ def row_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
         "documents": len(den), "tokens": int(sum(den)),
         "ltf": 100 * ltf, "ltf_se": 100 * ltf_se, "delta": 100 * delta, "delta_se": 100 * delta_se,
         "ppl": math.exp(nll), "ppl_se": math.exp(nll) * nll_se,
+        "docs": docs,
     }  # fmt: skip
     if alphas:
         mean = sum(alphas) / len(alphas)
@@ -116,7 +131,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32, help="new tokens per prompt")
     parser.add_argument("--k", type=int, default=8, help="the short expert's last k tokens")
     parser.add_argument("--alphas", type=float, nargs="*", default=[-0.05, -0.1, -0.2, -0.4])
-    parser.add_argument("--rules", nargs="*", default=["jsd", "cocoa"])
+    parser.add_argument("--rules", nargs="*", default=["jsd", "jsdist", "cocoa"])
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
@@ -154,6 +169,19 @@ def main() -> None:
             f"{name:<22} {stats['ppl']:7.2f} {stats['ppl_se']:6.2f} {stats['ltf']:6.2f} {stats['ltf_se']:5.2f} "
             f"{stats['delta']:7.2f} {stats['delta_se']:5.2f} {stats['rep']:6.2f}  {alpha}"
         )
+    by_name = {row["row"]: row.pop("docs") for row in table}
+    strongest = f"boost alpha={min(args.alphas):g}" if args.alphas else None
+    print("paired differences (percentage points, ± se over prompts): LTF, delta")
+    for row in table:
+        if "alpha_mean" not in row:
+            continue
+        for ref in ("nucleus", strongest):
+            if ref is None:
+                continue
+            ltf, ltf_se = paired_ratio_diff(by_name[row["row"]], by_name[ref], 0)
+            delta, delta_se = paired_ratio_diff(by_name[row["row"]], by_name[ref], 1)
+            row[f"vs {ref}"] = {"ltf": ltf, "ltf_se": ltf_se, "delta": delta, "delta_se": delta_se}
+            print(f"  {row['row']} vs {ref}: {ltf:+.2f} ± {ltf_se:.2f}, {delta:+.2f} ± {delta_se:.2f}")
     if args.json:
         write_json(
             args.json, {"model": args.model, "limit": args.limit, "new": args.new, "k": args.k, "rows": table}

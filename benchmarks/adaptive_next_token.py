@@ -6,11 +6,13 @@ Each passage's last token is predicted (paper §3, Table 1) from ``f_max`` and t
 (``cblight.adaptive.unit_k``). For every expert the script keeps, per passage, whether the target wins at
 every alpha of the grid (0..-1 by 0.1), each per-token rule's alpha and whether the target wins under it
 (argmax over the whole vocabulary), and a candidate set (the 64 top tokens of ``f_max`` and of
-``f_max - f_k``, and the target) whose scores give the argmax at any alpha in [-1, 0] for the transductive
-``jsd_mean`` (one alpha for the split: the mean of the passages' ``jsd`` alphas, rounded to 0.01); the
-table checks the candidate-set accuracy against the exact one on the whole grid. Scores are cached per chunk under ``--out`` (a rerun resumes; a
-larger ``--limit`` adds passages), then one table is printed: accuracy with its standard error, and each
-row's paired difference from alpha* with the standard error of that difference.
+``f_max - f_k``, and the target) whose scores give the argmax at any alpha in [-1, 0]: for the transductive
+``jsd_mean`` and ``jsdist_mean`` (one alpha for the split: the mean of the passages' alphas, rounded to
+0.01) and for the per-passage rules scored from cached statistics (``jsdist`` from ``jsd``'s alpha,
+``cocoa`` from ``STATS``). The table checks the candidate-set accuracy against the exact one on the whole
+grid. Scores are cached per chunk under ``--out`` (a rerun resumes; a larger ``--limit`` adds passages),
+then one table is printed: accuracy with its standard error, and each row's paired difference from alpha*
+with the standard error of that difference.
 
     python benchmarks/adaptive_next_token.py --model smollm2 --test lambada_test.jsonl \\
         --dev lambada_development_plain_text.txt --limit 200 --out /tmp/adaptive-lambada
@@ -141,6 +143,14 @@ def cocoa_from_stats(stats: Any) -> Any:
     return -a / (1 + a)
 
 
+def jsdist_from_jsd(split: dict, col: int) -> Any:
+    """``cblight.adaptive.jsdist_alpha`` (next-token form) of expert ``col`` from its cached ``jsd`` alpha:
+    the weight ``a = -alpha / (1 + alpha)`` is the JSD, and ``jsdist``'s weight is its square root."""
+    jsd = split["jsd_alpha"][:, col].double()
+    d = (-jsd / (1 + jsd)).clamp_min(0).sqrt()
+    return -d / (1 + d)
+
+
 def scored_split(
     model: Any, tok: Any, name: str, items: list, ks: list[int], args: argparse.Namespace
 ) -> dict:
@@ -222,18 +232,21 @@ def table(test: dict, dev: dict, args: argparse.Namespace) -> list[dict[str, Any
         rows.append(
             (f"alpha = -0.5 (paper prior), k = last {u}", test["grid_correct"][:, col, 5], "no labels")
         )
-        split_alpha = round(float(test["jsd_alpha"][:, col].mean()), 2)
-        rows.append(
-            (
-                f"jsd_mean (alpha {split_alpha:.2f}), k = last {u}",
-                candidate_correct(test, col, split_alpha),
-                "no labels",
+        for rule, alpha in (("jsd", test["jsd_alpha"][:, col]), ("jsdist", jsdist_from_jsd(test, col))):
+            split_alpha = round(float(alpha.mean()), 2)
+            rows.append(
+                (
+                    f"{rule}_mean (alpha {split_alpha:.2f}), k = last {u}",
+                    candidate_correct(test, col, split_alpha),
+                    "no labels",
+                )
             )
-        )
-        mean_alpha = float(test["jsd_alpha"][:, col].mean())
-        rows.append(
-            (f"jsd (mean alpha {mean_alpha:.2f}), k = last {u}", test["jsd_correct"][:, col], "no labels")
-        )
+            per_passage = (
+                test["jsd_correct"][:, col] if rule == "jsd" else candidate_correct(test, col, alpha)
+            )
+            rows.append(
+                (f"{rule} (mean alpha {float(alpha.mean()):.2f}), k = last {u}", per_passage, "no labels")
+            )
         cocoa = cocoa_from_stats(test["stats"][:, col])
         rows.append(
             (

@@ -169,7 +169,8 @@ class Boosting:
         marker: the marker of ``marker`` mode.
         separator: the separator of ``response`` mode (``None``: the tokenizer's EOS, DialoGPT's).
         adaptive: a label-free rule that sets alpha per token instead (``auto``; ``jsd``: AdaCAD's
-            Jensen-Shannon weight; ``cocoa``: a CoCoA-style weight; docs/adaptive.md);
+            Jensen-Shannon weight; ``jsdist``: the Jensen-Shannon distance as that weight; ``cocoa``: a
+            CoCoA-style weight; docs/adaptive.md);
             ``alpha`` is then left at 0.
     """
 

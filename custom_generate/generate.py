@@ -12,8 +12,8 @@ Table 2; ``"response"``: the turn separator plus the response so far, dialog, Ta
 usually negative), ``boost_k`` (default 32), ``boost_form`` (``"generation"``: ``(1-alpha) log f + alpha
 log f_short``, the default of ``last_k``; ``"next_token"``: ``log f + alpha log f_short``, the default of the
 others), ``boost_marker`` (default ``" TL;DR:"``), ``boost_separator`` (default: the tokenizer's EOS) and
-``boost_adaptive`` (``"auto"``, ``"jsd"`` or ``"cocoa"``: alpha set at every token by a label-free rule, cblight's
-docs/adaptive.md).
+``boost_adaptive`` (``"auto"``, ``"jsd"``, ``"jsdist"`` or ``"cocoa"``: alpha set at every token by a
+label-free rule, cblight's docs/adaptive.md).
 ``tokenizer`` is required (BOS handling, separators and markers come from it).
 
 Everything else (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``num_beams``,

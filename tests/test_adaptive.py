@@ -22,6 +22,7 @@ from cblight.adaptive import (
     gated_alpha,
     js_divergence,
     jsd_alpha,
+    jsdist_alpha,
     prior_ranks,
     same_prior_everywhere,
     token_alphas,
@@ -72,6 +73,16 @@ def test_jsd_alpha_is_adacad_in_both_forms():
     assert boosted_log_probs(full, short, nt).argmax() == got.argmax()
     # identical experts: no divergence, no boosting
     assert float(jsd_alpha(full, full)) == 0.0
+
+
+def test_jsdist_alpha_is_the_distance_in_adacads_mix():
+    p, q = (0.5, 0.3, 0.2), (0.7, 0.2, 0.1)
+    d = math.sqrt(jsd_bits_by_hand(p, q))  # the Jensen-Shannon distance: 0.18 where the JSD is 0.03
+    full, short = logs(*p).float(), logs(*q).float()
+    assert float(jsdist_alpha(full, short, "generation")) == pytest.approx(-d, abs=1e-6)
+    assert float(jsdist_alpha(full, short, "next_token")) == pytest.approx(-d / (1 + d), abs=1e-6)
+    assert float(token_alphas("jsdist", full, short, "generation")) == pytest.approx(-d, abs=1e-6)
+    assert float(jsdist_alpha(full, full)) == 0.0
 
 
 def test_per_row_alpha_matches_scalar_boosting_row_by_row():

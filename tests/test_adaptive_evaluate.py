@@ -58,7 +58,7 @@ def runs(tiny_gpt2_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def per_passage(runs, tiny_gpt2_dir, tmp_path_factory):
-    """The per-passage ``jsd`` rule from the ``auto`` run's cache (the same numbers: no model needed)."""
+    """The per-passage ``jsd`` rule on the ``auto`` run's cache (only the rule's own numbers are new)."""
     out = tmp_path_factory.mktemp("jsd")
     shutil.copytree(runs[2] / "cache", out / "cache")
     return run(tiny_gpt2_dir, out, "--model.adaptive", "jsd"), out
@@ -153,18 +153,22 @@ def naive_lambada(model_dir: Path) -> list[tuple[int, int, torch.Tensor, torch.T
     return out
 
 
-def adacad_alpha(full: torch.Tensor, short: torch.Tensor) -> float:
+def adacad_alpha(full: torch.Tensor, short: torch.Tensor, distance: bool = False) -> float:
+    """AdaCAD's next-token alpha from the JSD in bits, or (``distance``) from its square root."""
     p, q = full.exp(), short.exp()
     m = (p + q) / 2
     a = 0.5 * float((p * (p / m).log()).sum() + (q * (q / m).log()).sum()) / math.log(2)
+    a = math.sqrt(a) if distance else a
     return -a / (1 + a)
 
 
 def test_lambada_rows_match_a_naive_model_loop(runs, per_passage, tiny_gpt2_dir):
     passages = naive_lambada(tiny_gpt2_dir)
     alphas = [adacad_alpha(full, short) for _, _, full, short in passages]
-    # jsd_mean (auto): one alpha for the split, the mean of the passages' own, rounded to 0.01
-    split_alpha = round(sum(alphas) / len(alphas), 2)
+    # jsdist_mean (auto): one alpha for the split, the mean of the passages' own under the JS distance,
+    # rounded to 0.01
+    distances = [adacad_alpha(full, short, distance=True) for _, _, full, short in passages]
+    split_alpha = round(sum(distances) / len(distances), 2)
     for result, out, per_row in ((runs[1], runs[2], False), (per_passage[0], per_passage[1], True)):
         by_id = {r["id"]: r for r in predictions(out, "lambada.test.jsonl")}
         hits, log_probs = 0, []
@@ -182,7 +186,7 @@ def test_lambada_rows_match_a_naive_model_loop(runs, per_passage, tiny_gpt2_dir)
         assert report["acc_adaptive"] == hits / len(passages)
         # perplexity: exp of a mean of float32 log-probs of magnitude ~10 vs float64: 1e-4 relative is 100x
         assert report["ppl_adaptive"] == pytest.approx(math.exp(-sum(log_probs) / len(log_probs)), rel=1e-4)
-        assert report["adaptive"]["rule"] == ("jsd" if per_row else "jsd_mean")
+        assert report["adaptive"]["rule"] == ("jsd" if per_row else "jsdist_mean")
         assert report["adaptive"]["unit"] == "sentence"
 
 
@@ -196,7 +200,7 @@ def test_lambada_rows_match_a_naive_model_loop(runs, per_passage, tiny_gpt2_dir)
         ),
         (
             "nope",
-            "model.adaptive must be one of 'auto', 'gated', 'jsd', 'cocoa', 'jsd_mean', 'decorrelate', 'balance' or null, "
+            "model.adaptive must be one of 'auto', 'gated', 'jsd', 'jsdist', 'cocoa', 'jsd_mean', 'jsdist_mean', 'decorrelate', 'balance' or null, "
             "got 'nope'",
         ),
     ],

@@ -71,26 +71,29 @@ def reference(model, tok, prompt: str, rule_alpha, form: str) -> tuple[list[int]
     return tokens, alphas
 
 
-def adacad(form: str):
+def adacad(form: str, distance: bool = False):
+    """AdaCAD's weight, the JSD in bits (``jsd``), or its square root, the JS distance (``jsdist``)."""
+
     def rule(full, short):
-        a = jsd_bits(full, short)
+        a = jsd_bits(full, short) ** (0.5 if distance else 1.0)
         return -a if form == "generation" else -a / (1 + a)
 
     return rule
 
 
+@pytest.mark.parametrize("rule", ["jsd", "jsdist"])
 @pytest.mark.parametrize("form", ["generation", "next_token"])
 @pytest.mark.parametrize("decoder", ["fused", "processor"])
-def test_adaptive_greedy_decoding_matches_brute_force(sharp_lm, form, decoder):
+def test_adaptive_greedy_decoding_matches_brute_force(sharp_lm, rule, form, decoder):
     model, tok = sharp_lm
-    boosting = Boosting("last_k", k=K, form=form, adaptive="jsd")
+    boosting = Boosting("last_k", k=K, form=form, adaptive=rule)
     out = boosted_generate(
         model, tok, PROMPTS, boosting, max_new_tokens=STEPS, decoder=decoder, do_sample=False
     )
     assert out.alphas is not None
     changed = False
     for row, prompt in enumerate(PROMPTS):
-        tokens, alphas = reference(model, tok, prompt, adacad(form), form)
+        tokens, alphas = reference(model, tok, prompt, adacad(form, rule == "jsdist"), form)
         assert out.tokens[row] == tokens[: len(out.tokens[row])]
         assert out.alphas[row] == pytest.approx(alphas[: len(out.tokens[row])], abs=1e-4)
         plain, _ = reference(model, tok, prompt, lambda f, s: 0.0, form)
@@ -131,7 +134,10 @@ def test_cocoa_rule_and_custom_generate_agree_with_boosted_generate(sharp_lm):
 def test_adaptive_options_are_checked_once():
     with pytest.raises(BoostingError) as err:
         Boosting("last_k", adaptive="kl")
-    assert str(err.value) == "Boosting.adaptive must be one of 'auto', 'jsd', 'cocoa' or null, got 'kl'"
+    assert (
+        str(err.value)
+        == "Boosting.adaptive must be one of 'auto', 'jsd', 'jsdist', 'cocoa' or null, got 'kl'"
+    )
     with pytest.raises(BoostingError) as err:
         Boosting("last_k", alpha=-0.2, adaptive="jsd")
     assert str(err.value) == "adaptive=jsd sets alpha at every token; leave alpha at 0 (got alpha=-0.2)"

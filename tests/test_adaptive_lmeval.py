@@ -144,5 +144,5 @@ def test_per_question_rule_and_settings(backends):
     with pytest.raises(CblightError) as err:
         CblightLM(pretrained=str(model_dir), alpha="adaptive", adaptive_rule="median")
     assert str(err.value) == (
-        "adaptive_rule must be one of 'auto', 'gated', 'jsd', 'cocoa', 'jsd_mean', 'decorrelate', 'balance', got 'median'"
+        "adaptive_rule must be one of 'auto', 'gated', 'jsd', 'jsdist', 'cocoa', 'jsd_mean', 'jsdist_mean', 'decorrelate', 'balance', got 'median'"
     )

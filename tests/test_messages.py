@@ -101,7 +101,7 @@ COMMAND_LINE = [
     (["evaluate", "--model.dtype", "float64"], f"error: model.dtype must be one of {DTYPES}, got 'float64'"),
     (
         ["tune", "--model.boosting.adaptive", "kl"],
-        "error: model.boosting.adaptive must be one of 'auto', 'jsd', 'cocoa' or null, got 'kl'",
+        "error: model.boosting.adaptive must be one of 'auto', 'jsd', 'jsdist', 'cocoa' or null, got 'kl'",
     ),
     (
         ["evaluate", "--model.methods", "[boost, pmi]"],

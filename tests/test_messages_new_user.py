@@ -62,7 +62,7 @@ def test_lmeval_refuses_a_per_token_rule_on_a_multiple_choice_task_before_loadin
             "generate_until",
             "decorrelate",
             "--model_args adaptive_rule: task t: adaptive rule 'decorrelate' does not apply to generate_until "
-            "tasks; use auto or one of jsd, cocoa",
+            "tasks; use auto or one of jsd, jsdist, cocoa",
         ),
         (
             "loglikelihood",

@@ -32,7 +32,7 @@ from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
 from cblight.metrics.sweeps import NextTokenSweep
 from cblight.scoring import Scorer
 
-ADAPTIVE_GRID = [round(-0.01 * i, 2) + 0.0 for i in range(101)]  # jsd_mean's alpha, rounded to 0.01
+ADAPTIVE_GRID = [round(-0.01 * i, 2) + 0.0 for i in range(101)]  # a split mean's alpha, rounded to 0.01
 
 
 class NextToken(TaskScoring):
@@ -47,9 +47,9 @@ class NextToken(TaskScoring):
     gets one pass on its last sentence (``k`` from the input's structure) and the rule's alpha from ``f_max``
     and that ``f_k``: no labels. Its record holds ``adaptive_*`` numbers under ``adaptive_rule``: the
     per-passage alpha and the target's correctness, log-prob and rank under it, and the target's correctness
-    and log-prob at every alpha of ``ADAPTIVE_GRID`` (0 to -1 by 0.01), from which the transductive
-    ``jsd_mean`` (one alpha for the split, rounded to that grid) is read at the end. A record scored under
-    another rule (or none) is recomputed.
+    and log-prob at every alpha of ``ADAPTIVE_GRID`` (0 to -1 by 0.01), from which a transductive split
+    mean (``jsd_mean``, ``jsdist_mean``: one alpha for the split, rounded to that grid) is read at the end.
+    A record scored under another rule (or none) is recomputed.
     """
 
     kind = "next_token"
@@ -62,8 +62,9 @@ class NextToken(TaskScoring):
         # the tokenizer's decode, for the target tokens of the prediction rows (the tokenizer loads later)
         self.decode: Callable[[list[int]], str] = lambda ids: run.tokenizer.decode(ids)
         self._cf: dict[str, torch.Tensor] = {}
-        # the per-passage rule (jsd_mean's numbers are jsd's); a record is scored under it and the unit
-        self.token_rule = "jsd" if adaptive == "jsd_mean" else adaptive
+        # the per-passage rule (a split mean's numbers are its rule's); records are scored under it and the
+        # unit
+        self.token_rule = adaptive.removesuffix("_mean") if adaptive is not None else None
         self.adaptive_key = f"{self.token_rule}@{NEXT_TOKEN_UNIT}" if adaptive is not None else None
 
     def signature(self) -> dict[str, Any]:
@@ -153,9 +154,10 @@ class NextToken(TaskScoring):
     def _adaptive(
         self, scorer: Scorer, contexts: list[list[int]], full: torch.Tensor, tgt: torch.Tensor
     ) -> dict[str, list[Any]]:
-        """The rule's numbers per passage: ``k`` (the last sentence's tokens), alpha (``jsd_mean``: the
-        passage's own ``jsd`` alpha, averaged at the end), the target's correctness, log-prob and rank under
-        ``log f_max + alpha log f_k`` (normalised), and its correctness and log-prob on ``ADAPTIVE_GRID``."""
+        """The rule's numbers per passage: ``k`` (the last sentence's tokens), alpha (a split mean: the
+        passage's own alpha under the mean's rule, averaged at the end), the target's correctness, log-prob
+        and rank under ``log f_max + alpha log f_k`` (normalised), and its correctness and log-prob on
+        ``ADAPTIVE_GRID``."""
         prefix = scorer.encoder.prefix
         ks = [unit_k([self.decode([t]) for t in c[len(prefix) :]], NEXT_TOKEN_UNIT) for c in contexts]
         short = scorer.last_k_log_probs(contexts, ks, full=full)
@@ -209,7 +211,7 @@ class NextToken(TaskScoring):
         if self.adaptive is not None:  # no labels: k from the input, alpha from the rule
             alpha, correct, log_prob = (out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob"))
             rank: torch.Tensor | None = out["adaptive_rank"]
-            if self.adaptive == "jsd_mean":  # the split's one alpha, its passages' mean on ADAPTIVE_GRID
+            if self.adaptive.endswith("_mean"):  # the split's one alpha, its passages' mean on ADAPTIVE_GRID
                 value = round(float(alpha.double().mean()), 2)
                 col = min(range(len(ADAPTIVE_GRID)), key=lambda j: abs(ADAPTIVE_GRID[j] - value))
                 alpha = torch.full_like(alpha, ADAPTIVE_GRID[col])

@@ -76,7 +76,8 @@ class CblightLM(TemplateLM):
             with no labels by adaptive_rule (docs/adaptive.md).
         k: tokens of the last_k short context.
         adaptive_rule: the label-free rule of alpha=adaptive: auto (gated for scores, jsd for greedy
-            flags and generate_until), gated, jsd, cocoa, jsd_mean, decorrelate or balance.
+            flags and generate_until), gated, jsd, jsdist, cocoa, jsd_mean, jsdist_mean, decorrelate or
+            balance.
         short_context: last_k (the context's last k tokens), empty (BOS/EOS) or premise_free (Table 10).
         premise_free_rule: force one premise-free rule for every task (answer_cue, question, connector,
             after_last_period, empty, last_k); default: each task's own (docs/lmeval.md).
