@@ -107,7 +107,7 @@ NEXT_TOKEN_RULES: tuple[str, ...] = get_args(NextTokenRule)  #: the values of ``
 CHOICE_RULES: tuple[str, ...] = get_args(ChoiceRule)  #: the values of ``ChoiceRule``
 RULES: tuple[str, ...] = get_args(RuleName)  #: the values of ``RuleName``
 #: the rule ``auto`` stands for, per task kind (the measurements behind the choice are in docs/adaptive.md)
-AUTO = {"multiple_choice": "gated", "next_token": "jsdist_mean", "token": "jsd"}
+AUTO = {"multiple_choice": "gated", "next_token": "jsdist_mean", "token": "jsdist"}
 #: The gate of ``gated``: the least mean JSD (bits) by which the premise must move a question's answers
 #: for boosting to be worth its risk (``context_gain``; docs/adaptive.md).
 GATE_BITS = 0.1

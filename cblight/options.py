@@ -168,10 +168,9 @@ class Boosting:
             ``next_token`` (``log f_max + alpha log f_short``, the default of ``response`` and ``marker``).
         marker: the marker of ``marker`` mode.
         separator: the separator of ``response`` mode (``None``: the tokenizer's EOS, DialoGPT's).
-        adaptive: a label-free rule that sets alpha per token instead (``auto``; ``jsd``: AdaCAD's
-            Jensen-Shannon weight; ``jsdist``: the Jensen-Shannon distance as that weight; ``cocoa``: a
-            CoCoA-style weight; docs/adaptive.md);
-            ``alpha`` is then left at 0.
+        adaptive: a label-free rule that sets alpha per token instead (``jsd``: AdaCAD's Jensen-Shannon
+            weight; ``jsdist``: the Jensen-Shannon distance as that weight; ``cocoa``: a CoCoA-style weight;
+            ``auto``: ``jsdist``; docs/adaptive.md); ``alpha`` is then left at 0.
     """
 
     mode: Literal["last_k", "response", "marker", "auto"] = "last_k"

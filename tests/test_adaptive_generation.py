@@ -81,10 +81,11 @@ def adacad(form: str, distance: bool = False):
     return rule
 
 
-@pytest.mark.parametrize("rule", ["jsd", "jsdist"])
+@pytest.mark.parametrize("rule", ["jsd", "jsdist", "auto"])
 @pytest.mark.parametrize("form", ["generation", "next_token"])
 @pytest.mark.parametrize("decoder", ["fused", "processor"])
 def test_adaptive_greedy_decoding_matches_brute_force(sharp_lm, rule, form, decoder):
+    """Each per-token rule, and decoding's ``auto`` (the JS distance), against a one-token-at-a-time loop."""
     model, tok = sharp_lm
     boosting = Boosting("last_k", k=K, form=form, adaptive=rule)
     out = boosted_generate(
@@ -93,7 +94,7 @@ def test_adaptive_greedy_decoding_matches_brute_force(sharp_lm, rule, form, deco
     assert out.alphas is not None
     changed = False
     for row, prompt in enumerate(PROMPTS):
-        tokens, alphas = reference(model, tok, prompt, adacad(form, rule == "jsdist"), form)
+        tokens, alphas = reference(model, tok, prompt, adacad(form, distance=rule != "jsd"), form)
         assert out.tokens[row] == tokens[: len(out.tokens[row])]
         assert out.alphas[row] == pytest.approx(alphas[: len(out.tokens[row])], abs=1e-4)
         plain, _ = reference(model, tok, prompt, lambda f, s: 0.0, form)

@@ -75,7 +75,7 @@ class CblightLM(TemplateLM):
         alpha: boosting coefficient; 0 is the base model, -1 with short_context=empty is PMI; adaptive: set
             with no labels by adaptive_rule (docs/adaptive.md).
         k: tokens of the last_k short context.
-        adaptive_rule: the label-free rule of alpha=adaptive: auto (gated for scores, jsd for greedy
+        adaptive_rule: the label-free rule of alpha=adaptive: auto (gated for scores, jsdist for greedy
             flags and generate_until), gated, jsd, jsdist, cocoa, jsd_mean, jsdist_mean, decorrelate or
             balance.
         short_context: last_k (the context's last k tokens), empty (BOS/EOS) or premise_free (Table 10).
