@@ -2,10 +2,11 @@
 ran, from the first import of the package on: the run path ``docs/design.md`` lists. Functions called while
 a module is imported (a task spec's ``register``) count; module and class bodies alone do not.
 
-    python tests/run_path_worker.py OUT_DIR evaluate|generate|tune
+    python tests/run_path_worker.py OUT_DIR evaluate|generate|tune MODEL_DIR
 
-Used by ``tests/test_design_map.py``; a tiny random GPT-2 (built in a child process, so that its imports are
-not taken for the command's) and the fixtures stand in for the configs' models and data.
+Used by ``tests/test_design_map.py``; a tiny random GPT-2 (the test session's, built by another process, so
+that its imports are not taken for the command's) and the fixtures stand in for the configs' models and
+data.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -50,16 +50,11 @@ def arguments(kind: str, out: Path, model: Path) -> list[str]:
 
 
 def main() -> None:
-    out, kind = Path(sys.argv[1]), sys.argv[2]
+    out, kind, model = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
     os.environ.setdefault("WANDB_MODE", "disabled")
     sys.path.insert(0, str(ROOT))
-    model = out / "tiny-gpt2"
-    build = f"from cblight.tiny import build_tiny_gpt2; build_tiny_gpt2({str(model)!r})"
-    subprocess.run(
-        [sys.executable, "-c", build], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
-    )
     args = arguments(kind, out, model)
     seen: set[str] = set()
 

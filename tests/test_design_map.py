@@ -43,9 +43,9 @@ def test_every_module_is_in_the_module_table():
 
 
 @pytest.mark.parametrize("kind", ["evaluate", "generate", "tune"])
-def test_the_documented_run_path_is_the_real_one(kind, tmp_path):
+def test_the_documented_run_path_is_the_real_one(kind, tmp_path, tiny_gpt2_dir):
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "run_path_worker.py"), str(tmp_path), kind],
+        [sys.executable, str(ROOT / "tests" / "run_path_worker.py"), str(tmp_path), kind, str(tiny_gpt2_dir)],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
