@@ -136,19 +136,19 @@ def expert_stats(full: Any, short: Any) -> Any:
 
 def cocoa_from_stats(stats: Any) -> Any:
     """``cblight.adaptive.cocoa_alpha`` (next-token form) from the cached ``STATS`` of one expert."""
-    from cblight.adaptive import cocoa_weight
+    from cblight.adaptive import alpha_of_weight, cocoa_weight
 
     renyi, _, _, margin = stats.double().unbind(-1)
-    a = cocoa_weight(renyi, margin)
-    return -a / (1 + a)
+    return alpha_of_weight(cocoa_weight(renyi, margin))
 
 
 def jsdist_from_jsd(split: dict, col: int) -> Any:
     """``cblight.adaptive.jsdist_alpha`` (next-token form) of expert ``col`` from its cached ``jsd`` alpha:
     the weight ``a = -alpha / (1 + alpha)`` is the JSD, and ``jsdist``'s weight is its square root."""
+    from cblight.adaptive import alpha_of_weight
+
     jsd = split["jsd_alpha"][:, col].double()
-    d = (-jsd / (1 + jsd)).clamp_min(0).sqrt()
-    return -d / (1 + d)
+    return alpha_of_weight((-jsd / (1 + jsd)).clamp_min(0).sqrt())
 
 
 def scored_split(

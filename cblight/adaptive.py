@@ -68,6 +68,7 @@ __all__ = [
     "TokenRule",
     "Unit",
     "alpha_in_form",
+    "alpha_of_weight",
     "balance_alpha",
     "choice_alphas",
     "choice_jsd",
@@ -181,7 +182,7 @@ def cocoa_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next
     top = full64.exp().topk(min(2, full64.shape[-1]), dim=-1).values
     margin = top[..., 0] - (top[..., 1] if top.shape[-1] > 1 else 0.0)
     a = cocoa_weight(divergence, margin).to(torch.promote_types(full.dtype, torch.float32))
-    return _alpha_of_weight(a, form)
+    return alpha_of_weight(a, form)
 
 
 def cocoa_weight(divergence: torch.Tensor, margin: torch.Tensor) -> torch.Tensor:
@@ -194,17 +195,18 @@ def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_t
     """AdaCAD's alpha per row ``[N]``: ``a = JSD(f_max || f_short)`` in bits; ``-a`` in the generation form
     (exactly AdaCAD's ``(1 + a) log f_max - a log f_short``), ``-a / (1 + a)`` in the next-token form (the
     same argmax). Identical experts give 0, the base model."""
-    return _alpha_of_weight(js_divergence(full, short), form)
+    return alpha_of_weight(js_divergence(full, short), form)
 
 
 def jsdist_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
     """``jsd_alpha`` with the Jensen-Shannon distance ``a = sqrt(JSD)`` (bits^½, in [0, 1]) as the weight:
     ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form."""
-    return _alpha_of_weight(js_divergence(full, short).sqrt(), form)
+    return alpha_of_weight(js_divergence(full, short).sqrt(), form)
 
 
-def _alpha_of_weight(a: torch.Tensor, form: BoostForm) -> torch.Tensor:
-    """Alpha of the context-aware-decoding mix ``(1 + a) log f_max - a log f_short`` in either form."""
+def alpha_of_weight(a: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
+    """Alpha of the context-aware-decoding mix ``(1 + a) log f_max - a log f_short`` for a weight ``a >= 0``:
+    ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form (the same argmax)."""
     return -a if form == "generation" else -a / (1.0 + a)
 
 
@@ -248,8 +250,7 @@ def choice_jsd_alpha(
 ) -> torch.Tensor:
     """AdaCAD's weight over each question's answer set ``[N]``: ``a = choice_jsd``,
     ``alpha = -a / (1 + a)`` (eq. 2's argmax of ``(1 + a) l_full - a l_short``)."""
-    a = choice_jsd(ll_full, ll_short, lengths)
-    return (-a / (1.0 + a)).double()
+    return alpha_of_weight(choice_jsd(ll_full, ll_short, lengths)).double()
 
 
 def decorrelate_alpha(

@@ -62,8 +62,7 @@ class NextToken(TaskScoring):
         # the tokenizer's decode, for the target tokens of the prediction rows (the tokenizer loads later)
         self.decode: Callable[[list[int]], str] = lambda ids: run.tokenizer.decode(ids)
         self._cf: dict[str, torch.Tensor] = {}
-        # the per-passage rule (a split mean's numbers are its rule's); records are scored under it and the
-        # unit
+        # the per-passage rule (a split mean is read off its numbers); records are keyed by it and the unit
         self.token_rule = adaptive.removesuffix("_mean") if adaptive is not None else None
         self.adaptive_key = f"{self.token_rule}@{NEXT_TOKEN_UNIT}" if adaptive is not None else None
 
