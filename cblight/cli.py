@@ -72,12 +72,15 @@ def check_wandb_available(logger_config: Any) -> None:
 
 
 def check_checkpoint_path(ckpt_path: str | None) -> None:
-    """A resume checkpoint must be an existing Lightning checkpoint file (``last``/``best``/``hpc`` pass)."""
+    """A resume checkpoint must be an existing Lightning checkpoint: a file, or the directory of a distributed
+    (FSDP2) one (``last``/``best``/``hpc`` pass)."""
     if ckpt_path is None or str(ckpt_path) in ("last", "best", "hpc", "registry"):
         return
     path = Path(ckpt_path).expanduser()
     if not path.exists():
         raise ConfigError(f"ckpt_path {str(ckpt_path)!r} does not exist")
+    if path.is_dir() and (path / "meta.pt").is_file() and (path / ".metadata").is_file():
+        return  # Lightning's distributed checkpoint: *.distcp shards beside meta.pt
     if path.is_dir():
         hint = (
             " (it is a Hugging Face model directory: pass it as the model path, e.g. --model.model, not ckpt_path)"

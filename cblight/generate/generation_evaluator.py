@@ -36,7 +36,7 @@ from cblight.generate.rows import Decoding, DecodingGrid, Table, resolve_decodin
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, TextSuite
-from cblight.models import DTypeName, checkpoint_window, load_causal_lm, model_window
+from cblight.models import LoadOptions, checkpoint_window, load_causal_lm, model_window
 from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
 from cblight.results import atomic_write_jsonl, format_table, save_figure
 from cblight.runs import check_interrupt
@@ -67,10 +67,10 @@ class BoostedGenerationEvaluator(Evaluator):
     Args:
         model: Hub id or local directory of the causal LM that generates.
         tokenizer: its tokenizer (default: ``model``).
-        revision: model revision on the Hub.
-        dtype: weights dtype; mixing and log-softmax run in float32.
-        device_map: accelerate device map for a model that needs sharding.
-        trust_remote_code: allow custom model code (off unless asked).
+        load: how the checkpoint (and ``metrics_model``) loads: ``revision``, ``dtype`` (mixing and
+            log-softmax run in float32) and ``trust_remote_code`` (``cblight.models.LoadOptions``).
+        device_map: accelerate device map to spread a large model over one process's devices (under FSDP2,
+            ``-c configs/fsdp.yaml``, leave it unset).
         decodings: the rows to generate (default: greedy).
         grid: boosted decodings over a (k, alpha) grid, appended to ``decodings`` (Figure 3's plot).
         max_new_tokens: tokens to generate (default: the task's, 200 for WebText and 100 for summaries).
@@ -99,10 +99,8 @@ class BoostedGenerationEvaluator(Evaluator):
         self,
         model: str = "gpt2",
         tokenizer: str | None = None,
-        revision: str | None = None,
-        dtype: DTypeName = "float32",
+        load: LoadOptions = LoadOptions(),
         device_map: str | None = None,
-        trust_remote_code: bool = False,
         decodings: list[Decoding] | None = None,
         grid: DecodingGrid | None = None,
         max_new_tokens: PositiveInt | None = None,
@@ -119,11 +117,14 @@ class BoostedGenerationEvaluator(Evaluator):
         log_samples: NonNegativeInt = 16,
         run_label: str | None = None,
     ):
-        super().__init__(model, tokenizer, output_dir, overwrite, run_label)
+        super().__init__(model, tokenizer, load, output_dir, overwrite, run_label)
         self.save_hyperparameters()
         self.decodings, self.grid = resolve_decodings(decodings, grid)
         # the rows come back from checkpoints as dicts: checked as the resolved dataclasses
-        check_arguments(type(self).__init__, {**self.hparams, "decodings": self.decodings, "grid": self.grid})
+        check_arguments(
+            type(self).__init__,
+            {**self.hparams, "decodings": self.decodings, "grid": self.grid, "load": self.load},
+        )
         if meteor == "official":  # asked for by name: refused here, before any work, where it cannot run
             resolve_meteor_route(meteor)
         self._metrics_lm: Any = None
@@ -191,7 +192,7 @@ class BoostedGenerationEvaluator(Evaluator):
                 pending = pending or any(
                     cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
                 )
-        if pending and self.model is None:
+        if pending and self.model is None and not self.synced.enabled:  # FSDP2 builds it in configure_model
             self._load_model()
 
     # -- one batch -----------------------------------------------------------------------------------------
@@ -207,7 +208,10 @@ class BoostedGenerationEvaluator(Evaluator):
                     f"{task.split.name} batch {batch_idx + 1}/{total} ({len(batch)} prompts): "
                     f"decoding {i}/{len(self.decodings)} {decoding.name!r}",
                 )
-            records = self._records(task, decoding, batch)
+            # under FSDP2 every process makes as many model calls (decoding steps, scoring passes) as the
+            # busiest: one that finished, or had its records cached, pads with 1-token forwards
+            with self.synced.phase(self.model):
+                records = self._records(task, decoding, batch)
             if not records:
                 continue
             suite = self.suites[f"{task.split.name}__{i - 1}"]
@@ -244,7 +248,7 @@ class BoostedGenerationEvaluator(Evaluator):
             return [have[ex.idx] for ex in batch if ex.idx in have]
         # the human row needs no model where the checkpoint's config gives the window
         loaded = decoding is not None or self.model is not None
-        window = None if loaded else checkpoint_window(self.model_name, self.hparams.revision)
+        window = None if loaded else checkpoint_window(self.model_name, self.load)
         if window is None:
             if self.model is None:
                 self._load_model()
@@ -300,9 +304,7 @@ class BoostedGenerationEvaluator(Evaluator):
             if own and self.model is None:
                 self._load_model()
             elif not own and self._metrics_lm is None:
-                self._metrics_lm = load_causal_lm(
-                    name, dtype=self.hparams.dtype, revision=self.hparams.revision
-                ).to(self.device)
+                self._metrics_lm = load_causal_lm(name, self.load).to(self.device)
             metrics_lm = self.model if own else self._metrics_lm
             log_probs = generated_token_log_probs(
                 metrics_lm,
