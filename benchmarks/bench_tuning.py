@@ -17,7 +17,9 @@ SmolLM2-135M, vocabulary 49152, and Gemma-3-270m, vocabulary 262144).
 3. ``--strategy ddp fsdp2``: the same 2-process Lightning run replicated (DDP) and sharded (FSDP2,
    ``cblight.sharding.FSDP2Strategy``), per process: the bytes of its model states (its parameters,
    gradients and AdamW states of the student, and the frozen teacher's parameters; under FSDP2 its
-   shards), its peak RSS and the step time. Goal: FSDP2's model states at most 0.55x DDP's.
+   shards), its peak RSS (and that before the first step, the models built) and the step time. Goal:
+   FSDP2's model states at most 0.55x DDP's. The workers run with glibc's ``MALLOC_MMAP_THRESHOLD_`` at
+   64 KiB (as ``benchmarks/memory.py``'s), so that the RSS follows live tensors.
 4. ``--lora-rank R``: peak RSS of a one-process LoRA run with the defaults (the frozen teacher and the
    collapse guard, validating: both need the initial model) against a plain LoRA run (the live teacher,
    no guard: nothing but the student), each in a fresh process. Goal: at most 1.1x (the initial model is
@@ -311,6 +313,9 @@ def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
             self.cpu: list[float] = []
             self.states: dict[str, int] = {}
 
+        def on_train_start(self, trainer, pl_module):
+            self.built_peak = _rss_kib("VmHWM") * 1024  # the models built, no step taken
+
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self.start, self.cpu_start = time.perf_counter(), time.process_time()
 
@@ -377,6 +382,7 @@ def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
         "cpu_s": cpu,
         "model_states": timer.states,
         "peak_rss_bytes": _rss_kib("VmHWM") * 1024,
+        "peak_rss_built_bytes": timer.built_peak,
     }
     Path(f"{out_file}.rank{trainer.global_rank}").write_text(json.dumps(result))
 
@@ -450,7 +456,14 @@ def run_workers(
     procs = []
     for rank in range(world):
         out = tmp / (f"{tag}-{rank}.json" if independent else f"{tag}.json")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        # buffers from 64 KiB up mapped and unmapped with their tensors (benchmarks/memory.py): the peak RSS
+        # follows what is alive, not what malloc's arenas kept of freed gradients and all-gather buffers
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT),
+            "MALLOC_MMAP_THRESHOLD_": "65536",
+        }
         if world > 1 and not independent:
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(world), NODE_RANK="0")
             env["LOCAL_RANK"] = str(rank)
@@ -654,9 +667,11 @@ def main() -> None:
                 states = max((r["model_states"] for r in run["ranks"]), key=lambda s: sum(s.values()))
                 parts = ", ".join(f"{k} {v / 2**20:.0f}" for k, v in states.items())
                 peak = max(r["peak_rss_bytes"] for r in run["ranks"])
+                built = max(r["peak_rss_built_bytes"] for r in run["ranks"])
                 print(
                     f"  {label:5s}: model states {sum(states.values()) / 2**20:8.1f} MiB ({parts}), "
-                    f"peak RSS {peak / 2**20:8.1f} MiB, {run['step_s']:.2f} s/step"
+                    f"peak RSS {peak / 2**20:8.1f} MiB ({built / 2**20:.0f} before the first step), "
+                    f"{run['step_s']:.2f} s/step"
                 )
             if two is not None:
                 ratio = _most_states(sharded) / _most_states(two)

@@ -108,7 +108,10 @@ def quiet_library_notices() -> None:
     """Silence, for the rest of the process (idempotent), notices that every run printed and no user can act
     on, at their source and for cblight's runs only (no log level lowered): LightningCLI's warning that it got
     ``args`` while ``sys.argv`` holds some too, its note on the evaluators' overridden
-    ``transfer_batch_to_device``, Lightning's ``_DROPPED`` lines, torch's ``LeafSpec`` deprecation."""
+    ``transfer_batch_to_device``, Lightning's ``_DROPPED`` lines, torch's ``LeafSpec`` deprecation; and in
+    runs of several processes, Lightning's advice to ``sync_dist`` the validation values (torchmetrics
+    already synced them), the deprecation of the all-gather it calls, and distributed checkpointing's note
+    that it replaces ``last.ckpt`` (as it must)."""
     warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     warnings.filterwarnings(
@@ -117,6 +120,9 @@ def quiet_library_notices() -> None:
         category=FutureWarning,
         module=r"lightning\.pytorch\.utilities\._pytree",
     )
+    warnings.filterwarnings("ignore", message=r".*self\.log\('val/tuning/.*sync_dist=True.*")
+    warnings.filterwarnings("ignore", message=r"torch\.distributed\.nn\.functional\.all_gather is deprecated")
+    warnings.filterwarnings("ignore", message=r"Detected an existing checkpoint in .*, overwriting since")
     # rank_zero_info logs through whichever of the first two Lightning imported last
     for name in ("pytorch.utilities.rank_zero", "fabric.utilities.rank_zero", "fabric.utilities.seed"):
         logging.getLogger(f"lightning.{name}").addFilter(_drop_tips)  # added once: addFilter skips a repeat

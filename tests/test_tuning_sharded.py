@@ -120,6 +120,15 @@ def _presample(model_dir: Path, out: Path) -> Path:
     return path
 
 
+def _adam_atol(lr: float, steps: int = 3) -> float:
+    """How far apart two runs' weights may be after ``steps`` Adam steps at rate ``lr`` whose gradients
+    differ only by float32 summation order (~1e-6 relative): Adam moves each weight by about ``lr`` a step,
+    ``lr * g / (|g| + eps)`` per component, which amplifies the reordering where ``|g|`` is near ``eps``
+    (measured: 2.4e-6 after 3 steps at 1e-2 on the tiny Llama, 8e-5 of one step). A thousandth of a step
+    per step, far below what one step moves."""
+    return steps * lr * 1e-3
+
+
 def _export(run: Path) -> dict[str, torch.Tensor]:
     (weights,) = run.glob("**/export/model.safetensors")
     return load_file(weights)
@@ -177,9 +186,10 @@ def test_fsdp2_ddp_and_one_process_agree(peaky_model, tmp_path, monkeypatch):
     assert set(exports["fsdp2"]) == set(exports["one"])  # the same tensors (a tied one written once)
     for name, weight in exports["one"].items():
         for strategy in ("ddp", "fsdp2"):
-            # 3 Adam steps of at most lr = 1e-3 each, moved by float32 gradients that agree to ~1e-6
-            # relative: the weights agree far below one step
-            assert torch.allclose(exports[strategy][name], weight, atol=1e-6, rtol=1e-5), (strategy, name)
+            assert torch.allclose(exports[strategy][name], weight, atol=_adam_atol(1e-3), rtol=0), (
+                strategy,
+                name,
+            )
     assert any(
         not torch.equal(exports["one"][n], w) for n, w in load_file(peaky_model / "model.safetensors").items()
     )
@@ -204,7 +214,7 @@ def test_fsdp2_ema_teacher_and_trust_region_on_llama(tiny_llama_dir, tmp_path, m
         assert 0.45 < rank["teacher_local"] / rank["teacher_total"] < 0.55
     exports = {s: _export(tmp_path / s) for s in ("one", "fsdp2")}
     for name, weight in exports["one"].items():
-        assert torch.allclose(exports["fsdp2"][name], weight, atol=1e-6, rtol=1e-5), name
+        assert torch.allclose(exports["fsdp2"][name], weight, atol=_adam_atol(1e-2), rtol=0), name
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -394,4 +404,5 @@ def test_sharded_boosted_generation_matches_one_process(tiny_gpt2_dir, tmp_path)
             }
             assert mine == texts, (task, slug)
         # the same generations scored by the same model: metric sums in another order, ~1e-7 relative
-        assert got[task]["rows"] == pytest.approx(want[task]["rows"], rel=1e-5), task
+        for row, values in want[task]["rows"].items():
+            assert got[task]["rows"][row] == pytest.approx(values, rel=1e-5), (task, row)
