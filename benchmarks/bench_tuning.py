@@ -278,6 +278,8 @@ def _local_bytes(tensors: Any) -> int:
     return sum(t.numel() * t.element_size() for t in local)
 
 
+#: The Lightning workers' prompts (``--prompt`` sizes part 1 only): three sentences, about 50 tokens.
+WORKER_PROMPT = "prompts of 3 sentences (~50 tokens)"
 #: What a worker runs: the strategy of 2 processes (or 1), or one of the two LoRA runs of part 4.
 KINDS = ("ddp", "fsdp2", "lora-defaults", "lora-plain")
 
@@ -659,7 +661,7 @@ def main() -> None:
             sharded = run_workers(model_dir, 2, args, tmp, kind="fsdp2")
             results["fsdp2"] = sharded
             print(
-                f"\n[sharding] {name}, batch {args.batch}/process, prompt {args.prompt} + {args.new} sampled, "
+                f"\n[sharding] {name}, batch {args.batch}/process, {WORKER_PROMPT} + {args.new} sampled, "
                 f"k {args.k}, frozen teacher, AdamW, 2 processes x 1 thread, per process (the busiest)"
             )
             rows = [("FSDP2", sharded)] if two is None else [("DDP", two), ("FSDP2", sharded)]
@@ -690,7 +692,7 @@ def main() -> None:
             }
             plain, defaults = (runs[k]["peak_rss_bytes"] for k in ("lora-plain", "lora-defaults"))
             print(
-                f"\n[lora] {name}, batch {args.batch}, prompt {args.prompt} + {args.new} sampled, k {args.k}, "
+                f"\n[lora] {name}, batch {args.batch}, {WORKER_PROMPT} + {args.new} sampled, k {args.k}, "
                 f"LoRA rank {args.lora_rank}, one process, peak RSS (a fresh process each)"
             )
             print(f"  plain (live teacher, no guard):             {plain / 2**20:8.1f} MiB")

@@ -4,6 +4,7 @@ right number of calls, and what FSDP2 cannot tune is refused in one line before 
 the initial model is the student with its adapters disabled, never a copy."""
 
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from cblight.tune.lora import LoraOptions
 from cblight.tune.preflight import check_strategy
 from cblight.tune.rollouts import RolloutOptions
 
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -52,10 +54,14 @@ def test_a_checkpoint_without_safetensors_is_refused_by_name(tiny_gpt2_dir, tmp_
     (tmp_path / "bin").mkdir()
     model.config.save_pretrained(tmp_path / "bin")  # and the weights as pytorch_model.bin, an older format
     torch.save(model.state_dict(), tmp_path / "bin" / "pytorch_model.bin")
-    with pytest.raises(
-        ModelLoadError, match=r"reads safetensors weights one tensor at a time, and .* has none"
-    ):
+    with pytest.raises(ModelLoadError) as refused:
         build_sharded_causal_lm(str(tmp_path / "bin"), LoadOptions(), mesh)
+    folder = tmp_path / "bin"
+    assert f"error: {refused.value}" == (
+        f"error: cannot shard model '{folder}': FSDP2 loading reads safetensors weights one tensor at a time, "
+        f"and {folder} has none (config.json, pytorch_model.bin); save it with save_pretrained (safetensors), "
+        "or tune it replicated (DDP)"
+    )
 
 
 def test_synced_phases_pad_to_the_agreed_number_of_calls(tiny_gpt2_dir, mesh):
@@ -128,3 +134,35 @@ def test_lora_keeps_no_copy_of_the_initial_model(tiny_gpt2_dir, monkeypatch):
         initial, tuned, reference = (m(input_ids=ids).logits for m in (teacher.initial, module.model, base))
     assert torch.allclose(initial, reference, atol=1e-6)  # adapters off: the base model's own numbers
     assert not torch.allclose(tuned, reference, atol=1e-4)  # adapters on: it trained
+
+
+FSDP = str(ROOT / "configs" / "fsdp.yaml")
+CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
+
+
+def test_the_refusals_are_one_line_before_the_model_loads(tiny_gpt2_dir, tmp_path, capsys, monkeypatch):
+    """Typed as a user would, the shipped config under the overlay: one line, exit 2, no model loaded."""
+    import cblight.sharding as sharding
+    from tests.test_messages import one_line
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("a model was built before the refusal")
+
+    monkeypatch.setattr(sharding, "build_sharded_causal_lm", tripwire)
+    monkeypatch.setattr(sharding, "load_causal_lm", tripwire)
+    monkeypatch.chdir(tmp_path)  # the config's relative directories
+    tune = ["tune", "-c", CONFIG, "--model.model", str(tiny_gpt2_dir), "--data.task", "null"]
+    tune += ["--data.prompts", "[one two three four five six seven eight nine ten]", "--data.val_size", "0"]
+    assert one_line([*tune, "-c", FSDP, "--model.lora.rank", "8"], capsys) == (
+        "error: lora.rank = 8 under FSDP2 (trainer.strategy FSDP2Strategy): LoRA adapters are not sharded; tune "
+        "with LoRA on one device or with DDP (--trainer.strategy ddp), where the initial model is the base model "
+        "with its adapters disabled, not a copy"
+    )
+    assert one_line([*tune, "-c", FSDP, "--model.rollouts.cache", "static"], capsys) == (
+        "error: rollouts.cache: static / rollouts.compile under FSDP2 (trainer.strategy FSDP2Strategy): sharded "
+        "sampling runs transformers' dynamic KV cache with synced steps; use rollouts.cache: dynamic or auto"
+    )
+    assert one_line([*tune, "--trainer.strategy", "fsdp"], capsys) == (
+        "error: trainer.strategy fsdp: cblight tune shards models with FSDP2 (Lightning's ModelParallelStrategy): "
+        "use -c configs/fsdp.yaml, or DDP (--trainer.strategy ddp) for a model that fits one device"
+    )
