@@ -14,7 +14,8 @@ outgrow one GPU").
   are all-gathered), so every process must make the same calls of a model in the same order. A phase of
   calls whose number depends on the data (a teacher's chunks and windows, a batch of texts) counts them
   and pads with 1-token forwards up to the most any process made before the next phase starts.
-* ``full_state_dict``: the whole weights, gathered once onto the CPU of rank 0 (the export).
+* ``full_state_dict``: the whole weights, gathered once onto the CPU of rank 0 (the export);
+  ``consolidate_checkpoint``: a distributed checkpoint directory as one file that loads in one process.
 
 Nothing here imports a wing; the tuning module, both evaluators and the benchmarks build through it.
 """
@@ -48,6 +49,7 @@ __all__ = [
     "SyncedForwards",
     "build_causal_lm",
     "build_sharded_causal_lm",
+    "consolidate_checkpoint",
     "decoder_layers",
     "fsdp_mesh",
     "full_state_dict",
@@ -296,6 +298,35 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     names = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
     return {key: value for key, value in state.items() if key in names}
+
+
+def consolidate_checkpoint(path: str | Path) -> Path:
+    """A distributed (FSDP2) Lightning checkpoint, a directory of ``*.distcp`` shards beside ``meta.pt``, as
+    one file ``<path>.consolidated`` that loads in one process (``CoherenceTuning.load_from_checkpoint``):
+    the whole weights and every entry of ``meta.pt`` (hyperparameters, step, sampling random states); the
+    optimizer's states are left out.
+
+    Args:
+        path: the checkpoint directory (e.g. ``.../checkpoints/last_good.ckpt``).
+
+    Returns:
+        The consolidated file's path.
+    """
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    path = Path(path)
+    if not ((path / "meta.pt").is_file() and (path / ".metadata").is_file()):
+        raise ConfigError(f"{path} is not a distributed checkpoint (a directory with meta.pt and .metadata)")
+    out = path.with_name(path.name + ".consolidated")
+    gathered = out.with_name(out.name + ".part")
+    dcp_to_torch_save(path, gathered)
+    try:
+        state = torch.load(gathered, map_location="cpu", weights_only=True)
+    finally:
+        gathered.unlink()
+    meta = torch.load(path / "meta.pt", map_location="cpu", weights_only=True)
+    torch.save({**meta, "state_dict": state["state_dict"]}, out)
+    return out
 
 
 def _dummy_forward(model: Any) -> None:

@@ -218,7 +218,10 @@ def test_tuning_script_strategies_and_lora(tiny_gpt2_dir, tmp_path):
     assert whole["teacher"] == whole["parameters"] > 0  # the frozen teacher: a whole copy on each process
     for part in ("parameters", "gradients", "optimizer", "teacher"):
         shards = [r["model_states"][part] for r in fsdp2]
-        assert sum(shards) == whole[part] and all(0.45 < s / whole[part] < 0.55 for s in shards), part
+        # AdamW's step count, one 4-byte scalar per parameter tensor, is kept whole on every process
+        extra = 4 * 64 if part == "optimizer" else 0
+        assert whole[part] <= sum(shards) <= whole[part] + extra, part
+        assert all(0.45 < s / whole[part] < 0.55 for s in shards), part
     assert 0.45 < payload["sharding"]["model_states_ratio"] < 0.55
     assert payload["lora"]["peak_ratio"] > 0
 

@@ -225,13 +225,14 @@ FSDP = str(ROOT / "configs" / "fsdp.yaml")
 
 
 def _tune(model_dir: Path, prompts: Path, *extra: str) -> list[str]:
-    """The acceptance command on the tiny model: the shipped config under the FSDP2 overlay, 6 steps of 2
-    sequences per process, a checkpoint every 2 steps, validation (and the collapse guard) at step 4."""
+    """The shipped config under the FSDP2 overlay on the tiny model with the EMA teacher (its shards travel in
+    the checkpoints), 6 steps of 2 sequences per process, a checkpoint every 2 steps, validation (and the
+    collapse guard) at step 4."""
     return [
         "tune", "-c", CONFIG, "-c", FSDP, "--trainer.accelerator", "cpu",
         "--model.model", str(model_dir), "--model.boosting.k", "3", "--model.boosting.alpha", "-0.5",
         "--model.max_new_tokens", "6", "--model.export.dir", "export",
-        "--model.validation.log_samples_every_n_steps", "1",
+        "--model.validation.log_samples_every_n_steps", "1", "--model.teacher.kind", "ema",
         "--data.task", "null", "--data.prompts_file", str(prompts), "--data.batch_size", "2",
         "--data.val_size", "2", "--trainer.max_steps", "6", "--trainer.val_check_interval", "4",
         "--trainer.callbacks.every_n_train_steps", "2", "--trainer.enable_progress_bar", "false",
@@ -303,6 +304,20 @@ def test_interrupted_fsdp2_run_resumes_and_the_two_node_launch_matches(peaky_mod
     assert any(not torch.equal(base[n], w) for n, w in launched.items())  # it did train
     model = AutoModelForCausalLM.from_pretrained(one_node / "export")
     assert sum(p.numel() for p in model.parameters()) == sum(w.numel() for w in base.values())
+
+    # the finished run's last checkpoint, consolidated into one file, loads in one process (EMA included)
+    from cblight.sharding import consolidate_checkpoint
+    from cblight.tune.coherence_tuning import CoherenceTuning
+
+    (final,) = one_node.glob("**/version_1/checkpoints/last.ckpt")
+    module = CoherenceTuning.load_from_checkpoint(consolidate_checkpoint(final))
+    ema = dict(module.teacher.model.named_parameters())
+    student = dict(module.model.named_parameters())
+    assert any(not torch.equal(ema[n], w) for n, w in student.items())  # the EMA lags the student
+    assert any(not torch.equal(ema[n], base[n]) for n in base)  # and has left the initial weights
+    module.export_pretrained(tmp_path / "consolidated")
+    again = load_file(tmp_path / "consolidated" / "model.safetensors")
+    assert set(again) == set(resumed) and all(torch.equal(again[n], w) for n, w in resumed.items())
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -282,8 +282,8 @@ class CollapseGuard(Callback):
         if self.good_checkpoint is not None and Path(self.good_checkpoint).is_dir():  # FSDP2's shards
             keep = (
                 f"the last good checkpoint is {self.good_checkpoint} (step {self.good_step}); export it with "
-                "python -m lightning.pytorch.utilities.consolidate_checkpoint CKPT, then "
-                "CoherenceTuning.load_from_checkpoint(CKPT.consolidated).export_pretrained(DIR)"
+                "CoherenceTuning.load_from_checkpoint(cblight.sharding.consolidate_checkpoint(...))"
+                ".export_pretrained(DIR)"
             )
         elif self.good_checkpoint is not None:
             keep = (
