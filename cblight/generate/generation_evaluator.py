@@ -21,21 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.cache import RecordCache, digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
-from cblight.data.sentences import first_sentences
 from cblight.errors import CblightError, ConfigError
 from cblight.evaluator import Evaluator
 from cblight.generate.decode import boosted_generate
-from cblight.generate.rows import Decoding, DecodingGrid, Table, resolve_decodings
+from cblight.generate.rows import Decoding, DecodingGrid, resolve_decodings
+from cblight.generate.table_kinds import TableKind, kind_of
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
-from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, TextSuite
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, model_window
 from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
 from cblight.results import atomic_write_jsonl, format_table, save_figure
@@ -52,11 +50,11 @@ GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary", "al
 
 @dataclass
 class GenerationTask:
-    """One task of a generation run: its split, the table it fills and its rows (the run's decodings, then
-    ``None``, the human row, when the task has human text to score)."""
+    """One task of a generation run: its split, the kind of table it fills and its rows (the run's decodings,
+    then ``None``, the human row, when the task has human text to score)."""
 
     split: TaskSplit
-    table: Table
+    kind: TableKind
     max_new_tokens: int
     rows: list[Decoding | None]
 
@@ -156,31 +154,22 @@ class BoostedGenerationEvaluator(Evaluator):
                 raise DataError(
                     f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator"
                 )
-            # the table it fills: summaries, dialog (examples with turns) or text (WebText)
-            table: Table = "text"
-            if spec.output_sentences:
-                table = "summary"
-            elif any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
-                table = "dialog"
             max_new = self.hparams.max_new_tokens or spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
             human = self.hparams.human and any(
                 isinstance(ex, GenerationExample) and ex.human for ex in split.examples
             )
-            task = GenerationTask(split, table, max_new, [*self.decodings, *([None] if human else [])])
+            task = GenerationTask(
+                split, kind_of(split), max_new, [*self.decodings, *([None] if human else [])]
+            )
             self._tasks.append(task)
             for i, decoding in enumerate(task.rows):
                 slug = decoding.slug if decoding is not None else "human"
                 # a suite per row, keyed by its position (ModuleDict keys may not hold the "." of alphas)
                 if f"{split.name}__{i}" not in self.suites:  # the dialog suite resolves the METEOR route
-                    self.suites[f"{split.name}__{i}"] = (
-                        TextSuite(
-                            eos_token_id=self.tokenizer.eos_token_id,
-                            self_bleu_samples=self.hparams.self_bleu_samples,
-                        )
-                        if table == "text"
-                        else DialogSuite(meteor=self.hparams.meteor)
-                        if table == "dialog"
-                        else SummarySuite()
+                    self.suites[f"{split.name}__{i}"] = task.kind.new_suite(
+                        eos_token_id=self.tokenizer.eos_token_id,
+                        self_bleu_samples=self.hparams.self_bleu_samples,
+                        meteor=self.hparams.meteor,
                     )
                 cached = self._open_cache(
                     (split.name, slug),
@@ -210,20 +199,8 @@ class BoostedGenerationEvaluator(Evaluator):
             records = self._records(task, decoding, batch)
             if not records:
                 continue
-            suite = self.suites[f"{task.split.name}__{i - 1}"]
             examples = [task.split.by_idx[r["id"]] for r in records]
-            if task.table == "text":
-                kept = [r for r in records if r["tokens"]]
-                suite.update(
-                    [r["tokens"] for r in kept],
-                    [torch.tensor(r["lp_full"]) for r in kept],
-                    [torch.tensor(r["lp_short"]) for r in kept],
-                    ids=[r["id"] for r in kept],
-                )
-            elif task.table == "dialog":
-                suite.update([r["text"].strip() for r in records], [list(ex.references) for ex in examples])
-            else:
-                suite.update([r["summary"] for r in records], [list(ex.references) for ex in examples])
+            task.kind.update(self.suites[f"{task.split.name}__{i - 1}"], records, examples)
 
     def _records(
         self, task: GenerationTask, decoding: Decoding | None, batch: list[GenerationExample]
@@ -269,7 +246,7 @@ class BoostedGenerationEvaluator(Evaluator):
                     self.model,
                     self.tokenizer,
                     prompts,
-                    decoding.boosting_for(task.table),
+                    decoding.boosting_for(task.kind.mode),
                     decoding.generate_sampling(zlib.crc32(key_text.encode("utf-8"))),
                     max_new_tokens=task.max_new_tokens,
                 )
@@ -290,10 +267,9 @@ class BoostedGenerationEvaluator(Evaluator):
             }
             if row_alphas is not None:
                 record["alphas"] = [round(a, 6) for a in row_alphas]
-            if task.table == "summary":
-                record["summary"] = first_sentences(text, task.split.task.output_sentences)
+            record.update(task.kind.record_extras(text, task.split))
             fresh.append(record)
-        scored = [r for r in fresh if r["tokens"]] if task.table == "text" else []
+        scored = task.kind.to_score(fresh)
         if scored:
             name = self.hparams.metrics_model
             own = name is None or name == self.model_name
@@ -340,7 +316,7 @@ class BoostedGenerationEvaluator(Evaluator):
             }
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
             result = self.results[name] = {
-                "table": task.table,
+                "table": task.kind.name,
                 "split": task.split.split,
                 "n": len(task.split.examples),
                 "max_new_tokens": task.max_new_tokens,
@@ -353,7 +329,7 @@ class BoostedGenerationEvaluator(Evaluator):
                 self._write_task_files(task, result)
             # the printed table: a line per decoding, then Human, then each adaptive row's alphas
             table_rows = [[n, *(values[c] for c in columns)] for n, _, values in shown]
-            titles = DIALOG_TITLES if task.table == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
+            titles = task.kind.titles
             block = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n" + format_table(
                 ["decoding", *(titles.get(c, c) for c in columns)], table_rows
             )

@@ -17,8 +17,6 @@ from cblight.errors import ConfigError
 from cblight.option_types import FiniteFloat, NotEmptyStr, PositiveInt, check_fields
 from cblight.options import Boosting, Mode, Sampling
 
-Table = Literal["text", "dialog", "summary"]
-_AUTO_MODE: dict[str, Mode] = {"text": "last_k", "dialog": "response", "summary": "marker"}
 GridMode = Literal["auto", "last_k", "response", "marker"]
 
 
@@ -47,11 +45,12 @@ class Decoding:
     def slug(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.name).strip("_") or "decoding"
 
-    def boosting_for(self, table: Table) -> Boosting | None:
-        """The boosting of this row on a task filling ``table`` (``None``: plain decoding)."""
+    def boosting_for(self, mode: Mode) -> Boosting | None:
+        """The boosting of this row on a task whose own short context is ``mode`` (its table kind's:
+        ``cblight.generate.table_kinds``), which replaces ``auto``; ``None``: plain decoding."""
         if self.boosting is None or self.boosting.is_plain:
             return None
-        return self.boosting.with_mode(_AUTO_MODE[table])
+        return self.boosting.with_mode(mode)
 
     def generate_sampling(self, seed: int) -> Sampling:
         """The sampling ``generate`` runs with: greedy and one beam unless set; ``top_k`` 0 (no cut),
