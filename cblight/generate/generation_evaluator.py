@@ -14,11 +14,10 @@ Figure 3 plot when a grid is given, and prints the table.
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
@@ -30,13 +29,13 @@ from cblight.data.examples import DataError, GenerationExample
 from cblight.errors import CblightError, ConfigError
 from cblight.evaluator import Evaluator
 from cblight.generate.decode import boosted_generate
+from cblight.generate.report import GenerationReport, TaskTable, comparison_table
 from cblight.generate.rows import Decoding, DecodingGrid, resolve_decodings
 from cblight.generate.table_kinds import TableKind, kind_of
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.models import DTypeName, checkpoint_window, load_causal_lm, model_window
 from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
-from cblight.results import atomic_write_jsonl, format_table, save_figure
 from cblight.runs import check_interrupt
 from cblight.scoring import Encoder
 from cblight.truncation import fit_example
@@ -45,7 +44,6 @@ __all__ = ["BoostedGenerationEvaluator"]
 
 DEFAULT_MAX_NEW_TOKENS = 64  # tasks whose paper setting gives none (DSTC7 responses end at EOS well before)
 RECORD_FIELDS = ("id", "input", "prompt", "context", "tokens", "text")
-GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary", "alphas")
 
 
 @dataclass
@@ -296,109 +294,45 @@ class BoostedGenerationEvaluator(Evaluator):
         have.update((rec["id"], rec) for rec in fresh)
         return [have[ex.idx] for ex in batch if ex.idx in have]
 
-    # -- results (rank 0 writes every file, atomically) ----------------------------------------------------
+    # -- report (rank 0 writes every file, atomically: ``cblight.generate.report``) --------------------------
     def on_test_epoch_end(self) -> None:
+        report = GenerationReport(
+            self.output_dir, self.decodings, self.grid, self.hparams.plots, self.hparams.log_samples
+        )
         self.results = {}
         blocks = []
         for task in self._tasks:
+            table = self._table(task)
             name = task.split.name
-            # (name, slug, values) of every row of the table, the human row last
-            shown = [(d.name, d.slug, self._compute(f"{name}__{i}")) for i, d in enumerate(self.decodings)]
-            if task.rows[-1] is None:
-                shown.append(("Human", "human", self._compute(f"{name}__{len(self.decodings)}")))
-            rows = {n: values for n, _, values in shown[: len(self.decodings)]}
-            human = shown[-1][2] if task.rows[-1] is None else None
-            columns = list(self.suites[f"{name}__0"].columns)
-            logged = {
-                f"test/{self._key(name)}/{slug}/{col}": float(values[col])
-                for _, slug, values in shown
-                for col in columns
-            }
-            self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
-            result = self.results[name] = {
-                "table": task.kind.name,
-                "split": task.split.split,
-                "n": len(task.split.examples),
-                "max_new_tokens": task.max_new_tokens,
-                "columns": columns,
-                "rows": rows,
-                "human": human,
-                "decodings": {d.name: d.describe() for d in self.decodings},
-            }
+            self.log_dict(table.metrics(self._key(name)), sync_dist=True)  # the suites are synced: one value
+            result = self.results[name] = table.result(self.decodings)
             if self.trainer.is_global_zero:
-                self._write_task_files(task, result)
-            # the printed table: a line per decoding, then Human, then each adaptive row's alphas
-            table_rows = [[n, *(values[c] for c in columns)] for n, _, values in shown]
-            titles = task.kind.titles
-            block = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n" + format_table(
-                ["decoding", *(titles.get(c, c) for c in columns)], table_rows
-            )
-            for decoding, s in result.get("adaptive", {}).items():
-                block += (
-                    f"\n{decoding}: adaptive rule {s['rule']}, alpha per token mean {s['alpha_mean']:.4f}, "
-                    f"sd {s['alpha_sd']:.4f}, min {s['alpha_min']:.4f}, max {s['alpha_max']:.4f} "
-                    f"({s['tokens']} tokens)"
-                )
-            blocks.append(block)
+                records = partial(self._generations, task)
+                report.write_task_files(table, result, records, self.loggers, self._key(name))
+            blocks.append(table.printed(result))
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
             text = "\n\n".join(blocks)
             metrics_model = self.hparams.metrics_model or self.model_name
             path = self.write_results({"metrics_model": metrics_model, "seed": self.hparams.seed}, text)
-            self.summary = (
-                f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
-            )
+            self.summary = report.summary(self.model_name, text, path)
 
-    def _compute(self, key: str) -> dict[str, Any]:
-        suite = self.suites[key]
-        values = suite.compute()
-        suite.reset()
-        return values
+    def _table(self, task: GenerationTask) -> TaskTable:
+        """The task's table from its rows' suites (computed across processes, then reset)."""
+        values = []
+        for i in range(len(task.rows)):
+            suite = self.suites[f"{task.split.name}__{i}"]
+            values.append(suite.compute())
+            suite.reset()
+        rows = [(d.name, d.slug, v) for d, v in zip(self.decodings, values)]
+        human = values[-1] if task.rows[-1] is None else None
+        columns = list(self.suites[f"{task.split.name}__0"].columns)
+        return TaskTable(task.split, task.kind, task.max_new_tokens, columns, rows, human)
 
-    def _write_task_files(self, task: GenerationTask, result: dict[str, Any]) -> None:
-        """``generations/<task>/<decoding>.jsonl`` (per prompt of this run's split, what the metrics need,
-        from every rank's shard of the cache), an adaptive row's alpha statistics, W&B samples and Figure 3."""
-        name = task.split.name
-        files: dict[str, str] = {}
-        for decoding in self.decodings:
-            cache = self.output_dir / "cache" / name / decoding.slug
-            records = RecordCache(cache, self._signature(task, decoding)).load()
-            rows = [
-                {k: v for k, v in records[i].items() if k in GENERATION_FIELDS}
-                for i in sorted(records)
-                if i in task.split.by_idx
-            ]
-            path = self.output_dir / "generations" / name / f"{decoding.slug}.jsonl"
-            files[decoding.name] = str(atomic_write_jsonl(path, rows).relative_to(self.output_dir))
-            if decoding.boosting is not None and decoding.boosting.adaptive is not None:
-                # mean, spread and range of the per-token alphas over the task (docs/adaptive.md)
-                values = [a for r in rows for a in r.get("alphas", [])]
-                mean = sum(values) / len(values) if values else math.nan
-                sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values)) if values else math.nan
-                result.setdefault("adaptive", {})[decoding.name] = {
-                    "rule": decoding.boosting.adaptive,
-                    "tokens": len(values),
-                    "alpha_mean": mean,
-                    "alpha_sd": sd,
-                    "alpha_min": min(values, default=math.nan),
-                    "alpha_max": max(values, default=math.nan),
-                }
-            if self.hparams.log_samples:
-                for logger in self.loggers:
-                    if hasattr(logger, "log_table"):  # WandbLogger
-                        logger.log_table(
-                            key=f"test/{self._key(name)}/{decoding.slug}/samples",
-                            columns=["id", "prompt", "text"],
-                            data=[
-                                [r["id"], r["prompt"][-500:], r["text"]]
-                                for r in rows[: self.hparams.log_samples]
-                            ],
-                        )
-        result["files"] = files
-        if self.hparams.plots and self.grid is not None:
-            plot = self.output_dir / "plots" / f"{name}_figure3.png"
-            save_figure3(plot, task.split.task.title, self.grid, self.decodings, result)
-            files["figure3"] = str(plot.relative_to(self.output_dir))
+    def _generations(self, task: GenerationTask, decoding: Decoding) -> dict[int, dict[str, Any]]:
+        """A row's cached records, every rank's shard."""
+        directory = self.output_dir / "cache" / task.split.name / decoding.slug
+        return RecordCache(directory, self._signature(task, decoding)).load()
 
     # -- comparisons of several checkpoints (``--compare``) ------------------------------------------------
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
@@ -407,22 +341,8 @@ class BoostedGenerationEvaluator(Evaluator):
 
     @classmethod
     def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        """Several checkpoints' runs in Table 2's layout: one row per (checkpoint, decoding) and the human
-        row, per task."""
-        blocks, rows = [], []
-        first = next(iter(runs.values()))
-        for task, result in first.items():
-            columns = result["columns"]
-            body = []
-            for label, run in runs.items():
-                for decoding, values in run[task]["rows"].items():
-                    rows.append({"task": task, "checkpoint": label, "decoding": decoding, **values})
-                    body.append([f"{label}: {decoding}", *(values[c] for c in columns)])
-            if result.get("human"):
-                rows.append({"task": task, "checkpoint": "human", "decoding": "human", **result["human"]})
-                body.append(["Human", *(result["human"][c] for c in columns)])
-            blocks.append(f"{task}\n" + format_table(["row", *columns], body))
-        return "\n\n".join(blocks), rows
+        """Several checkpoints' runs in Table 2's layout (``cblight.generate.report.comparison_table``)."""
+        return comparison_table(runs)
 
 
 def show_progress(trainer: Any, text: str) -> None:
@@ -440,35 +360,3 @@ def show_progress(trainer: Any, text: str) -> None:
         callback.refresh()
     else:
         rank_zero_info(f"generation: {text}")
-
-
-def save_figure3(
-    path: Path, title: str, grid: DecodingGrid, decodings: list[Decoding], result: dict[str, Any]
-) -> Path:
-    """Paper Figure 3: each metric against alpha, one line per k, the human score as a horizontal line."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    columns = [c for c in result["columns"] if c != "meteor_synonyms"]
-    names = {(d.boosting.k if grid.ks else None, d.boosting.alpha): d.name for d in decodings if d.boosting}
-    ncols = 4
-    nrows = math.ceil(len(columns) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3 * nrows), squeeze=False)
-    alphas = sorted(grid.alphas)
-    for ax, col in zip(axes.flat, columns):
-        for k in grid.ks or (None,):
-            ys = [result["rows"][names[(k, a)]][col] for a in alphas]
-            ax.plot(alphas, ys, marker="o", label=f"k = {k}" if k is not None else "boosted")
-        if result.get("human"):
-            ax.axhline(result["human"][col], color="black", linestyle="--", linewidth=1, label="human")
-        ax.set_title(col)
-        ax.set_xlabel("alpha")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(columns) :]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{title}: metrics vs alpha (Figure 3)")
-    fig.tight_layout()
-    return save_figure(fig, path)
