@@ -1,4 +1,4 @@
-"""The generation table kinds (``cblight.generate.table_kinds``): which task fills which table, the short
+"""The generation table kinds (``cblight.generate.rows``): which task fills which table, the short
 context of a row's ``auto`` boosting, and that each kind's records update its suite to the numbers of the
 table's one-call functional form (``cblight.metrics.tables``) on the same inputs, computed independently."""
 
@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from cblight.data.datamodule import EvalDataModule
-from cblight.generate.rows import Decoding
-from cblight.generate.table_kinds import DIALOG, SUMMARY, TEXT, kind_of
+from cblight.generate.rows import DIALOG, SUMMARY, TEXT, Decoding, kind_of
 from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite, dialog_table, summary_table
 from cblight.options import Boosting
 
@@ -29,10 +28,10 @@ def split_of(task: str):
 def test_each_task_fills_its_table_and_auto_is_its_short_context(task, kind, mode):
     assert kind_of(split_of(task)) is kind
     auto = Decoding(name="b", boosting=Boosting(mode="auto", k=4, alpha=-0.2))
-    assert auto.boosting_for(kind.mode) == Boosting(mode=mode, k=4, alpha=-0.2)
+    assert auto.boosting_for(kind) == Boosting(mode=mode, k=4, alpha=-0.2)
     given = Decoding(name="b", boosting=Boosting(mode="last_k", k=4, alpha=-0.2))
-    assert given.boosting_for(kind.mode).mode == "last_k"  # a mode given by name is kept
-    assert Decoding(name="g").boosting_for(kind.mode) is None  # plain decoding
+    assert given.boosting_for(kind).mode == "last_k"  # a mode given by name is kept
+    assert Decoding(name="g").boosting_for(kind) is None  # plain decoding
 
 
 def test_text_records_update_table2_without_the_empty_generations():
