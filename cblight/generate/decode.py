@@ -1,9 +1,10 @@
 """Boosted decoding with any Hugging Face causal LM: ``boosted_generate``, the two decoders it runs inside
 ``model.generate``, and the experts' model calls and mixture they share (paper eq. 1, §4).
 
-``boosted_generate`` checks the options, prepares the prompts (``cblight.generate.inputs``) and calls
-``model.generate``, in eval mode with no gradient and an optional seed that leaves the caller's random state
-alone:
+``boosted_generate`` checks the options and the token budget, prepares the prompts (``cblight.generate.inputs``)
+and hands them to ``generate_prepared``, which calls ``model.generate`` in eval mode with no gradient and an
+optional seed that leaves the caller's random state alone (the generation evaluator, which fits its prompts and
+checks its budget itself, calls ``generate_prepared`` directly):
 
 * ``FusedBoostedDecoding`` (the default): a ``custom_generate`` loop that keeps everything generate prepares
   (generation config, ``num_return_sequences``, stopping criteria, warpers, user logits processors) and
@@ -44,7 +45,7 @@ from cblight.batching import (
 )
 from cblight.boosting import boosted_log_probs, log_softmax32, product_of_experts
 from cblight.errors import BoostingError
-from cblight.generate.inputs import PreparedPrompts, Prompts, RowInfo, prepare_prompts
+from cblight.generate.inputs import PreparedPrompts, Prompts, RowInfo, prepare_prompts, prompt_room
 from cblight.models import model_window
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.options import Boosting, Experts, LastTokens, Sampling
@@ -125,20 +126,55 @@ def boosted_generate(
         sampling = replace(
             Sampling.from_generate_kwargs(generate_kwargs), seed=generate_kwargs.pop("seed", None)
         )
-    device = input_device(model)
-    window = model_window(model, max_length)
-    room = window - max_new_tokens
-    if room < 1:
-        raise BoostingError(f"max_new_tokens={max_new_tokens} leaves no room in the model window of {window}")
+    room = prompt_room(model_window(model, max_length), max_new_tokens)
     prepared = prepare_prompts(
         tokenizer,
         prompts,
         Boosting() if boosting is None else boosting,
         room=room,
         attention_mask=attention_mask,
-        device=device,
+        device=input_device(model),
+    )
+    return generate_prepared(
+        model,
+        tokenizer,
+        prepared,
+        sampling,
+        max_new_tokens=max_new_tokens,
+        decoder=decoder,
+        **generate_kwargs,
     )
 
+
+def generate_prepared(
+    model: Any,
+    tokenizer: Any,
+    prepared: PreparedPrompts,
+    sampling: Sampling,
+    *,
+    max_new_tokens: int,
+    decoder: Decoder = "fused",
+    **generate_kwargs: Any,
+) -> BoostedGeneration:
+    """``boosted_generate`` after its checks: decode a batch whose prompts are already encoded, fitted to the
+    window and anchored (``cblight.generate.inputs.prepare_prompts``), with options already checked.
+
+    The generation evaluator calls it with prompts it fitted once per batch (``fit_example``) and a budget it
+    checked once per run (``prompt_room``); ``boosted_generate`` calls it for Python callers.
+
+    Args:
+        model: the causal LM.
+        tokenizer: its tokenizer (padding, EOS, decoding the new tokens).
+        prepared: the prompt batch and the experts it was prepared for.
+        sampling: how to draw after mixing.
+        max_new_tokens: tokens to generate; the prompts must leave room for them in the window.
+        decoder: ``fused`` or ``processor`` (see ``boosted_generate``).
+        **generate_kwargs: further keywords of ``model.generate``, none of them a sampling option.
+
+    Returns:
+        The sequences, each row's new tokens and text, and (with an adaptive rule) each token's alpha.
+    """
+    device = input_device(model)
     kwargs = {**generate_kwargs, **sampling.generate_kwargs()}
     if kwargs.get("pad_token_id") is None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

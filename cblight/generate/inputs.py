@@ -5,9 +5,10 @@ front, an empty prompt is BOS/EOS alone), are cut to leave room for the new toke
 For every anchored expert (``AfterSeparator``, ``AfterMarker``) each row records the column where its short
 context starts; the short context is then ``prefix + row[anchor:] + generated`` (docs/design.md, "Mathematics").
 
-Cutting follows docs/design.md, "Mathematics": a prompt longer than ``window - max_new_tokens`` is cut from the left with
-the special prefix kept; with a marker, the text just before the marker goes instead (for summarisation:
-the article's tail is cut, `` TL;DR:`` kept), since the lead of a news article is what a summary needs.
+Cutting follows docs/design.md, "Mathematics": a prompt longer than ``window - max_new_tokens`` (``prompt_room``,
+which refuses a budget that leaves no prompt token) is cut from the left with the special prefix kept; with a
+marker, the text just before the marker goes instead (for summarisation: the article's tail is cut, `` TL;DR:``
+kept), since the lead of a news article is what a summary needs.
 """
 
 from __future__ import annotations
@@ -72,6 +73,31 @@ def _anchor(row: Sequence[int], rule: Any, pattern: Sequence[int], n_prefix: int
             "marker mode needs it in every prompt (see fit_marker_prompt)"
         )
     return at
+
+
+def prompt_room(window: int, max_new_tokens: int, option: str = "max_new_tokens") -> int:
+    """The prompt tokens that fit in the model window beside ``max_new_tokens`` new ones: the one check of the
+    generation budget, made once where a run starts (``boosted_generate``'s entry; the generation evaluator's
+    set-up, from the checkpoint's config before the model loads).
+
+    Args:
+        window: the model window (``cblight.models.model_window`` or ``checkpoint_window``).
+        max_new_tokens: the tokens to generate.
+        option: how the caller names ``max_new_tokens`` (``model.max_new_tokens`` on the command line).
+
+    Returns:
+        ``window - max_new_tokens``, at least 1.
+
+    Raises:
+        BoostingError: when no prompt token would fit, naming the option and its largest value.
+    """
+    room = window - max_new_tokens
+    if room < 1:
+        raise BoostingError(
+            f"{option}={max_new_tokens} leaves no room for a prompt in the model window of {window} tokens; "
+            f"set {option} to {window - 1} or less"
+        )
+    return room
 
 
 def fit_marker_prompt(
