@@ -101,15 +101,36 @@ class Coverage:
         return len(self.pages_with_example), len(self.pages)
 
 
+def _split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and quotes."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{<":
+            depth += 1
+        elif char in ")]}>":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
+
+
 def _signature_parameters(dt: Tag) -> tuple[str, ...]:
     names = []
     for param in dt.find_all("em", class_="sig-param"):
-        text = param.get_text().strip()
-        if text.startswith("*") or text == "/":  # *args, **kwargs, and the bare * and / markers
-            continue
-        name = text.split(":")[0].split("=")[0].strip()
-        if name not in ("self", "cls"):
-            names.append(name)
+        # one entry per parameter, or (where Sphinx could not parse a signature, e.g. a dataclass field
+        # whose default is a factory) the whole parameter list as one text
+        for text in _split_top_level(param.get_text()):
+            text = text.strip()
+            if not text or text.startswith("*") or text == "/":  # *args, **kwargs, the bare * and /
+                continue
+            name = text.split(":")[0].split("=")[0].strip()
+            if name not in ("self", "cls"):
+                names.append(name)
     return tuple(names)
 
 

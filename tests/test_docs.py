@@ -298,20 +298,23 @@ def test_the_api_reference_describes_parameters_and_returns_and_shows_examples(b
 
 def test_the_coverage_count_reads_parameters_returns_and_examples(tmp_path):
     """A page built with ``docs/conf.py``: one function describes its parameters and return and shows an
-    example, one leaves a parameter out, one class describes its constructor; the counts see exactly that."""
+    example, one leaves a parameter out, one class describes its constructor, and a dataclass whose
+    signature Sphinx cannot parse (a factory default) leaves one field out; the counts see exactly that."""
     needs_sphinx()
     source = tmp_path / "src"
     (source / "api").mkdir(parents=True)
     shutil.copy(DOCS / "conf.py", source / "conf.py")
     (source / "index.md").write_text("# Home\n\n```{toctree}\napi/page\n```\n", encoding="utf-8")
     (tmp_path / "fake_api.py").write_text(
-        '"""A module."""\n__all__ = ["good", "partial", "Thing"]\n\n'
+        '"""A module."""\nimport dataclasses\n__all__ = ["good", "partial", "Thing", "Made"]\n\n'
         "def good(a: int, *args, b: int = 1, **kwargs) -> int:\n"
         '    """Add.\n\n    Args:\n        a: One.\n        b: Two.\n\n    Returns:\n        The sum.\n\n'
         '    Examples:\n        >>> good(1)\n        2\n    """\n    return a + b\n\n'
         'def partial(a: int, b: int) -> None:\n    """Half.\n\n    Args:\n        a: One.\n    """\n\n'
         'class Thing:\n    """A thing.\n\n    Args:\n        size: How big.\n    """\n\n'
-        "    def __init__(self, size: int) -> None:\n        self.size = size\n",
+        "    def __init__(self, size: int) -> None:\n        self.size = size\n\n"
+        '@dataclasses.dataclass\nclass Made:\n    """Made.\n\n    Args:\n        a: One.\n    """\n\n'
+        "    a: int\n    items: list = dataclasses.field(default_factory=list)\n",
         encoding="utf-8",
     )  # fmt: skip
     (source / "api" / "page.md").write_text(
@@ -326,11 +329,14 @@ def test_the_coverage_count_reads_parameters_returns_and_examples(tmp_path):
     assert done.returncode == 0, done.stderr
     found = _coverage_script().coverage(out / "api")
     by_name = {e.name: e for e in found.entries}
-    assert set(by_name) == {"fake_api.good", "fake_api.partial", "fake_api.Thing"}
+    assert set(by_name) == {"fake_api.good", "fake_api.partial", "fake_api.Thing", "fake_api.Made"}
     assert by_name["fake_api.good"].parameters == ("a", "b") and not by_name["fake_api.good"].undescribed
     assert by_name["fake_api.partial"].undescribed == ["b"]
     assert not by_name["fake_api.Thing"].undescribed and not by_name["fake_api.Thing"].wants_returns
-    assert found.parameters == (2, 3) and found.returns == (1, 2) and found.examples == (1, 1)
+    assert by_name["fake_api.Made"].parameters == ("a", "items") and by_name["fake_api.Made"].undescribed == [
+        "items"
+    ]
+    assert found.parameters == (2, 4) and found.returns == (1, 2) and found.examples == (1, 1)
 
 
 # ---------------------------------------------------------------------------------------------------------
