@@ -137,7 +137,7 @@ class Experts:
         form: the two-expert form an adaptive rule's alpha is used in (``cblight.boosting.two_expert_weights``).
 
     Raises:
-        BoostingError: when ``full_weight`` is not positive, or an adaptive rule is given more than one
+        ~cblight.errors.BoostingError: when ``full_weight`` is not positive, or an adaptive rule is given more than one
             short expert.
 
     Examples:
@@ -203,7 +203,7 @@ class Boosting:
             ``auto``: ``jsdist``; docs/adaptive.md); ``alpha`` is then left at 0.
 
     Raises:
-        BoostingError: for a value outside its type, ``alpha >= 1`` with the generation form, or an adaptive
+        ~cblight.errors.BoostingError: for a value outside its type, ``alpha >= 1`` with the generation form, or an adaptive
             rule with a non-zero ``alpha``.
 
     Examples:
@@ -271,7 +271,7 @@ class Boosting:
             The ``Experts`` every decoder consumes.
 
         Raises:
-            BoostingError: for mode ``auto``, which only a generation evaluator resolves.
+            ~cblight.errors.BoostingError: for mode ``auto``, which only a generation evaluator resolves.
 
         Examples:
             >>> Boosting(mode="response", alpha=-0.5).experts()
@@ -303,7 +303,7 @@ class Boosting:
             The boosting, or ``None`` when ``kwargs`` holds no boosting key.
 
         Raises:
-            BoostingError: for a key with the prefix that names no field.
+            ~cblight.errors.BoostingError: for a key with the prefix that names no field.
 
         Examples:
             >>> kwargs = {"boost_alpha": -0.5, "boost_k": 4, "max_new_tokens": 8}

@@ -93,7 +93,7 @@ def empty_context_ids(tokenizer: Any, prefix: Sequence[int]) -> list[int]:
         The token ids of the empty context.
 
     Raises:
-        ScoringError: when there is no prefix and the tokenizer has neither BOS nor EOS.
+        ~cblight.scoring.ScoringError: when there is no prefix and the tokenizer has neither BOS nor EOS.
 
     Examples:
         >>> from cblight.tiny import gpt2_tokenizer
@@ -158,7 +158,7 @@ class Encoder:
             continuation's ids.
 
         Raises:
-            ScoringError: when the continuation encodes to no tokens.
+            ~cblight.scoring.ScoringError: when the continuation encodes to no tokens.
         """
         stripped = context.rstrip(" ")
         context, continuation = stripped, context[len(stripped) :] + continuation
@@ -315,7 +315,7 @@ class Scorer:
             One list per group, a ``ContinuationScore`` per continuation, in the order given.
 
         Raises:
-            ScoringError: for a continuation that encodes to no tokens or does not fit the window.
+            ~cblight.scoring.ScoringError: for a continuation that encodes to no tokens or does not fit the window.
         """
         pairs = [[self.encoder.pair(ctx, c) for c in conts] for ctx, conts in groups]
         return self.score_choices([(p[0][0], [cont for _, cont in p]) for p in pairs], names)
@@ -332,7 +332,7 @@ class Scorer:
             The context's ids as the model will see them.
 
         Raises:
-            ScoringError: when a continuation alone exceeds the window.
+            ~cblight.scoring.ScoringError: when a continuation alone exceeds the window.
         """
         longest = max(len(c) for c in continuations)
         if longest > self.window:
@@ -365,7 +365,7 @@ class Scorer:
             One list per group, a ``ContinuationScore`` per continuation, in the order given.
 
         Raises:
-            ScoringError: for a group without continuations, an empty context or continuation, or a
+            ~cblight.scoring.ScoringError: for a group without continuations, an empty context or continuation, or a
                 continuation that alone exceeds the window.
         """
         prepared: list[_Group] = []
@@ -505,7 +505,7 @@ class Scorer:
             float32 ``[B, V]`` on the model's device.
 
         Raises:
-            ScoringError: for an empty context.
+            ~cblight.scoring.ScoringError: for an empty context.
         """
         if any(len(c) == 0 for c in contexts):
             raise ScoringError("next-token prediction needs a non-empty context")

@@ -131,7 +131,7 @@ def get_task(name: str) -> TaskSpec:
         The ``TaskSpec``.
 
     Raises:
-        DataError: for an unknown name, listing the known tasks.
+        ~cblight.errors.DataError: for an unknown name, listing the known tasks.
 
     Examples:
         >>> get_task("agn").name

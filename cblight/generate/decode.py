@@ -134,7 +134,7 @@ def boosted_generate(
         each token's alpha.
 
     Raises:
-        BoostingError: for an option outside its type, a boosting option given loose (``alpha=...``), a
+        ~cblight.errors.BoostingError: for an option outside its type, a boosting option given loose (``alpha=...``), a
             sampling option given twice, a token budget that leaves no room for a prompt, or a prompt that
             does not suit the mode (no marker, no final separator).
 

@@ -138,7 +138,7 @@ def dialog_prompt(tokenizer: Any, turns: Sequence[str], separator: str | None = 
         The prompt's token ids, ending with the separator.
 
     Raises:
-        BoostingError: for no turns, or a separator the tokenizer cannot give.
+        ~cblight.errors.BoostingError: for no turns, or a separator the tokenizer cannot give.
 
     Examples:
         >>> from cblight.tiny import gpt2_tokenizer
@@ -158,11 +158,17 @@ def dialog_prompt(tokenizer: Any, turns: Sequence[str], separator: str | None = 
 
 @dataclass
 class RowInfo:
-    """Per-row facts the decoders need, for ``N`` rows (prompts repeated for beams / return sequences)."""
+    """Per-row facts the decoders need, for ``N`` rows (prompts repeated for beams / return sequences).
 
-    content_start: torch.Tensor  # [N] first real column of the left-padded prompt
-    has_prefix: torch.Tensor  # [N] bool: the row starts with the tokenizer's special prefix (BOS)
-    anchors: tuple[torch.Tensor | None, ...]  # per expert: [N] column where its short context starts
+    Args:
+        content_start: ``[N]`` the first real column of each left-padded prompt.
+        has_prefix: ``[N]`` whether the row starts with the tokenizer's special prefix (BOS).
+        anchors: per expert, ``[N]`` the column where its short context starts (``None`` for ``LastTokens``).
+    """
+
+    content_start: torch.Tensor
+    has_prefix: torch.Tensor
+    anchors: tuple[torch.Tensor | None, ...]
 
 
 @dataclass
@@ -238,7 +244,7 @@ def prepare_prompts(
         The ``PreparedPrompts``.
 
     Raises:
-        BoostingError: for prompts of a wrong type, an empty prompt, a prompt without the marker, or a
+        ~cblight.errors.BoostingError: for prompts of a wrong type, an empty prompt, a prompt without the marker, or a
             response-mode prompt not ending with the separator.
 
     Examples:

@@ -125,8 +125,12 @@ class DialogCorpus(RaggedMetric):
     """The normalised hypotheses and references themselves as ``cat`` states (for corpus-level values:
     NIST's information weights come from all references, METEOR 1.5 scores the corpus in one run).
 
-    ``update(hypotheses, references)``; ``read_corpus()`` gives the (synced) words. ``n_refs`` is for
-    subclasses that cycle the references (see ``cycle_references``).
+    ``update(hypotheses, references)``; ``read_corpus()`` gives the (synced) words.
+
+    Args:
+        normalize: ``dstc`` (``dstc_clean``), ``lower`` or ``none``.
+        n_refs: for subclasses that cycle the references (see ``cycle_references``).
+        **kwargs: torchmetrics' ``Metric`` options.
     """
 
     def __init__(self, normalize: Normalize = "dstc", n_refs: PositiveInt | None = None, **kwargs: Any):

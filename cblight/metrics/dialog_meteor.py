@@ -79,7 +79,7 @@ def resolve_meteor_route(meteor: MeteorRoute, jar: str | None = None) -> Literal
         The scorer that will run.
 
     Raises:
-        ConfigError: for ``official`` where it cannot run, saying what to install.
+        ~cblight.errors.ConfigError: for ``official`` where it cannot run, saying what to install.
     """
     check_arguments(resolve_meteor_route, {"meteor": meteor})
     if meteor == "nltk":
@@ -181,7 +181,7 @@ class Meteor(DialogCorpus):
         **kwargs: torchmetrics' ``Metric`` options.
 
     Raises:
-        ConfigError: when the jar or Java is missing, saying what to install.
+        ~cblight.errors.ConfigError: when the jar or Java is missing, saying what to install.
     """
 
     higher_is_better = True
