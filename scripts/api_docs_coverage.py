@@ -120,17 +120,18 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def _signature_parameters(dt: Tag) -> tuple[str, ...]:
+    # One entry per parameter, or, where Sphinx could not parse a signature (a dataclass field whose default
+    # is a factory), the parameter list cut at every comma, brackets or not: joined again and cut at the
+    # commas outside brackets and quotes, both give the parameters.
+    text = ", ".join(param.get_text() for param in dt.find_all("em", class_="sig-param"))
     names = []
-    for param in dt.find_all("em", class_="sig-param"):
-        # one entry per parameter, or (where Sphinx could not parse a signature, e.g. a dataclass field
-        # whose default is a factory) the whole parameter list as one text
-        for text in _split_top_level(param.get_text()):
-            text = text.strip()
-            if not text or text.startswith("*") or text == "/":  # *args, **kwargs, the bare * and /
-                continue
-            name = text.split(":")[0].split("=")[0].strip()
-            if name not in ("self", "cls"):
-                names.append(name)
+    for part in _split_top_level(text):
+        part = part.strip()
+        if not part or part.startswith("*") or part == "/":  # *args, **kwargs, the bare * and /
+            continue
+        name = part.split(":")[0].split("=")[0].strip()
+        if name not in ("self", "cls"):
+            names.append(name)
     return tuple(names)
 
 
