@@ -304,6 +304,8 @@ def test_the_coverage_count_reads_parameters_returns_and_examples(tmp_path):
     source = tmp_path / "src"
     (source / "api").mkdir(parents=True)
     shutil.copy(DOCS / "conf.py", source / "conf.py")
+    if (DOCS / "_static").is_dir():  # what conf.py's html_static_path names, when it names one
+        shutil.copytree(DOCS / "_static", source / "_static")
     (source / "index.md").write_text("# Home\n\n```{toctree}\napi/page\n```\n", encoding="utf-8")
     (tmp_path / "fake_api.py").write_text(
         '"""A module."""\nimport dataclasses\n__all__ = ["good", "partial", "Thing", "Made"]\n\n'
