@@ -72,7 +72,8 @@ def log_softmax32(logits: torch.Tensor) -> torch.Tensor:
 def two_expert_weights(
     alpha: float | torch.Tensor, form: BoostForm
 ) -> tuple[float | torch.Tensor, float | torch.Tensor]:
-    """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md, "Mathematics").
+    """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md,
+    "Mathematics").
 
     Args:
         alpha: the boosting coefficient, one number or a tensor of one alpha per row.

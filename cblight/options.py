@@ -134,11 +134,12 @@ class Experts:
         adaptive: a per-token rule (``auto`` or one of ``cblight.adaptive.TOKEN_RULES``) that replaces the
             two fixed weights by ``two_expert_weights(alpha_t, form)`` with each row's ``alpha_t`` at each
             step, read from ``f_max`` and the (single) short expert; the weights given are then unused.
-        form: the two-expert form an adaptive rule's alpha is used in (``cblight.boosting.two_expert_weights``).
+        form: the two-expert form an adaptive rule's alpha is used in
+            (``cblight.boosting.two_expert_weights``).
 
     Raises:
-        ~cblight.errors.BoostingError: when ``full_weight`` is not positive, or an adaptive rule is given more than one
-            short expert.
+        ~cblight.errors.BoostingError: when ``full_weight`` is not positive, or an adaptive rule is given more
+            than one short expert.
 
     Examples:
         The last 8 tokens and the text after `` TL;DR:`` as two experts against ``f_max``:
@@ -203,8 +204,8 @@ class Boosting:
             ``auto``: ``jsdist``; docs/adaptive.md); ``alpha`` is then left at 0.
 
     Raises:
-        ~cblight.errors.BoostingError: for a value outside its type, ``alpha >= 1`` with the generation form, or an adaptive
-            rule with a non-zero ``alpha``.
+        ~cblight.errors.BoostingError: for a value outside its type, ``alpha >= 1`` with the generation form,
+            or an adaptive rule with a non-zero ``alpha``.
 
     Examples:
         The last 8 tokens at alpha -0.4 in the generation form weigh ``f_max`` by 1.4 and ``f_8`` by -0.4:

@@ -315,7 +315,8 @@ class Scorer:
             One list per group, a ``ContinuationScore`` per continuation, in the order given.
 
         Raises:
-            ~cblight.scoring.ScoringError: for a continuation that encodes to no tokens or does not fit the window.
+            ~cblight.scoring.ScoringError: for a continuation that encodes to no tokens or does not fit the
+                window.
         """
         pairs = [[self.encoder.pair(ctx, c) for c in conts] for ctx, conts in groups]
         return self.score_choices([(p[0][0], [cont for _, cont in p]) for p in pairs], names)
@@ -365,8 +366,8 @@ class Scorer:
             One list per group, a ``ContinuationScore`` per continuation, in the order given.
 
         Raises:
-            ~cblight.scoring.ScoringError: for a group without continuations, an empty context or continuation, or a
-                continuation that alone exceeds the window.
+            ~cblight.scoring.ScoringError: for a group without continuations, an empty context or
+                continuation, or a continuation that alone exceeds the window.
         """
         prepared: list[_Group] = []
         for i, (ctx, conts) in enumerate(groups):

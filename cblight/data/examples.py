@@ -79,7 +79,8 @@ class ChoiceExample:
             The ``ChoiceExample``.
 
         Raises:
-            ~cblight.errors.DataError: for no answers, an empty answer, or a label outside the answers, naming the record.
+            ~cblight.errors.DataError: for no answers, an empty answer, or a label outside the answers, naming
+                the record.
         """
         if not answers:
             raise DataError(f"{task}: record at {where} has no answer choices")

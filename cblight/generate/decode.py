@@ -134,9 +134,9 @@ def boosted_generate(
         each token's alpha.
 
     Raises:
-        ~cblight.errors.BoostingError: for an option outside its type, a boosting option given loose (``alpha=...``), a
-            sampling option given twice, a token budget that leaves no room for a prompt, or a prompt that
-            does not suit the mode (no marker, no final separator).
+        ~cblight.errors.BoostingError: for an option outside its type, a boosting option given loose
+            (``alpha=...``), a sampling option given twice, a token budget that leaves no room for a prompt,
+            or a prompt that does not suit the mode (no marker, no final separator).
 
     Examples:
         Two prompts, the last 4 tokens as the short context at alpha -0.5, nucleus sampling with a seed, on a
@@ -288,7 +288,8 @@ class FusedBoostedDecoding:
         >>> from cblight.tiny import build_tiny_gpt2
         >>> path = str(build_tiny_gpt2(tempfile.mkdtemp()))
         >>> model, tokenizer = load_causal_lm(path), load_tokenizer(path)
-        >>> prompts = prepare_prompts(tokenizer, ["The cat sat on the", "Hi"], Boosting(k=4, alpha=-0.5), room=200)
+        >>> boosting = Boosting(k=4, alpha=-0.5)
+        >>> prompts = prepare_prompts(tokenizer, ["The cat sat on the", "Hi"], boosting, room=200)
         >>> model.generate(
         ...     prompts.input_ids,
         ...     attention_mask=prompts.attention_mask,

@@ -244,13 +244,14 @@ def prepare_prompts(
         The ``PreparedPrompts``.
 
     Raises:
-        ~cblight.errors.BoostingError: for prompts of a wrong type, an empty prompt, a prompt without the marker, or a
-            response-mode prompt not ending with the separator.
+        ~cblight.errors.BoostingError: for prompts of a wrong type, an empty prompt, a prompt without the
+            marker, or a response-mode prompt not ending with the separator.
 
     Examples:
         >>> from cblight.generate import Boosting
         >>> from cblight.tiny import gpt2_tokenizer
-        >>> prompts = prepare_prompts(gpt2_tokenizer(), ["The cat sat on the", "Hi"], Boosting(k=4, alpha=-0.5))
+        >>> boosting = Boosting(k=4, alpha=-0.5)
+        >>> prompts = prepare_prompts(gpt2_tokenizer(), ["The cat sat on the", "Hi"], boosting)
         >>> prompts.input_ids
         tensor([[  464,  3797,  3332,   319,   262],
                 [50256, 50256, 50256, 50256, 17250]])

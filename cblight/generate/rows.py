@@ -150,8 +150,8 @@ class DecodingGrid:
         """The grid's rows, k by k, each alpha in order.
 
         Returns:
-            One ``Decoding`` per (k, alpha), named ``boost k=<k> alpha=<alpha>`` (``boost alpha=<alpha>`` without
-            ``ks``).
+            One ``Decoding`` per (k, alpha), named ``boost k=<k> alpha=<alpha>`` (without ``ks``,
+            ``boost alpha=<alpha>``).
         """
         out = []
         for k in self.ks or (None,):

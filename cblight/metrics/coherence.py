@@ -72,7 +72,8 @@ def generated_token_log_probs(
         >>> from cblight.models import load_causal_lm
         >>> from cblight.tiny import build_tiny_gpt2
         >>> model = load_causal_lm(str(build_tiny_gpt2(tempfile.mkdtemp())))
-        >>> [(full, short)] = generated_token_log_probs(model, [[464, 3797, 3332, 319, 262]], [[2603, 13, 383]], k=2)
+        >>> prompt, continuation = [464, 3797, 3332, 319, 262], [2603, 13, 383]  # token ids
+        >>> [(full, short)] = generated_token_log_probs(model, [prompt], [continuation], k=2)
         >>> full.shape, short.shape
         (torch.Size([3]), torch.Size([3]))
     """
