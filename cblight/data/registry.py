@@ -95,8 +95,8 @@ _NAMES: dict[str, TaskSpec] = {}  # every task's name and aliases
 
 
 def register(spec: TaskSpec) -> TaskSpec:
-    """Add a task spec under its name and aliases; a task module of ``cblight.data.tasks`` calls it on
-    import (docs/data.md says how to add a task).
+    """Add a task spec under its name and aliases: each module of ``cblight.data.tasks`` registers its specs
+    this way when it is imported.
 
     Args:
         spec: the new task.

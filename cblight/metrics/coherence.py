@@ -57,7 +57,7 @@ def generated_token_log_probs(
         prefix: the tokenizer's special prefix (``cblight.scoring.Encoder(tokenizer).prefix``); it heads every
             context and short window and never counts as content.
         batch_size: documents per forward pass.
-        chunk_size: windows per forward pass of the short contexts (``None``: all of a batch's).
+        chunk_size: short-context windows per forward pass (``None``: 32 on CPU, 256 on accelerators).
         pad_id: the id that pads a batch (masked out).
 
     Returns:

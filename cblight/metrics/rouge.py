@@ -27,7 +27,7 @@ class ROUGE(PaperMetric):
 
     Args:
         rouge_types: ``rouge<n>`` (n >= 1) and ``rougeL`` (``rougeLsum`` needs a download and is refused).
-        use_stemmer: apply the Porter stemmer before matching, as the paper's setup does.
+        use_stemmer: apply the Porter stemmer before matching.
         **kwargs: torchmetrics' ``Metric`` options.
 
     Raises:
