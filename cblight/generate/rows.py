@@ -70,14 +70,20 @@ class Decoding:
 
     def boosting_for(self, kind: TableKind) -> Boosting | None:
         """The boosting of this row on a table of ``kind``, whose short context replaces ``auto``; ``None``:
-        plain decoding."""
+        plain decoding.
+
+        :meta private:
+        """
         if self.boosting is None or self.boosting.is_plain:
             return None
         return self.boosting.with_mode(kind.mode)
 
     def generate_sampling(self, seed: int) -> Sampling:
         """The sampling ``generate`` runs with: greedy and one beam unless set; ``top_k`` 0 (no cut),
-        ``top_p`` and ``temperature`` only when sampling."""
+        ``top_p`` and ``temperature`` only when sampling.
+
+        :meta private:
+        """
         s = self.sampling
         if not s.do_sample:
             return Sampling(do_sample=False, num_beams=s.num_beams or 1, seed=seed)
@@ -86,7 +92,10 @@ class Decoding:
 
     def describe(self) -> dict[str, Any]:
         """The row's settings for ``results.json``, flat: name, mode (``plain`` without boosting), k, alpha
-        and the sampling options."""
+        and the sampling options.
+
+        :meta private:
+        """
         b = self.boosting or Boosting()
         return {
             "name": self.name,
@@ -99,7 +108,10 @@ class Decoding:
 
     def signature(self) -> dict[str, Any]:
         """What the cache of this row's generations is keyed by: its settings under its file-safe name
-        (``adaptive`` only when set, so caches written before the option existed stay valid)."""
+        (``adaptive`` only when set, so caches written before the option existed stay valid).
+
+        :meta private:
+        """
         sig = asdict(replace(self, name=self.slug))
         if sig["boosting"] is not None and sig["boosting"].get("adaptive") is None:
             sig["boosting"].pop("adaptive", None)
@@ -117,6 +129,11 @@ class DecodingGrid:
         ks: the windows of ``last_k`` (empty for the other modes).
         mode: the short context (``auto``: the task's own).
         sampling: how every row draws (``cblight.options.Sampling``).
+
+    Examples:
+        >>> grid = DecodingGrid(alphas=(-0.4, -0.2), ks=(8, 16), mode="last_k")
+        >>> [row.name for row in grid.decodings()]
+        ['boost k=8 alpha=-0.4', 'boost k=8 alpha=-0.2', 'boost k=16 alpha=-0.4', 'boost k=16 alpha=-0.2']
     """
 
     alphas: tuple[FiniteFloat, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
@@ -130,6 +147,12 @@ class DecodingGrid:
             raise ConfigError("grid.alphas: the alpha grid is empty")
 
     def decodings(self) -> list[Decoding]:
+        """The grid's rows, k by k, each alpha in order.
+
+        Returns:
+            One ``Decoding`` per (k, alpha), named ``boost k=<k> alpha=<alpha>`` (without ``ks``,
+            ``boost alpha=<alpha>``).
+        """
         out = []
         for k in self.ks or (None,):
             for alpha in self.alphas:
