@@ -443,26 +443,36 @@ def test_readme_command_runs(tokens, workdir, monkeypatch):
         assert result == 0, f"{ran}: exit {result}"
 
 
-def readme_python_blocks(text: str | None = None) -> list[tuple[str, list[str]]]:
-    """The README's ```python blocks, each with the lines of the ```text block that follows it (what the block
-    prints). Each block is a program of its own: its imports, its model, its output directory."""
-    text = README.read_text(encoding="utf-8") if text is None else text
+def python_blocks(path: Path, every: bool) -> list[tuple[str, list[str]]]:
+    """The ```python blocks of ``path`` that a ```text block follows, each with that block's lines (what the
+    code prints). Each is a program of its own: its imports, its model, its output directory. ``every``: each
+    python block must be followed by one (the README)."""
+    text = path.read_text(encoding="utf-8")
     pairs = re.findall(r"```python\n(.*?)```\n+```text\n(.*?)```", text, re.S)
-    assert len(pairs) == text.count("```python\n"), "a README python block is not followed by a text block"
+    if every:
+        assert len(pairs) == text.count("```python\n"), f"a python block of {path.name} shows no output"
     return [(code, printed.splitlines()) for code, printed in pairs]
 
 
-PYTHON_BLOCKS = readme_python_blocks()
+# The README's python blocks (each one shows what it prints), then the tutorials' that show their output
+PYTHON_BLOCKS = [
+    (f"{path.relative_to(ROOT)}:{i + 1}", code, printed)
+    for path, every in [
+        (README, True),
+        *((p, False) for p in sorted((ROOT / "docs" / "tutorials").glob("*.md"))),
+    ]
+    for i, (code, printed) in enumerate(python_blocks(path, every))
+]
 
 
 def test_the_readme_python_blocks_are_the_ones_this_file_was_written_for():
-    """Score, generate, tune: each a block of its own with what it prints (a change of the README's format
-    must not quietly leave nothing to run)."""
-    names = ["choice_scores", "boosted_generate", "CoherenceTuning"]
-    assert len(PYTHON_BLOCKS) >= 3
-    for name in names:
-        assert sum(name in code for code, _ in PYTHON_BLOCKS) == 1, name
-    assert all(printed for _, printed in PYTHON_BLOCKS)
+    """Score, generate, tune: each a README block of its own with what it prints (a change of the README's
+    format must not quietly leave nothing to run)."""
+    readme = [code for where, code, _ in PYTHON_BLOCKS if where.startswith("README")]
+    assert len(readme) >= 3
+    for name in ["choice_scores", "boosted_generate", "CoherenceTuning"]:
+        assert sum(name in code for code in readme) == 1, name
+    assert all(printed for _, _, printed in PYTHON_BLOCKS)
 
 
 def _run_block(code: str, model: Path, workdir: Path) -> str:
@@ -481,15 +491,13 @@ def _run_block(code: str, model: Path, workdir: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "index", range(len(PYTHON_BLOCKS)), ids=[f"block{i + 1}" for i in range(len(PYTHON_BLOCKS))]
-)
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)), ids=[where for where, _, _ in PYTHON_BLOCKS])
 def test_readme_python_block_runs_on_its_own(index, tiny_gpt2_dir, tmp_path):
-    """Each README python block runs alone, in an empty directory, on the tiny GPT-2 (the real-model tier runs
+    """Each README python block (and each tutorial block that shows its output) runs alone, in an empty directory, on the tiny GPT-2 (the real-model tier runs
     it as written on SmolLM2 in a fresh process and compares what it prints: tests/realmodel). It writes only
     under ``outputs/`` (in .gitignore), and run again in the same directory it either runs or is refused with
     a message that names the Python fix (``in Python: ...``), not only a command-line flag."""
-    code, _ = PYTHON_BLOCKS[index]
+    _, code, _ = PYTHON_BLOCKS[index]
     printed = _run_block(code, tiny_gpt2_dir, tmp_path)
     assert printed.strip(), "the block printed nothing"
     assert {p.name for p in tmp_path.iterdir()} <= {"outputs"}, sorted(p.name for p in tmp_path.iterdir())

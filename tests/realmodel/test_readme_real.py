@@ -1,6 +1,7 @@
 """The README as a new user pastes it, on the model it names (SmolLM2-135M from the offline zoo): each
 ```python block run as written, alone, in a fresh process and an empty directory, prints the lines of the
-```text block that follows it; the Figure 1 command prints the line the README shows.
+```text block that follows it (so do the tutorials' blocks that show their output); the Figure 1 command
+prints the line the README shows.
 
 The tiny suite runs the same blocks on a tiny model (``tests/test_readme_commands.py``); only here are the
 printed lines compared. They are compared exactly: the same weights, inputs and seeds on CPU in float32 give
@@ -46,11 +47,9 @@ def test_the_order_check_can_fail():
     assert not shows_in_order(["a", "x"], ["a", "b", "c"])
 
 
-@pytest.mark.parametrize(
-    "index", range(len(PYTHON_BLOCKS)), ids=[f"block{i + 1}" for i in range(len(PYTHON_BLOCKS))]
-)
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)), ids=[where for where, _, _ in PYTHON_BLOCKS])
 def test_readme_python_block_prints_what_the_readme_shows(index, smollm2_dir, tmp_path):
-    code, expected = PYTHON_BLOCKS[index]
+    _, code, expected = PYTHON_BLOCKS[index]
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
