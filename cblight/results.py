@@ -3,8 +3,8 @@
 Every file is written to a temporary name beside its destination and moved into place (``os.replace``),
 so a crash never leaves a half-written ``results.json``; a failed write (disk full, read-only file system)
 becomes one ``OutputWriteError`` line that says so. ``write_run_results`` writes a run's ``results.json``,
-``format_table`` the fixed-width tables every command prints, ``save_figure`` a matplotlib figure,
-``readable_by_all`` the modes of a saved model directory. The per-example cache that makes runs resumable is ``cblight.cache``.
+``format_table`` the fixed-width tables every command prints, ``save_figure`` a matplotlib figure. The
+per-example cache that makes runs resumable is ``cblight.cache``.
 """
 
 from __future__ import annotations
@@ -73,25 +73,6 @@ def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
             raise write_failure(path, err) from None
         raise
     return path
-
-
-def readable_by_all(directory: str | Path) -> Path:
-    """Make a saved model directory readable by every user: its files 0644, its folders 0755.
-
-    ``save_pretrained`` writes ``model.safetensors`` 0600 (safetensors' own temporary file, moved into
-    place), so a model exported to a shared cache or a group's folder would be readable by its owner alone.
-
-    Args:
-        directory: the directory ``save_pretrained`` wrote (an offline model's conversion, a tuned export).
-
-    Returns:
-        ``directory``, as a ``Path``.
-    """
-    directory = Path(directory)
-    for path in directory.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    directory.chmod(0o755)
-    return directory
 
 
 def jsonable(value: Any) -> Any:

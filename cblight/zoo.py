@@ -34,7 +34,7 @@ from filelock import FileLock
 from huggingface_hub.utils.sha import sha_fileobj
 
 from cblight.errors import CblightError
-from cblight.results import readable_by_all
+from cblight.runs import readable_by_all
 
 PREFIX = "offline:"
 PROBE_TEXT = "The capital of France is"

@@ -18,8 +18,7 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from cblight.option_types import check_fields
-from cblight.results import readable_by_all
-from cblight.runs import LOCK_NAME, OutputDirError, OutputLock
+from cblight.runs import LOCK_NAME, OutputDirError, OutputLock, readable_by_all
 
 log = logging.getLogger(__name__)
 
