@@ -1,5 +1,7 @@
 """The project's error types: bad input, said in one line that names what is at fault."""
 
+__all__ = ["BoostingError", "CblightError", "ConfigError", "DataError"]
+
 
 class CblightError(ValueError):
     """Bad input: a message that names the option, file, field or record at fault (docs/errors.md lists them).

@@ -1,4 +1,4 @@
-"""The validated option objects every entry point shares: ``Boosting`` (what to mix) and ``Sampling`` (how to
+r"""The validated option objects every entry point shares: ``Boosting`` (what to mix) and ``Sampling`` (how to
 draw from the mix).
 
 Each is checked once, when it is made, and then passed as it is to ``boosted_generate``, the generation
@@ -9,7 +9,10 @@ nested mappings (``boosting: {k: 8, alpha: -0.4}``, ``sampling: {do_sample: true
 ``experts()`` is the general form every decoder consumes, ``Experts``: the full-context model ``f_max``
 mixed with any number of short-context experts,
 
-    log f_alpha(w | prefix)  =  log_softmax( w_full · log f_max(w) + Σ_i w_i · log f_{s_i}(w) ),
+.. math::
+
+    \log f_\alpha(w \mid \text{prefix}) = \log \operatorname{softmax}\Big( w_{\text{full}} \log f_{\max}(w)
+    + \sum_i w_i \log f_{s_i}(w) \Big),
 
 where each short context ``s_i`` follows one rule:
 
@@ -19,9 +22,9 @@ where each short context ``s_i`` follows one rule:
 * ``AfterMarker(marker)``: a marker such as ``" TL;DR:"`` plus the summary so far (appendix "GPT-2
   summarization experiments"; the marker is our choice so that the first step has a context).
 
-The two forms (docs/design.md, "Mathematics"): ``generation``, ``(1-alpha) log f_max + alpha log f_k``
-(Table 2, the default for ``last_k``), and ``next_token``, ``log f_max + alpha log f_short`` (§3, Tables 1
-and 3, the default for ``response`` and ``marker``).
+The two forms (docs/design.md, "Mathematics"): ``generation``, :math:`(1-\alpha) \log f_{\max} + \alpha \log
+f_k` (Table 2, the default for ``last_k``), and ``next_token``, :math:`\log f_{\max} + \alpha \log f_{\text{short}}`
+(§3, Tables 1 and 3, the default for ``response`` and ``marker``).
 
 ``adaptive`` (``Boosting.adaptive``, ``Experts.adaptive``) names a label-free rule of ``cblight.adaptive``
 that sets alpha afresh at every decoding step and for every row from ``f_max`` and the short expert

@@ -4,6 +4,8 @@ command ends.
 * **Output directory**: ``resolve_output_dir`` fills ``{model}`` in, ``check_output_dir`` refuses one that
   could not hold the results, and ``OutputLock`` keeps two runs from writing one directory at once. The CLI
   does all three right after parsing the command line, before any model or data is loaded.
+  ``readable_by_all`` opens a saved model directory to every user (an offline model's conversion, a tuned
+  export), as a shared cache or a group's folder needs.
 * **Signals**: within ``stop_on_signals`` SIGINT and SIGTERM raise ``RunInterrupted`` at once, in the
   middle of a batch if need be; ``check_interrupt``, called by the evaluators before every batch, raises it
   too should a library have swallowed the first one. Cache rows are appended all-or-none
@@ -157,6 +159,25 @@ class OutputLock:
 
 # ---------------------------------------------------------------------------------------------------------
 # Stopping on SIGINT / SIGTERM
+
+
+def readable_by_all(directory: str | Path) -> Path:
+    """Make a saved model directory readable by every user: its files 0644, its folders 0755.
+
+    ``save_pretrained`` writes ``model.safetensors`` 0600 (safetensors' own temporary file, moved into
+    place), so a model exported to a shared cache or a group's folder would be readable by its owner alone.
+
+    Args:
+        directory: the directory ``save_pretrained`` wrote (an offline model's conversion, a tuned export).
+
+    Returns:
+        ``directory``, as a ``Path``.
+    """
+    directory = Path(directory)
+    for path in directory.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    directory.chmod(0o755)
+    return directory
 
 
 class RunInterrupted(BaseException):

@@ -39,6 +39,7 @@ PUBLIC_MODULES = [
     "cblight.data",
     "cblight.tune",
     "cblight.adaptive",
+    "cblight.errors",
     "cblight.evaluator",
     "cblight.evaluate.boosted_evaluator",
     "cblight.generate.generation_evaluator",
@@ -46,9 +47,9 @@ PUBLIC_MODULES = [
 
 
 def sphinx_build(source: Path, out: Path) -> subprocess.CompletedProcess:
-    """``sphinx-build -W`` of ``source`` into ``out``, offline, as scripts/docs.sh builds."""
+    """``sphinx-build -n -W`` of ``source`` into ``out``, offline, as scripts/docs.sh builds."""
     return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d", str(out / ".doctrees"),
+        [sys.executable, "-m", "sphinx", "-n", "-W", "--keep-going", "-q", "-b", "html", "-d", str(out / ".doctrees"),
          str(source), str(out)],
         capture_output=True,
         text=True,
@@ -63,6 +64,9 @@ def needs_sphinx() -> None:
     pytest.importorskip("myst_parser", reason="the docs extra is not installed: pip install -e '.[docs]'")
     pytest.importorskip(
         "pydata_sphinx_theme", reason="the docs extra is not installed: pip install -e '.[docs]'"
+    )
+    pytest.importorskip(
+        "sphinx_copybutton", reason="the docs extra is not installed: pip install -e '.[docs]'"
     )
 
 
@@ -96,6 +100,31 @@ def test_the_site_builds_strictly_with_every_page_and_the_api(built_site):
     assert 'id="cblight.tune.coherence_tuning.CoherenceTuning"' in api
 
 
+def test_the_site_has_its_sections_rendered_math_offline_and_its_version(built_site):
+    """The navbar holds the five sections (none under "More"), each an index page whose toctree the sidebar
+    shows; formulas are typeset by the MathJax copied into the site (no request leaves the machine); the
+    header names the version; wide tables sit in a scrolling container (the theme's, styled by cblight.css)."""
+    from cblight import __version__
+
+    home = (built_site / "index.html").read_text(encoding="utf-8")
+    navbar = home[home.index('class="bd-navbar-elements navbar-nav"') :]
+    navbar = navbar[: navbar.index("</nav>")]
+    for page in ("getting-started", "tutorials/index", "howto", "measurements", "reference"):
+        assert f'href="{page}.html"' in navbar, page
+    assert "More" not in navbar
+    tutorial = (built_site / "tutorials" / "generate.html").read_text(encoding="utf-8")
+    sidebar = tutorial[tutorial.index('class="bd-docs-nav') :]
+    assert 'href="tune.html"' in sidebar[: sidebar.index("</nav>")]  # the section's other pages
+    assert '<script defer="defer" src="_static/mathjax/tex-chtml.js">' in home
+    assert (built_site / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert home.count('class="math notranslate') >= 4  # eq. 1, the two forms, eq. 2
+    assert f"cblight {__version__}" in home[: home.index("</header>")]
+    assert (built_site / "_static" / "cblight.css").is_file() and "cblight.css" in home
+    speed = (built_site / "speed.html").read_text(encoding="utf-8")
+    assert speed.count('class="pst-scrollable-table-container"') == speed.count("<table")
+    assert "copybutton" in home
+
+
 def test_the_readme_links_into_pages_and_anchors_that_exist(built_site):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([^)\s]+))?\)", readme)
@@ -115,6 +144,11 @@ BROKEN = {
     "a link to a missing page": ("See [there](missing.md).\n", "missing.md"),
     "a page no toctree reaches": (None, "document isn't included in any toctree"),
     "an anchor no heading makes": ("See [the part](page.md#no-such-heading).\n", "no-such-heading"),
+    # nitpicky: cblight's own names must resolve (a library's, e.g. torch.Tensor on the page, need not)
+    "a reference to an object that does not exist": (
+        "See {py:class}`cblight.options.NoSuchOption`.\n",
+        "cblight.options.NoSuchOption",
+    ),
 }
 
 
@@ -126,9 +160,11 @@ def test_the_strict_build_fails_on(case, tmp_path):
     source = tmp_path / "src"
     source.mkdir()
     shutil.copy(DOCS / "conf.py", source / "conf.py")
+    shutil.copytree(DOCS / "_static", source / "_static")
     (source / "index.md").write_text("# Home\n\n```{toctree}\npage\n```\n", encoding="utf-8")
     (source / "page.md").write_text(
-        "# Page\n\n## A heading\n\nSee [the part](#a-heading).\n", encoding="utf-8"
+        "# Page\n\n## A heading\n\nSee [the part](#a-heading) and {py:class}`torch.Tensor`.\n",
+        encoding="utf-8",
     )
     assert sphinx_build(source, tmp_path / "ok").returncode == 0
     if text is None:

@@ -177,12 +177,18 @@ def test_a_finished_export_is_not_overwritten_and_the_run_starts_quietly(tiny_gp
     )
     assert not [line for line in first.stderr.splitlines() if line.startswith(noise) or noise[3] in line]
     weights = (tmp_path / "export" / "model.safetensors").read_bytes()
+    # readable by others, as the offline zoo's models (safetensors writes its file 0600)
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "export").iterdir() if p.is_file()} == {
+        p.name: 0o644 for p in (tmp_path / "export").iterdir() if p.is_file()
+    }
+    assert (tmp_path / "export").stat().st_mode & 0o777 == 0o755
 
     second = _run(args, tmp_path)  # the same command again: the finished run's export stays
     assert second.returncode == 2
     assert second.stderr.strip().splitlines() == [
         "error: model.export.dir 'export' already holds an earlier run's export; this run would overwrite it: "
-        "choose another --model.export.dir, or pass --model.export.overwrite true to replace it"
+        "choose another --model.export.dir, or pass --model.export.overwrite true to replace it (in Python: "
+        "ExportOptions(dir=...) or ExportOptions(overwrite=True))"
     ]
     assert (tmp_path / "export" / "model.safetensors").read_bytes() == weights
     assert not (tmp_path / "outputs" / "coherence_tuning" / "version_1").exists()  # refused before it started

@@ -18,7 +18,7 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from cblight.option_types import check_fields
-from cblight.runs import LOCK_NAME, OutputDirError, OutputLock
+from cblight.runs import LOCK_NAME, OutputDirError, OutputLock, readable_by_all
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,8 @@ def check_export_dir(path: Path, overwrite: bool) -> None:
         what = "an earlier run's export" if "config.json" in held else f"{len(held)} files, e.g. {held[0]}"
         raise OutputDirError(
             f"model.export.dir {str(path)!r} already holds {what}; this run would overwrite it: choose "
-            "another --model.export.dir, or pass --model.export.overwrite true to replace it"
+            "another --model.export.dir, or pass --model.export.overwrite true to replace it (in Python: "
+            "ExportOptions(dir=...) or ExportOptions(overwrite=True))"
         )
 
 
@@ -152,6 +153,7 @@ class Exporter(Callback):
             out.mkdir(parents=True, exist_ok=True)
             model.save_pretrained(out, state_dict=weights)
             tokenizer.save_pretrained(out)
+            readable_by_all(out)  # loadable by others, as the offline zoo's models are
         if trainer is not None:
             trainer.strategy.barrier("cblight-export")
         return out
