@@ -482,6 +482,8 @@ def test_a_cblight_tune_run_prints_no_library_noise(tiny64, tmp_path, caplog, mo
             "--data.val_size", "0", "--trainer.max_steps", "1", "--trainer.accelerator", "cpu",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_checkpointing", "false",
             "--trainer.callbacks", "[]", "--trainer.default_root_dir", str(tmp_path / "run"),
+            # no validation: the collapse guard off (it refuses a run it could not look at)
+            "--model.guard.max_ppl_ratio", "null", "--model.guard.min_entropy_ratio", "null",
         ]
     )  # fmt: skip
     assert "max_steps=1` reached" in caplog.text  # Lightning's own notes still print
