@@ -45,6 +45,7 @@ from cblight.parse_errors import OneLineErrors, Parser, read_config
 from cblight.runs import (
     OutputLock,
     check_output_dir,
+    check_rerun,
     exit_on_bad_input,
     resolve_output_dir,
     run_comparison,
@@ -366,11 +367,46 @@ def _is_launching_process() -> bool:
     return int(env.get("RANK", env.get("LOCAL_RANK", "0"))) == 0 and int(env.get("NODE_RANK", "0")) == 0
 
 
+# Options a rerun into the same output directory may change without changing its results (where and in what
+# batches it runs, what it draws); the trainer's options that do change them (precision, limits)
+_RUN_INDEPENDENT = (
+    "model.output_dir", "model.overwrite", "model.batch_size", "model.score_batch_size", "model.device_map",
+    "model.plots", "model.log_samples", "data.batch_size", "data.num_workers",
+)  # fmt: skip
+_TRAINER_SETTINGS = ("precision", "limit_val_batches", "limit_test_batches")
+# A new analysis of the cached numbers: a rerun re-sweeps them without the model (docs/evaluate.md)
+_RESWEEP = ("model.choice_alphas", "model.length_normalize", "model.adaptive")
+
+
+def run_settings(config: Any) -> dict[str, Any]:
+    """The settings of an evaluate or generate run that change its results, as ``option: value`` (the
+    evaluator's and the data module's options, the trainer's precision and limits, the seed, ``compare``):
+    what ``check_rerun`` records in the output directory."""
+    plain = config.as_dict() if hasattr(config, "as_dict") else dict(config)
+    model = plain.get("model") or {}
+    trainer = plain.get("trainer") or {}
+    flat: dict[str, Any] = {"model": model.get("class_path")}
+    flat.update({f"model.{k}": v for k, v in (model.get("init_args") or {}).items()})
+    flat.update({f"data.{k}": v for k, v in (plain.get("data") or {}).items()})
+    flat.update({f"trainer.{k}": trainer.get(k) for k in _TRAINER_SETTINGS})
+    flat.update(seed_everything=plain.get("seed_everything"), compare=plain.get("compare"))
+    return {k: v for k, v in flat.items() if k not in _RUN_INDEPENDENT and not k.startswith("data.__")}
+
+
 def _evaluate(args: Sequence[str] | None, default_class: str, prog: str | None) -> dict[str, Any]:
     cli = build_evaluate_cli(args, default_class, prog)
     with ExitStack() as held:
         if _is_launching_process():
             held.callback(OutputLock(cli.model.output_dir).acquire().release)
+            changed = check_rerun(
+                cli.model.output_dir, run_settings(cli.config), cli.model.overwrite, _RESWEEP
+            )
+            if changed:
+                print(
+                    f"note: {cli.model.output_dir} holds this run's cached scores under other {', '.join(changed)}: "
+                    "re-sweeping them; results.json and predictions/ are replaced",
+                    file=sys.stderr,
+                )
         if cli.config.get("compare"):
             return run_comparison(cli, cli.config["compare"])
         return run_evaluation(cli.trainer, cli.model, cli.datamodule)

@@ -1,0 +1,81 @@
+"""A new user's second round of inputs, typed as they would be (docs/errors.md, "A guard that always looks,
+reruns that keep results, limits before work"): a rerun into an output directory with other settings, and
+the tracebacks and misleading lines of that round. Each test checks the exit status and the decisive part of
+the line: the option named and the fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_generation_refusals import generate
+from tests.test_messages import _copa_run, cblight, no_loading, one_line  # noqa: F401  (no_loading: a fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESWEEP_NOTE = (
+    "holds this run's cached scores under other model.choice_alphas: re-sweeping them; results.json and "
+    "predictions/ are replaced"
+)
+RERUN_FIX = "choose another --model.output_dir, or pass --model.overwrite true to replace its results"
+
+
+def test_a_rerun_with_other_limits_keeps_the_results_and_a_same_rerun_resumes(
+    tiny_gpt2_dir, tmp_path, capsys
+):
+    """``--data.limit 4`` then ``--data.limit 2`` into one directory (was: the 4-question results.json and
+    predictions replaced by the 2-question ones, exit 0)."""
+    out = tmp_path / "out"
+    status, err, _ = cblight(_copa_run(tiny_gpt2_dir, out, "--data.limit", "4"), capsys)
+    assert status == 0, err
+    before = (out / "results.json").read_text()
+    predictions = {p.name: p.read_text() for p in (out / "predictions").iterdir()}
+    line = one_line(_copa_run(tiny_gpt2_dir, out, "--data.limit", "2"), capsys)
+    assert line.startswith(f"error: model.output_dir '{out}' holds the results of a run with other settings")
+    assert line.endswith(f"(data.limit 4 there, 2 now): rerun with its settings to resume it, {RERUN_FIX}")
+    assert (out / "results.json").read_text() == before
+    assert {p.name: p.read_text() for p in (out / "predictions").iterdir()} == predictions
+    # the same settings again: resumed from the cache, the same numbers
+    status, err, _ = cblight(_copa_run(tiny_gpt2_dir, out, "--data.limit", "4"), capsys)
+    assert status == 0, err
+    assert json.loads((out / "results.json").read_text())["tasks"] == json.loads(before)["tasks"]
+    # a new alpha grid re-sweeps the cached scores, and says that it replaces the results
+    status, err, _ = cblight(
+        _copa_run(tiny_gpt2_dir, out, "--data.limit", "4", "--model.choice_alphas", "[0.0, -0.5]"), capsys
+    )
+    assert status == 0, err
+    assert any(x.startswith("note: ") and x.endswith(RESWEEP_NOTE) for x in err), err
+    # what the refusal says to type works
+    status, err, _ = cblight(
+        _copa_run(tiny_gpt2_dir, out, "--data.limit", "2", "--model.overwrite", "true"), capsys
+    )
+    assert status == 0, err
+    assert json.loads((out / "results.json").read_text())["tasks"]["copa"]["report"]["n"] == 2
+
+
+@pytest.mark.usefixtures("no_loading")
+def test_a_generate_rerun_with_other_settings_is_refused_before_the_model_loads(tmp_path, capsys):
+    out = tmp_path / "gen"
+    out.mkdir()
+    recorded = {"settings": {"model.max_new_tokens": 8}}
+    (out / "run.json").write_text(json.dumps(recorded))
+    line = one_line(generate(Path("/no/such/model"), out), capsys)
+    assert "holds the results of a run with other settings (model.max_new_tokens 8 there, 4 now)" in line
+    assert line.endswith(RERUN_FIX)
+
+
+@pytest.mark.usefixtures("no_loading")
+def test_a_path_too_long_for_the_file_system_is_one_line(tmp_path, capsys):
+    """A 300-character directory name, or 25 names of 200 (was: ``OSError: [Errno 36] File name too long``
+    from the output lock)."""
+    long_name = tmp_path / ("a" * 300)
+    line = one_line(_copa_run(Path("/no/such/model"), long_name), capsys)
+    assert line.startswith("error: model.output_dir '")
+    assert line.endswith(
+        "is too long for the file system (a name of 300 bytes, where the limit is 255): choose a shorter "
+        "model.output_dir"
+    )
+    deep = tmp_path.joinpath(*["b" * 200] * 25)
+    line = one_line(_copa_run(Path("/no/such/model"), deep), capsys)
+    assert "is too long for the file system (" in line and line.endswith("choose a shorter model.output_dir")
