@@ -47,6 +47,7 @@ from cblight.runs import (
     check_output_dir,
     check_rerun,
     exit_on_bad_input,
+    forget_run_without_results,
     resolve_output_dir,
     run_comparison,
     run_evaluation,
@@ -401,6 +402,7 @@ def _evaluate(args: Sequence[str] | None, default_class: str, prog: str | None) 
             changed = check_rerun(
                 cli.model.output_dir, run_settings(cli.config), cli.model.overwrite, _RESWEEP
             )
+            held.callback(forget_run_without_results, cli.model.output_dir)  # before the lock's release
             if changed:
                 print(
                     f"note: {cli.model.output_dir} holds this run's cached scores under other {', '.join(changed)}: "

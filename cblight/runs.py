@@ -184,6 +184,12 @@ class OutputLock:
 
 
 RUN_SETTINGS = "run.json"
+# What a run leaves in its output directory that a rerun with other settings would replace or mix with
+_RESULTS = ("results.json", "predictions", "generations", "cache", "plots")
+
+
+def _holds_results(directory: Path) -> bool:
+    return any(os.path.lexists(directory / name) for name in _RESULTS)
 
 
 def _shown(value: Any) -> str:
@@ -204,12 +210,12 @@ def check_rerun(
     ``results.json`` and ``predictions/`` without a word; with ``overwrite`` it replaces them. Options in
     ``resweep`` (a new analysis of the cached numbers, such as another alpha grid: docs/evaluate.md, "Resume
     and re-sweep") may differ; those that do are returned, for the caller to say so. A directory without a
-    record (new, or written before runs recorded their settings) takes this run's. Call it holding the
-    directory's lock."""
+    record (new, or written before runs recorded their settings), or whose run left no results, takes this
+    run's. Call it holding the directory's lock, and ``forget_run_without_results`` when the run ends."""
     path = Path(directory).expanduser() / RUN_SETTINGS
     settings = json.loads(json.dumps(dict(settings), default=str))  # plain JSON values, compared as saved
     recorded: Any = None
-    if path.is_file() and not overwrite:
+    if path.is_file() and not overwrite and _holds_results(path.parent):
         try:
             recorded = json.loads(path.read_text(encoding="utf-8")).get("settings")
         except (ValueError, UnicodeDecodeError, AttributeError):
@@ -230,6 +236,14 @@ def check_rerun(
             )
     atomic_write_json(path, {"settings": settings})
     return changed
+
+
+def forget_run_without_results(directory: str | Path) -> None:
+    """The settings ``check_rerun`` recorded go again if the run left no results (refused on bad input, say),
+    so that the directory, empty again, goes with the lock that made it."""
+    directory = Path(directory).expanduser()
+    if not _holds_results(directory):
+        (directory / RUN_SETTINGS).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ def test_a_generate_rerun_with_other_settings_is_refused_before_the_model_loads(
     out.mkdir()
     recorded = {"settings": {"model.max_new_tokens": 8}}
     (out / "run.json").write_text(json.dumps(recorded))
+    (out / "results.json").write_text("{}")  # that run's results
     line = one_line(generate(Path("/no/such/model"), out), capsys)
     assert "holds the results of a run with other settings (model.max_new_tokens 8 there, 4 now)" in line
     assert line.endswith(RERUN_FIX)
@@ -79,3 +80,28 @@ def test_a_path_too_long_for_the_file_system_is_one_line(tmp_path, capsys):
     deep = tmp_path.joinpath(*["b" * 200] * 25)
     line = one_line(_copa_run(Path("/no/such/model"), deep), capsys)
     assert "is too long for the file system (" in line and line.endswith("choose a shorter model.output_dir")
+
+
+@pytest.mark.usefixtures("no_loading")
+def test_lmeval_empty_tasks_spaced_model_args_and_an_unknown_rule(capsys):
+    """``--tasks ""`` (was lm-eval's ValueError traceback after 16 s); ``pretrained=M, alpha=-1`` (was
+    "unknown ' alpha'; did you mean alpha?"); ``adaptive_rule=bogus`` (was "does not apply to multiple-choice
+    tasks", as if it were a rule of another kind)."""
+    model = "pretrained=/no/such/model"
+    line = one_line(["lmeval", "--tasks", "", "--model_args", model], capsys)
+    assert line.startswith("error: --tasks is required: name the tasks to run, e.g. --tasks cblight_copa")
+    line = one_line(
+        ["lmeval", "--tasks", "cblight_copa", "--model_args", f"{model},alpha=adaptive,adaptive_rule=bogus"],
+        capsys,
+    )
+    assert line == (
+        "error: adaptive_rule must be one of 'auto', 'gated', 'jsd', 'jsdist', 'cocoa', 'jsd_mean', "
+        "'jsdist_mean', 'decorrelate', 'balance', got 'bogus'"
+    )
+
+
+def test_lmeval_model_args_with_spaces_after_commas_are_read_as_meant(capsys):
+    argv = ["lmeval", "--tasks", "cblight_copa", "--model_args", "pretrained=/no/such/model, alpha=-1"]
+    status, err, _ = cblight(argv, capsys)
+    assert status == 2 and not any("unknown --model_args" in x for x in err), err
+    assert err[-1] == "error: cannot load model '/no/such/model': no directory /no/such/model exists"  # read
