@@ -73,6 +73,103 @@ def check_wandb_available(logger_config: Any) -> None:
         )
 
 
+# Lightning's loggers that need a package cblight does not install: the modules (any one will do) and the fix
+_LOGGER_PACKAGES = {
+    "TensorBoardLogger": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    "MLFlowLogger": (("mlflow",), "pip install mlflow"),
+    "CometLogger": (("comet_ml",), "pip install comet-ml"),
+    "NeptuneLogger": (("neptune",), "pip install neptune"),
+}
+
+
+def _class_paths(value: Any) -> list[str]:
+    """The class paths in a ``trainer.logger`` value: a name, a ``{class_path: ...}`` mapping or a list."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [path for item in value for path in _class_paths(item)]
+    if hasattr(value, "get"):
+        return _class_paths(value.get("class_path"))
+    return []
+
+
+def check_loggers_installed(args: Sequence[str]) -> None:
+    """Refuse, before parsing, a ``trainer.logger`` (on the command line or in a ``-c`` config) whose package
+    is missing: jsonargparse would say only that the value "does not validate against any of the Union
+    subtypes" (``cblight evaluate``) or print a traceback when it builds the logger (``cblight tune``)."""
+    found: list[str] = []
+    for path in _config_paths(args):
+        try:
+            loaded = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # the parser says what is wrong with the file
+        trainer = loaded.get("trainer") if isinstance(loaded, dict) else None
+        found += _class_paths(trainer.get("logger") if isinstance(trainer, dict) else None)
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in ("--trainer.logger", "--trainer.logger.class_path"):
+            text = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                found += _class_paths(yaml.safe_load(text))
+            except yaml.YAMLError:
+                continue
+    for class_path in found:
+        modules, fix = _LOGGER_PACKAGES.get(str(class_path).rpartition(".")[2], ((), ""))
+        if modules and not any(importlib.util.find_spec(m) for m in modules):
+            raise ConfigError(
+                f"trainer.logger {class_path} needs the {' or '.join(modules)} package, which is not "
+                f"installed: {fix} (or log with lightning.pytorch.loggers.CSVLogger, the default)"
+            )
+
+
+def _wandb_loggers(logger_config: Any) -> list[Any]:
+    items = logger_config if isinstance(logger_config, list) else [logger_config]
+    return [
+        item.get("init_args")
+        for item in items
+        if hasattr(item, "get")
+        and "wandb" in str(item.get("class_path", "")).lower()
+        and item.get("init_args")
+    ]
+
+
+def _wandb_key() -> bool:
+    """Whether W&B has an API key here: ``WANDB_API_KEY``, or the entry ``wandb login`` writes to netrc."""
+    import netrc
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def check_wandb_mode(logger_config: Any) -> None:
+    """W&B's own switch, ``WANDB_MODE``, against a logger's ``offline``: ``WANDB_MODE=online`` streams a
+    logger that a config set to ``offline: true`` (the config's value was kept while wandb said to set
+    ``WANDB_MODE=online``), with one line saying so; ``offline``/``disabled`` keep it off the network. A
+    logger that streams needs a W&B login, refused before any work without one (was: a 62-line
+    ``UsageError`` once the model had loaded)."""
+    mode = os.environ.get("WANDB_MODE", "").lower()
+    for args in _wandb_loggers(logger_config):
+        if mode == "online" and args.get("offline"):
+            args["offline"] = False
+            print(
+                "note: WANDB_MODE=online: the W&B logger streams (its config said offline: true)",
+                file=sys.stderr,
+            )
+        if not args.get("offline") and mode not in ("offline", "dryrun", "disabled") and not _wandb_key():
+            raise ConfigError(
+                "the W&B logger streams (offline: false) but W&B has no API key here: run wandb login (or set "
+                "WANDB_API_KEY), or log offline (offline: true, or WANDB_MODE=offline) and upload later with "
+                "wandb sync"
+            )
+
+
 def check_checkpoint_path(ckpt_path: str | None) -> None:
     """A resume checkpoint must be an existing Lightning checkpoint file (``last``/``best``/``hpc`` pass)."""
     if ckpt_path is None or str(ckpt_path) in ("last", "best", "hpc", "registry"):
@@ -236,6 +333,7 @@ class EvaluateCLI(LightningCLI):
         config = self.config
         logger = config.trainer.logger
         check_wandb_available(logger)
+        check_wandb_mode(logger)
         args = config.model.init_args
         default_dir = (
             inspect.signature(_model_class(config.model.class_path)).parameters["output_dir"].default
@@ -338,6 +436,7 @@ def build_evaluate_cli(
     nested_help(argv, default_class, prog or _prog())
     quiet_library_notices()
     check_config_command(argv, "generate" if default_class == GENERATOR else "evaluate")
+    check_loggers_installed(argv)
     return EvaluateCLI(
         LightningModule,
         EvalDataModule,
@@ -436,6 +535,7 @@ class TuneCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
         check_wandb_available(config.get("trainer", {}).get("logger"))
+        check_wandb_mode(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
         # tuning options otherwise read only after the model has loaded: the step limit, the prompt split
         from cblight.tune.preflight import check_max_steps
@@ -499,6 +599,7 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.prompt_data import PromptDataModule
 
     check_config_command(sys.argv[1:] if args is None else list(args), "tune")
+    check_loggers_installed(sys.argv[1:] if args is None else list(args))
     quiet_library_notices()
     prog = prog or _prog()
     usage = (

@@ -105,3 +105,73 @@ def test_lmeval_model_args_with_spaces_after_commas_are_read_as_meant(capsys):
     status, err, _ = cblight(argv, capsys)
     assert status == 2 and not any("unknown --model_args" in x for x in err), err
     assert err[-1] == "error: cannot load model '/no/such/model': no directory /no/such/model exists"  # read
+
+
+WANDB_STREAMING = """\
+trainer:
+  logger:
+    - class_path: lightning.pytorch.loggers.WandbLogger
+      init_args: {project: cblight, save_dir: outputs, offline: false}
+"""
+NO_WANDB_KEY = (
+    "the W&B logger streams (offline: false) but W&B has no API key here: run wandb login (or set "
+    "WANDB_API_KEY), or log offline (offline: true, or WANDB_MODE=offline) and upload later with wandb sync"
+)
+
+
+@pytest.fixture
+def no_wandb_login(tmp_path, monkeypatch):
+    """A machine where nobody ran ``wandb login``."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "home" / ".netrc"))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+
+
+@pytest.mark.usefixtures("no_loading", "no_wandb_login")
+def test_wandb_streaming_without_a_login_and_wandb_mode_online(tmp_path, capsys, monkeypatch):
+    """``offline: false`` with no API key (was: a 62-line UsageError once the model had loaded);
+    ``WANDB_MODE=online`` with the shipped config's ``offline: true`` (was: kept offline while wandb said to
+    set ``WANDB_MODE=online``)."""
+    pytest.importorskip("wandb")
+    streaming = tmp_path / "wandb_streaming.yaml"
+    streaming.write_text(WANDB_STREAMING)
+    run = [
+        "evaluate",
+        "-c",
+        str(ROOT / "configs" / "multiple_choice.yaml"),
+        "--model.model",
+        "/no/such/model",
+    ]
+    assert one_line([*run, "-c", str(streaming)], capsys) == f"error: {NO_WANDB_KEY}"
+    monkeypatch.setenv("WANDB_MODE", "online")
+    status, err, _ = cblight([*run, "-c", str(ROOT / "configs" / "logger" / "wandb.yaml")], capsys)
+    assert status == 2 and err[-1] == f"error: {NO_WANDB_KEY}", err
+    assert "note: WANDB_MODE=online: the W&B logger streams (its config said offline: true)" in err
+    monkeypatch.setenv("WANDB_MODE", "offline")  # W&B's own switch keeps a streaming config offline
+    line = one_line([*run, "-c", str(streaming), "--data.tasks", "[nope]"], capsys)
+    assert "unknown task 'nope'" in line
+
+
+@pytest.mark.usefixtures("no_loading")
+@pytest.mark.parametrize("command", ["evaluate", "tune"])
+def test_a_logger_whose_package_is_missing_is_one_line(command, capsys, monkeypatch):
+    """``--trainer.logger lightning.pytorch.loggers.TensorBoardLogger`` without tensorboard (was: 105 lines
+    of jsonargparse and Lightning for tune, "does not validate against any of the Union subtypes" for
+    evaluate)."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name.startswith("tensorboard") else find_spec(name, *a),
+    )
+    config = {"evaluate": "multiple_choice.yaml", "tune": "coherence_tuning.yaml"}[command]
+    argv = [command, "-c", str(ROOT / "configs" / config), "--model.model", "/no/such/model"]
+    line = one_line([*argv, "--trainer.logger", "lightning.pytorch.loggers.TensorBoardLogger"], capsys)
+    assert line == (
+        "error: trainer.logger lightning.pytorch.loggers.TensorBoardLogger needs the tensorboard or "
+        "tensorboardX package, which is not installed: pip install tensorboard (or log with "
+        "lightning.pytorch.loggers.CSVLogger, the default)"
+    )
