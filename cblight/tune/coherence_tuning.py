@@ -206,6 +206,8 @@ class CoherenceTuning(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
+        if hasattr(datamodule, "check_batch_size"):
+            datamodule.check_batch_size()
         check_validation_data(self.guard_options, datamodule)  # a data module without validation: no check
         guard_only = self._initial_for_guard_only and hasattr(datamodule, "val_prompts")
         if guard_only and not datamodule.val_prompts():

@@ -168,6 +168,8 @@ def check_before_loading(
     datamodule = datamodule_class(**_plain(data)) if data is not None else None
     if datamodule is not None and hasattr(datamodule, "train_prompts"):
         datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
+        if hasattr(datamodule, "check_batch_size"):
+            datamodule.check_batch_size()
         # said once, when the run starts; a guard with nothing to look at is refused here
         check_validation_data(groups["guard"], datamodule, note=False, refuse_unguarded=True)
     if groups["guard"].enabled and _get(trainer, "limit_val_batches", 1) == 0:
