@@ -192,3 +192,27 @@ def test_a_tuning_batch_larger_than_the_prompts_is_refused_before_the_model_load
         "each step would sample 1000000 sequences from repeats of them; set --data.batch_size 6 or less, or give "
         "more prompts"
     )
+
+
+def test_tuning_that_diverges_to_non_finite_weights_is_one_line(tiny_gpt2_dir, tmp_path, capsys):
+    """A learning rate of 1e30 without clipping (was: torch's ``probability tensor contains either inf, nan``
+    traceback from the next step's sampling)."""
+    from tests.test_tune_safety import tune_args
+    from tests.test_tuning_module import PROMPTS
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    argv = tune_args(
+        tiny_gpt2_dir, prompts, "--model.optimizer.init_args.lr", "1e30", "--trainer.gradient_clip_val", "null",
+        "--trainer.max_steps", "3", "--trainer.default_root_dir", str(tmp_path / "run"),
+        "--model.export.dir", str(tmp_path / "export"),
+    )  # fmt: skip
+    status, err, _ = cblight(argv, capsys)
+    assert status == 2, err
+    assert err[-1].startswith("error: tuning diverged by step ")
+    assert err[-1].endswith(
+        ": the model's next-token probabilities are no longer finite (its weights or their outputs overflowed); "
+        "lower the learning rate (--model.optimizer.init_args.lr, now 1e+30) or keep trainer.gradient_clip_val "
+        "on; nothing was exported"
+    )
+    assert not any("Traceback" in x for x in err) and not (tmp_path / "export" / "config.json").exists()
