@@ -216,3 +216,23 @@ def test_tuning_that_diverges_to_non_finite_weights_is_one_line(tiny_gpt2_dir, t
         "on; nothing was exported"
     )
     assert not any("Traceback" in x for x in err) and not (tmp_path / "export" / "config.json").exists()
+
+
+@pytest.mark.usefixtures("no_loading")
+def test_an_export_dir_that_is_the_runs_root_is_named_as_such(tmp_path, capsys):
+    """``--model.export.dir .`` with a fresh ``--trainer.default_root_dir R`` (was: "already holds 1 files,
+    e.g. outputs; this run would overwrite it", the run's own log folder made a moment before)."""
+    from tests.test_tune_safety import tune_args
+    from tests.test_tuning_module import PROMPTS
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    root = tmp_path / "R"
+    argv = tune_args(
+        "/no/such/model", prompts, "--trainer.default_root_dir", str(root), "--model.export.dir", "."
+    )
+    assert one_line(argv, capsys) == (
+        f"error: model.export.dir '{root}' holds this run's own files (trainer.default_root_dir '{root}': its logs "
+        "and checkpoints): choose a directory of its own, e.g. --model.export.dir hf_model"
+    )
+    assert not root.exists()

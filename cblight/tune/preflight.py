@@ -107,6 +107,25 @@ def check_validation_data(
         )
 
 
+def check_export_apart(out: Path, root: Path, loggers: Any) -> None:
+    """Refuse an export directory that holds the run's own files: ``trainer.default_root_dir`` itself, or a
+    directory above a logger's ``save_dir`` (the run's logs and checkpoints would land in the export, and
+    the export check would take them for an earlier run's files)."""
+    resolved = out.expanduser().resolve()
+    inside: list[tuple[str, Path]] = [("trainer.default_root_dir", root)]
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        save_dir = _get(_get(logger, "init_args"), "save_dir")
+        if isinstance(save_dir, str):
+            inside.append(("trainer.logger's save_dir", Path(save_dir)))
+    for option, path in inside:
+        path = path.expanduser().resolve()
+        if path == resolved or resolved in path.parents:
+            raise ConfigError(
+                f"model.export.dir {str(out)!r} holds this run's own files ({option} {str(path)!r}: its logs "
+                "and checkpoints): choose a directory of its own, e.g. --model.export.dir hf_model"
+            )
+
+
 def _get(group: Any, key: str, default: Any = None) -> Any:
     """A field of a parsed option group (a jsonargparse Namespace or a mapping; anything else has none)."""
     value = group.get(key) if hasattr(group, "get") else None
@@ -159,6 +178,7 @@ def check_before_loading(
     export = groups["export"]
     if export.enabled and export.dir:
         out = root / Path(export.dir).expanduser()
+        check_export_apart(out, root, loggers)
         check_output_dir(out, "model.export.dir")
         check_export_dir(out, export.overwrite)
         if locks is not None:
