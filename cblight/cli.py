@@ -16,6 +16,8 @@ and exit status 2. Logs go to CSV by default; ``configs/logger/wandb.yaml`` is a
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -23,6 +25,7 @@ import logging
 import os
 import re
 import sys
+import types
 import warnings
 import zipfile
 from collections.abc import Sequence
@@ -270,6 +273,37 @@ def check_flow_mappings(args: Sequence[str]) -> None:
             )
 
 
+# How each evaluator takes an option of the other one, where it has its own
+_OTHER_EVALUATOR_HINTS = {
+    "adaptive": (
+        "a decoding's boosting takes it: --model.decodings '[{name: auto, boosting: {k: 8, adaptive: auto}}]' "
+        "(docs/adaptive.md)"
+    ),
+}
+
+
+def check_options_of_the_other_evaluator(args: Sequence[str], owner: str, path: str) -> None:
+    """A ``--model.X`` option of one evaluator given with a config whose ``model.class_path`` is the other
+    (``cblight evaluate -c configs/webtext_generation.yaml --model.adaptive auto``): named as such, with how
+    that evaluator takes it (jsonargparse blamed a valid option of the config's evaluator, or said only that
+    the value does not validate)."""
+    mine = _init_keys(COMMAND_MODULES[owner])
+    other = "generate" if owner == "evaluate" else "evaluate"
+    theirs = _init_keys(COMMAND_MODULES[other])
+    for arg in args:
+        name = arg.partition("=")[0]
+        if not name.startswith("--model.") or name.endswith(".help"):
+            continue
+        key = name.removeprefix("--model.").split(".")[0]
+        if key in mine or key not in theirs:
+            continue
+        how = _OTHER_EVALUATOR_HINTS.get(key, f"it is cblight {other}'s")
+        raise ConfigError(
+            f"--model.{key} is an option of {COMMAND_MODULES[other].rpartition('.')[2]}, not of "
+            f"{COMMAND_MODULES[owner].rpartition('.')[2]}, which {path} names as model.class_path; {how}"
+        )
+
+
 def check_config_command(args: Sequence[str], command: str) -> None:
     """Mappings on the command line checked (``check_flow_mappings``), and a config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
     refused naming that command, read from its ``model.class_path`` or, without one, from the module whose
@@ -290,6 +324,8 @@ def check_config_command(args: Sequence[str], command: str) -> None:
                     f"{path} is a cblight {owner} config (its model.class_path is {named}): use cblight {owner} "
                     f"-c {path}"
                 )
+            if owner in ("evaluate", "generate"):
+                check_options_of_the_other_evaluator(args, owner, path)
             continue
         init_args = model.get("init_args")
         keys = (set(model) - {"init_args"}) | (set(init_args) if isinstance(init_args, dict) else set())
@@ -416,12 +452,56 @@ def evaluate_help(default_class: str) -> str:
     return "\n".join(lines)
 
 
+def _option_classes(hint: Any) -> list[type]:
+    """The classes with options of their own in an option's type (a dataclass, an ``AlphaGrid``, a list of
+    them); numbers, strings, flags and ``Literal`` choices have none."""
+    import typing
+
+    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    found: list[type] = []
+    for member in members:
+        if typing.get_origin(member) in (list, tuple):
+            found += _option_classes(typing.get_args(member)[0]) if typing.get_args(member) else []
+        elif typing.get_origin(member) is collections.abc.Callable or (
+            inspect.isclass(member) and not issubclass(member, (str, int, float, bool, type(None), Path))
+        ):  # a class path: its init args
+            found.append(member)
+    return found
+
+
+def help_target(cls: type, arg: str, prog: str) -> list[type]:
+    """The classes whose options ``--model.X.help`` asks for (``X`` an option of ``cls``), or one line
+    refusing an option that does not exist or takes a plain value (jsonargparse said "expected one argument"
+    or "unrecognized arguments")."""
+    import typing
+
+    from cblight.option_types import describe
+    from cblight.suggest import closest
+
+    key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
+    params = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    if key not in params:
+        close = closest(key, params)
+        mean = f"; did you mean --model.{close}?" if close else ""
+        raise ConfigError(f"unknown option --model.{key}{mean} ({prog} --help lists the options)")
+    hint = typing.get_type_hints(cls.__init__).get(key)
+    classes = _option_classes(hint)
+    if not classes:
+        raise ConfigError(
+            f"--model.{key} takes a value ({describe(hint)}), not options of its own, so it has no .help: "
+            f"{prog} --help describes it"
+        )
+    return classes
+
+
 def nested_help(args: Sequence[str], default_class: str, prog: str) -> None:
     """``--model.choice_alphas.help`` and the like, which ``--help`` lists for the evaluator's options: the
     help of that option's class, printed by jsonargparse (LightningCLI's parser holds the evaluator in
-    subclass mode, where only ``--model.help`` exists), then exit 0."""
+    subclass mode, where only ``--model.help`` exists), then exit 0; an option with no options of its own is
+    refused in one line (``help_target``)."""
     for i, arg in enumerate(args):
         if arg.startswith("--model.") and arg.endswith(".help"):
+            help_target(_model_class(default_class), arg, prog)
             parser = Parser(prog=prog, formatter_class=_HelpFormatter)
             parser.add_class_arguments(_model_class(default_class), "model")
             value = args[i + 1 : i + 2]
@@ -599,6 +679,7 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.prompt_data import PromptDataModule
 
     check_config_command(sys.argv[1:] if args is None else list(args), "tune")
+    tune_nested_help(sys.argv[1:] if args is None else list(args), prog or _prog())
     check_loggers_installed(sys.argv[1:] if args is None else list(args))
     quiet_library_notices()
     prog = prog or _prog()
@@ -629,6 +710,22 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     finally:  # a run called in process (the demo, tests) frees its directories when it ends
         for lock in reversed(locks):
             lock.release()
+
+
+def tune_nested_help(args: Sequence[str], prog: str) -> None:
+    """``cblight tune --model.guard.help``: the options of that group (``--help`` lists them among the
+    module's), then exit 0; ``--model.max_new_tokens.help``, an option with none, in one line."""
+    from cblight.tune.coherence_tuning import CoherenceTuning
+
+    for arg in args:
+        if arg.startswith("--model.") and arg.endswith(".help"):
+            key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
+            groups = [c for c in help_target(CoherenceTuning, arg, prog) if dataclasses.is_dataclass(c)]
+            if not groups:
+                return  # a class path (``--model.optimizer.help torch.optim.AdamW``): LightningCLI's help
+            for cls in groups:
+                print(options_help(cls, f"model.{key}", f"Options of --model.{key} ({cls.__name__})"))
+            raise SystemExit(0)
 
 
 def _prog() -> str:

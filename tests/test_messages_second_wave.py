@@ -236,3 +236,61 @@ def test_an_export_dir_that_is_the_runs_root_is_named_as_such(tmp_path, capsys):
         "and checkpoints): choose a directory of its own, e.g. --model.export.dir hf_model"
     )
     assert not root.exists()
+
+
+@pytest.mark.usefixtures("no_loading")
+def test_misleading_lines_of_the_command_line_now_name_the_cause(capsys):
+    """``--model.adaptive ""`` (was "... or null, got None"); an option of the other evaluator with a config
+    naming this one (was: a valid option blamed, or "does not validate against any of the Union subtypes");
+    ``.help`` on an option that has none (was "expected one argument", or "unrecognized arguments")."""
+    mc = ["evaluate", "-c", str(ROOT / "configs" / "multiple_choice.yaml"), "--model.model", "/no/such/model"]
+    assert one_line([*mc, "--model.adaptive", ""], capsys) == (
+        "error: model.adaptive must be one of 'auto', 'gated', 'jsd', 'jsdist', 'cocoa', 'jsd_mean', "
+        "'jsdist_mean', 'decorrelate', 'balance' or null, got an empty value (leave the option out, or write null)"
+    )
+    webtext = str(ROOT / "configs" / "webtext_generation.yaml")
+    for command in ("evaluate", "generate"):
+        argv = [command, "-c", webtext, "--model.model", "/no/such/model", "--model.max_new_tokens", "4"]
+        line = one_line([*argv, "--model.adaptive", "auto"], capsys)
+        assert line == (
+            "error: --model.adaptive is an option of BoostedEvaluator, not of BoostedGenerationEvaluator, which "
+            f"{webtext} names as model.class_path; a decoding's boosting takes it: --model.decodings "
+            "'[{name: auto, boosting: {k: 8, adaptive: auto}}]' (docs/adaptive.md)"
+        )
+    assert one_line(["evaluate", "--model.batch_size.help"], capsys) == (
+        "error: --model.batch_size takes a value (an integer >= 1 or 'auto'), not options of its own, so it has "
+        "no .help: cblight evaluate --help describes it"
+    )
+    line = one_line(["evaluate", "--model.choice_alpha.help"], capsys)
+    assert (
+        line
+        == "error: unknown option --model.choice_alpha; did you mean --model.choice_alphas? (cblight evaluate --help lists the options)"
+    )
+    assert one_line(["tune", "--model.max_new_tokens.help"], capsys).startswith(
+        "error: --model.max_new_tokens takes a value (an integer >= 1), not options of its own"
+    )
+    status, _, out = cblight(["tune", "--model.guard.help"], capsys)
+    assert status == 0 and "--model.guard.min_distinct_ratio" in out
+
+
+def test_the_decoding_rules_are_documented_as_they_are():
+    """custom_generate's README documented ``boost_adaptive`` as ``jsd`` or the retired ``residual``, and
+    docs/generation.md decoding's ``auto`` as ``jsd`` (it is ``jsdist``): each now names every decoding rule
+    and what ``auto`` is."""
+    import re
+    import typing
+
+    from cblight.adaptive import AUTO, DecodingRule
+
+    rules = set(typing.get_args(DecodingRule))
+    row = next(
+        line
+        for line in (ROOT / "custom_generate" / "README.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| `boost_adaptive`")
+    )
+    named = set(re.findall(r"`(\w+)`", row.split("|")[3]))
+    assert rules <= named and not named & {"residual"}, row
+    assert f"`auto` (= `{AUTO['token']}`)" in row
+    generation = (ROOT / "docs" / "generation.md").read_text(encoding="utf-8")
+    assert f'`adaptive="auto"` (`"{AUTO["token"]}"` today)' in generation
+    assert all(f'`"{rule}"`' in generation for rule in rules - {"auto"})
