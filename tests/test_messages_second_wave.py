@@ -294,3 +294,15 @@ def test_the_decoding_rules_are_documented_as_they_are():
     generation = (ROOT / "docs" / "generation.md").read_text(encoding="utf-8")
     assert f'`adaptive="auto"` (`"{AUTO["token"]}"` today)' in generation
     assert all(f'`"{rule}"`' in generation for rule in rules - {"auto"})
+
+
+def test_cblight_help_with_a_command_word_reads_the_word(capsys):
+    """``cblight help evaluate`` printed cblight's own help, the command word ignored: it is that command's
+    help now; an unknown word is refused as a command."""
+    status, _, out = cblight(["help", "evaluate"], capsys)
+    assert status == 0 and out.startswith("usage: cblight evaluate -c CONFIG")
+    status, _, out = cblight(["help", "data", "peek"], capsys)
+    assert status == 0 and out.startswith("usage: cblight data [options] peek")
+    assert one_line(["help", "evalute"], capsys) == (
+        "error: unknown command 'evalute'; did you mean 'evaluate'? (cblight --help lists them)"
+    )
