@@ -306,3 +306,25 @@ def test_cblight_help_with_a_command_word_reads_the_word(capsys):
     assert one_line(["help", "evalute"], capsys) == (
         "error: unknown command 'evalute'; did you mean 'evaluate'? (cblight --help lists them)"
     )
+
+
+def test_a_model_directory_without_its_tokenizer_files_is_named(tiny_gpt2_dir, tmp_path, capsys):
+    """A model directory whose tokenizer.json is missing (was: the model loaded, then "continuation ...
+    encodes to no tokens after its context", as if the data were at fault)."""
+    import shutil
+
+    folder = tmp_path / "no-tokenizer"
+    shutil.copytree(tiny_gpt2_dir, folder)
+    (folder / "tokenizer.json").unlink()
+    line = last_error_line(_copa_run(folder, tmp_path / "out"), capsys)
+    assert line.startswith(f"error: tokenizer '{folder}' has no vocabulary: it encodes text to no tokens")
+    assert line.endswith(
+        "copy the tokenizer's files there (tokenizer.json, or vocab.json and merges.txt, or tokenizer.model), or "
+        "name another with --model.tokenizer"
+    )
+
+
+def last_error_line(argv: list[str], capsys) -> str:
+    status, err, _ = cblight(argv, capsys)
+    assert status == 2 and err[-1].startswith("error: "), err
+    return err[-1]
