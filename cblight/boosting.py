@@ -33,6 +33,7 @@ from cblight.option_types import PositiveInt, check_arguments
 BoostForm = Literal["next_token", "generation"]
 
 __all__ = [
+    "MAX_ALPHA",
     "AlphaGrid",
     "BoostForm",
     "binomial_stderr",
@@ -48,8 +49,27 @@ __all__ = [
     "normalize_log_scores",
     "product_of_experts",
     "short_context_ids",
+    "too_large_alpha",
     "two_expert_weights",
 ]
+
+#: The largest ``|alpha|`` a mix takes. Beyond about 1e7 the full model's float32 log-probabilities (24-bit
+#: mantissa: a relative precision of 6e-8) vanish next to ``alpha`` times the short one's, so the mix is the
+#: short context alone; far beyond (about 1e34) it overflows, and a table's accuracies and perplexities come
+#: from infinite or NaN scores. The paper's grids lie in [-5, 2].
+MAX_ALPHA = 1e6
+
+
+def too_large_alpha(alphas: Sequence[float]) -> str | None:
+    """Why the first alpha of ``alphas`` beyond ``MAX_ALPHA`` in size cannot be mixed, or ``None``."""
+    for alpha in alphas:
+        if abs(alpha) > MAX_ALPHA:
+            return (
+                f"alpha {alpha:g} is past the largest boost, {MAX_ALPHA:g} in size (past it the full model "
+                "no longer counts in float32, and far past it the scores overflow); the paper's alphas lie in "
+                "[-5, 2]"
+            )
+    return None
 
 
 def log_softmax32(logits: torch.Tensor) -> torch.Tensor:

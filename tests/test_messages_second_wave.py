@@ -328,3 +328,28 @@ def last_error_line(argv: list[str], capsys) -> str:
     status, err, _ = cblight(argv, capsys)
     assert status == 2 and err[-1].startswith("error: "), err
     return err[-1]
+
+
+TOO_LARGE = (
+    "alpha 1e+38 is past the largest boost, 1e+06 in size (past it the full model no longer counts in "
+    "float32, and far past it the scores overflow); the paper's alphas lie in [-5, 2]"
+)
+
+
+@pytest.mark.usefixtures("no_loading")
+def test_a_numerically_extreme_alpha_is_refused_before_the_model_loads(capsys):
+    """``--model.choice_alphas '[1e38, 0.0]'`` (was: a table whose alpha* row came from overflowed scores;
+    next-token and generation mixes in float32 gave NaN perplexities); the generation grid and the boosting
+    of a decoding or tuning alike."""
+    assert one_line(
+        ["evaluate", "--model.model", "/no/such/model", "--model.choice_alphas", "[1e38, 0.0]"], capsys
+    ) == (f"error: choice_alphas: {TOO_LARGE}")
+    webtext = str(ROOT / "configs" / "webtext_generation.yaml")
+    line = one_line(
+        ["generate", "-c", webtext, "--model.model", "/no/such/model", "--model.grid.alphas", "[-1e38]"],
+        capsys,
+    )
+    assert line == f"error: grid.alphas: {TOO_LARGE.replace('1e+38', '-1e+38')}"
+    tune = ["tune", "-c", str(ROOT / "configs" / "coherence_tuning.yaml"), "--model.model", "/no/such/model"]
+    line = one_line([*tune, "--model.boosting.alpha=1e38"], capsys)
+    assert line.endswith(TOO_LARGE), line

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from cblight.boosting import too_large_alpha
 from cblight.errors import ConfigError
 from cblight.option_types import FiniteFloat, NotEmptyStr, PositiveInt, check_fields
 from cblight.options import Boosting, Mode, Sampling
@@ -106,6 +107,8 @@ class DecodingGrid:
         check_fields(self, ConfigError)
         if not self.alphas:
             raise ConfigError("grid.alphas: the alpha grid is empty")
+        if too_large := too_large_alpha(self.alphas):
+            raise ConfigError(f"grid.alphas: {too_large}")
 
     def decodings(self) -> list[Decoding]:
         out = []
