@@ -173,6 +173,23 @@ def check_wandb_mode(logger_config: Any) -> None:
             )
 
 
+# A negative number argparse takes for an option name (it knows ``-3`` and ``-.5``, not these)
+_NEGATIVE_VALUE = re.compile(r"^-(\d+\.?\d*|\.\d+)[eE][-+]?\d+$|^-\.?inf$|^-\.?nan$", re.IGNORECASE)
+
+
+def join_negative_values(args: Sequence[str]) -> list[str]:
+    """``--model.boosting.alpha -1e-2`` as meant, ``--model.boosting.alpha=-1e-2``: argparse reads a negative
+    number in scientific notation (or ``-.inf``) as an option name and said "expected one argument"."""
+    out: list[str] = []
+    for arg in args:
+        previous = out[-1] if out else ""
+        if _NEGATIVE_VALUE.match(arg) and previous.startswith("--") and "=" not in previous:
+            out[-1] = f"{previous}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def check_checkpoint_path(ckpt_path: str | None) -> None:
     """A resume checkpoint must be an existing Lightning checkpoint file (``last``/``best``/``hpc`` pass)."""
     if ckpt_path is None or str(ckpt_path) in ("last", "best", "hpc", "registry"):
@@ -512,7 +529,7 @@ def build_evaluate_cli(
     args: Sequence[str] | None = None, default_class: str = EVALUATOR, prog: str | None = None
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
-    argv = sys.argv[1:] if args is None else args
+    argv = join_negative_values(sys.argv[1:] if args is None else args)
     nested_help(argv, default_class, prog or _prog())
     quiet_library_notices()
     check_config_command(argv, "generate" if default_class == GENERATOR else "evaluate")
@@ -537,7 +554,7 @@ def build_evaluate_cli(
         },
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1234,
-        args=list(args) if args is not None else None,
+        args=argv,
     )
 
 
@@ -678,9 +695,10 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.coherence_tuning import CoherenceTuning
     from cblight.tune.prompt_data import PromptDataModule
 
-    check_config_command(sys.argv[1:] if args is None else list(args), "tune")
-    tune_nested_help(sys.argv[1:] if args is None else list(args), prog or _prog())
-    check_loggers_installed(sys.argv[1:] if args is None else list(args))
+    args = join_negative_values(sys.argv[1:] if args is None else list(args))
+    check_config_command(args, "tune")
+    tune_nested_help(args, prog or _prog())
+    check_loggers_installed(args)
     quiet_library_notices()
     prog = prog or _prog()
     usage = (

@@ -353,3 +353,11 @@ def test_a_numerically_extreme_alpha_is_refused_before_the_model_loads(capsys):
     tune = ["tune", "-c", str(ROOT / "configs" / "coherence_tuning.yaml"), "--model.model", "/no/such/model"]
     line = one_line([*tune, "--model.boosting.alpha=1e38"], capsys)
     assert line.endswith(TOO_LARGE), line
+    # a negative number in scientific notation is a value (argparse took it for an option name: "expected one
+    # argument"), and a range bound of -1e9 is refused before its grid of 1e11 values is built (was: a hang)
+    mc = ["evaluate", "--model.model", "/no/such/model", "--data.tasks", "[copa]"]
+    line = one_line([*mc, "--model.choice_alphas.start", "-1e38"], capsys)
+    assert line == f"error: choice_alphas: {TOO_LARGE.replace('1e+38', '-1e+38')}"
+    assert one_line([*mc, "--model.choice_alphas", "{start: 0, stop: -5, step: 1e-6}"], capsys) == (
+        "error: choice_alphas: alpha grid 0 .. -5 by 1e-06 has 5000001 values, more than 100000: take a larger step"
+    )
