@@ -33,6 +33,8 @@ from cblight.option_types import PositiveInt, check_arguments
 BoostForm = Literal["next_token", "generation"]
 
 __all__ = [
+    "MAX_ALPHA",
+    "MAX_GRID",
     "AlphaGrid",
     "BoostForm",
     "binomial_stderr",
@@ -48,8 +50,30 @@ __all__ = [
     "normalize_log_scores",
     "product_of_experts",
     "short_context_ids",
+    "too_large_alpha",
     "two_expert_weights",
 ]
+
+#: The largest ``|alpha|`` a mix takes. Beyond about 1e7 the full model's float32 log-probabilities (24-bit
+#: mantissa: a relative precision of 6e-8) vanish next to ``alpha`` times the short one's, so the mix is the
+#: short context alone; far beyond (about 1e34) it overflows, and a table's accuracies and perplexities come
+#: from infinite or NaN scores. The paper's grids lie in [-5, 2].
+MAX_ALPHA = 1e6
+#: The most values an ``AlphaGrid`` holds (the default multiple-choice grid has 701; each value costs a column
+#: of every sweep).
+MAX_GRID = 100_000
+
+
+def too_large_alpha(alphas: Sequence[float]) -> str | None:
+    """Why the first alpha of ``alphas`` beyond ``MAX_ALPHA`` in size cannot be mixed, or ``None``."""
+    for alpha in alphas:
+        if abs(alpha) > MAX_ALPHA:
+            return (
+                f"alpha {alpha:g} is past the largest boost, {MAX_ALPHA:g} in size (past it the full model "
+                "no longer counts in float32, and far past it the scores overflow); the paper's alphas lie in "
+                "[-5, 2]"
+            )
+    return None
 
 
 def log_softmax32(logits: torch.Tensor) -> torch.Tensor:
@@ -559,7 +583,14 @@ class AlphaGrid:
             raise ValueError(f"alpha grid step must be positive, got {self.step}")
         if not (math.isfinite(self.start) and math.isfinite(self.stop)):
             raise ValueError(f"alpha grid bounds must be finite, got {self.start} .. {self.stop}")
+        if too_large := too_large_alpha([self.start, self.stop]):  # before a grid of 1e11 values is built
+            raise ValueError(too_large)
         direction = -1.0 if self.stop < self.start else 1.0
         n = math.floor(abs(self.stop - self.start) / self.step + 1e-9) + 1
+        if n > MAX_GRID:
+            raise ValueError(
+                f"alpha grid {self.start:g} .. {self.stop:g} by {self.step:g} has {n} values, more than "
+                f"{MAX_GRID}: take a larger step"
+            )
         decimals = max(0, -math.floor(math.log10(self.step)) + 2)
         return [round(self.start + direction * i * self.step, decimals) for i in range(n)]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Literal, get_args
 
 from cblight.adaptive import DecodingRule
-from cblight.boosting import BoostForm, two_expert_weights
+from cblight.boosting import BoostForm, too_large_alpha, two_expert_weights
 from cblight.errors import BoostingError
 from cblight.option_types import (
     FiniteFloat,
@@ -232,6 +232,8 @@ class Boosting:
 
     def __post_init__(self) -> None:
         check_fields(self, BoostingError)
+        if too_large := too_large_alpha([self.alpha]):
+            raise BoostingError(too_large)
         if self.mode != "auto" and self.resolved_form == "generation" and self.alpha >= 1:
             raise BoostingError(
                 f"alpha must be < 1 with the generation form (1-alpha) log f_max + alpha log f_k "

@@ -95,6 +95,8 @@ LIMITS = {
     "tune": [
         "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", "--trainer.enable_progress_bar", "false",
         "--data.batch_size", "2", "--data.val_size", "0",
+        # no validation: the collapse guard off (it refuses a run it could not look at)
+        "--model.guard.max_ppl_ratio", "null", "--model.guard.min_entropy_ratio", "null",
         "--model.boosting.k", "4", "--model.max_new_tokens", "8", "--model.max_prompt_tokens", "24",
         # the commands run one after another in one directory: each replaces the export of the one before
         "--model.export.overwrite", "true",

@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
+from cblight.boosting import too_large_alpha
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import GenerationExample
 from cblight.data.sentences import first_sentences
@@ -145,6 +146,8 @@ class DecodingGrid:
         check_fields(self, ConfigError)
         if not self.alphas:
             raise ConfigError("grid.alphas: the alpha grid is empty")
+        if too_large := too_large_alpha(self.alphas):
+            raise ConfigError(f"grid.alphas: {too_large}")
 
     def decodings(self) -> list[Decoding]:
         """The grid's rows, k by k, each alpha in order.

@@ -103,7 +103,8 @@ class Exporter(Callback):
 
         if not self.options.enabled:
             return
-        if any(isinstance(c, CollapseGuard) and c.reason for c in trainer.callbacks):
+        guards = [c for c in trainer.callbacks if isinstance(c, CollapseGuard)]
+        if any(c.reason for c in guards):
             return  # the run left the guard's band (said when it did): a collapsed model is no result
         if trainer.global_step < (trainer.max_steps or 0):
             # stopped early (a signal, or a callback): a half-tuned model must not look like the result
@@ -124,9 +125,12 @@ class Exporter(Callback):
                 trainer.max_steps,
             )
             return
+        unchecked = [why for why in (c.unchecked(trainer) for c in guards) if why]
         out = self.export(pl_module.model, pl_module.tokenizer, trainer, pl_module._log_dir)
         if trainer.is_global_zero:
             log.info("tuned model saved to %s", out)
+            for why in unchecked:  # no validation data (said when the run started): said again here
+                log.warning("collapse guard: %s; the exported model is not guarded", why)
 
     def export(
         self,
