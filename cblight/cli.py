@@ -571,8 +571,15 @@ _RUN_INDEPENDENT = (
     "model.plots", "model.log_samples", "data.batch_size", "data.num_workers",
 )  # fmt: skip
 _TRAINER_SETTINGS = ("precision", "limit_val_batches", "limit_test_batches")
-# A new analysis of the cached numbers: a rerun re-sweeps them without the model (docs/evaluate.md)
-_RESWEEP = ("model.choice_alphas", "model.length_normalize", "model.adaptive")
+# A new analysis of the cached numbers (docs/evaluate.md), or methods added to them that compute only their
+# own passes (docs/methods.md): a rerun reuses the cache
+_RESWEEP = (
+    "model.choice_alphas",
+    "model.length_normalize",
+    "model.adaptive",
+    "model.methods",
+    "model.method_options",
+)
 
 
 def run_settings(config: Any) -> dict[str, Any]:
@@ -602,7 +609,7 @@ def _evaluate(args: Sequence[str] | None, default_class: str, prog: str | None) 
             if changed:
                 print(
                     f"note: {cli.model.output_dir} holds this run's cached scores under other {', '.join(changed)}: "
-                    "re-sweeping them; results.json and predictions/ are replaced",
+                    "reusing them; results.json and predictions/ are replaced",
                     file=sys.stderr,
                 )
         if cli.config.get("compare"):

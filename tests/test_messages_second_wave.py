@@ -15,7 +15,7 @@ from tests.test_messages import _copa_run, cblight, no_loading, one_line  # noqa
 
 ROOT = Path(__file__).resolve().parents[1]
 RESWEEP_NOTE = (
-    "holds this run's cached scores under other model.choice_alphas: re-sweeping them; results.json and "
+    "holds this run's cached scores under other model.choice_alphas: reusing them; results.json and "
     "predictions/ are replaced"
 )
 RERUN_FIX = "choose another --model.output_dir, or pass --model.overwrite true to replace its results"

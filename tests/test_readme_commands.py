@@ -87,7 +87,12 @@ SKIPPED: dict[tuple[str, ...], str] = {
 MODEL_KEYS = {"model", "tokenizer", "metrics_model", "pretrained"}  # keys whose value names a checkpoint
 HUB_ID = re.compile(r"^(offline:)?[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub id, or a zoo name (a real model)
 LIMITS = {
-    "evaluate": ["--data.limit", "2", "--data.batch_size", "4", "--trainer.enable_progress_bar", "false"],
+    # the commands run one after another in one directory, several into one output directory with other
+    # tasks or limits: each replaces the results of the one before (a rerun with other settings is refused)
+    "evaluate": [
+        "--data.limit", "2", "--data.batch_size", "4", "--trainer.enable_progress_bar", "false",
+        "--model.overwrite", "true",
+    ],
     "generation": ["--model.max_new_tokens", "4"],  # two prompts: self-BLEU needs two generations
     # as written (cblight lmeval picks --device cpu on a machine without a GPU)
     "lmeval": ["--limit", "4"],
