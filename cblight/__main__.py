@@ -87,6 +87,8 @@ def _drop_stdout() -> None:
 
 
 def _run(args: list[str]) -> int:
+    if args[:1] and args[0] in ("-h", "--help", "help") and args[1:]:
+        args = [*args[1:], "--help"]  # ``cblight help evaluate``: that command's help (was: cblight's own)
     if not args or args[0] in ("-h", "--help", "help"):
         print(command_help())
         return 0

@@ -33,6 +33,8 @@ from cblight.option_types import PositiveInt, check_arguments
 BoostForm = Literal["next_token", "generation"]
 
 __all__ = [
+    "MAX_ALPHA",
+    "MAX_GRID",
     "AlphaGrid",
     "BoostForm",
     "binomial_stderr",
@@ -48,12 +50,46 @@ __all__ = [
     "normalize_log_scores",
     "product_of_experts",
     "short_context_ids",
+    "too_large_alpha",
     "two_expert_weights",
 ]
 
+#: The largest ``|alpha|`` a mix takes. Beyond about 1e7 the full model's float32 log-probabilities (24-bit
+#: mantissa: a relative precision of 6e-8) vanish next to ``alpha`` times the short one's, so the mix is the
+#: short context alone; far beyond (about 1e34) it overflows, and a table's accuracies and perplexities come
+#: from infinite or NaN scores. The paper's grids lie in [-5, 2].
+MAX_ALPHA = 1e6
+#: The most values an ``AlphaGrid`` holds (the default multiple-choice grid has 701; each value costs a column
+#: of every sweep).
+MAX_GRID = 100_000
+
+
+def too_large_alpha(alphas: Sequence[float]) -> str | None:
+    """Why the first alpha of ``alphas`` beyond ``MAX_ALPHA`` in size cannot be mixed, or ``None``."""
+    for alpha in alphas:
+        if abs(alpha) > MAX_ALPHA:
+            return (
+                f"alpha {alpha:g} is past the largest boost, {MAX_ALPHA:g} in size (past it the full model "
+                "no longer counts in float32, and far past it the scores overflow); the paper's alphas lie in "
+                "[-5, 2]"
+            )
+    return None
+
 
 def log_softmax32(logits: torch.Tensor) -> torch.Tensor:
-    """Log-softmax over the last axis in float32, whatever dtype the model ran in (docs/design.md, "Mathematics")."""
+    """Log-softmax over the last axis in float32, whatever dtype the model ran in (docs/design.md, "Mathematics").
+
+    Args:
+        logits: a model's logits, any float dtype, vocabulary on the last axis.
+
+    Returns:
+        The log-probabilities, float32, of the same shape.
+
+    Examples:
+        >>> import torch
+        >>> log_softmax32(torch.zeros(2, dtype=torch.float16))
+        tensor([-0.6931, -0.6931])
+    """
     return torch.log_softmax(logits.float(), dim=-1)
 
 
@@ -61,7 +97,22 @@ def two_expert_weights(
     alpha: float | torch.Tensor, form: BoostForm
 ) -> tuple[float | torch.Tensor, float | torch.Tensor]:
     """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md,
-    "Mathematics"); a tensor of alphas (one per row) gives tensors of weights."""
+    "Mathematics").
+
+    Args:
+        alpha: the boosting coefficient, one number or a tensor of one alpha per row.
+        form: ``next_token`` (``log f_max + alpha log f_k``) or ``generation``
+            (``(1 - alpha) log f_max + alpha log f_k``).
+
+    Returns:
+        The weights of ``f_max`` and ``f_k``, numbers, or tensors for a tensor of alphas.
+
+    Examples:
+        >>> two_expert_weights(-0.5, "next_token")
+        (1.0, -0.5)
+        >>> two_expert_weights(-0.5, "generation")
+        (1.5, -0.5)
+    """
     check_arguments(two_expert_weights, {"form": form})
     a = alpha if isinstance(alpha, torch.Tensor) else float(alpha)
     return (1.0, a) if form == "next_token" else (1.0 - a, a)
@@ -76,6 +127,23 @@ def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | t
     experts keeps the support of its positive factors. An entry ruled out only by negatively weighted experts
     becomes ``+inf`` (``0 ^ -a = ∞``); see ``normalize_log_scores`` for what that means after normalisation.
     The rules hold row by row for per-row weights.
+
+    Args:
+        log_probs: each expert's log-probabilities, all of one shape (vocabulary last).
+        weights: one weight per expert, a number or a tensor broadcasting against it.
+
+    Returns:
+        The weighted sum, float32, of the experts' shape; all zeros when every weight is 0.
+
+    Raises:
+        ValueError: when there are no experts, or not one weight per expert.
+
+    Examples:
+        >>> import torch
+        >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0]]), -1)
+        >>> short = torch.log_softmax(torch.tensor([[0.0, 2.0, 0.0]]), -1)
+        >>> mix_log_probs([full, short], [1.0, -0.5])
+        tensor([[ 0.7122, -1.2878, -1.2878]])
     """
     if len(log_probs) != len(weights):
         raise ValueError(f"{len(log_probs)} experts but {len(weights)} weights")
@@ -105,6 +173,17 @@ def normalize_log_scores(scores: torch.Tensor) -> torch.Tensor:
     A row holding ``+inf`` entries puts all its mass, uniformly, on them (the limit of the product of
     experts); other rows are an ordinary float32 log-softmax. The result never holds NaN for rows that
     have at least one entry above ``-inf``.
+
+    Args:
+        scores: unnormalised log-scores such as ``mix_log_probs`` returns.
+
+    Returns:
+        Normalised log-probabilities, float32, of the same shape.
+
+    Examples:
+        >>> import math, torch
+        >>> normalize_log_scores(torch.tensor([0.0, math.inf, 1.0, math.inf])).exp()
+        tensor([0.0000, 0.5000, 0.0000, 0.5000])
     """
     scores = scores.float()
     pos_inf = torch.isposinf(scores)
@@ -118,7 +197,23 @@ def normalize_log_scores(scores: torch.Tensor) -> torch.Tensor:
 
 
 def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
-    """Normalised ``log f_alpha = log_softmax(Σ_k alpha_k log f_k)`` (paper eq. 1), any number of experts."""
+    """Normalised ``log f_alpha = log_softmax(Σ_k alpha_k log f_k)`` (paper eq. 1), any number of experts.
+
+    Args:
+        log_probs: each expert's log-probabilities, all of one shape (vocabulary last).
+        weights: one exponent ``alpha_k`` per expert.
+
+    Returns:
+        The normalised log-probabilities of the weighted product, float32, under the ``-inf`` rules of
+        ``mix_log_probs``.
+
+    Examples:
+        >>> import torch
+        >>> full = torch.log_softmax(torch.tensor([2.0, 1.0, 0.0]), -1)
+        >>> short = torch.log_softmax(torch.tensor([0.0, 2.0, 0.0]), -1)
+        >>> product_of_experts([full, short], [1.0, -0.5]).exp()
+        tensor([0.7870, 0.1065, 0.1065])
+    """
     if len(log_probs) == len(weights) and any(float(w) for w in weights):
         lps = [lp.float() for lp, w in zip(log_probs, weights) if float(w)]
         # one host sync for all experts, not one per expert
@@ -139,6 +234,32 @@ def boosted_log_probs(
     ``alpha`` is one number, or one per row of ``full`` (``[N]``, the per-position rules of docs/adaptive.md):
     each row then mixes with its own weights, under the ``-inf`` rules of ``mix_log_probs``, and a row with
     ``alpha = 0`` is ``f_max`` exactly.
+
+    Args:
+        full: log-probabilities of ``f_max``, the model on the whole context (``[N, V]`` or ``[V]``).
+        short: log-probabilities of ``f_k``, the model on the short context, the shape of ``full``.
+        alpha: the boosting coefficient (usually negative), or a tensor of one alpha per row.
+        form: ``next_token`` (``log f_max + alpha log f_k``; Tables 1, 3, 5) or ``generation``
+            (``(1 - alpha) log f_max + alpha log f_k``; Table 2, Figure 1).
+
+    Returns:
+        The boosted log-probabilities, float32, of the shape of ``full``.
+
+    Raises:
+        ValueError: when a row's full-context weight is not positive (generation form with ``alpha >= 1``).
+
+    Examples:
+        The next token after a context whose short version favours token 1: boosting takes mass from it.
+
+        >>> import torch
+        >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0]]), -1)
+        >>> short = torch.log_softmax(torch.tensor([[0.0, 2.0, 0.0]]), -1)
+        >>> full.exp()
+        tensor([[0.6652, 0.2447, 0.0900]])
+        >>> boosted_log_probs(full, short, alpha=-0.5).exp()
+        tensor([[0.7870, 0.1065, 0.1065]])
+        >>> boosted_log_probs(full, short, alpha=-0.5, form="generation").exp()
+        tensor([[0.8835, 0.0725, 0.0440]])
     """
     if not isinstance(alpha, torch.Tensor):
         return product_of_experts([full, short], two_expert_weights(alpha, form))
@@ -153,8 +274,22 @@ def short_context_ids(ids: Sequence[int], k: PositiveInt, special_prefix: Sequen
     """The context of ``f_k``: the last ``k`` tokens of ``ids``, after the tokenizer's special prefix.
 
     ``ids`` starts with ``special_prefix`` (e.g. Llama's BOS) when the tokenizer adds one; the short context
-    keeps that prefix so a model trained always to see BOS sees it here too (docs/design.md, "Mathematics"). When the
-    content is no longer than ``k`` the result is ``ids`` itself, i.e. ``f_k == f_max``.
+    keeps that prefix so a model trained always to see BOS sees it here too (docs/design.md, "Mathematics").
+    When the content is no longer than ``k`` the result is ``ids`` itself, i.e. ``f_k == f_max``.
+
+    Args:
+        ids: the full context's token ids.
+        k: how many tokens the short context keeps (positive).
+        special_prefix: the tokenizer's special prefix (``cblight.scoring.special_prefix``), kept in front.
+
+    Returns:
+        The short context's token ids.
+
+    Examples:
+        >>> short_context_ids([5, 6, 7, 8], 2)
+        [7, 8]
+        >>> short_context_ids([1, 5, 6, 7, 8], 2, special_prefix=[1])
+        [1, 7, 8]
     """
     check_arguments(short_context_ids, {"k": k})
     ids, prefix = list(ids), list(special_prefix)
@@ -165,7 +300,22 @@ def short_context_ids(ids: Sequence[int], k: PositiveInt, special_prefix: Sequen
 
 def first_argmax(values: torch.Tensor) -> int:
     """Flat index of the first maximum in row-major order: ties go to the first grid value, as the
-    reference's ``np.argmax`` does (docs/design.md, "Mathematics")."""
+    reference's ``np.argmax`` does (docs/design.md, "Mathematics").
+
+    Args:
+        values: a grid of values, e.g. accuracy over (k, alpha).
+
+    Returns:
+        The flat index of the first largest value.
+
+    Raises:
+        ValueError: when the grid is empty.
+
+    Examples:
+        >>> import torch
+        >>> first_argmax(torch.tensor([[0.1, 0.3], [0.3, 0.2]]))
+        1
+    """
     flat = values.reshape(-1)
     if flat.numel() == 0:
         raise ValueError("cannot choose from an empty grid")
@@ -183,13 +333,36 @@ def next_token_alpha_sweep(
     alphas: torch.Tensor,
     form: BoostForm = "next_token",
 ) -> dict[str, torch.Tensor]:
-    """Boosted next-token predictions for every alpha of a grid, from cached expert log-probs.
+    """Boosted next-token predictions for every alpha of a grid, from cached expert log-probs (paper §3,
+    Tables 1 and 5).
 
-    ``full`` and ``short`` are ``[B, V]`` log-probabilities of ``f_max`` and ``f_k``; ``targets`` is ``[B]``.
-    Returns ``correct`` (argmax over the whole vocabulary equals the target; ties to the lowest token id),
-    ``log_prob`` (target log-probability under the normalised boosted model, for perplexity) and ``rank``
-    (1 + number of tokens scored strictly higher), each ``[B, A]``. One alpha at a time, so memory stays
-    ``[B, V]``; finite inputs (the usual case) skip the ``-inf`` bookkeeping of ``mix_log_probs``.
+    One alpha at a time, so memory stays ``[B, V]``; finite inputs (the usual case) skip the ``-inf``
+    bookkeeping of ``mix_log_probs``.
+
+    Args:
+        full: ``[B, V]`` log-probabilities of ``f_max``.
+        short: ``[B, V]`` log-probabilities of ``f_k``.
+        targets: ``[B]`` the token each row should predict.
+        alphas: ``[A]`` the grid of boosting coefficients.
+        form: the two-expert form (``two_expert_weights``).
+
+    Returns:
+        A dict of ``[B, A]`` tensors. ``correct`` says whether the argmax over the whole vocabulary is the
+        target (ties to the lowest token id), ``log_prob`` is the target's log-probability under the
+        normalised boosted model (for perplexity), ``rank`` is 1 + the number of tokens scored strictly higher.
+
+    Raises:
+        ValueError: when the grid is empty.
+
+    Examples:
+        >>> import torch
+        >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0]]), -1)
+        >>> short = torch.log_softmax(torch.tensor([[0.0, 2.0, 0.0]]), -1)
+        >>> sweep = next_token_alpha_sweep(full, short, torch.tensor([0]), torch.tensor([0.0, -0.5]))
+        >>> sweep["log_prob"]
+        tensor([[-0.4076, -0.2395]])
+        >>> sweep["rank"]
+        tensor([[1, 1]])
     """
     if alphas.numel() == 0:
         raise ValueError("the alpha grid is empty")
@@ -225,10 +398,26 @@ def choice_scores(
 ) -> torch.Tensor:
     """``log f(a | full) + alpha · log f(a | premise-free)`` (paper eq. 2), float64.
 
-    ``ll_full``/``ll_short`` are ``[N, C]`` sums over each answer's tokens; missing choices (ragged choice
-    counts) are ``-inf`` in ``ll_full`` and stay ``-inf``. ``lengths`` (answer lengths in characters) divides
-    the score, as the reference's length normalisation does. ``alphas`` is one alpha (``[N, C]`` out), a grid
-    ``[A]`` (``[A, N, C]`` out) or each question's own alpha ``[N, 1]`` (a label-free rule's; ``[N, C]`` out).
+    Missing choices (ragged choice counts) are ``-inf`` in ``ll_full`` and stay ``-inf``.
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood sum after the full context.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        alphas: one alpha, a grid ``[A]``, or each question's own alpha ``[N, 1]`` (a label-free rule's,
+            docs/adaptive.md).
+        lengths: ``[N, C]`` answer lengths in characters; when given the score is divided by them, as the
+            reference's length normalisation does.
+
+    Returns:
+        The scores, float64, ``[N, C]`` for one alpha or per-question alphas, ``[A, N, C]`` for a grid.
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -1.0], [-1.0, -3.0]])
+        >>> ll_short = torch.tensor([[-1.0, -3.0], [-2.0, -1.0]])
+        >>> choice_scores(ll_full, ll_short, -1.0)
+        tensor([[-1.,  2.],
+                [ 1., -2.]], dtype=torch.float64)
     """
     full = ll_full.double()
     missing = torch.isneginf(full)
@@ -249,8 +438,26 @@ def choice_predictions(
     alphas: torch.Tensor | float,
     lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Predicted choice index for every alpha: ``[A, N]`` (``[N]`` for a scalar alpha); ties go to the
-    first choice, like ``np.argmax`` in the reference."""
+    """Predicted choice index for every alpha (paper eq. 2); ties go to the first choice, like ``np.argmax`` in
+    the reference.
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        alphas: one alpha, a grid ``[A]`` or per-question alphas ``[N, 1]`` (as ``choice_scores``).
+        lengths: ``[N, C]`` answer lengths in characters, for length normalisation.
+
+    Returns:
+        The chosen indices, ``[A, N]`` for a grid, ``[N]`` otherwise.
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -1.0], [-1.0, -3.0]])
+        >>> ll_short = torch.tensor([[-1.0, -3.0], [-2.0, -1.0]])
+        >>> choice_predictions(ll_full, ll_short, torch.tensor([0.0, -1.0]))
+        tensor([[1, 0],
+                [1, 0]])
+    """
     return choice_scores(ll_full, ll_short, alphas, lengths).argmax(dim=-1)
 
 
@@ -261,7 +468,29 @@ def choice_accuracy_curve(
     alphas: torch.Tensor,
     lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Accuracy at every alpha of the grid ``[A]`` (float64), from one pass of cached log-likelihoods."""
+    """Accuracy at every alpha of a grid (paper eq. 2, Table 4's sweep), from one pass of cached
+    log-likelihoods.
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        labels: ``[N]`` the correct choice of each question.
+        alphas: ``[A]`` the grid.
+        lengths: ``[N, C]`` answer lengths in characters, for length normalisation.
+
+    Returns:
+        ``[A]`` accuracies, float64.
+
+    Raises:
+        ValueError: when the grid or the questions are empty.
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -1.0], [-1.0, -3.0]])
+        >>> ll_short = torch.tensor([[-1.0, -3.0], [-2.0, -1.0]])
+        >>> choice_accuracy_curve(ll_full, ll_short, torch.tensor([0, 0]), torch.tensor([0.0, -1.0]))
+        tensor([0.5000, 0.5000], dtype=torch.float64)
+    """
     if alphas.numel() == 0:
         raise ValueError("the alpha grid is empty")
     if labels.numel() == 0:
@@ -277,12 +506,42 @@ def choice_accuracy(
     alpha: float,
     lengths: torch.Tensor | None = None,
 ) -> float:
-    """Accuracy at one alpha (e.g. 0 for ``f_max``, -1 for PMI), whether or not it is on the grid."""
+    """Accuracy at one alpha (e.g. 0 for ``f_max``, -1 for PMI), whether or not it is on the grid.
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        labels: ``[N]`` the correct choice of each question.
+        alpha: the boosting coefficient.
+        lengths: ``[N, C]`` answer lengths in characters, for length normalisation.
+
+    Returns:
+        The share of questions answered correctly.
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -1.0], [-1.0, -3.0]])
+        >>> ll_short = torch.tensor([[-1.0, -3.0], [-2.0, -1.0]])
+        >>> choice_accuracy(ll_full, ll_short, torch.tensor([1, 0]), alpha=0.0)
+        1.0
+    """
     return float(choice_accuracy_curve(ll_full, ll_short, labels, torch.tensor([alpha]), lengths)[0])
 
 
 def binomial_stderr(accuracy: float, n: int) -> float:
-    """Standard error of an accuracy over ``n`` independent examples: ``sqrt(p (1 - p) / n)``."""
+    """Standard error of an accuracy over ``n`` independent examples, ``sqrt(p (1 - p) / n)``.
+
+    Args:
+        accuracy: the accuracy ``p``, in [0, 1].
+        n: the number of examples.
+
+    Returns:
+        The standard error; NaN when ``n`` is not positive.
+
+    Examples:
+        >>> round(binomial_stderr(0.75, 100), 4)
+        0.0433
+    """
     if n <= 0:
         return float("nan")
     return math.sqrt(max(accuracy * (1.0 - accuracy), 0.0) / n)
@@ -292,8 +551,19 @@ def binomial_stderr(accuracy: float, n: int) -> float:
 class AlphaGrid:
     """An inclusive grid ``start, start ± step, …, stop`` of boosting coefficients.
 
-    The default is the multiple-choice grid of docs/design.md, "Mathematics" (2 down to -5 by 0.01, since Table 4 has
-    alpha* down to -4.19). Grid order matters: ties for alpha* go to the first value.
+    The default is the multiple-choice grid of docs/design.md, "Mathematics" (2 down to -5 by 0.01, since
+    Table 4 has alpha* down to -4.19). Grid order matters: ties for alpha* go to the first value.
+
+    Args:
+        start: the first alpha.
+        stop: the last alpha (included when the steps reach it), above or below ``start``.
+        step: the distance between neighbours, positive.
+
+    Examples:
+        >>> AlphaGrid(0.0, -1.0, 0.25).values()
+        [0.0, -0.25, -0.5, -0.75, -1.0]
+        >>> len(AlphaGrid().values())
+        701
     """
 
     start: float = 2.0
@@ -301,11 +571,26 @@ class AlphaGrid:
     step: float = 0.01
 
     def values(self) -> list[float]:
+        """The grid's alphas, in order from ``start`` to ``stop``, rounded to the step's decimals.
+
+        Returns:
+            The alphas.
+
+        Raises:
+            ValueError: when the step is not positive or a bound is not finite.
+        """
         if self.step <= 0 or not math.isfinite(self.step):
             raise ValueError(f"alpha grid step must be positive, got {self.step}")
         if not (math.isfinite(self.start) and math.isfinite(self.stop)):
             raise ValueError(f"alpha grid bounds must be finite, got {self.start} .. {self.stop}")
+        if too_large := too_large_alpha([self.start, self.stop]):  # before a grid of 1e11 values is built
+            raise ValueError(too_large)
         direction = -1.0 if self.stop < self.start else 1.0
         n = math.floor(abs(self.stop - self.start) / self.step + 1e-9) + 1
+        if n > MAX_GRID:
+            raise ValueError(
+                f"alpha grid {self.start:g} .. {self.stop:g} by {self.step:g} has {n} values, more than "
+                f"{MAX_GRID}: take a larger step"
+            )
         decimals = max(0, -math.floor(math.log10(self.step)) + 2)
         return [round(self.start + direction * i * self.step, decimals) for i in range(n)]

@@ -16,6 +16,8 @@ and exit status 2. Logs go to CSV by default; ``configs/logger/wandb.yaml`` is a
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -23,6 +25,7 @@ import logging
 import os
 import re
 import sys
+import types
 import warnings
 import zipfile
 from collections.abc import Sequence
@@ -45,7 +48,9 @@ from cblight.parse_errors import OneLineErrors, Parser, read_config
 from cblight.runs import (
     OutputLock,
     check_output_dir,
+    check_rerun,
     exit_on_bad_input,
+    forget_run_without_results,
     resolve_output_dir,
     run_comparison,
     run_evaluation,
@@ -69,6 +74,120 @@ def check_wandb_available(logger_config: Any) -> None:
             "W&B logging was asked for (trainer.logger holds a WandbLogger, e.g. via -c configs/logger/wandb.yaml) "
             "but the wandb package is not installed: pip install 'cblight[wandb]' (or drop the W&B logger)"
         )
+
+
+# Lightning's loggers that need a package cblight does not install: the modules (any one will do) and the fix
+_LOGGER_PACKAGES = {
+    "TensorBoardLogger": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    "MLFlowLogger": (("mlflow",), "pip install mlflow"),
+    "CometLogger": (("comet_ml",), "pip install comet-ml"),
+    "NeptuneLogger": (("neptune",), "pip install neptune"),
+}
+
+
+def _class_paths(value: Any) -> list[str]:
+    """The class paths in a ``trainer.logger`` value: a name, a ``{class_path: ...}`` mapping or a list."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [path for item in value for path in _class_paths(item)]
+    if hasattr(value, "get"):
+        return _class_paths(value.get("class_path"))
+    return []
+
+
+def check_loggers_installed(args: Sequence[str]) -> None:
+    """Refuse, before parsing, a ``trainer.logger`` (on the command line or in a ``-c`` config) whose package
+    is missing: jsonargparse would say only that the value "does not validate against any of the Union
+    subtypes" (``cblight evaluate``) or print a traceback when it builds the logger (``cblight tune``)."""
+    found: list[str] = []
+    for path in _config_paths(args):
+        try:
+            loaded = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # the parser says what is wrong with the file
+        trainer = loaded.get("trainer") if isinstance(loaded, dict) else None
+        found += _class_paths(trainer.get("logger") if isinstance(trainer, dict) else None)
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in ("--trainer.logger", "--trainer.logger.class_path"):
+            text = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                found += _class_paths(yaml.safe_load(text))
+            except yaml.YAMLError:
+                continue
+    for class_path in found:
+        modules, fix = _LOGGER_PACKAGES.get(str(class_path).rpartition(".")[2], ((), ""))
+        if modules and not any(importlib.util.find_spec(m) for m in modules):
+            raise ConfigError(
+                f"trainer.logger {class_path} needs the {' or '.join(modules)} package, which is not "
+                f"installed: {fix} (or log with lightning.pytorch.loggers.CSVLogger, the default)"
+            )
+
+
+def _wandb_loggers(logger_config: Any) -> list[Any]:
+    items = logger_config if isinstance(logger_config, list) else [logger_config]
+    return [
+        item.get("init_args")
+        for item in items
+        if hasattr(item, "get")
+        and "wandb" in str(item.get("class_path", "")).lower()
+        and item.get("init_args")
+    ]
+
+
+def _wandb_key() -> bool:
+    """Whether W&B has an API key here: ``WANDB_API_KEY``, or the entry ``wandb login`` writes to netrc."""
+    import netrc
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def check_wandb_mode(logger_config: Any) -> None:
+    """W&B's own switch, ``WANDB_MODE``, against a logger's ``offline``: ``WANDB_MODE=online`` streams a
+    logger that a config set to ``offline: true`` (the config's value was kept while wandb said to set
+    ``WANDB_MODE=online``), with one line saying so; ``offline``/``disabled`` keep it off the network. A
+    logger that streams needs a W&B login, refused before any work without one (was: a 62-line
+    ``UsageError`` once the model had loaded)."""
+    mode = os.environ.get("WANDB_MODE", "").lower()
+    for args in _wandb_loggers(logger_config):
+        if mode == "online" and args.get("offline"):
+            args["offline"] = False
+            print(
+                "note: WANDB_MODE=online: the W&B logger streams (its config said offline: true)",
+                file=sys.stderr,
+            )
+        if not args.get("offline") and mode not in ("offline", "dryrun", "disabled") and not _wandb_key():
+            raise ConfigError(
+                "the W&B logger streams (offline: false) but W&B has no API key here: run wandb login (or set "
+                "WANDB_API_KEY), or log offline (offline: true, or WANDB_MODE=offline) and upload later with "
+                "wandb sync"
+            )
+
+
+# A negative number argparse takes for an option name (it knows ``-3`` and ``-.5``, not these)
+_NEGATIVE_VALUE = re.compile(r"^-(\d+\.?\d*|\.\d+)[eE][-+]?\d+$|^-\.?inf$|^-\.?nan$", re.IGNORECASE)
+
+
+def join_negative_values(args: Sequence[str]) -> list[str]:
+    """``--model.boosting.alpha -1e-2`` as meant, ``--model.boosting.alpha=-1e-2``: argparse reads a negative
+    number in scientific notation (or ``-.inf``) as an option name and said "expected one argument"."""
+    out: list[str] = []
+    for arg in args:
+        previous = out[-1] if out else ""
+        if _NEGATIVE_VALUE.match(arg) and previous.startswith("--") and "=" not in previous:
+            out[-1] = f"{previous}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def check_checkpoint_path(ckpt_path: str | None) -> None:
@@ -180,6 +299,37 @@ def check_flow_mappings(args: Sequence[str]) -> None:
             )
 
 
+# How each evaluator takes an option of the other one, where it has its own
+_OTHER_EVALUATOR_HINTS = {
+    "adaptive": (
+        "a decoding's boosting takes it: --model.decodings '[{name: auto, boosting: {k: 8, adaptive: auto}}]' "
+        "(docs/adaptive.md)"
+    ),
+}
+
+
+def check_options_of_the_other_evaluator(args: Sequence[str], owner: str, path: str) -> None:
+    """A ``--model.X`` option of one evaluator given with a config whose ``model.class_path`` is the other
+    (``cblight evaluate -c configs/webtext_generation.yaml --model.adaptive auto``): named as such, with how
+    that evaluator takes it (jsonargparse blamed a valid option of the config's evaluator, or said only that
+    the value does not validate)."""
+    mine = _init_keys(COMMAND_MODULES[owner])
+    other = "generate" if owner == "evaluate" else "evaluate"
+    theirs = _init_keys(COMMAND_MODULES[other])
+    for arg in args:
+        name = arg.partition("=")[0]
+        if not name.startswith("--model.") or name.endswith(".help"):
+            continue
+        key = name.removeprefix("--model.").split(".")[0]
+        if key in mine or key not in theirs:
+            continue
+        how = _OTHER_EVALUATOR_HINTS.get(key, f"it is cblight {other}'s")
+        raise ConfigError(
+            f"--model.{key} is an option of {COMMAND_MODULES[other].rpartition('.')[2]}, not of "
+            f"{COMMAND_MODULES[owner].rpartition('.')[2]}, which {path} names as model.class_path; {how}"
+        )
+
+
 def check_config_command(args: Sequence[str], command: str) -> None:
     """Mappings on the command line checked (``check_flow_mappings``), and a config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
     refused naming that command, read from its ``model.class_path`` or, without one, from the module whose
@@ -200,6 +350,8 @@ def check_config_command(args: Sequence[str], command: str) -> None:
                     f"{path} is a cblight {owner} config (its model.class_path is {named}): use cblight {owner} "
                     f"-c {path}"
                 )
+            if owner in ("evaluate", "generate"):
+                check_options_of_the_other_evaluator(args, owner, path)
             continue
         init_args = model.get("init_args")
         keys = (set(model) - {"init_args"}) | (set(init_args) if isinstance(init_args, dict) else set())
@@ -243,6 +395,7 @@ class EvaluateCLI(LightningCLI):
         config = self.config
         logger = config.trainer.logger
         check_wandb_available(logger)
+        check_wandb_mode(logger)
         args = config.model.init_args
         default_dir = (
             inspect.signature(_model_class(config.model.class_path)).parameters["output_dir"].default
@@ -325,12 +478,56 @@ def evaluate_help(default_class: str) -> str:
     return "\n".join(lines)
 
 
+def _option_classes(hint: Any) -> list[type]:
+    """The classes with options of their own in an option's type (a dataclass, an ``AlphaGrid``, a list of
+    them); numbers, strings, flags and ``Literal`` choices have none."""
+    import typing
+
+    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    found: list[type] = []
+    for member in members:
+        if typing.get_origin(member) in (list, tuple):
+            found += _option_classes(typing.get_args(member)[0]) if typing.get_args(member) else []
+        elif typing.get_origin(member) is collections.abc.Callable or (
+            inspect.isclass(member) and not issubclass(member, (str, int, float, bool, type(None), Path))
+        ):  # a class path: its init args
+            found.append(member)
+    return found
+
+
+def help_target(cls: type, arg: str, prog: str) -> list[type]:
+    """The classes whose options ``--model.X.help`` asks for (``X`` an option of ``cls``), or one line
+    refusing an option that does not exist or takes a plain value (jsonargparse said "expected one argument"
+    or "unrecognized arguments")."""
+    import typing
+
+    from cblight.option_types import describe
+    from cblight.suggest import closest
+
+    key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
+    params = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    if key not in params:
+        close = closest(key, params)
+        mean = f"; did you mean --model.{close}?" if close else ""
+        raise ConfigError(f"unknown option --model.{key}{mean} ({prog} --help lists the options)")
+    hint = typing.get_type_hints(cls.__init__).get(key)
+    classes = _option_classes(hint)
+    if not classes:
+        raise ConfigError(
+            f"--model.{key} takes a value ({describe(hint)}), not options of its own, so it has no .help: "
+            f"{prog} --help describes it"
+        )
+    return classes
+
+
 def nested_help(args: Sequence[str], default_class: str, prog: str) -> None:
     """``--model.choice_alphas.help`` and the like, which ``--help`` lists for the evaluator's options: the
     help of that option's class, printed by jsonargparse (LightningCLI's parser holds the evaluator in
-    subclass mode, where only ``--model.help`` exists), then exit 0."""
+    subclass mode, where only ``--model.help`` exists), then exit 0; an option with no options of its own is
+    refused in one line (``help_target``)."""
     for i, arg in enumerate(args):
         if arg.startswith("--model.") and arg.endswith(".help"):
+            help_target(_model_class(default_class), arg, prog)
             parser = Parser(prog=prog, formatter_class=_HelpFormatter)
             parser.add_class_arguments(_model_class(default_class), "model")
             value = args[i + 1 : i + 2]
@@ -341,10 +538,11 @@ def build_evaluate_cli(
     args: Sequence[str] | None = None, default_class: str = EVALUATOR, prog: str | None = None
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
-    argv = sys.argv[1:] if args is None else args
+    argv = join_negative_values(sys.argv[1:] if args is None else args)
     nested_help(argv, default_class, prog or _prog())
     quiet_library_notices()
     check_config_command(argv, "generate" if default_class == GENERATOR else "evaluate")
+    check_loggers_installed(argv)
     return EvaluateCLI(
         LightningModule,
         EvalDataModule,
@@ -365,7 +563,7 @@ def build_evaluate_cli(
         },
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1234,
-        args=list(args) if args is not None else None,
+        args=argv,
     )
 
 
@@ -375,11 +573,54 @@ def _is_launching_process() -> bool:
     return int(env.get("RANK", env.get("LOCAL_RANK", "0"))) == 0 and int(env.get("NODE_RANK", "0")) == 0
 
 
+# Options a rerun into the same output directory may change without changing its results (where and in what
+# batches it runs, what it draws); the trainer's options that do change them (precision, limits)
+_RUN_INDEPENDENT = (
+    "model.output_dir", "model.overwrite", "model.batch_size", "model.score_batch_size", "model.device_map",
+    "model.plots", "model.log_samples", "data.batch_size", "data.num_workers",
+)  # fmt: skip
+_TRAINER_SETTINGS = ("precision", "limit_val_batches", "limit_test_batches")
+# A new analysis of the cached numbers (docs/evaluate.md), or methods added to them that compute only their
+# own passes (docs/methods.md): a rerun reuses the cache
+_RESWEEP = (
+    "model.choice_alphas",
+    "model.length_normalize",
+    "model.adaptive",
+    "model.methods",
+    "model.method_options",
+)
+
+
+def run_settings(config: Any) -> dict[str, Any]:
+    """The settings of an evaluate or generate run that change its results, as ``option: value`` (the
+    evaluator's and the data module's options, the trainer's precision and limits, the seed, ``compare``):
+    what ``check_rerun`` records in the output directory."""
+    plain = config.as_dict() if hasattr(config, "as_dict") else dict(config)
+    model = plain.get("model") or {}
+    trainer = plain.get("trainer") or {}
+    flat: dict[str, Any] = {"model": model.get("class_path")}
+    flat.update({f"model.{k}": v for k, v in (model.get("init_args") or {}).items()})
+    flat.update({f"data.{k}": v for k, v in (plain.get("data") or {}).items()})
+    flat.update({f"trainer.{k}": trainer.get(k) for k in _TRAINER_SETTINGS})
+    flat.update(seed_everything=plain.get("seed_everything"), compare=plain.get("compare"))
+    return {k: v for k, v in flat.items() if k not in _RUN_INDEPENDENT and not k.startswith("data.__")}
+
+
 def _evaluate(args: Sequence[str] | None, default_class: str, prog: str | None) -> dict[str, Any]:
     cli = build_evaluate_cli(args, default_class, prog)
     with ExitStack() as held:
         if _is_launching_process():
             held.callback(OutputLock(cli.model.output_dir).acquire().release)
+            changed = check_rerun(
+                cli.model.output_dir, run_settings(cli.config), cli.model.overwrite, _RESWEEP
+            )
+            held.callback(forget_run_without_results, cli.model.output_dir)  # before the lock's release
+            if changed:
+                print(
+                    f"note: {cli.model.output_dir} holds this run's cached scores under other {', '.join(changed)}: "
+                    "reusing them; results.json and predictions/ are replaced",
+                    file=sys.stderr,
+                )
         if cli.config.get("compare"):
             return run_comparison(cli, cli.config["compare"])
         return run_evaluation(cli.trainer, cli.model, cli.datamodule)
@@ -407,6 +648,7 @@ class TuneCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
         check_wandb_available(config.get("trainer", {}).get("logger"))
+        check_wandb_mode(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
         # tuning options otherwise read only after the model has loaded: the step limit, the prompt split
         from cblight.tune.preflight import check_max_steps
@@ -469,7 +711,10 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.coherence_tuning import CoherenceTuning
     from cblight.tune.prompt_data import PromptDataModule
 
-    check_config_command(sys.argv[1:] if args is None else list(args), "tune")
+    args = join_negative_values(sys.argv[1:] if args is None else list(args))
+    check_config_command(args, "tune")
+    tune_nested_help(args, prog or _prog())
+    check_loggers_installed(args)
     quiet_library_notices()
     prog = prog or _prog()
     usage = (
@@ -499,6 +744,22 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     finally:  # a run called in process (the demo, tests) frees its directories when it ends
         for lock in reversed(locks):
             lock.release()
+
+
+def tune_nested_help(args: Sequence[str], prog: str) -> None:
+    """``cblight tune --model.guard.help``: the options of that group (``--help`` lists them among the
+    module's), then exit 0; ``--model.max_new_tokens.help``, an option with none, in one line."""
+    from cblight.tune.coherence_tuning import CoherenceTuning
+
+    for arg in args:
+        if arg.startswith("--model.") and arg.endswith(".help"):
+            key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
+            groups = [c for c in help_target(CoherenceTuning, arg, prog) if dataclasses.is_dataclass(c)]
+            if not groups:
+                return  # a class path (``--model.optimizer.help torch.optim.AdamW``): LightningCLI's help
+            for cls in groups:
+                print(options_help(cls, f"model.{key}", f"Options of --model.{key} ({cls.__name__})"))
+            raise SystemExit(0)
 
 
 def _prog() -> str:

@@ -1,8 +1,21 @@
 """The project's error types: bad input, said in one line that names what is at fault."""
 
+__all__ = ["BoostingError", "CblightError", "ConfigError", "DataError"]
+
 
 class CblightError(ValueError):
-    """Bad input: a message that names the option, file, field or record at fault."""
+    """Bad input: a message that names the option, file, field or record at fault (docs/errors.md lists them).
+
+    Every refusal of bad input is one; it is a ``ValueError``, so code that catches those keeps working.
+
+    Examples:
+        >>> from cblight.options import Boosting
+        >>> try:
+        ...     Boosting(k=0)
+        ... except CblightError as err:
+        ...     print(err)
+        Boosting.k must be an integer >= 1, got 0
+    """
 
 
 class ConfigError(CblightError):

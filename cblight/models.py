@@ -166,6 +166,14 @@ def load_tokenizer(name: str, load: LoadOptions = LoadOptions()) -> Any:
     # sequence length is longer than the specified maximum" would only alarm; it is said once per tokenizer,
     # so marking it said silences it for every call on this tokenizer (lm-eval's, the data tasks', rollouts')
     getattr(tok, "deprecation_warnings", {})["sequence-length-is-longer-than-the-specified-maximum"] = True
+    if not tok("a b c", add_special_tokens=False).input_ids:  # its vocabulary files are missing
+        held = sorted(p.name for p in Path(name).iterdir()) if Path(name).is_dir() else []
+        where = f" (the directory holds {held})" if held else ""
+        raise ModelLoadError(
+            f"tokenizer {name!r} has no vocabulary: it encodes text to no tokens{where}; copy the tokenizer's "
+            "files there (tokenizer.json, or vocab.json and merges.txt, or tokenizer.model), or name another "
+            "with --model.tokenizer"
+        )
     if tok.pad_token is None:
         if tok.eos_token is None:
             raise ModelLoadError(f"tokenizer {name!r} has neither a pad token nor an EOS token to pad with")

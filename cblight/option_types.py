@@ -44,6 +44,7 @@ __all__ = [
     "PositiveFloat",
     "PositiveInt",
     "PositiveUnitInterval",
+    "RatioAtLeastOne",
     "check_arguments",
     "check_fields",
     "describe",
@@ -56,6 +57,8 @@ FiniteFloat = restricted_number_type("FiniteFloat", float, [(">", -math.inf), ("
 PositiveFiniteFloat = restricted_number_type("PositiveFiniteFloat", float, [(">", 0.0), ("<", math.inf)])
 #: A probability mass that keeps something: in (0, 1] (nucleus sampling's ``top_p``).
 PositiveUnitInterval = restricted_number_type("PositiveUnitInterval", float, [(">", 0.0), ("<=", 1.0)])
+#: A finite ratio of at least 1: an upper bound relative to a starting value (the collapse guard's perplexity).
+RatioAtLeastOne = restricted_number_type("RatioAtLeastOne", float, [(">=", 1.0), ("<", math.inf)])
 
 _WORDS: dict[Any, str] = {
     PositiveInt: "an integer >= 1",
@@ -67,6 +70,7 @@ _WORDS: dict[Any, str] = {
     FiniteFloat: "a finite number",
     PositiveUnitInterval: "a number in (0, 1]",
     PositiveFiniteFloat: "a finite number > 0",
+    RatioAtLeastOne: "a finite number >= 1",
     NotEmptyStr: "a non-empty string",
     bool: "true or false",
     int: "an integer",

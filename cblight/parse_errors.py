@@ -217,6 +217,10 @@ def _fault(
         if 1 <= len(taking) <= 3:
             return f"{what}; did you mean {' or '.join(f'{option}.{n} {value}' for n in taking)}?"
         return f"{what}; set one of them, e.g. {option}.{names[0]} VALUE" if names else what
+    if isinstance(text, str) and not text.strip():  # ``--model.adaptive ""``: YAML reads it as null
+        none = type(None) in typing.get_args(hint)
+        what = "leave the option out, or write null" if none else "leave the option out for its default"
+        return f"{key} must be {describe(hint)}, got an empty value ({what})"
     special = isinstance(value, str) and value.lower().lstrip("+-.") in ("nan", "inf")
     shown = repr(float(value)) if special else repr(value)
     finite = shown in ("nan", "inf", "-inf") and hint is float  # jsonargparse reads no such float from text

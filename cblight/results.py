@@ -61,6 +61,10 @@ def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise write_failure(path, err) from None
+    # mkstemp makes the file 0600; a final file gets the mode any new file gets (0644 under umask 022)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
     try:
         try:
             write_all(fd, text.encode("utf-8") if isinstance(text, str) else text)

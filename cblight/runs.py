@@ -4,6 +4,8 @@ command ends.
 * **Output directory**: ``resolve_output_dir`` fills ``{model}`` in, ``check_output_dir`` refuses one that
   could not hold the results, and ``OutputLock`` keeps two runs from writing one directory at once. The CLI
   does all three right after parsing the command line, before any model or data is loaded.
+  ``readable_by_all`` opens a saved model directory to every user (an offline model's conversion, a tuned
+  export), as a shared cache or a group's folder needs.
 * **Signals**: within ``stop_on_signals`` SIGINT and SIGTERM raise ``RunInterrupted`` at once, in the
   middle of a batch if need be; ``check_interrupt``, called by the evaluators before every batch, raises it
   too should a library have swallowed the first one. Cache rows are appended all-or-none
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from cblight.errors import CblightError, ConfigError
+from cblight.results import atomic_write_json
 
 LOCK_NAME = ".cblight.lock"
 
@@ -66,6 +69,12 @@ def check_output_dir(path: Path, option: str = "model.output_dir") -> None:
     existing = path
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
+    too_long = _too_long(path, existing)
+    if too_long:
+        shown = str(path) if len(str(path)) <= 80 else str(path)[:60] + "..." + str(path)[-16:]
+        raise OutputDirError(
+            f"{option} {shown!r} is too long for the file system ({too_long}): choose a shorter {option}"
+        )
     if not existing.is_dir():
         where = "it" if existing == path else str(existing)
         raise OutputDirError(f"{option} {str(path)!r} cannot be a directory: {where} is a file")
@@ -75,6 +84,27 @@ def check_output_dir(path: Path, option: str = "model.output_dir") -> None:
         os.unlink(probe)
     except OSError as err:
         raise OutputDirError(f"{option} {str(path)!r} is not writable ({existing}: {err.strerror})") from None
+
+
+# Room left under an output directory for the files a run writes inside it (cache/<task>/<split>/rank0.jsonl)
+_ROOM = 200
+
+
+def _too_long(path: Path, existing: Path) -> str | None:
+    """Why ``path`` cannot exist on the file system of ``existing`` (its deepest existing directory): a name
+    longer than the file system's ``NAME_MAX``, or a path without room for a run's files under ``PATH_MAX``."""
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        path_max = os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096  # Linux's
+    longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
+    if longest > name_max:
+        return f"a name of {longest} bytes, where the limit is {name_max}"
+    total = len(os.fsencode(str(path.absolute())))
+    if total + _ROOM > path_max:
+        return f"{total} bytes in all, where the limit for the files inside it is {path_max - _ROOM}"
+    return None
 
 
 class OutputLock:
@@ -91,11 +121,11 @@ class OutputLock:
         self._created: list[Path] = []  # directories the lock made, removed again if left empty
 
     def acquire(self) -> OutputLock:
-        missing = self.dir
-        while not missing.exists() and missing != missing.parent:
-            self._created.append(missing)
-            missing = missing.parent
         try:
+            missing = self.dir
+            while not os.path.lexists(missing) and missing != missing.parent:
+                self._created.append(missing)
+                missing = missing.parent
             self.dir.mkdir(parents=True, exist_ok=True)
             for attempt in range(100):
                 fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held open: it is the lock)
@@ -155,8 +185,90 @@ class OutputLock:
                 break  # not empty: the run wrote results there
 
 
+RUN_SETTINGS = "run.json"
+# What a run leaves in its output directory that a rerun with other settings would replace or mix with
+_RESULTS = ("results.json", "predictions", "generations", "cache", "plots")
+
+
+def _holds_results(directory: Path) -> bool:
+    return any(os.path.lexists(directory / name) for name in _RESULTS)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_rerun(
+    directory: str | Path,
+    settings: Mapping[str, Any],
+    overwrite: bool,
+    resweep: tuple[str, ...] = (),
+) -> list[str]:
+    """A run into an output directory that holds another run's results: the directory records the settings
+    of its run (``run.json``: option -> value, every option that changes the results), written here before
+    any work. A rerun with the same settings goes on (it resumes from the cache); one whose settings differ
+    is refused, naming the first that differs and the fix, so that a smaller or other run never replaces
+    ``results.json`` and ``predictions/`` without a word; with ``overwrite`` it replaces them. Options in
+    ``resweep`` (a new analysis of the cached numbers, such as another alpha grid: docs/evaluate.md, "Resume
+    and re-sweep") may differ; those that do are returned, for the caller to say so. A directory without a
+    record (new, or written before runs recorded their settings), or whose run left no results, takes this
+    run's. Call it holding the directory's lock, and ``forget_run_without_results`` when the run ends."""
+    path = Path(directory).expanduser() / RUN_SETTINGS
+    settings = json.loads(json.dumps(dict(settings), default=str))  # plain JSON values, compared as saved
+    recorded: Any = None
+    if path.is_file() and not overwrite and _holds_results(path.parent):
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8")).get("settings")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            recorded = None  # an unreadable record is no run's: this run's replaces it
+    changed: list[str] = []
+    if isinstance(recorded, dict):
+        for key in dict.fromkeys([*recorded, *settings]):
+            if recorded.get(key) == settings.get(key):
+                continue
+            if key in resweep:
+                changed.append(key)
+                continue
+            raise OutputDirError(
+                f"model.output_dir {str(path.parent)!r} holds the results of a run with other settings ({key} "
+                f"{_shown(recorded.get(key))} there, {_shown(settings.get(key))} now): rerun with its settings "
+                "to resume it, choose another --model.output_dir, or pass --model.overwrite true to replace its "
+                "results"
+            )
+    atomic_write_json(path, {"settings": settings})
+    return changed
+
+
+def forget_run_without_results(directory: str | Path) -> None:
+    """The settings ``check_rerun`` recorded go again if the run left no results (refused on bad input, say),
+    so that the directory, empty again, goes with the lock that made it."""
+    directory = Path(directory).expanduser()
+    if not _holds_results(directory):
+        (directory / RUN_SETTINGS).unlink(missing_ok=True)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Stopping on SIGINT / SIGTERM
+
+
+def readable_by_all(directory: str | Path) -> Path:
+    """Make a saved model directory readable by every user: its files 0644, its folders 0755.
+
+    ``save_pretrained`` writes ``model.safetensors`` 0600 (safetensors' own temporary file, moved into
+    place), so a model exported to a shared cache or a group's folder would be readable by its owner alone.
+
+    Args:
+        directory: the directory ``save_pretrained`` wrote (an offline model's conversion, a tuned export).
+
+    Returns:
+        ``directory``, as a ``Path``.
+    """
+    directory = Path(directory)
+    for path in directory.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    directory.chmod(0o755)
+    return directory
 
 
 class RunInterrupted(BaseException):

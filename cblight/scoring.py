@@ -63,7 +63,19 @@ class ScoringError(CblightError):
 
 
 def special_prefix(tokenizer: Any) -> list[int]:
-    """Special tokens the tokenizer puts in front of every text (Llama's BOS; nothing for GPT-2)."""
+    """Special tokens the tokenizer puts in front of every text (Llama's BOS; nothing for GPT-2).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+
+    Returns:
+        The prefix's token ids, empty when there is none.
+
+    Examples:
+        >>> from cblight.tiny import gpt2_tokenizer
+        >>> special_prefix(gpt2_tokenizer())
+        []
+    """
     probe = tokenizer("a", add_special_tokens=True)["input_ids"]
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     specials = set(tokenizer.all_special_ids)
@@ -71,7 +83,23 @@ def special_prefix(tokenizer: Any) -> list[int]:
 
 
 def empty_context_ids(tokenizer: Any, prefix: Sequence[int]) -> list[int]:
-    """The token(s) standing for an empty context: the special prefix, else BOS, else EOS (docs/design.md, "Mathematics")."""
+    """The token(s) standing for an empty context: the special prefix, else BOS, else EOS (docs/design.md, "Mathematics").
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+        prefix: its special prefix (``special_prefix``).
+
+    Returns:
+        The token ids of the empty context.
+
+    Raises:
+        ~cblight.scoring.ScoringError: when there is no prefix and the tokenizer has neither BOS nor EOS.
+
+    Examples:
+        >>> from cblight.tiny import gpt2_tokenizer
+        >>> empty_context_ids(gpt2_tokenizer(), [])  # GPT-2's <|endoftext|>
+        [50256]
+    """
     if prefix:
         return list(prefix)
     tok = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
@@ -81,7 +109,19 @@ def empty_context_ids(tokenizer: Any, prefix: Sequence[int]) -> list[int]:
 
 
 class Encoder:
-    """Tokenisation with the conventions above, shared by scoring and generation."""
+    """Tokenisation with the conventions of the module docstring, shared by scoring and generation.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+
+    Examples:
+        >>> from cblight.tiny import gpt2_tokenizer
+        >>> encoder = Encoder(gpt2_tokenizer())
+        >>> encoder.context("Hello world"), encoder.context("")
+        ([15496, 995], [50256])
+        >>> encoder.pair("The cat sat on the ", "mat")  # the trailing space moves into the continuation
+        ([464, 3797, 3332, 319, 262], [2603])
+    """
 
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
@@ -93,12 +133,33 @@ class Encoder:
         return list(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def context(self, text: str) -> list[int]:
-        """Context ids: the special prefix plus the text; an empty text is BOS/EOS alone."""
+        """Context ids: the special prefix plus the text; an empty text is BOS/EOS alone.
+
+        Args:
+            text: the context.
+
+        Returns:
+            Its token ids.
+        """
         body = self.body(text) if text else []
         return self.prefix + body if body else empty_context_ids(self.tokenizer, self.prefix)
 
     def pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """``(context_ids, continuation_ids)`` split as lm-evaluation-harness does."""
+        """``(context_ids, continuation_ids)`` split as lm-evaluation-harness does: the continuation is what
+        ``encode(context + continuation)`` holds after the tokens of the context, trailing spaces of the context
+        moved into the continuation.
+
+        Args:
+            context: the context text.
+            continuation: the text scored after it.
+
+        Returns:
+            The context's ids (with the special prefix; BOS/EOS alone for an empty context) and the
+            continuation's ids.
+
+        Raises:
+            ~cblight.scoring.ScoringError: when the continuation encodes to no tokens.
+        """
         stripped = context.rstrip(" ")
         context, continuation = stripped, context[len(stripped) :] + continuation
         ctx_body = self.body(context) if context else []
@@ -116,7 +177,13 @@ class Encoder:
 @dataclass(frozen=True)
 class ContinuationScore:
     """Log-likelihood of one continuation: its sum, per-token values, and whether greedy decoding
-    would have produced every one of its tokens."""
+    would have produced every one of its tokens.
+
+    Args:
+        log_prob: the sum of the token log-probabilities.
+        token_log_probs: each continuation token's log-probability.
+        is_greedy: whether every continuation token is the model's argmax at its position.
+    """
 
     log_prob: float
     token_log_probs: tuple[float, ...]
@@ -146,9 +213,32 @@ class TextScorer(Protocol):
 class Scorer:
     """Batched scoring with one model; see the module docstring.
 
-    ``batch_size`` caps the number of sequences (rows) per forward pass. ``"auto"`` starts at
-    64 rows on a GPU and halves on out-of-memory; on CPU it is ``16``.
-    ``share_context`` encodes the context of a group once and fans its KV cache out to the choices.
+    Args:
+        model: a Hugging Face causal LM.
+        tokenizer: its tokenizer.
+        batch_size: the number of sequences (rows) per forward pass, or ``"auto"``: 64 rows on a GPU,
+            halved on out-of-memory, 16 on CPU.
+        max_length: the model window to use instead of the config's (checked against it); default: the
+            config's position-embedding size.
+        share_context: encode the context of a group once and fan its KV cache out to the choices (off:
+            one row per context and continuation, as lm-evaluation-harness runs them).
+
+    Examples:
+        Two answers after one context, on a tiny random GPT-2 (any causal LM loads the same way):
+
+        >>> import tempfile
+        >>> from cblight.models import load_causal_lm, load_tokenizer
+        >>> from cblight.tiny import build_tiny_gpt2
+        >>> path = str(build_tiny_gpt2(tempfile.mkdtemp()))
+        >>> scorer = Scorer(load_causal_lm(path), load_tokenizer(path))
+        >>> mat, table = scorer.score_text([("The cat sat on the", [" mat", " kitchen table"])])[0]
+        >>> len(mat.token_log_probs), len(table.token_log_probs), table.log_prob < 0
+        (1, 2, True)
+        >>> context = scorer.encoder.context("The cat sat on the")
+        >>> full = scorer.next_token_log_probs([context])  # f_max
+        >>> short = scorer.last_k_log_probs([context], 2, full=full)  # f_2, on " on the"
+        >>> full.shape, short.shape
+        (torch.Size([1, 50257]), torch.Size([1, 50257]))
     """
 
     def __init__(
@@ -184,7 +274,10 @@ class Scorer:
 
     def in_batches(self, items: list[Any], cost: Any, run: Any) -> list[Any]:
         """Run ``run(chunk)`` over consecutive chunks holding at most ``rows_per_batch`` rows (by
-        ``cost(item)``), halving the automatic batch size on CUDA out-of-memory."""
+        ``cost(item)``), halving the automatic batch size on CUDA out-of-memory.
+
+        :meta private:
+        """
         out: list[Any] = []
         start = 0
         while start < len(items):
@@ -212,15 +305,36 @@ class Scorer:
     def score_text(
         self, groups: Sequence[tuple[str, Sequence[str]]], names: Sequence[str] | None = None
     ) -> list[list[ContinuationScore]]:
-        """``score_choices`` on strings: each group is ``(context, [continuation, ...])``, split at the
-        lm-eval boundary (the context ids are those of the first pair, identical for all pairs by
-        construction); ``names`` label the groups in error messages."""
+        """``score_choices`` on strings, split at the lm-eval boundary (``Encoder.pair``).
+
+        Args:
+            groups: ``(context, [continuation, ...])`` pairs, e.g. a question and its answers.
+            names: a label per group for error messages (default ``group <i>``).
+
+        Returns:
+            One list per group, a ``ContinuationScore`` per continuation, in the order given.
+
+        Raises:
+            ~cblight.scoring.ScoringError: for a continuation that encodes to no tokens or does not fit the
+                window.
+        """
         pairs = [[self.encoder.pair(ctx, c) for c in conts] for ctx, conts in groups]
         return self.score_choices([(p[0][0], [cont for _, cont in p]) for p in pairs], names)
 
     def truncate(self, context: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[int]:
         """Cut the context from the left so that it and the longest continuation fit the window
-        (the last continuation token is never an input); the special prefix (BOS) is kept."""
+        (the last continuation token is never an input); the special prefix (BOS) is kept.
+
+        Args:
+            context: the context's token ids.
+            continuations: the token ids of the continuations scored after it.
+
+        Returns:
+            The context's ids as the model will see them.
+
+        Raises:
+            ~cblight.scoring.ScoringError: when a continuation alone exceeds the window.
+        """
         longest = max(len(c) for c in continuations)
         if longest > self.window:
             raise ScoringError(
@@ -239,9 +353,21 @@ class Scorer:
         groups: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]],
         names: Sequence[str] | None = None,
     ) -> list[list[ContinuationScore]]:
-        """Log-likelihood of every continuation of every group ``(context_ids, [continuation_ids, ...])``.
+        """Log-likelihood of every continuation of every group (paper eq. 2's terms).
 
-        Groups run longest first; a continuation that alone exceeds the window raises ``ScoringError``.
+        Groups run longest first; the context of a group is encoded once when ``share_context`` is on.
+
+        Args:
+            groups: ``(context_ids, [continuation_ids, ...])`` pairs; an empty context is written as
+                ``Encoder.context("")``.
+            names: a label per group for error messages (default ``group <i>``).
+
+        Returns:
+            One list per group, a ``ContinuationScore`` per continuation, in the order given.
+
+        Raises:
+            ~cblight.scoring.ScoringError: for a group without continuations, an empty context or
+                continuation, or a continuation that alone exceeds the window.
         """
         prepared: list[_Group] = []
         for i, (ctx, conts) in enumerate(groups):
@@ -324,9 +450,18 @@ class Scorer:
     def continuation_log_probs(
         self, rows: Sequence[Sequence[int]], starts: Sequence[int], lengths: Sequence[int]
     ) -> torch.Tensor:
-        """float32 ``[R, max(lengths), V]`` next-token log-probs of one right-padded pass over ``rows`` (each a
-        context and its continuation but the last token, as lm-evaluation-harness runs them), kept only at
-        the ``lengths[r]`` positions from ``starts[r]`` on: those that predict the continuation's tokens."""
+        """Next-token log-probabilities of one right-padded pass over ``rows``, kept at the positions that
+        predict each continuation's tokens.
+
+        Args:
+            rows: each a context and its continuation but the last token, as lm-evaluation-harness runs them.
+            starts: each row's position that predicts its continuation's first token.
+            lengths: each continuation's length in tokens.
+
+        Returns:
+            float32 ``[R, max(lengths), V]``; row ``r`` holds its distributions at positions
+            ``starts[r] .. starts[r] + lengths[r] - 1`` (later entries repeat the last one).
+        """
         ids, mask = right_pad(rows, self.pad_id, self.device)
         logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
         index = torch.tensor(
@@ -350,12 +485,29 @@ class Scorer:
 
     # -- next-token distributions ------------------------------------------------------------------------
     def cut_context(self, ids: Sequence[int]) -> list[int]:
-        """A context for next-token prediction, cut from the left to the window (special prefix kept)."""
+        """A context for next-token prediction, cut from the left to the window (special prefix kept).
+
+        Args:
+            ids: the context's token ids.
+
+        Returns:
+            The ids the model sees.
+        """
         return self.truncate(ids, [[0]])
 
     @torch.no_grad()
     def next_token_log_probs(self, contexts: Sequence[Sequence[int]]) -> torch.Tensor:
-        """``log f_max(· | context)`` for each context: float32 ``[B, V]`` on the model device."""
+        """``log f_max(· | context)`` for each context, batched (longest first) and returned in the order given.
+
+        Args:
+            contexts: token ids of each context, cut to the window from the left when longer.
+
+        Returns:
+            float32 ``[B, V]`` on the model's device.
+
+        Raises:
+            ~cblight.scoring.ScoringError: for an empty context.
+        """
         if any(len(c) == 0 for c in contexts):
             raise ScoringError("next-token prediction needs a non-empty context")
         cut = [self.cut_context(c) for c in contexts]
@@ -373,8 +525,17 @@ class Scorer:
         self, contexts: Sequence[Sequence[int]], k: int | Sequence[int], full: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``log f_k(· | context)``: the model on the last ``k`` tokens (after the special prefix), at
-        positions ``0..k-1``; ``k`` is one for all contexts or each context's own. Contexts no longer than
-        their ``k`` reuse ``full`` (``f_k == f_max``) when given."""
+        positions ``0..k-1`` (paper §3).
+
+        Args:
+            contexts: token ids of each full context.
+            k: the short context's length, one for all contexts or each context's own.
+            full: the contexts' ``next_token_log_probs``; when given, contexts no longer than their ``k`` reuse
+                it (``f_k == f_max``) instead of a second forward pass.
+
+        Returns:
+            float32 ``[B, V]`` on the model's device.
+        """
         ks = [k] * len(contexts) if isinstance(k, int) else k
         shorts = [short_context_ids(c, n, self.encoder.prefix) for c, n in zip(contexts, ks)]
         if full is None:

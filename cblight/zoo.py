@@ -34,6 +34,7 @@ from filelock import FileLock
 from huggingface_hub.utils.sha import sha_fileobj
 
 from cblight.errors import CblightError
+from cblight.runs import readable_by_all
 
 PREFIX = "offline:"
 PROBE_TEXT = "The capital of France is"
@@ -265,10 +266,7 @@ def convert(entry: OfflineModel, target: Path | None = None) -> Path:
         described = ("title", "gguf_sha256", "quantisation", "licence", "source")
         manifest = {"name": PREFIX + entry.name, **{k: getattr(entry, k) for k in described}, "files": files}
         (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-        # readable by every user of a shared cache (safetensors writes its file 0600)
-        for path in out.iterdir():
-            path.chmod(0o644)
-        out.chmod(0o755)
+        readable_by_all(out)  # by every user of a shared cache
         os.replace(out, target)
     _say(f"converted in {time.time() - start:.0f} s")
     return target

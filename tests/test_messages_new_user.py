@@ -205,6 +205,16 @@ def test_a_damaged_safetensors_file_is_named_by_every_command(damaged_model, tmp
     prompts.write_text("A first prompt.\nA second prompt.\n")
     tune = ["tune", "--model.model", str(folder), "--data.task", "null", "--data.prompts_file", str(prompts)]
     tune += ["--trainer.max_steps", "1", "--trainer.accelerator", "cpu", "--model.export.enabled", "false"]
+    # a batch no larger than the prompts, and no validation: the collapse guard off (it refuses a run it
+    # could not look at)
+    tune += [
+        "--data.batch_size",
+        "2",
+        "--model.guard.max_ppl_ratio",
+        "null",
+        "--model.guard.min_entropy_ratio",
+        "null",
+    ]
     tune += ["--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.enable_progress_bar", "false"]
     assert last_error(tune, capsys) == line
 

@@ -16,9 +16,14 @@ from nltk.translate.meteor_score import meteor_score
 
 import cblight.metrics.dialog_meteor as meteor_module
 from cblight.errors import ConfigError
-from cblight.metrics import Meteor, NltkMeteor, dialog_table, meteor, nltk_meteor, resolve_meteor_route
+from cblight.metrics import Meteor, NltkMeteor, dialog_table, meteor, nltk_meteor
 from cblight.metrics.dialog import dialog_words
-from cblight.metrics.dialog_meteor import NO_SYNONYMS, official_meteor_missing, wordnet_reader
+from cblight.metrics.dialog_meteor import (
+    NO_SYNONYMS,
+    official_meteor_missing,
+    resolve_meteor_route,
+    wordnet_reader,
+)
 
 OFFICIAL = Path(__file__).resolve().parent / "fixtures" / "dstc7_official"
 MISSING = official_meteor_missing()

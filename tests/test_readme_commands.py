@@ -1,6 +1,8 @@
 """Every command the README shows runs, and so does every command of the documentation pages that hold the
 README's former sections (``SOURCES``: Getting started, Boosted evaluation, the tutorials, Results,
-Development); the README's Python quick start runs too.
+Development); each of the README's ```python blocks runs on its own, in an empty directory, on the tiny model
+(the real-model tier, ``tests/realmodel/test_readme_real.py``, runs them as written on SmolLM2, each in a
+fresh process, and compares what they print with the ```text block that follows each).
 
 The commands are read from those files' ```bash blocks at test time, so a section added later is picked up
 without touching this file: every line starting with ``cblight``, ``python evaluate.py``, ``python train.py``,
@@ -29,6 +31,8 @@ not run, each with its reason.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -41,6 +45,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from cblight.errors import CblightError
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -81,7 +87,12 @@ SKIPPED: dict[tuple[str, ...], str] = {
 MODEL_KEYS = {"model", "tokenizer", "metrics_model", "pretrained"}  # keys whose value names a checkpoint
 HUB_ID = re.compile(r"^(offline:)?[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a Hub id, or a zoo name (a real model)
 LIMITS = {
-    "evaluate": ["--data.limit", "2", "--data.batch_size", "4", "--trainer.enable_progress_bar", "false"],
+    # the commands run one after another in one directory, several into one output directory with other
+    # tasks or limits: each replaces the results of the one before (a rerun with other settings is refused)
+    "evaluate": [
+        "--data.limit", "2", "--data.batch_size", "4", "--trainer.enable_progress_bar", "false",
+        "--model.overwrite", "true",
+    ],
     "generation": ["--model.max_new_tokens", "4"],  # two prompts: self-BLEU needs two generations
     # as written (cblight lmeval picks --device cpu on a machine without a GPU)
     "lmeval": ["--limit", "4"],
@@ -89,6 +100,8 @@ LIMITS = {
     "tune": [
         "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", "--trainer.enable_progress_bar", "false",
         "--data.batch_size", "2", "--data.val_size", "0",
+        # no validation: the collapse guard off (it refuses a run it could not look at)
+        "--model.guard.max_ppl_ratio", "null", "--model.guard.min_entropy_ratio", "null",
         "--model.boosting.k", "4", "--model.max_new_tokens", "8", "--model.max_prompt_tokens", "24",
         # the commands run one after another in one directory: each replaces the export of the one before
         "--model.export.overwrite", "true",
@@ -437,22 +450,73 @@ def test_readme_command_runs(tokens, workdir, monkeypatch):
         assert result == 0, f"{ran}: exit {result}"
 
 
-def readme_python() -> str:
-    """The README's ```python blocks, in order, as one program (later blocks use earlier blocks' names)."""
-    return "\n".join(re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S))
+def python_blocks(path: Path, every: bool) -> list[tuple[str, list[str]]]:
+    """The ```python blocks of ``path`` that a ```text block follows, each with that block's lines (what the
+    code prints). Each is a program of its own: its imports, its model, its output directory. ``every``: each
+    python block must be followed by one (the README)."""
+    text = path.read_text(encoding="utf-8")
+    pairs = re.findall(r"```python\n(.*?)```\n+```text\n(.*?)```", text, re.S)
+    if every:
+        assert len(pairs) == text.count("```python\n"), f"a python block of {path.name} shows no output"
+    return [(code, printed.splitlines()) for code, printed in pairs]
+
+
+# The README's python blocks (each one shows what it prints), then the tutorials' that show their output
+PYTHON_BLOCKS = [
+    (f"{path.relative_to(ROOT)}:{i + 1}", code, printed)
+    for path, every in [
+        (README, True),
+        *((p, False) for p in sorted((ROOT / "docs" / "tutorials").glob("*.md"))),
+    ]
+    for i, (code, printed) in enumerate(python_blocks(path, every))
+]
+
+
+def test_the_readme_python_blocks_are_the_ones_this_file_was_written_for():
+    """Score, generate, tune: each a README block of its own with what it prints (a change of the README's
+    format must not quietly leave nothing to run)."""
+    readme = [code for where, code, _ in PYTHON_BLOCKS if where.startswith("README")]
+    assert len(readme) >= 3
+    for name in ["choice_scores", "boosted_generate", "CoherenceTuning"]:
+        assert sum(name in code for code in readme) == 1, name
+    assert all(printed for _, _, printed in PYTHON_BLOCKS)
+
+
+def _run_block(code: str, model: Path, workdir: Path) -> str:
+    """``code`` run as a program of its own: a fresh namespace (no name from another block), ``workdir`` as
+    the current directory, SmolLM2 replaced by ``model``; what it printed."""
+    code = code.replace('"offline:smollm2-135m"', repr(str(model)))
+    out = io.StringIO()
+    saved = Path.cwd()
+    os.chdir(workdir)
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})
+    finally:
+        os.chdir(saved)
+    return out.getvalue()
 
 
 @pytest.mark.slow
-def test_readme_python_quick_start_runs(tiny_gpt2_dir, tmp_path, monkeypatch, capsys):
-    """Score a question boosted, generate boosted, tune and export: the README's Python, its model replaced
-    by the tiny GPT-2, run in a scratch directory (the export lands there)."""
-    code = readme_python()
-    assert "choice_scores" in code and "boosted_generate" in code and "CoherenceTuning" in code
-    code = code.replace('"offline:smollm2-135m"', repr(str(tiny_gpt2_dir)))
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
-    printed = capsys.readouterr().out.splitlines()
-    assert printed[0] in (" the ocean", " a desert", " a library")  # the boosted answer
-    export = tmp_path / "outputs" / "tuned-smollm2"
-    assert (export / "config.json").is_file()
-    assert any(line.endswith("outputs/tuned-smollm2") for line in printed)  # the printed export directory
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)), ids=[where for where, _, _ in PYTHON_BLOCKS])
+def test_readme_python_block_runs_on_its_own(index, tiny_gpt2_dir, tmp_path):
+    """Each README python block (and each tutorial block that shows its output) runs alone, in an empty directory, on the tiny GPT-2 (the real-model tier runs
+    it as written on SmolLM2 in a fresh process and compares what it prints: tests/realmodel). It writes only
+    under ``outputs/`` (in .gitignore), and run again in the same directory it either runs or is refused with
+    a message that names the Python fix (``in Python: ...``), not only a command-line flag."""
+    _, code, _ = PYTHON_BLOCKS[index]
+    printed = _run_block(code, tiny_gpt2_dir, tmp_path)
+    assert printed.strip(), "the block printed nothing"
+    assert {p.name for p in tmp_path.iterdir()} <= {"outputs"}, sorted(p.name for p in tmp_path.iterdir())
+    if (
+        "CoherenceTuning" in code
+    ):  # the README names the directory the tuning block writes and the rerun's fix
+        assert (tmp_path / "outputs" / "readme-tuning" / "hf" / "config.json").is_file()
+        assert (tmp_path / "outputs" / "readme-tuning" / "samples.jsonl").is_file()
+        with pytest.raises(CblightError, match=r"in Python: .*ExportOptions\(overwrite=True\)"):
+            _run_block(code, tiny_gpt2_dir, tmp_path)
+        return
+    try:
+        _run_block(code, tiny_gpt2_dir, tmp_path)
+    except CblightError as err:
+        assert "in Python: " in str(err), str(err)

@@ -175,6 +175,18 @@ def test_disk_full_says_so_and_a_rerun_recovers(where, clean, tiny_gpt2_dir, tmp
     assert numbers(evaluate(tiny_gpt2_dir, run)) == numbers(expected)
 
 
+def test_final_files_are_readable_by_others(tmp_path):
+    """A results file gets the mode any new file gets (0644 under umask 022), not mkstemp's private 0600."""
+    from cblight.results import atomic_write_json
+
+    old = os.umask(0o022)
+    try:
+        path = atomic_write_json(tmp_path / "results.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
 # -- case 11: one run per output directory --------------------------------------------------------------------
 def test_second_run_on_the_same_output_dir_is_refused(clean, tiny_gpt2_dir, tmp_path, capsys):
     run = tmp_path / "busy"

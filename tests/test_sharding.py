@@ -152,7 +152,8 @@ def test_the_refusals_are_one_line_before_the_model_loads(tiny_gpt2_dir, tmp_pat
     monkeypatch.setattr(sharding, "load_causal_lm", tripwire)
     monkeypatch.chdir(tmp_path)  # the config's relative directories
     tune = ["tune", "-c", CONFIG, "--model.model", str(tiny_gpt2_dir), "--data.task", "null"]
-    tune += ["--data.prompts", "[one two three four five six seven eight nine ten]", "--data.val_size", "0"]
+    tune += ["--data.prompts", "[one, two, three, four, five, six, seven, eight, nine, ten]"]
+    tune += ["--data.batch_size", "2", "--data.val_size", "2"]
     assert one_line([*tune, "-c", FSDP, "--model.lora.rank", "8"], capsys) == (
         "error: lora.rank = 8 under FSDP2 (trainer.strategy FSDP2Strategy): LoRA adapters are not sharded; tune "
         "with LoRA on one device or with DDP (--trainer.strategy ddp), where the initial model is the base model "

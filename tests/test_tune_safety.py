@@ -30,14 +30,20 @@ ENV = {
 }
 
 
-def tune_args(model: str | Path, prompts: Path, *extra: str) -> list[str]:
-    """A tiny tuning run on a prompts file (every path under the test's directory)."""
+# the collapse guard off: a run without validation is refused while it is on
+GUARD_OFF = ["--model.guard.max_ppl_ratio", "null", "--model.guard.min_entropy_ratio", "null"]
+GUARD_OFF_FIX = "switch the guard off (--model.guard.max_ppl_ratio null --model.guard.min_entropy_ratio null)"
+
+
+def tune_args(model: str | Path, prompts: Path, *extra: str, guard: bool = False) -> list[str]:
+    """A tiny tuning run on a prompts file (every path under the test's directory), without validation and
+    so, unless ``guard``, with the collapse guard switched off."""
     return [
         "tune", "-c", CONFIG, "--model.model", str(model), "--model.boosting.k", "3",
         "--model.max_new_tokens", "5", "--model.validation.log_samples_every_n_steps", "1",
         "--data.task", "null", "--data.prompts_file", str(prompts), "--data.batch_size", "2",
         "--data.val_size", "0", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false", *extra,
+        "--trainer.enable_model_summary", "false", *([] if guard else GUARD_OFF), *extra,
     ]  # fmt: skip
 
 
@@ -177,12 +183,18 @@ def test_a_finished_export_is_not_overwritten_and_the_run_starts_quietly(tiny_gp
     )
     assert not [line for line in first.stderr.splitlines() if line.startswith(noise) or noise[3] in line]
     weights = (tmp_path / "export" / "model.safetensors").read_bytes()
+    # readable by others, as the offline zoo's models (safetensors writes its file 0600)
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "export").iterdir() if p.is_file()} == {
+        p.name: 0o644 for p in (tmp_path / "export").iterdir() if p.is_file()
+    }
+    assert (tmp_path / "export").stat().st_mode & 0o777 == 0o755
 
     second = _run(args, tmp_path)  # the same command again: the finished run's export stays
     assert second.returncode == 2
     assert second.stderr.strip().splitlines() == [
         "error: model.export.dir 'export' already holds an earlier run's export; this run would overwrite it: "
-        "choose another --model.export.dir, or pass --model.export.overwrite true to replace it"
+        "choose another --model.export.dir, or pass --model.export.overwrite true to replace it (in Python: "
+        "ExportOptions(dir=...) or ExportOptions(overwrite=True))"
     ]
     assert (tmp_path / "export" / "model.safetensors").read_bytes() == weights
     assert not (tmp_path / "outputs" / "coherence_tuning" / "version_1").exists()  # refused before it started
@@ -249,7 +261,7 @@ def test_a_collapsing_tune_is_stopped_by_the_default_guard(peaky_gpt2_dir, promp
         peaky_gpt2_dir, prompts, "--model.boosting.k", "2", "--model.boosting.alpha", "-2",
         "--model.teacher.kind", "live", "--model.optimizer.lr", "0.3", "--model.export.dir", "export",
         "--data.val_size", "2", "--data.val_texts_file", str(texts), "--data.batch_size", "4",
-        "--trainer.val_check_interval", "2", "--trainer.max_steps", "6",
+        "--trainer.val_check_interval", "2", "--trainer.max_steps", "6", guard=True,
     )  # fmt: skip
     done = _run(args, tmp_path)
     assert done.returncode == 1, done.stderr[-3000:]
@@ -261,3 +273,48 @@ def test_a_collapsing_tune_is_stopped_by_the_default_guard(peaky_gpt2_dir, promp
     ), line
     assert "at step 2; stopped the run, no export; no validation passed before it" in line
     assert "Traceback" not in done.stderr and not (tmp_path / "export").exists()
+
+
+def test_the_guard_validates_the_final_model_when_its_last_validation_is_stale(
+    peaky_gpt2_dir, prompts, tmp_path
+):
+    """The collapsing run above with validation every 8 steps and 6 steps in all (was: no validation ran, the
+    collapsed model was exported, exit 0): the guard has Lightning validate the final model before the
+    export, says so, and stops the export."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(PROMPTS * 3) + "\n")
+    args = tune_args(
+        peaky_gpt2_dir, prompts, "--model.boosting.k", "2", "--model.boosting.alpha", "-2",
+        "--model.teacher.kind", "live", "--model.optimizer.lr", "0.3", "--model.export.dir", "export",
+        "--data.val_size", "2", "--data.val_texts_file", str(texts), "--data.batch_size", "4",
+        "--trainer.val_check_interval", "8", "--trainer.max_steps", "6", guard=True,
+    )  # fmt: skip
+    done = _run(args, tmp_path)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "collapse guard: validating the final model (step 6; last validation: none) before the export" in (
+        done.stderr
+    )
+    lines = [x for x in done.stderr.splitlines() if "stopped the run, no export" in x]
+    assert len(lines) == 1 and "at step 6; stopped the run, no export" in lines[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "export").exists()
+
+
+@pytest.mark.usefixtures("no_loading")
+def test_a_guard_with_nothing_to_look_at_and_impossible_bands_are_refused(prompts, capsys):
+    """The default guard with no validation (was: a warning, then an unguarded export), validation turned
+    off, and bands typed as percents: one line each, before the model loads."""
+    missing = "/does/not/exist"
+    line = one_line(tune_args(missing, prompts, guard=True), capsys)
+    assert line.startswith("error: the collapse guard (on by default)")
+    assert line.endswith(f"(data.val_size 0): set data.val_size > 0 (e.g. 8), or {GUARD_OFF_FIX}")
+    no_val = tune_args(
+        missing, prompts, "--data.val_size", "2", "--trainer.limit_val_batches", "0", guard=True
+    )
+    assert one_line(no_val, capsys).endswith(
+        f"trainer.limit_val_batches 0 turns validation off: drop it, or {GUARD_OFF_FIX}"
+    )
+    line = one_line(tune_args(missing, prompts, "--model.guard.min_distinct_ratio", "80"), capsys)
+    assert line == "error: model.guard.min_distinct_ratio must be a number in (0, 1] or null, got 80"
+    for option, value, words in [("min_entropy_ratio", "60", "(0, 1]"), ("max_ppl_ratio", "0.5", ">= 1")]:
+        line = one_line(tune_args(missing, prompts, f"--model.guard.{option}", value), capsys)
+        assert f"model.guard.{option} must be a" in line and words in line and line.endswith(value), line

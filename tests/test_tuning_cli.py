@@ -126,7 +126,13 @@ def test_end_to_end_with_csv_and_offline_wandb(tiny_gpt2_dir, tmp_path, monkeypa
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(
         "\n".join(
-            json.dumps({"text": t}) for t in ["The quick brown fox jumps", "A journey of a thousand miles"]
+            json.dumps({"text": t})
+            # two training prompts for a batch of 2 (a batch larger than the prompts is refused), one held out
+            for t in [
+                "The quick brown fox jumps",
+                "A journey of a thousand miles",
+                "Once upon a time there was",
+            ]
         )
     )
     human = tmp_path / "human.txt"

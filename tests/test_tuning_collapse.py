@@ -98,7 +98,11 @@ def test_teacher_option_checks():
         ),
         (lambda: TeacherOptions(trust_region=-0.1), r"TeacherOptions\.trust_region must be a number >= 0"),
         (lambda: TeacherOptions(trust_region=float("nan")), "TeacherOptions.trust_region"),
-        (lambda: GuardOptions(max_ppl_ratio=0), r"GuardOptions\.max_ppl_ratio must be a number > 0"),
+        (lambda: GuardOptions(max_ppl_ratio=0), r"GuardOptions\.max_ppl_ratio must be a finite number >= 1"),
+        (
+            lambda: GuardOptions(min_distinct_ratio=80),
+            r"GuardOptions\.min_distinct_ratio must be a number in \(0, 1\]",
+        ),
         (
             lambda: GuardOptions(max_repetition=1.5),
             r"GuardOptions\.max_repetition must be a number in \[0, 1\]",

@@ -29,6 +29,7 @@ def _train(model_dir, prompts, root, *extra):
         "--model.validation.log_samples_every_n_steps", "1", "--model.export.enabled", "false",
         "--data.task", "null", "--data.prompts_file", str(prompts), "--data.batch_size", "2",
         "--data.val_size", "0", "--trainer.default_root_dir", str(root),
+        "--model.guard.max_ppl_ratio", "null", "--model.guard.min_entropy_ratio", "null",  # no validation
         "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false", *extra,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

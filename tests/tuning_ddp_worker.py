@@ -18,7 +18,9 @@ CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 
 
 def presampled(batch_file: str):
-    def sample(self, model, prompts, device="cpu", rank=0, synced=False):
+    def sample(self, model, prompts, device="cpu", rank=0, synced=False, seed=None):
+        # validation (the collapse guard's look at the final model, on every rank) samples with its own seed;
+        # it gets the saved batch too
         saved = torch.load(batch_file)
         dist = torch.distributed
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1

@@ -30,7 +30,17 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TaskSplit:
-    """The rendered examples of one task's report or selection split."""
+    """The rendered examples of one task's report or selection split (``EvalDataModule.loader_splits``).
+
+    Args:
+        task: the task's spec.
+        role: ``report`` (the split whose numbers are reported) or ``selection`` (where alpha* is chosen).
+        split: the split's name (``validation``).
+        examples: the rendered examples, filters and ``limit`` applied.
+        sampled_indices: for a sampled selection split, the indices drawn from the full split.
+        seed: the seed that drew the sample (``selection_seed``), when there is one.
+        file: the ``data_files`` entry the split was read from, when one was given.
+    """
 
     task: TaskSpec
     role: Role
@@ -88,6 +98,19 @@ class EvalDataModule(LightningDataModule):
             prompts longer than it); ``evaluate.py`` links it to ``max(model.ks)``.
         batch_size: examples per step (each multiple-choice example is one row per choice).
         num_workers: dataloader workers.
+
+    Examples:
+        Two CommonsenseQA questions from the sample shipped with cblight:
+
+        >>> from pathlib import Path
+        >>> import cblight
+        >>> root = Path(cblight.__file__).parent / "assets" / "realdata"
+        >>> data = EvalDataModule(tasks=["csqa"], data_root=str(root), limit=2, selection=False)
+        >>> question = data.examples("csqa")[0]
+        >>> question.choices, question.label
+        ((' bank', ' library', ' department store', ' mall', ' new york'), 0)
+        >>> [(split.name, split.role, len(split.examples)) for split in data.loader_splits("report")]
+        [('csqa', 'report', 2)]
     """
 
     #: How a refusal for a task without its folder under ``data_root`` spells the two fixes: naming the
@@ -234,7 +257,15 @@ class EvalDataModule(LightningDataModule):
         return TaskSplit(spec, role, split, examples[: self.limit], indices, self.selection_seed, file)
 
     def examples(self, task: str, split: str | None = None) -> list[Example]:
-        """The rendered examples of one split of ``task`` (default: its report split), filters applied."""
+        """The rendered examples of one split of a task, filters applied.
+
+        Args:
+            task: the task's name.
+            split: the split (default: the task's report split).
+
+        Returns:
+            The examples, at most ``limit``.
+        """
         spec = get_task(task)
         return self._load_split(spec, split or spec.report_split).examples
 
@@ -260,7 +291,14 @@ class EvalDataModule(LightningDataModule):
 
     # -- loaders -------------------------------------------------------------------------------------------
     def loader_splits(self, role: Role) -> list[TaskSplit]:
-        """The task splits behind ``val_dataloader`` (selection) or ``test_dataloader`` (report), in order."""
+        """The task splits behind ``val_dataloader`` (selection) or ``test_dataloader`` (report), in order.
+
+        Args:
+            role: ``selection`` or ``report``.
+
+        Returns:
+            One ``TaskSplit`` per task that has a split of that role.
+        """
         self.setup()
         return [self.splits[name][role] for name in self.task_names if role in self.splits[name]]
 

@@ -89,7 +89,18 @@ def _is_boundary(text: str, match: re.Match[str]) -> bool:
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` character offsets of each sentence, leading and trailing whitespace excluded."""
+    """``(start, end)`` character offsets of each sentence, leading and trailing whitespace excluded.
+
+    Args:
+        text: English text.
+
+    Returns:
+        One span per sentence, in order.
+
+    Examples:
+        >>> sentence_spans("Dr. Smith arrived at 3.5 p.m. on Jan. 12. He sat down.")
+        [(0, 41), (42, 54)]
+    """
     ends = {m.end() for m in _END.finditer(text) if _is_boundary(text, m)}
     ends |= {m.start() for m in _PARAGRAPH.finditer(text)} | {len(text)}
     spans, start = [], 0
@@ -103,18 +114,55 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
 
 
 def split_sentences(text: str) -> list[str]:
-    """The sentences of ``text``, each stripped of surrounding whitespace."""
+    """The sentences of ``text``, each stripped of surrounding whitespace.
+
+    Args:
+        text: English text.
+
+    Returns:
+        The sentences in order.
+
+    Examples:
+        >>> split_sentences('Dr. Smith arrived at 3.5 p.m. on Jan. 12. He sat down. "Really?" she asked.')
+        ['Dr. Smith arrived at 3.5 p.m. on Jan. 12.', 'He sat down.', '"Really?" she asked.']
+    """
     return [text[s:e] for s, e in sentence_spans(text)]
 
 
 def first_sentences(text: str, n: PositiveInt) -> str:
-    """The text of the first ``n`` sentences, exactly as written (the whole text if it has fewer)."""
+    """The text of the first ``n`` sentences, exactly as written (a summary's first 3 or 2 sentences, appendix
+    "GPT-2 summarization experiments").
+
+    Args:
+        text: English text.
+        n: how many sentences to keep (positive).
+
+    Returns:
+        The prefix of ``text`` (leading whitespace dropped) that holds them; the whole text if it has
+        fewer, ``""`` if it has none.
+
+    Examples:
+        >>> first_sentences("One. Two.  Three.", 2)
+        'One. Two.'
+    """
     check_arguments(first_sentences, {"n": n})
     spans = sentence_spans(text)[:n]
     return text[spans[0][0] : spans[-1][1]] if spans else ""
 
 
 def split_first_sentence(text: str) -> tuple[str, str]:
-    """``(first sentence, rest)`` with ``first + rest == text.lstrip()``: the rest keeps its leading space."""
+    """``(first sentence, rest)`` with ``first + rest == text.lstrip()``: the rest keeps its leading space
+    (a WebText prompt is the document's first sentence, paper §4.1).
+
+    Args:
+        text: English text.
+
+    Returns:
+        The first sentence and the rest of the text.
+
+    Examples:
+        >>> split_first_sentence("It rained. We stayed in.")
+        ('It rained.', ' We stayed in.')
+    """
     start, end = (sentence_spans(text) or [(0, 0)])[0]  # no sentence: an empty one at the start
     return text[start:end], text[end:]

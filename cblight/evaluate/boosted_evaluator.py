@@ -27,7 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.adaptive import RuleName, rule_for
-from cblight.boosting import AlphaGrid
+from cblight.boosting import AlphaGrid, too_large_alpha
 from cblight.data.datamodule import Role, TaskSplit
 from cblight.data.examples import ChoiceExample, DataError
 from cblight.data.registry import RenderContext
@@ -70,6 +70,8 @@ def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option:
         raise ConfigError(f"{option}: the alpha grid is empty")
     if bad := [v for v in values if not math.isfinite(v)]:
         raise ConfigError(f"{option}: every alpha must be a finite number, got {bad[0]} in {values[:10]}")
+    if too_large := too_large_alpha(values):
+        raise ConfigError(f"{option}: {too_large}")
     if len(set(values)) != len(values):
         raise ConfigError(f"{option}: the alpha grid repeats a value")
     return values

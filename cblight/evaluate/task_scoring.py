@@ -267,7 +267,15 @@ def _pct(value: Any) -> float | None:
 
 def compare_accuracy_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """Several checkpoints' runs (``--compare``) in Table 4's layout: per task, each checkpoint's accuracy at
-    ``alpha = 0`` and at ``alpha*``, and ``alpha*``; an average row when there are several tasks."""
+    ``alpha = 0`` and at ``alpha*``, and ``alpha*``; an average row when there are several tasks.
+
+    Args:
+        runs: each checkpoint's ``results.json`` entries by its label: per task, the ``report`` values
+            (``acc_base``, ``acc``, ``alpha_star``).
+
+    Returns:
+        The table as fixed-width text, and its rows as dicts (accuracies in percent).
+    """
     rows: list[dict[str, Any]] = []
     for task in next(iter(runs.values())):
         row: dict[str, Any] = {"task": task}

@@ -16,7 +16,6 @@ from cblight.generate.decode import boosted_generate as boosted_generate
 from cblight.generate.inputs import PreparedPrompts as PreparedPrompts
 from cblight.generate.inputs import dialog_prompt as dialog_prompt
 from cblight.generate.inputs import fit_marker_prompt as fit_marker_prompt
-from cblight.generate.inputs import fit_row as fit_row
 from cblight.generate.inputs import prepare_prompts as prepare_prompts
 from cblight.options import MODES as MODES
 from cblight.options import AfterMarker as AfterMarker

@@ -1,9 +1,10 @@
 """Boosted decoding with any Hugging Face causal LM: ``boosted_generate``, the two decoders it runs inside
 ``model.generate``, and the experts' model calls and mixture they share (paper eq. 1, §4).
 
-``boosted_generate`` checks the options, prepares the prompts (``cblight.generate.inputs``) and calls
-``model.generate``, in eval mode with no gradient and an optional seed that leaves the caller's random state
-alone:
+``boosted_generate`` checks the options and the token budget, prepares the prompts (``cblight.generate.inputs``)
+and hands them to ``generate_prepared``, which calls ``model.generate`` in eval mode with no gradient and an
+optional seed that leaves the caller's random state alone (the generation evaluator, which fits its prompts and
+checks its budget itself, calls ``generate_prepared`` directly):
 
 * ``FusedBoostedDecoding`` (the default): a ``custom_generate`` loop that keeps everything generate prepares
   (generation config, ``num_return_sequences``, stopping criteria, warpers, user logits processors) and
@@ -44,7 +45,7 @@ from cblight.batching import (
 )
 from cblight.boosting import boosted_log_probs, log_softmax32, product_of_experts
 from cblight.errors import BoostingError
-from cblight.generate.inputs import PreparedPrompts, Prompts, RowInfo, prepare_prompts
+from cblight.generate.inputs import PreparedPrompts, Prompts, RowInfo, prepare_prompts, prompt_room
 from cblight.models import model_window
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.options import Boosting, Experts, LastTokens, Sampling
@@ -56,12 +57,17 @@ Decoder = Literal["fused", "processor"]
 class BoostedGeneration:
     """What ``boosted_generate`` returns.
 
-    ``sequences`` is generate's ``[N, width + T]`` tensor (left-padded prompts, then new tokens; ``N`` is
-    prompts x ``num_return_sequences``, each prompt's rows together). ``tokens`` / ``texts`` are each row's
-    new tokens up to (not including) the first EOS, and their decoded text. ``scores`` are generate's
-    per-step processed scores when ``output_scores=True`` (boosted log-probabilities after any warpers).
-    ``alphas`` are, with an adaptive rule and no beam search, each row's alpha at each of its ``tokens``
-    (docs/adaptive.md); ``None`` otherwise.
+    Args:
+        sequences: generate's ``[N, width + T]`` tensor: left-padded prompts, then new tokens; ``N`` is
+            prompts x ``num_return_sequences``, each prompt's rows together.
+        prompt_width: ``width``, the left-padded prompts' length (the new tokens start there).
+        tokens: each row's new tokens up to (not including) the first EOS.
+        texts: those tokens decoded, special tokens skipped.
+        scores: generate's per-step processed scores when ``output_scores=True`` (boosted log-probabilities
+            after any warpers), else ``None``.
+        prompts: the prepared prompt batch the rows continue.
+        alphas: with an adaptive rule and no beam search, each row's alpha at each of its ``tokens``
+            (docs/adaptive.md); ``None`` otherwise.
     """
 
     sequences: torch.Tensor
@@ -97,20 +103,61 @@ def boosted_generate(
 ) -> BoostedGeneration:
     """Generate from ``prompts`` with coherence boosting (paper §4, appendix "GPT-2 summarization").
 
-    ``boosting`` says what to mix (``cblight.options``): ``Boosting(mode="last_k", k, alpha)`` is
-    ``(1-alpha) log f_max + alpha log f_k`` (WebText Table 2, Figure 1), ``mode="response"`` is
-    ``log f_max + alpha log f_short`` with the separator and the response so far (dialog Table 3),
-    ``mode="marker"`` the same after a marker (summaries); ``Experts`` mixes any list of short contexts;
-    ``None`` (or ``alpha = 0``) is the base model. ``sampling`` says how to draw from the mix
-    (``Sampling(do_sample=True, top_p=0.95, seed=0)``; temperature, top-k and top-p act after mixing); its
-    options may also come as ``generate``'s own keywords (``do_sample=True, top_p=0.95``), not both.
+    Boosting comes first and every warper after it: temperature, top-k and top-p act on the boosted
+    distribution. With ``num_beams > 1`` (or ``decoder="processor"``) the mixing runs as a
+    ``BoostingLogitsProcessor`` inside generate's own loop, otherwise as ``FusedBoostedDecoding``.
 
-    ``prompts`` are strings, token-id lists, or an ``input_ids`` tensor with its ``attention_mask``. They
-    are cut to leave ``max_new_tokens`` of the model window (``max_length`` overrides the window): from the
-    left, or, with a marker, just before it. Other ``generate_kwargs`` go to ``model.generate``
-    (``num_return_sequences``, ``stopping_criteria``, ``streamer``, ``output_scores``, ...).
-    ``decoder="processor"`` uses the logits-processor path even without beams (same results, one extra
-    forward per step for the short contexts).
+    Args:
+        model: a Hugging Face causal LM.
+        tokenizer: its tokenizer (encoding, padding, EOS, decoding the new tokens).
+        prompts: strings, token-id lists, or an ``input_ids`` tensor with its ``attention_mask``. They are
+            cut to leave ``max_new_tokens`` of the model window: from the left (the special prefix kept), or,
+            with a marker, just before it.
+        boosting: what to mix (``cblight.options``): ``Boosting(mode="last_k", k, alpha)`` is
+            ``(1-alpha) log f_max + alpha log f_k`` (WebText Table 2, Figure 1), ``mode="response"`` is
+            ``log f_max + alpha log f_short`` with the separator and the response so far (dialog Table 3),
+            ``mode="marker"`` the same after a marker (summaries); ``Experts`` mixes any list of short
+            contexts; ``None`` (or ``alpha = 0``) is the base model.
+        sampling: how to draw from the mix (``Sampling(do_sample=True, top_p=0.95, seed=0)``); its options may
+            also come as ``generate``'s own keywords (``do_sample=True, top_p=0.95``), not both.
+        max_new_tokens: how many tokens to generate at most.
+        attention_mask: the mask of a padded ``input_ids`` tensor given as ``prompts``.
+        max_length: the model window to use instead of the config's.
+        decoder: ``fused`` (one batched call per step for every expert) or ``processor`` (the
+            logits-processor path even without beams: same results, one extra forward per step for the short
+            contexts).
+        **generate_kwargs: further keywords of ``model.generate`` (``num_return_sequences``,
+            ``stopping_criteria``, ``streamer``, ``output_scores``, ...).
+
+    Returns:
+        A ``BoostedGeneration``: the sequences, each row's new tokens and text, and (with an adaptive rule)
+        each token's alpha.
+
+    Raises:
+        ~cblight.errors.BoostingError: for an option outside its type, a boosting option given loose
+            (``alpha=...``), a sampling option given twice, a token budget that leaves no room for a prompt,
+            or a prompt that does not suit the mode (no marker, no final separator).
+
+    Examples:
+        Two prompts, the last 4 tokens as the short context at alpha -0.5, nucleus sampling with a seed, on a
+        tiny random GPT-2 (``offline:smollm2-135m`` and any Hub model load the same way):
+
+        >>> import tempfile
+        >>> from cblight.generate import Boosting, Sampling, boosted_generate
+        >>> from cblight.models import load_causal_lm, load_tokenizer
+        >>> from cblight.tiny import build_tiny_gpt2
+        >>> path = str(build_tiny_gpt2(tempfile.mkdtemp()))
+        >>> model, tokenizer = load_causal_lm(path), load_tokenizer(path)
+        >>> out = boosted_generate(
+        ...     model,
+        ...     tokenizer,
+        ...     ["The cat sat on the", "Once upon a time"],
+        ...     Boosting(mode="last_k", k=4, alpha=-0.5),
+        ...     Sampling(do_sample=True, top_p=0.95, seed=0),
+        ...     max_new_tokens=5,
+        ... )
+        >>> out.sequences.shape, [len(tokens) for tokens in out.tokens], len(out.texts)
+        (torch.Size([2, 10]), [5, 5], 2)
     """
     check_arguments(boosted_generate, locals(), BoostingError)
     loose = [k for k in _BOOSTING_KEYS if k in generate_kwargs]
@@ -125,20 +172,55 @@ def boosted_generate(
         sampling = replace(
             Sampling.from_generate_kwargs(generate_kwargs), seed=generate_kwargs.pop("seed", None)
         )
-    device = input_device(model)
-    window = model_window(model, max_length)
-    room = window - max_new_tokens
-    if room < 1:
-        raise BoostingError(f"max_new_tokens={max_new_tokens} leaves no room in the model window of {window}")
+    room = prompt_room(model_window(model, max_length), max_new_tokens)
     prepared = prepare_prompts(
         tokenizer,
         prompts,
         Boosting() if boosting is None else boosting,
         room=room,
         attention_mask=attention_mask,
-        device=device,
+        device=input_device(model),
+    )
+    return generate_prepared(
+        model,
+        tokenizer,
+        prepared,
+        sampling,
+        max_new_tokens=max_new_tokens,
+        decoder=decoder,
+        **generate_kwargs,
     )
 
+
+def generate_prepared(
+    model: Any,
+    tokenizer: Any,
+    prepared: PreparedPrompts,
+    sampling: Sampling,
+    *,
+    max_new_tokens: int,
+    decoder: Decoder = "fused",
+    **generate_kwargs: Any,
+) -> BoostedGeneration:
+    """``boosted_generate`` after its checks: decode a batch whose prompts are already encoded, fitted to the
+    window and anchored (``cblight.generate.inputs.prepare_prompts``), with options already checked.
+
+    The generation evaluator calls it with prompts it fitted once per batch (``fit_example``) and a budget it
+    checked once per run (``prompt_room``); ``boosted_generate`` calls it for Python callers.
+
+    Args:
+        model: the causal LM.
+        tokenizer: its tokenizer (padding, EOS, decoding the new tokens).
+        prepared: the prompt batch and the experts it was prepared for.
+        sampling: how to draw after mixing.
+        max_new_tokens: tokens to generate; the prompts must leave room for them in the window.
+        decoder: ``fused`` or ``processor`` (see ``boosted_generate``).
+        **generate_kwargs: further keywords of ``model.generate``, none of them a sampling option.
+
+    Returns:
+        The sequences, each row's new tokens and text, and (with an adaptive rule) each token's alpha.
+    """
+    device = input_device(model)
     kwargs = {**generate_kwargs, **sampling.generate_kwargs()}
     if kwargs.get("pad_token_id") is None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -191,10 +273,32 @@ def boosted_generate(
 
 class FusedBoostedDecoding:
     """A ``custom_generate`` callable for one prompt batch, mixing the experts the batch was prepared for
-    (see the module docstring).
+    (see the module docstring). ``boosted_generate`` uses it by default.
 
-    ``streamer`` is given here as well as to ``generate``: generate does not pass it on to a callable.
     With an adaptive rule, ``alphas`` holds each step's per-row alphas (``[N]`` tensors, docs/adaptive.md).
+
+    Args:
+        prompts: the prompt batch (``prepare_prompts``) whose ``input_ids`` go to ``generate``.
+        streamer: the streamer given to ``generate`` as well (generate does not pass it on to a callable).
+
+    Examples:
+        >>> import tempfile
+        >>> from cblight.generate import Boosting, FusedBoostedDecoding, prepare_prompts
+        >>> from cblight.models import load_causal_lm, load_tokenizer
+        >>> from cblight.tiny import build_tiny_gpt2
+        >>> path = str(build_tiny_gpt2(tempfile.mkdtemp()))
+        >>> model, tokenizer = load_causal_lm(path), load_tokenizer(path)
+        >>> boosting = Boosting(k=4, alpha=-0.5)
+        >>> prompts = prepare_prompts(tokenizer, ["The cat sat on the", "Hi"], boosting, room=200)
+        >>> model.generate(
+        ...     prompts.input_ids,
+        ...     attention_mask=prompts.attention_mask,
+        ...     custom_generate=FusedBoostedDecoding(prompts),
+        ...     max_new_tokens=3,
+        ...     do_sample=False,
+        ...     pad_token_id=tokenizer.eos_token_id,
+        ... ).shape
+        torch.Size([2, 8])
     """
 
     def __init__(self, prompts: PreparedPrompts, streamer: Any = None):
@@ -279,16 +383,34 @@ class FusedBoostedDecoding:
 class BoostingLogitsProcessor(LogitsProcessor):
     """Coherence boosting inside ``model.generate`` (greedy, sampling, beam search, streaming, ...).
 
-    Build one per prompt batch::
+    Build one per prompt batch. ``reorders`` counts the steps at which beam search shuffled rows (and the
+    short caches followed); with an adaptive rule ``alphas`` holds each step's per-row alphas (``[N]``
+    tensors, docs/adaptive.md). Last-``k`` windows need no cache and work with anything generate does.
 
-        prompts = prepare_prompts(tokenizer, texts, boosting, room=window - max_new_tokens)
-        proc = BoostingLogitsProcessor(model, prompts)  # mixes the experts prompts was prepared for
-        model.generate(prompts.input_ids, attention_mask=prompts.attention_mask,
-                       logits_processor=[proc], max_new_tokens=..., do_sample=True, top_p=0.95)
+    Args:
+        model: the causal LM ``generate`` runs (the processor calls it for the short contexts).
+        prompts: the prompt batch (``prepare_prompts``) whose ``input_ids`` go to ``generate``; the processor
+            mixes the experts it was prepared for.
 
-    ``reorders`` counts the steps at which beam search shuffled rows (and the short caches followed); with an
-    adaptive rule ``alphas`` holds each step's per-row alphas (``[N]`` tensors, docs/adaptive.md). Last-``k``
-    windows need no cache and work with anything generate does.
+    Examples:
+        Beam search over boosted scores, with generate's own loop:
+
+        >>> import tempfile
+        >>> from cblight.generate import Boosting, BoostingLogitsProcessor, prepare_prompts
+        >>> from cblight.models import load_causal_lm, load_tokenizer
+        >>> from cblight.tiny import build_tiny_gpt2
+        >>> path = str(build_tiny_gpt2(tempfile.mkdtemp()))
+        >>> model, tokenizer = load_causal_lm(path), load_tokenizer(path)
+        >>> prompts = prepare_prompts(tokenizer, ["The cat sat on the"], Boosting(k=4, alpha=-0.5), room=200)
+        >>> model.generate(
+        ...     prompts.input_ids,
+        ...     attention_mask=prompts.attention_mask,
+        ...     logits_processor=[BoostingLogitsProcessor(model, prompts)],
+        ...     max_new_tokens=3,
+        ...     num_beams=2,
+        ...     pad_token_id=tokenizer.eos_token_id,
+        ... ).shape
+        torch.Size([1, 8])
     """
 
     def __init__(self, model: Any, prompts: PreparedPrompts):

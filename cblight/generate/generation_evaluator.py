@@ -1,43 +1,51 @@
 """The generation tables as a LightningModule: paper Tables 2 and 3, the summarisation table and Figure 3.
 
-Each test batch of prompts is decoded once per row of the table (``cblight.generate.rows``: plain sampling,
-nucleus, beam search and boosted rows) by ``boosted_generate``, and the generations update the task's metric
-suite (``cblight.metrics.tables``): Table 2's columns for WebText (perplexity, LTF and delta under the base
-LM among them), Table 3's for DSTC7, ROUGE-1/2/L for summaries (the first 3 or 2 sentences of the generated
-text). The "Human" row scores the held-out human text the same way.
+The evaluator reads top to bottom:
+
+1. set-up: each task's kind of table (``cblight.generate.rows``: text, dialog or summary) and its rows (plain
+   sampling, nucleus, beam search and boosted rows), a metric suite per row, the caches, and the token
+   budget, checked once (``prompt_room``) from the checkpoint's config before the model loads;
+2. each test batch: its prompts fitted to the budget once (``cblight.truncation.fit_example``), then decoded
+   once per row (``generate_prepared``, ``boosted_generate`` without its checks); the records update the
+   row's suite through the kind (Table 2's columns for WebText, with perplexity, LTF and delta under the base
+   LM; Table 3's for DSTC7; ROUGE-1/2/L of the first 3 or 2 sentences for summaries). The "Human" row scores
+   the held-out human text the same way;
+3. the report (``TaskTable``, ``GenerationReport``, at the bottom of this module): the logged metrics, and
+   on rank 0 ``generations/<task>/<row>.jsonl``, the adaptive rows' alpha statistics, W&B samples, Figure 3
+   when a grid is given, ``results.json`` and the printed table.
 
 Every generation is appended to a per-(task, row) cache as it is produced, with the per-token
 log-probabilities the Table 2 metrics need, so an interrupted run resumes and a finished one recomputes its
-tables without the model. At the end rank 0 writes ``generations/<task>/<row>.jsonl``, ``results.json``, a
-Figure 3 plot when a grid is given, and prints the table.
+tables without the model.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
+from cblight.batching import input_device
 from cblight.cache import RecordCache, digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
-from cblight.data.sentences import first_sentences
 from cblight.errors import CblightError, ConfigError
 from cblight.evaluator import Evaluator
-from cblight.generate.decode import boosted_generate
-from cblight.generate.rows import Decoding, DecodingGrid, Table, resolve_decodings
+from cblight.generate.decode import generate_prepared
+from cblight.generate.inputs import prepare_prompts, prompt_room
+from cblight.generate.rows import Decoding, DecodingGrid, TableKind, kind_of, resolve_decodings
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
-from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, TextSuite
 from cblight.models import LoadOptions, checkpoint_window, load_causal_lm, model_window
 from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
+from cblight.options import Boosting
 from cblight.results import atomic_write_jsonl, format_table, save_figure
 from cblight.runs import check_interrupt
 from cblight.scoring import Encoder
@@ -47,18 +55,19 @@ __all__ = ["BoostedGenerationEvaluator"]
 
 DEFAULT_MAX_NEW_TOKENS = 64  # tasks whose paper setting gives none (DSTC7 responses end at EOS well before)
 RECORD_FIELDS = ("id", "input", "prompt", "context", "tokens", "text")
-GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary", "alphas")
 
 
 @dataclass
 class GenerationTask:
-    """One task of a generation run: its split, the table it fills and its rows (the run's decodings, then
-    ``None``, the human row, when the task has human text to score)."""
+    """One task of a generation run: its split, the kind of table it fills, its rows (the run's decodings, then
+    ``None``, the human row, when the task has human text to score), and the prompt tokens that fit in the
+    window beside ``max_new_tokens`` (``prompt_room``; ``None`` until the window is known)."""
 
     split: TaskSplit
-    table: Table
+    kind: TableKind
     max_new_tokens: int
     rows: list[Decoding | None]
+    room: int | None = None
 
 
 class BoostedGenerationEvaluator(Evaluator):
@@ -149,6 +158,7 @@ class BoostedGenerationEvaluator(Evaluator):
         dm = self._datamodule()
         self._clear_cache_once()
         self._load_tokenizer()
+        window = checkpoint_window(self.model_name, self.load)  # from the config, no weights
         self._tasks = []
         pending = False
         for split in dm.loader_splits("report"):
@@ -157,31 +167,22 @@ class BoostedGenerationEvaluator(Evaluator):
                 raise DataError(
                     f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator"
                 )
-            # the table it fills: summaries, dialog (examples with turns) or text (WebText)
-            table: Table = "text"
-            if spec.output_sentences:
-                table = "summary"
-            elif any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
-                table = "dialog"
             max_new = self.hparams.max_new_tokens or spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
             human = self.hparams.human and any(
                 isinstance(ex, GenerationExample) and ex.human for ex in split.examples
             )
-            task = GenerationTask(split, table, max_new, [*self.decodings, *([None] if human else [])])
+            task = GenerationTask(
+                split, kind_of(split), max_new, [*self.decodings, *([None] if human else [])]
+            )
             self._tasks.append(task)
             for i, decoding in enumerate(task.rows):
                 slug = decoding.slug if decoding is not None else "human"
                 # a suite per row, keyed by its position (ModuleDict keys may not hold the "." of alphas)
                 if f"{split.name}__{i}" not in self.suites:  # the dialog suite resolves the METEOR route
-                    self.suites[f"{split.name}__{i}"] = (
-                        TextSuite(
-                            eos_token_id=self.tokenizer.eos_token_id,
-                            self_bleu_samples=self.hparams.self_bleu_samples,
-                        )
-                        if table == "text"
-                        else DialogSuite(meteor=self.hparams.meteor)
-                        if table == "dialog"
-                        else SummarySuite()
+                    self.suites[f"{split.name}__{i}"] = task.kind.new_suite(
+                        eos_token_id=self.tokenizer.eos_token_id,
+                        self_bleu_samples=self.hparams.self_bleu_samples,
+                        meteor=self.hparams.meteor,
                     )
                 cached = self._open_cache(
                     (split.name, slug),
@@ -192,12 +193,33 @@ class BoostedGenerationEvaluator(Evaluator):
                 pending = pending or any(
                     cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
                 )
-        if pending and self.model is None and not self.synced.enabled:  # FSDP2 builds it in configure_model
+        # FSDP2 builds the model in configure_model, after this: a window the config does not name is read
+        # from it there
+        if window is None and pending and not self.synced.enabled:  # the config names none: the model's
+            if self.model is None:
+                self._load_model()
+            window = model_window(self.model)
+        if window is not None:  # the one budget check, before the model loads where the config says
+            self._fit_rooms(window)
+        if pending and self.model is None and not self.synced.enabled:
             self._load_model()
+
+    def _fit_rooms(self, window: int) -> None:
+        """Each task's prompt room beside its ``max_new_tokens`` in a window of ``window`` tokens."""
+        for task in self._tasks:
+            task.room = prompt_room(window, task.max_new_tokens, "model.max_new_tokens")
+
+    def configure_model(self) -> None:
+        """The model under FSDP2 (``Evaluator.configure_model``), and the prompt room from its window where
+        ``setup``, which runs before, found none in the checkpoint's config."""
+        super().configure_model()
+        if self.model is not None and any(task.room is None for task in self._tasks):
+            self._fit_rooms(model_window(self.model))
 
     # -- one batch -----------------------------------------------------------------------------------------
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
+        fitted: dict[int, list[int]] = {}  # each prompt of the batch fitted once, for every row
         batches = self.trainer.num_test_batches
         total = batches[dataloader_idx] if isinstance(batches, list) and batches else "?"
         for i, decoding in enumerate(task.rows, 1):
@@ -211,31 +233,24 @@ class BoostedGenerationEvaluator(Evaluator):
             # under FSDP2 every process makes as many model calls (decoding steps, scoring passes) as the
             # busiest: one that finished, or had its records cached, pads with 1-token forwards
             with self.synced.phase(self.model):
-                records = self._records(task, decoding, batch)
+                records = self._records(task, decoding, batch, fitted)
             if not records:
                 continue
-            suite = self.suites[f"{task.split.name}__{i - 1}"]
             examples = [task.split.by_idx[r["id"]] for r in records]
-            if task.table == "text":
-                kept = [r for r in records if r["tokens"]]
-                suite.update(
-                    [r["tokens"] for r in kept],
-                    [torch.tensor(r["lp_full"]) for r in kept],
-                    [torch.tensor(r["lp_short"]) for r in kept],
-                    ids=[r["id"] for r in kept],
-                )
-            elif task.table == "dialog":
-                suite.update([r["text"].strip() for r in records], [list(ex.references) for ex in examples])
-            else:
-                suite.update([r["summary"] for r in records], [list(ex.references) for ex in examples])
+            task.kind.update(self.suites[f"{task.split.name}__{i - 1}"], records, examples)
 
     def _records(
-        self, task: GenerationTask, decoding: Decoding | None, batch: list[GenerationExample]
+        self,
+        task: GenerationTask,
+        decoding: Decoding | None,
+        batch: list[GenerationExample],
+        fitted: dict[int, list[int]],
     ) -> list[dict[str, Any]]:
         """The batch's records of one row (``None``: the human row), from the cache or made now: generated
         (or, for the human row, each held-out continuation cut to the generation length), and for Table 2
         with the per-token ``log p_full`` / ``log p_short`` of their tokens under the base LM (perplexity,
-        LTF and delta), rounded to 6 decimals for the cache."""
+        LTF and delta), rounded to 6 decimals for the cache. ``fitted`` holds the batch's prompts fitted to
+        the task's room so far, by example id (filled here, once per prompt)."""
         key = (task.split.name, decoding.slug if decoding is not None else "human")
         cached = self._cached[key]
         have = {
@@ -246,19 +261,12 @@ class BoostedGenerationEvaluator(Evaluator):
         todo = [ex for ex in batch if ex.idx not in have and (decoding is not None or ex.human)]
         if not todo:
             return [have[ex.idx] for ex in batch if ex.idx in have]
-        # the human row needs no model where the checkpoint's config gives the window
-        loaded = decoding is not None or self.model is not None
-        window = None if loaded else checkpoint_window(self.model_name, self.load)
-        if window is None:
-            if self.model is None:
-                self._load_model()
-            window = model_window(self.model)
-        budget = window - task.max_new_tokens
-        if budget < 1:
-            raise ConfigError(
-                f"max_new_tokens={task.max_new_tokens} leaves no room in the model window of {window}"
-            )
-        prompts = [fit_example(self.tokenizer, ex, budget) for ex in todo]
+        # work to do means setup saw it and knew the room (from the config, or the model it loaded)
+        assert task.room is not None
+        fitted.update(
+            (ex.idx, fit_example(self.tokenizer, ex, task.room)) for ex in todo if ex.idx not in fitted
+        )
+        prompts = [fitted[ex.idx] for ex in todo]
         if decoding is None:
             enc = Encoder(self.tokenizer)
             tokens = [enc.body(ex.human or "")[: task.max_new_tokens] for ex in todo]
@@ -268,12 +276,18 @@ class BoostedGenerationEvaluator(Evaluator):
             # seeded by the run's seed, the row and the batch's example ids: a rerun draws the same samples,
             # and each process (holding other examples under DDP) other ones
             key_text = f"{self.hparams.seed}|{decoding.slug}|{','.join(str(ex.idx) for ex in todo)}"
+            boosting = decoding.boosting_for(task.kind)
             try:
-                out = boosted_generate(
-                    self.model,
+                prepared = prepare_prompts(
                     self.tokenizer,
                     prompts,
-                    decoding.boosting_for(task.table),
+                    Boosting() if boosting is None else boosting,
+                    device=input_device(self.model),
+                )
+                out = generate_prepared(
+                    self.model,
+                    self.tokenizer,
+                    prepared,
                     decoding.generate_sampling(zlib.crc32(key_text.encode("utf-8"))),
                     max_new_tokens=task.max_new_tokens,
                 )
@@ -294,10 +308,9 @@ class BoostedGenerationEvaluator(Evaluator):
             }
             if row_alphas is not None:
                 record["alphas"] = [round(a, 6) for a in row_alphas]
-            if task.table == "summary":
-                record["summary"] = first_sentences(text, task.split.task.output_sentences)
+            record.update(task.kind.record_extras(text, task.split))
             fresh.append(record)
-        scored = [r for r in fresh if r["tokens"]] if task.table == "text" else []
+        scored = task.kind.to_score(fresh)
         if scored:
             name = self.hparams.metrics_model
             own = name is None or name == self.model_name
@@ -322,109 +335,45 @@ class BoostedGenerationEvaluator(Evaluator):
         have.update((rec["id"], rec) for rec in fresh)
         return [have[ex.idx] for ex in batch if ex.idx in have]
 
-    # -- results (rank 0 writes every file, atomically) ----------------------------------------------------
+    # -- report (rank 0 writes every file, atomically: ``cblight.generate.report``) --------------------------
     def on_test_epoch_end(self) -> None:
+        report = GenerationReport(
+            self.output_dir, self.decodings, self.grid, self.hparams.plots, self.hparams.log_samples
+        )
         self.results = {}
         blocks = []
         for task in self._tasks:
+            table = self._table(task)
             name = task.split.name
-            # (name, slug, values) of every row of the table, the human row last
-            shown = [(d.name, d.slug, self._compute(f"{name}__{i}")) for i, d in enumerate(self.decodings)]
-            if task.rows[-1] is None:
-                shown.append(("Human", "human", self._compute(f"{name}__{len(self.decodings)}")))
-            rows = {n: values for n, _, values in shown[: len(self.decodings)]}
-            human = shown[-1][2] if task.rows[-1] is None else None
-            columns = list(self.suites[f"{name}__0"].columns)
-            logged = {
-                f"test/{self._key(name)}/{slug}/{col}": float(values[col])
-                for _, slug, values in shown
-                for col in columns
-            }
-            self.log_dict(logged, sync_dist=True)  # identical on every rank: the suites are synced
-            result = self.results[name] = {
-                "table": task.table,
-                "split": task.split.split,
-                "n": len(task.split.examples),
-                "max_new_tokens": task.max_new_tokens,
-                "columns": columns,
-                "rows": rows,
-                "human": human,
-                "decodings": {d.name: d.describe() for d in self.decodings},
-            }
+            self.log_dict(table.metrics(self._key(name)), sync_dist=True)  # the suites are synced: one value
+            result = self.results[name] = table.result(self.decodings)
             if self.trainer.is_global_zero:
-                self._write_task_files(task, result)
-            # the printed table: a line per decoding, then Human, then each adaptive row's alphas
-            table_rows = [[n, *(values[c] for c in columns)] for n, _, values in shown]
-            titles = DIALOG_TITLES if task.table == "dialog" else {}  # Table 3's headers: N-2, B-4, ...
-            block = f"{task.split.task.title} ({task.split.split}, n={result['n']})\n" + format_table(
-                ["decoding", *(titles.get(c, c) for c in columns)], table_rows
-            )
-            for decoding, s in result.get("adaptive", {}).items():
-                block += (
-                    f"\n{decoding}: adaptive rule {s['rule']}, alpha per token mean {s['alpha_mean']:.4f}, "
-                    f"sd {s['alpha_sd']:.4f}, min {s['alpha_min']:.4f}, max {s['alpha_max']:.4f} "
-                    f"({s['tokens']} tokens)"
-                )
-            blocks.append(block)
+                records = partial(self._generations, task)
+                report.write_task_files(table, result, records, self.loggers, self._key(name))
+            blocks.append(table.printed(result))
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
             text = "\n\n".join(blocks)
             metrics_model = self.hparams.metrics_model or self.model_name
             path = self.write_results({"metrics_model": metrics_model, "seed": self.hparams.seed}, text)
-            self.summary = (
-                f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
-            )
+            self.summary = report.summary(self.model_name, text, path)
 
-    def _compute(self, key: str) -> dict[str, Any]:
-        suite = self.suites[key]
-        values = suite.compute()
-        suite.reset()
-        return values
+    def _table(self, task: GenerationTask) -> TaskTable:
+        """The task's table from its rows' suites (computed across processes, then reset)."""
+        values = []
+        for i in range(len(task.rows)):
+            suite = self.suites[f"{task.split.name}__{i}"]
+            values.append(suite.compute())
+            suite.reset()
+        rows = [(d.name, d.slug, v) for d, v in zip(self.decodings, values)]
+        human = values[-1] if task.rows[-1] is None else None
+        columns = list(self.suites[f"{task.split.name}__0"].columns)
+        return TaskTable(task.split, task.kind, task.max_new_tokens, columns, rows, human)
 
-    def _write_task_files(self, task: GenerationTask, result: dict[str, Any]) -> None:
-        """``generations/<task>/<decoding>.jsonl`` (per prompt of this run's split, what the metrics need,
-        from every rank's shard of the cache), an adaptive row's alpha statistics, W&B samples and Figure 3."""
-        name = task.split.name
-        files: dict[str, str] = {}
-        for decoding in self.decodings:
-            cache = self.output_dir / "cache" / name / decoding.slug
-            records = RecordCache(cache, self._signature(task, decoding)).load()
-            rows = [
-                {k: v for k, v in records[i].items() if k in GENERATION_FIELDS}
-                for i in sorted(records)
-                if i in task.split.by_idx
-            ]
-            path = self.output_dir / "generations" / name / f"{decoding.slug}.jsonl"
-            files[decoding.name] = str(atomic_write_jsonl(path, rows).relative_to(self.output_dir))
-            if decoding.boosting is not None and decoding.boosting.adaptive is not None:
-                # mean, spread and range of the per-token alphas over the task (docs/adaptive.md)
-                values = [a for r in rows for a in r.get("alphas", [])]
-                mean = sum(values) / len(values) if values else math.nan
-                sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values)) if values else math.nan
-                result.setdefault("adaptive", {})[decoding.name] = {
-                    "rule": decoding.boosting.adaptive,
-                    "tokens": len(values),
-                    "alpha_mean": mean,
-                    "alpha_sd": sd,
-                    "alpha_min": min(values, default=math.nan),
-                    "alpha_max": max(values, default=math.nan),
-                }
-            if self.hparams.log_samples:
-                for logger in self.loggers:
-                    if hasattr(logger, "log_table"):  # WandbLogger
-                        logger.log_table(
-                            key=f"test/{self._key(name)}/{decoding.slug}/samples",
-                            columns=["id", "prompt", "text"],
-                            data=[
-                                [r["id"], r["prompt"][-500:], r["text"]]
-                                for r in rows[: self.hparams.log_samples]
-                            ],
-                        )
-        result["files"] = files
-        if self.hparams.plots and self.grid is not None:
-            plot = self.output_dir / "plots" / f"{name}_figure3.png"
-            save_figure3(plot, task.split.task.title, self.grid, self.decodings, result)
-            files["figure3"] = str(plot.relative_to(self.output_dir))
+    def _generations(self, task: GenerationTask, decoding: Decoding) -> dict[int, dict[str, Any]]:
+        """A row's cached records, every rank's shard."""
+        directory = self.output_dir / "cache" / task.split.name / decoding.slug
+        return RecordCache(directory, self._signature(task, decoding)).load()
 
     # -- comparisons of several checkpoints (``--compare``) ------------------------------------------------
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
@@ -433,22 +382,8 @@ class BoostedGenerationEvaluator(Evaluator):
 
     @classmethod
     def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        """Several checkpoints' runs in Table 2's layout: one row per (checkpoint, decoding) and the human
-        row, per task."""
-        blocks, rows = [], []
-        first = next(iter(runs.values()))
-        for task, result in first.items():
-            columns = result["columns"]
-            body = []
-            for label, run in runs.items():
-                for decoding, values in run[task]["rows"].items():
-                    rows.append({"task": task, "checkpoint": label, "decoding": decoding, **values})
-                    body.append([f"{label}: {decoding}", *(values[c] for c in columns)])
-            if result.get("human"):
-                rows.append({"task": task, "checkpoint": "human", "decoding": "human", **result["human"]})
-                body.append(["Human", *(result["human"][c] for c in columns)])
-            blocks.append(f"{task}\n" + format_table(["row", *columns], body))
-        return "\n\n".join(blocks), rows
+        """Several checkpoints' runs in Table 2's layout (the report's ``comparison_table``)."""
+        return comparison_table(runs)
 
 
 def show_progress(trainer: Any, text: str) -> None:
@@ -468,8 +403,193 @@ def show_progress(trainer: Any, text: str) -> None:
         rank_zero_info(f"generation: {text}")
 
 
+# -- the report: everything a run writes, logs and prints once its tables are computed ----------------------
+#: The fields of a cached record that ``generations/<task>/<row>.jsonl`` keeps.
+GENERATION_FIELDS = ("id", "prompt", "context", "tokens", "text", "summary", "alphas")
+
+
+@dataclass
+class TaskTable:
+    """One task's table as computed from its synced suites.
+
+    Args:
+        split: the task's split (name, split, examples, spec).
+        kind: the kind of table it fills.
+        max_new_tokens: the generation length of its rows.
+        columns: the table's columns (its suite's).
+        rows: ``(name, file-safe name, values)`` of each decoding, in the run's order.
+        human: the human row's values (``None``: the task has no human row).
+    """
+
+    split: TaskSplit
+    kind: TableKind
+    max_new_tokens: int
+    columns: list[str]
+    rows: list[tuple[str, str, dict[str, Any]]]
+    human: dict[str, Any] | None
+
+    @property
+    def shown(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every row of the table, the human row (``Human``, ``human``) last."""
+        return [*self.rows, *([("Human", "human", self.human)] if self.human is not None else [])]
+
+    def metrics(self, key: str) -> dict[str, float]:
+        """Every value as a logged metric, ``test/<key>/<row>/<column>`` (``key``: the task, or
+        ``<task>/<run_label>``)."""
+        return {
+            f"test/{key}/{slug}/{col}": float(values[col])
+            for _, slug, values in self.shown
+            for col in self.columns
+        }
+
+    def result(self, decodings: Sequence[Decoding]) -> dict[str, Any]:
+        """The task's entry of ``results.json``: the table's kind, split, size, generation length, columns,
+        rows by name, human row and the settings of ``decodings`` (``GenerationReport.write_task_files`` adds
+        ``adaptive`` and ``files``)."""
+        return {
+            "table": self.kind.name,
+            "split": self.split.split,
+            "n": len(self.split.examples),
+            "max_new_tokens": self.max_new_tokens,
+            "columns": self.columns,
+            "rows": {name: values for name, _, values in self.rows},
+            "human": self.human,
+            "decodings": {d.name: d.describe() for d in decodings},
+        }
+
+    def printed(self, result: Mapping[str, Any]) -> str:
+        """The printed table: its title, a line per decoding, then Human, then each adaptive row's alphas
+        (``result``'s ``adaptive`` statistics, where rank 0 wrote them)."""
+        titles = self.kind.titles
+        block = f"{self.split.task.title} ({self.split.split}, n={result['n']})\n" + format_table(
+            ["decoding", *(titles.get(c, c) for c in self.columns)],
+            [[name, *(values[c] for c in self.columns)] for name, _, values in self.shown],
+        )
+        for decoding, s in result.get("adaptive", {}).items():
+            block += (
+                f"\n{decoding}: adaptive rule {s['rule']}, alpha per token mean {s['alpha_mean']:.4f}, "
+                f"sd {s['alpha_sd']:.4f}, min {s['alpha_min']:.4f}, max {s['alpha_max']:.4f} "
+                f"({s['tokens']} tokens)"
+            )
+        return block
+
+
+class GenerationReport:
+    """The files of a generation run (rank 0 writes them) and its summary.
+
+    Args:
+        output_dir: the run's output directory.
+        decodings: the run's rows.
+        grid: the (k, alpha) grid of boosted rows, if any (Figure 3).
+        plots: write Figure 3 when a grid is given.
+        log_samples: generations per row logged as a W&B table (when W&B logs).
+    """
+
+    def __init__(
+        self,
+        output_dir: Path,
+        decodings: Sequence[Decoding],
+        grid: DecodingGrid | None,
+        plots: bool,
+        log_samples: int,
+    ):
+        self.output_dir = output_dir
+        self.decodings = list(decodings)
+        self.grid = grid
+        self.plots = plots
+        self.log_samples = log_samples
+
+    def write_task_files(
+        self,
+        table: TaskTable,
+        result: dict[str, Any],
+        records: Callable[[Decoding], Mapping[int, Mapping[str, Any]]],
+        loggers: Sequence[Any],
+        key: str,
+    ) -> None:
+        """``generations/<task>/<row>.jsonl`` (per prompt of this run's split), each adaptive row's alpha
+        statistics, W&B samples and Figure 3; ``result`` gains ``adaptive`` (where a row has a rule) and
+        ``files`` (paths relative to the output directory).
+
+        Args:
+            table: the task's computed table.
+            result: its entry of ``results.json``, changed in place.
+            records: a row's cached records by example id, from every rank's shard (read one row at a time).
+            loggers: the run's loggers (W&B's get the sample tables).
+            key: the task part of the logged names.
+        """
+        name = table.split.name
+        files: dict[str, str] = {}
+        for decoding in self.decodings:
+            cached = records(decoding)
+            rows = [
+                {k: v for k, v in cached[i].items() if k in GENERATION_FIELDS}
+                for i in sorted(cached)
+                if i in table.split.by_idx
+            ]
+            path = self.output_dir / "generations" / name / f"{decoding.slug}.jsonl"
+            files[decoding.name] = str(atomic_write_jsonl(path, rows).relative_to(self.output_dir))
+            if decoding.boosting is not None and decoding.boosting.adaptive is not None:
+                result.setdefault("adaptive", {})[decoding.name] = alpha_statistics(
+                    decoding.boosting.adaptive, rows
+                )
+            if self.log_samples:
+                for logger in loggers:
+                    if hasattr(logger, "log_table"):  # WandbLogger
+                        logger.log_table(
+                            key=f"test/{key}/{decoding.slug}/samples",
+                            columns=["id", "prompt", "text"],
+                            data=[[r["id"], r["prompt"][-500:], r["text"]] for r in rows[: self.log_samples]],
+                        )
+        result["files"] = files
+        if self.plots and self.grid is not None:
+            plot = self.output_dir / "plots" / f"{name}_figure3.png"
+            save_figure3(plot, table.split.task.title, self.grid, self.decodings, result)
+            files["figure3"] = str(plot.relative_to(self.output_dir))
+
+    @staticmethod
+    def summary(model_name: str, text: str, path: Path) -> str:
+        """What the command prints: a title, every task's printed table (``text``), where ``results.json`` is."""
+        return f"Generation with coherence boosting, {model_name}\n\n{text}\n\nresults: {path}"
+
+
+def alpha_statistics(rule: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean, spread (population) and range of an adaptive row's per-token alphas over a task's generations
+    (docs/adaptive.md); NaN where there is no alpha."""
+    values = [a for r in rows for a in r.get("alphas", [])]
+    mean = sum(values) / len(values) if values else math.nan
+    sd = math.sqrt(sum((a - mean) ** 2 for a in values) / len(values)) if values else math.nan
+    return {
+        "rule": rule,
+        "tokens": len(values),
+        "alpha_mean": mean,
+        "alpha_sd": sd,
+        "alpha_min": min(values, default=math.nan),
+        "alpha_max": max(values, default=math.nan),
+    }
+
+
+def comparison_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Several checkpoints' runs (``--compare``) in Table 2's layout: one row per (checkpoint, decoding) and the
+    human row, per task; the printed tables and their rows."""
+    blocks, rows = [], []
+    first = next(iter(runs.values()))
+    for task, result in first.items():
+        columns = result["columns"]
+        body = []
+        for label, run in runs.items():
+            for decoding, values in run[task]["rows"].items():
+                rows.append({"task": task, "checkpoint": label, "decoding": decoding, **values})
+                body.append([f"{label}: {decoding}", *(values[c] for c in columns)])
+        if result.get("human"):
+            rows.append({"task": task, "checkpoint": "human", "decoding": "human", **result["human"]})
+            body.append(["Human", *(result["human"][c] for c in columns)])
+        blocks.append(f"{task}\n" + format_table(["row", *columns], body))
+    return "\n\n".join(blocks), rows
+
+
 def save_figure3(
-    path: Path, title: str, grid: DecodingGrid, decodings: list[Decoding], result: dict[str, Any]
+    path: Path, title: str, grid: DecodingGrid, decodings: Sequence[Decoding], result: Mapping[str, Any]
 ) -> Path:
     """Paper Figure 3: each metric against alpha, one line per k, the human score as a horizontal line."""
     import matplotlib

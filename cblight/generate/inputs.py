@@ -5,9 +5,10 @@ front, an empty prompt is BOS/EOS alone), are cut to leave room for the new toke
 For every anchored expert (``AfterSeparator``, ``AfterMarker``) each row records the column where its short
 context starts; the short context is then ``prefix + row[anchor:] + generated`` (docs/design.md, "Mathematics").
 
-Cutting follows docs/design.md, "Mathematics": a prompt longer than ``window - max_new_tokens`` is cut from the left with
-the special prefix kept; with a marker, the text just before the marker goes instead (for summarisation:
-the article's tail is cut, `` TL;DR:`` kept), since the lead of a news article is what a summary needs.
+Cutting follows docs/design.md, "Mathematics": a prompt longer than ``window - max_new_tokens`` (``prompt_room``,
+which refuses a budget that leaves no prompt token) is cut from the left with the special prefix kept; with a
+marker, the text just before the marker goes instead (for summarisation: the article's tail is cut, `` TL;DR:``
+kept), since the lead of a news article is what a summary needs.
 """
 
 from __future__ import annotations
@@ -74,16 +75,77 @@ def _anchor(row: Sequence[int], rule: Any, pattern: Sequence[int], n_prefix: int
     return at
 
 
+def prompt_room(window: int, max_new_tokens: int, option: str = "max_new_tokens") -> int:
+    """The prompt tokens that fit in the model window beside ``max_new_tokens`` new ones: the one check of the
+    generation budget, made once where a run starts (``boosted_generate``'s entry; the generation evaluator's
+    set-up, from the checkpoint's config before the model loads).
+
+    Args:
+        window: the model window (``cblight.models.model_window`` or ``checkpoint_window``).
+        max_new_tokens: the tokens to generate.
+        option: how the caller names ``max_new_tokens`` (``model.max_new_tokens`` on the command line).
+
+    Returns:
+        ``window - max_new_tokens``, at least 1.
+
+    Raises:
+        BoostingError: when no prompt token would fit, naming the option and its largest value.
+    """
+    room = window - max_new_tokens
+    if room < 1:
+        raise BoostingError(
+            f"{option}={max_new_tokens} leaves no room for a prompt in the model window of {window} tokens; "
+            f"set {option} to {window - 1} or less"
+        )
+    return room
+
+
 def fit_marker_prompt(
     tokenizer: Any, article: str, *, marker: str = " TL;DR:", max_tokens: int = 1024
 ) -> list[int]:
     """``article + marker`` as token ids in at most ``max_tokens`` tokens, the article cut from its end
-    (the paper's summarisation prompt; ``cblight.truncation.fit_prompt`` with the marker kept)."""
+    (the paper's summarisation prompt, appendix "GPT-2 summarization experiments").
+
+    Args:
+        tokenizer: the model's tokenizer.
+        article: the text to summarise.
+        marker: the marker that follows it, kept whole.
+        max_tokens: the prompt's budget in tokens (the model window minus the summary's length).
+
+    Returns:
+        The prompt's token ids (with the tokenizer's special prefix).
+
+    Examples:
+        >>> from cblight.tiny import gpt2_tokenizer
+        >>> tokenizer = gpt2_tokenizer()
+        >>> ids = fit_marker_prompt(tokenizer, "A long article. " * 20, max_tokens=12)
+        >>> len(ids), tokenizer.decode(ids)
+        (12, 'A long article. A long article. TL;DR:')
+    """
     return fit_prompt(tokenizer, article + marker, max_tokens, keep_suffix=marker, cut_from="end")
 
 
 def dialog_prompt(tokenizer: Any, turns: Sequence[str], separator: str | None = None) -> list[int]:
-    """DialoGPT's prompt: every turn followed by the separator (EOS by default), as token ids."""
+    """DialoGPT's prompt: every turn followed by the separator (EOS by default), as token ids (Table 3's
+    prompts, for ``Boosting(mode="response")``).
+
+    Args:
+        tokenizer: the model's tokenizer.
+        turns: the dialog's turns, oldest first.
+        separator: the turn separator as text, or ``None`` for the tokenizer's EOS (DialoGPT's).
+
+    Returns:
+        The prompt's token ids, ending with the separator.
+
+    Raises:
+        ~cblight.errors.BoostingError: for no turns, or a separator the tokenizer cannot give.
+
+    Examples:
+        >>> from cblight.tiny import gpt2_tokenizer
+        >>> tokenizer = gpt2_tokenizer()
+        >>> tokenizer.decode(dialog_prompt(tokenizer, ["Hi!", "Hello."]))
+        'Hi!<|endoftext|>Hello.<|endoftext|>'
+    """
     if not turns:
         raise BoostingError("a dialog prompt needs at least one turn")
     enc = Encoder(tokenizer)
@@ -96,16 +158,32 @@ def dialog_prompt(tokenizer: Any, turns: Sequence[str], separator: str | None = 
 
 @dataclass
 class RowInfo:
-    """Per-row facts the decoders need, for ``N`` rows (prompts repeated for beams / return sequences)."""
+    """Per-row facts the decoders need, for ``N`` rows (prompts repeated for beams / return sequences).
 
-    content_start: torch.Tensor  # [N] first real column of the left-padded prompt
-    has_prefix: torch.Tensor  # [N] bool: the row starts with the tokenizer's special prefix (BOS)
-    anchors: tuple[torch.Tensor | None, ...]  # per expert: [N] column where its short context starts
+    Args:
+        content_start: ``[N]`` the first real column of each left-padded prompt.
+        has_prefix: ``[N]`` whether the row starts with the tokenizer's special prefix (BOS).
+        anchors: per expert, ``[N]`` the column where its short context starts (``None`` for ``LastTokens``).
+    """
+
+    content_start: torch.Tensor
+    has_prefix: torch.Tensor
+    anchors: tuple[torch.Tensor | None, ...]
 
 
 @dataclass
 class PreparedPrompts:
-    """Left-padded prompt batch, the experts it was prepared for, and where their short contexts start."""
+    """Left-padded prompt batch, the experts it was prepared for, and where their short contexts start
+    (``prepare_prompts`` makes it).
+
+    Args:
+        experts: the weighted product the batch is decoded with.
+        rows: each prompt's token ids after fitting, unpadded.
+        input_ids: ``[B, width]`` the left-padded prompts.
+        attention_mask: ``[B, width]`` their mask.
+        prefix: the tokenizer's special prefix.
+        info: per row, where the content and each anchored expert's short context start.
+    """
 
     experts: Experts
     rows: list[list[int]]
@@ -119,7 +197,10 @@ class PreparedPrompts:
         return int(self.input_ids.shape[1])
 
     def rows_for(self, n_rows: int, device: Any) -> RowInfo:
-        """``RowInfo`` for ``n_rows`` rows: generate repeats each prompt ``n_rows / B`` times in a row."""
+        """``RowInfo`` for ``n_rows`` rows: generate repeats each prompt ``n_rows / B`` times in a row.
+
+        :meta private:
+        """
         batch = len(self.rows)
         if n_rows % batch:
             raise BoostingError(f"generate produced {n_rows} rows for {batch} prompts (not a multiple)")
@@ -145,12 +226,38 @@ def prepare_prompts(
     attention_mask: torch.Tensor | None = None,
     device: Any = "cpu",
 ) -> PreparedPrompts:
-    """Encode, fit (to ``room`` tokens, usually the window minus ``max_new_tokens``) and left-pad prompts.
+    """Encode, fit and left-pad prompts for boosted decoding, recording where each anchored expert's
+    short context starts (docs/design.md, "Mathematics").
 
-    ``prompts`` are strings, token-id lists, or an ``input_ids`` tensor (with its ``attention_mask`` when
-    padded). ``boosting`` becomes the ``Experts`` the batch carries to its decoder. Anchored experts get, for
-    every row, the column where their short context starts; a prompt
-    without the marker, or a response-mode prompt not ending with the separator, is a ``BoostingError``.
+    Args:
+        tokenizer: the model's tokenizer.
+        prompts: strings, token-id lists, or an ``input_ids`` tensor (with its ``attention_mask`` when
+            padded).
+        boosting: the ``Boosting`` or ``Experts`` the batch is decoded with.
+        room: the most tokens a prompt may keep, usually the window minus ``max_new_tokens``; longer ones
+            are cut from the left (the special prefix kept) or, with a marker, just before it. ``None``: no
+            cutting.
+        attention_mask: the mask of a padded ``input_ids`` tensor.
+        device: where the padded tensors go.
+
+    Returns:
+        The ``PreparedPrompts``.
+
+    Raises:
+        ~cblight.errors.BoostingError: for prompts of a wrong type, an empty prompt, a prompt without the
+            marker, or a response-mode prompt not ending with the separator.
+
+    Examples:
+        >>> from cblight.generate import Boosting
+        >>> from cblight.tiny import gpt2_tokenizer
+        >>> boosting = Boosting(k=4, alpha=-0.5)
+        >>> prompts = prepare_prompts(gpt2_tokenizer(), ["The cat sat on the", "Hi"], boosting)
+        >>> prompts.input_ids
+        tensor([[  464,  3797,  3332,   319,   262],
+                [50256, 50256, 50256, 50256, 17250]])
+        >>> prompts.attention_mask
+        tensor([[1, 1, 1, 1, 1],
+                [0, 0, 0, 0, 1]])
     """
     experts = as_experts(boosting)
     enc = Encoder(tokenizer)

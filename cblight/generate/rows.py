@@ -1,24 +1,46 @@
-"""The rows of the generation tables (paper Tables 2, 3 and the summarisation table) and Figure 3's (k, alpha)
-grid of boosted rows.
+"""The generation tables (paper Tables 2, 3 and the summarisation table): their rows, Figure 3's (k, alpha) grid
+of boosted rows, and the kinds of table.
 
 A ``Decoding`` is one row: a name, a ``Boosting`` (what to mix) and a ``Sampling`` (how transformers'
 ``generate`` draws after mixing), both checked when they are made, so a bad row is refused before any model
 loads. ``resolve_decodings`` turns the options of a run into its rows.
+
+A ``TableKind`` (``TEXT``, ``DIALOG``, ``SUMMARY``; ``kind_of`` picks a task's) is what differs between the
+tables while the generation evaluator runs the same loop for all, as evaluate's task kinds do
+(``cblight.evaluate.task_scoring``):
+
+* ``mode``: the short context of a row whose boosting mode is ``auto`` (``Decoding.boosting_for``): the last
+  ``k`` tokens for text, the turn separator plus the response for dialog, `` TL;DR:`` plus the summary for
+  summaries (docs/design.md, "Mathematics");
+* ``new_suite``: the metric suite of each row (``cblight.metrics.tables``);
+* ``record_extras``: what a generated record carries beyond the generation (a summary's first sentences);
+* ``to_score``: the records that need their tokens' log-probabilities under the base LM (Table 2's
+  perplexity, LTF and delta; no other table reads them);
+* ``update``: how a batch's records update a row's suite;
+* ``titles``: the printed column headers (Table 3's N-2, B-4, ...; other tables print the column names).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+import torch
+from torch import nn
+
+from cblight.boosting import too_large_alpha
+from cblight.data.datamodule import TaskSplit
+from cblight.data.examples import GenerationExample
+from cblight.data.sentences import first_sentences
 from cblight.errors import ConfigError
+from cblight.metrics.dialog_meteor import MeteorRoute
+from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, TextSuite
 from cblight.option_types import FiniteFloat, NotEmptyStr, PositiveInt, check_fields
 from cblight.options import Boosting, Mode, Sampling
 
-Table = Literal["text", "dialog", "summary"]
-_AUTO_MODE: dict[str, Mode] = {"text": "last_k", "dialog": "response", "summary": "marker"}
 GridMode = Literal["auto", "last_k", "response", "marker"]
 
 
@@ -47,15 +69,22 @@ class Decoding:
     def slug(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.name).strip("_") or "decoding"
 
-    def boosting_for(self, table: Table) -> Boosting | None:
-        """The boosting of this row on a task filling ``table`` (``None``: plain decoding)."""
+    def boosting_for(self, kind: TableKind) -> Boosting | None:
+        """The boosting of this row on a table of ``kind``, whose short context replaces ``auto``; ``None``:
+        plain decoding.
+
+        :meta private:
+        """
         if self.boosting is None or self.boosting.is_plain:
             return None
-        return self.boosting.with_mode(_AUTO_MODE[table])
+        return self.boosting.with_mode(kind.mode)
 
     def generate_sampling(self, seed: int) -> Sampling:
         """The sampling ``generate`` runs with: greedy and one beam unless set; ``top_k`` 0 (no cut),
-        ``top_p`` and ``temperature`` only when sampling."""
+        ``top_p`` and ``temperature`` only when sampling.
+
+        :meta private:
+        """
         s = self.sampling
         if not s.do_sample:
             return Sampling(do_sample=False, num_beams=s.num_beams or 1, seed=seed)
@@ -64,7 +93,10 @@ class Decoding:
 
     def describe(self) -> dict[str, Any]:
         """The row's settings for ``results.json``, flat: name, mode (``plain`` without boosting), k, alpha
-        and the sampling options."""
+        and the sampling options.
+
+        :meta private:
+        """
         b = self.boosting or Boosting()
         return {
             "name": self.name,
@@ -77,7 +109,10 @@ class Decoding:
 
     def signature(self) -> dict[str, Any]:
         """What the cache of this row's generations is keyed by: its settings under its file-safe name
-        (``adaptive`` only when set, so caches written before the option existed stay valid)."""
+        (``adaptive`` only when set, so caches written before the option existed stay valid).
+
+        :meta private:
+        """
         sig = asdict(replace(self, name=self.slug))
         if sig["boosting"] is not None and sig["boosting"].get("adaptive") is None:
             sig["boosting"].pop("adaptive", None)
@@ -95,6 +130,11 @@ class DecodingGrid:
         ks: the windows of ``last_k`` (empty for the other modes).
         mode: the short context (``auto``: the task's own).
         sampling: how every row draws (``cblight.options.Sampling``).
+
+    Examples:
+        >>> grid = DecodingGrid(alphas=(-0.4, -0.2), ks=(8, 16), mode="last_k")
+        >>> [row.name for row in grid.decodings()]
+        ['boost k=8 alpha=-0.4', 'boost k=8 alpha=-0.2', 'boost k=16 alpha=-0.4', 'boost k=16 alpha=-0.2']
     """
 
     alphas: tuple[FiniteFloat, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
@@ -106,8 +146,16 @@ class DecodingGrid:
         check_fields(self, ConfigError)
         if not self.alphas:
             raise ConfigError("grid.alphas: the alpha grid is empty")
+        if too_large := too_large_alpha(self.alphas):
+            raise ConfigError(f"grid.alphas: {too_large}")
 
     def decodings(self) -> list[Decoding]:
+        """The grid's rows, k by k, each alpha in order.
+
+        Returns:
+            One ``Decoding`` per (k, alpha), named ``boost k=<k> alpha=<alpha>`` (without ``ks``,
+            ``boost alpha=<alpha>``).
+        """
         out = []
         for k in self.ks or (None,):
             for alpha in self.alphas:
@@ -153,3 +201,119 @@ def _from_dict(cls: type, value: Any) -> Any:
             for k, v in value.items()
         }
     )
+
+
+#: The name of a kind, as ``results.json`` gives each task's ``table``.
+TableName = Literal["text", "dialog", "summary"]
+
+Record = dict[str, Any]
+
+
+class TableKind(ABC):
+    """One kind of generation table (see the module docstring); the kinds hold no state, one object each."""
+
+    name: ClassVar[TableName]
+    mode: ClassVar[Mode]
+    titles: ClassVar[Mapping[str, str]] = {}
+
+    @abstractmethod
+    def new_suite(
+        self, *, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute
+    ) -> nn.Module:
+        """A fresh metric suite (``cblight.metrics.tables``) for one row of the table.
+
+        Args:
+            eos_token_id: the tokenizer's EOS, dropped from a generation's end before Table 2's repetition
+                test.
+            self_bleu_samples: hypotheses sampled for Table 2's self-BLEU (``None``: all).
+            meteor: Table 3's METEOR route (``cblight.metrics.dialog_meteor``).
+        """
+
+    def record_extras(self, text: str, split: TaskSplit) -> Record:
+        """The fields a fresh record of ``split`` carries beyond its generated (or human) ``text``, for this
+        table's metrics (none here)."""
+        return {}
+
+    def to_score(self, records: Sequence[Record]) -> list[Record]:
+        """Those of a batch's fresh ``records`` whose tokens need their log-probabilities under the base LM
+        (none here)."""
+        return []
+
+    @abstractmethod
+    def update(self, suite: Any, records: Sequence[Record], examples: Sequence[GenerationExample]) -> None:
+        """Feed a batch's ``records`` of one row (``to_score``'s with ``lp_full`` and ``lp_short``) to the
+        row's ``suite``; ``examples`` are the records' examples, in order (their references)."""
+
+
+class TextTable(TableKind):
+    """Table 2 (WebText): the suite scores the generated tokens, and their ``log p_full`` / ``log p_short``
+    under the base LM; a record without tokens (EOS at once) has nothing to score and is left out."""
+
+    name = "text"
+    mode = "last_k"
+
+    def new_suite(
+        self, *, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute
+    ) -> nn.Module:
+        return TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples)
+
+    def to_score(self, records: Sequence[Record]) -> list[Record]:
+        return [r for r in records if r["tokens"]]
+
+    def update(self, suite: Any, records: Sequence[Record], examples: Sequence[GenerationExample]) -> None:
+        kept = self.to_score(records)  # the scored ones: a generation without tokens is in no column
+        suite.update(
+            [r["tokens"] for r in kept],
+            [torch.tensor(r["lp_full"]) for r in kept],
+            [torch.tensor(r["lp_short"]) for r in kept],
+            ids=[r["id"] for r in kept],
+        )
+
+
+class DialogTable(TableKind):
+    """Table 3 (DSTC7): each response, stripped, against the example's references; the paper's headers."""
+
+    name = "dialog"
+    mode = "response"
+    titles = DIALOG_TITLES
+
+    def new_suite(
+        self, *, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute
+    ) -> nn.Module:
+        return DialogSuite(meteor=meteor)
+
+    def update(self, suite: Any, records: Sequence[Record], examples: Sequence[GenerationExample]) -> None:
+        suite.update([r["text"].strip() for r in records], [list(ex.references) for ex in examples])
+
+
+class SummaryTable(TableKind):
+    """The summarisation table: ROUGE of the first sentences of each generation (3 for CNN/DM, 2 for XSum:
+    the task spec's ``output_sentences``), kept in the record as ``summary``."""
+
+    name = "summary"
+    mode = "marker"
+
+    def new_suite(
+        self, *, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute
+    ) -> nn.Module:
+        return SummarySuite()
+
+    def record_extras(self, text: str, split: TaskSplit) -> Record:
+        return {"summary": first_sentences(text, split.task.output_sentences)}
+
+    def update(self, suite: Any, records: Sequence[Record], examples: Sequence[GenerationExample]) -> None:
+        suite.update([r["summary"] for r in records], [list(ex.references) for ex in examples])
+
+
+#: The three kinds, one object each.
+TEXT, DIALOG, SUMMARY = TextTable(), DialogTable(), SummaryTable()
+
+
+def kind_of(split: TaskSplit) -> TableKind:
+    """The kind of table a task's ``split`` fills: ``SUMMARY`` (a spec that keeps the first sentences of the
+    output), ``DIALOG`` (examples with turns), else ``TEXT``."""
+    if split.task.output_sentences:
+        return SUMMARY
+    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
+        return DIALOG
+    return TEXT

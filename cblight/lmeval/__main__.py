@@ -10,6 +10,7 @@ exit with status 2.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -90,9 +91,14 @@ def check_adaptive_rule(model_args: dict[str, Any], tasks: list[Any], manager: A
     before the model loads (as ``cblight evaluate --model.adaptive`` is): a multiple-choice task's scores
     take a multiple-choice rule, a ``generate_until`` task a per-token rule, a ``loglikelihood`` task both
     (its scores and its greedy flags)."""
-    from cblight.adaptive import CHOICE_RULES, TOKEN_RULES
+    from typing import get_args
+
+    from cblight.adaptive import CHOICE_RULES, TOKEN_RULES, RuleName
+    from cblight.option_types import describe
 
     rule = str(model_args.get("adaptive_rule", "auto"))
+    if rule not in get_args(RuleName):  # a name of no rule: not a rule of another kind of task
+        raise CblightError(f"adaptive_rule must be {describe(RuleName)}, got {rule!r}")
     if str(model_args.get("alpha")) != "adaptive" or rule == "auto":
         return
     fits = {
@@ -126,7 +132,8 @@ def one_line_task_errors() -> Iterator[None]:
     validate, process = EvaluatorConfig._validate_arguments, EvaluatorConfig.process_tasks
 
     def checked_validate(self: Any) -> Any:
-        if not self.tasks:
+        tasks = self.tasks if isinstance(self.tasks, list | tuple) else [self.tasks]
+        if not any(str(t).strip(" ,") for t in tasks if t is not None):  # none, or '' (lm-eval: a traceback)
             raise CblightError(
                 "--tasks is required: name the tasks to run, e.g. --tasks cblight_copa (cblight lmeval ls tasks lists them)"
             )
@@ -158,6 +165,22 @@ def one_line_task_errors() -> Iterator[None]:
         EvaluatorConfig._validate_arguments, EvaluatorConfig.process_tasks = validate, process
 
 
+_AROUND_SEPARATORS = re.compile(r"\s*([,=])\s*")
+
+
+def _tidy_model_args(args: list[str]) -> list[str]:
+    """``--model_args "pretrained=M, alpha=-1"`` as meant: the spaces around its commas and equals signs go
+    (lm-eval would pass a key ``' alpha'``). A JSON mapping is left as it is."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        name, eq, value = arg.partition("=")
+        if name == "--model_args" and eq and not value.lstrip().startswith("{"):
+            out[i] = "--model_args=" + _AROUND_SEPARATORS.sub(r"\1", value.strip())
+        elif arg == "--model_args" and i + 1 < len(out) and not out[i + 1].lstrip().startswith("{"):
+            out[i + 1] = _AROUND_SEPARATORS.sub(r"\1", out[i + 1].strip())
+    return out
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -173,6 +196,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(model_args_help(prog or "cblight lmeval"))
     if not listing and not _has(args, "--model"):
         args = ["--model", "cblight", *args]
+    args = _tidy_model_args(args)
     if not _has(args, "--include_path"):
         args = [*args, "--include_path", str(TASKS_DIR)]
     if not listing and not _has(args, "--device"):

@@ -26,7 +26,6 @@ from cblight.metrics.dialog_meteor import Meteor as Meteor
 from cblight.metrics.dialog_meteor import NltkMeteor as NltkMeteor
 from cblight.metrics.dialog_meteor import meteor as meteor
 from cblight.metrics.dialog_meteor import nltk_meteor as nltk_meteor
-from cblight.metrics.dialog_meteor import resolve_meteor_route as resolve_meteor_route
 from cblight.metrics.rouge import ROUGE as ROUGE
 from cblight.metrics.rouge import rouge as rouge
 from cblight.metrics.tables import dialog_table as dialog_table

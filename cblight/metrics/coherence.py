@@ -45,10 +45,37 @@ def generated_token_log_probs(
     chunk_size: PositiveInt | None = None,
     pad_id: int = 0,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per document, ``(log p_full, log p_short)`` of its generated tokens: two float32 CPU tensors.
+    """Per document, ``(log p_full, log p_short)`` of its generated tokens (paper §4.1: what LTF, delta and
+    perplexity read), with ``p_short`` on the ``k`` tokens before each token.
 
-    ``contexts`` are the prompt ids as the model read them (special prefix included), ``generations`` the
-    generated ids (the authors' jsonl ``context`` and ``tokens``).
+    Args:
+        model: a Hugging Face causal LM.
+        contexts: the prompt ids as the model read them, special prefix included (the authors' jsonl
+            ``context``).
+        generations: the generated ids (the authors' jsonl ``tokens``).
+        k: the short context's length (the paper's 20).
+        prefix: the tokenizer's special prefix (``cblight.scoring.Encoder(tokenizer).prefix``); it heads every
+            context and short window and never counts as content.
+        batch_size: documents per forward pass.
+        chunk_size: short-context windows per forward pass (``None``: 32 on CPU, 256 on accelerators).
+        pad_id: the id that pads a batch (masked out).
+
+    Returns:
+        One ``(full, short)`` pair of float32 CPU tensors per document, one value per generated token.
+
+    Raises:
+        ValueError: for unequal numbers of contexts and generations, a context with no token after the
+            prefix or not starting with it, or a document longer than the model window.
+
+    Examples:
+        >>> import tempfile
+        >>> from cblight.models import load_causal_lm
+        >>> from cblight.tiny import build_tiny_gpt2
+        >>> model = load_causal_lm(str(build_tiny_gpt2(tempfile.mkdtemp())))
+        >>> prompt, continuation = [464, 3797, 3332, 319, 262], [2603, 13, 383]  # token ids
+        >>> [(full, short)] = generated_token_log_probs(model, [prompt], [continuation], k=2)
+        >>> full.shape, short.shape
+        (torch.Size([3]), torch.Size([3]))
     """
     from cblight.models import model_window
 
@@ -119,6 +146,21 @@ class ContextSensitivity(PaperMetric):
     ``update(full_log_probs, short_log_probs)`` takes the generated tokens' ``log p_full`` and
     ``log p_short`` (tensors per document, or flat tensors; see ``generated_token_log_probs``).
     ``compute()`` gives ``{"ltf": ..., "delta": ..., "ppl": ...}``: LTF and delta as fractions.
+
+    Args:
+        full_threshold: a long-range token has ``p_full`` above this (the paper's 0.2).
+        short_threshold: and ``p_short`` below this (the paper's 0.05).
+        **kwargs: torchmetrics' ``Metric`` options.
+
+    Examples:
+        One token the full context makes likely and the short one does not (a long-range token), one the
+        two agree on:
+
+        >>> import torch
+        >>> metric = ContextSensitivity()
+        >>> metric.update(torch.tensor([0.5, 0.1]).log(), torch.tensor([0.01, 0.1]).log())
+        >>> {name: round(float(value), 4) for name, value in metric.compute().items()}
+        {'ltf': 0.5, 'delta': 0.245, 'ppl': 4.4721}
     """
 
     higher_is_better = None
@@ -172,7 +214,17 @@ def _flat(values: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
 def context_sensitivity(
     model: Any, contexts: TokenDocs, generations: TokenDocs, **options: Any
 ) -> dict[str, float]:
-    """``{"ltf", "delta", "ppl"}`` of generated documents under ``model`` (LTF and delta as fractions);
-    ``options``: the keywords of ``generated_token_log_probs`` (``k``, ``prefix``, ``batch_size``, ...)."""
+    """LTF, delta and perplexity of generated documents under ``model`` (Table 2's three base-LM columns),
+    LTF and delta as fractions.
+
+    Args:
+        model: a Hugging Face causal LM (the base model of the table).
+        contexts: the prompt ids as the model read them, special prefix included.
+        generations: the generated ids.
+        **options: the keywords of ``generated_token_log_probs`` (``k``, ``prefix``, ``batch_size``, ...).
+
+    Returns:
+        ``{"ltf": ..., "delta": ..., "ppl": ...}``.
+    """
     scored = generated_token_log_probs(model, contexts, generations, **options)
     return score_once(ContextSensitivity(), [f for f, _ in scored], [s for _, s in scored])

@@ -52,7 +52,20 @@ def _tweet_tokenizer() -> Any:
 
 @lru_cache(maxsize=1 << 16)  # a suite's five metrics clean the same texts: once is enough
 def dstc_clean(text: str) -> str:
-    """DSTC7's text cleaning (DialoGPT ``dstc/tokenizers.py`` ``clean_str``), re-implemented."""
+    """DSTC7's text cleaning (DialoGPT ``dstc/tokenizers.py`` ``clean_str``, which the official evaluation
+    applies with ``--clean``), re-implemented: lower case, URLs as ``__url__``, Twitter-style tokens, split
+    contractions.
+
+    Args:
+        text: a response or reference.
+
+    Returns:
+        The cleaned text, words separated by single spaces.
+
+    Examples:
+        >>> dstc_clean("I can't see https://example.org !")
+        "i can n't see __url__ !"
+    """
     text = re.sub(r"http\S*", " __url__", " ".join(text.lower().split()))  # a word from "http" on is a URL
     text = re.sub(r"\[([^\]]*)\] \( *__url__ *\)", r"\1", text)  # markdown links keep their label
     # the URL marker survives the character filter as upper-case "URL" (the text is lower-case by now)
@@ -112,8 +125,12 @@ class DialogCorpus(RaggedMetric):
     """The normalised hypotheses and references themselves as ``cat`` states (for corpus-level values:
     NIST's information weights come from all references, METEOR 1.5 scores the corpus in one run).
 
-    ``update(hypotheses, references)``; ``read_corpus()`` gives the (synced) words. ``n_refs`` is for
-    subclasses that cycle the references (see ``cycle_references``).
+    ``update(hypotheses, references)``; ``read_corpus()`` gives the (synced) words.
+
+    Args:
+        normalize: ``dstc`` (``dstc_clean``), ``lower`` or ``none``.
+        n_refs: for subclasses that cycle the references (see ``cycle_references``).
+        **kwargs: torchmetrics' ``Metric`` options.
     """
 
     def __init__(self, normalize: Normalize = "dstc", n_refs: PositiveInt | None = None, **kwargs: Any):
@@ -152,11 +169,25 @@ def _mteval_words(hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[l
 
 
 class CorpusBLEU(PaperMetric):
-    """Cumulative BLEU-n of ``mteval-v14c.pl`` for each ``n`` in ``orders`` (keys ``bleu<n>``), from summed
-    per-segment statistics (matches and hypothesis n-grams per order, closest reference length).
+    """Cumulative BLEU-n of ``mteval-v14c.pl`` for each ``n`` in ``orders`` (keys ``bleu<n>``; paper Table 3),
+    from summed per-segment statistics (matches and hypothesis n-grams per order, closest reference length).
 
-    ``n_refs``: cut or cycle each example's references to this many, as ``dstc.py --n_refs`` (``None``:
-    as given; cycling alone never changes BLEU).
+    ``update(hypotheses, references)`` takes hypothesis strings and, per hypothesis, a list of reference
+    strings.
+
+    Args:
+        orders: the BLEU orders ``n``.
+        normalize: ``dstc`` (``dstc_clean``, the official evaluation's ``--clean``), ``lower`` or ``none``.
+        n_refs: cut or cycle each example's references to this many, as ``dstc.py --n_refs`` (``None``: as
+            given; cycling alone never changes BLEU).
+        **kwargs: torchmetrics' ``Metric`` options.
+
+    Examples:
+        >>> metric = CorpusBLEU(orders=(2, 4))
+        >>> metric.update(["i am fine , thanks .", "no idea what you mean"],
+        ...               [["i'm fine, thank you."], ["what do you mean?", "no idea."]])
+        >>> {name: round(float(value), 4) for name, value in metric.compute().items()}
+        {'bleu2': 0.4769, 'bleu4': 0.1613}
     """
 
     higher_is_better = True
@@ -177,7 +208,10 @@ class CorpusBLEU(PaperMetric):
         self.add_sums("hyp_len", "ref_len", "count")
 
     def segments(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
-        """The words BLEU counts: mteval's tokens, references cycled to ``n_refs``."""
+        """The words BLEU counts: mteval's tokens, references cycled to ``n_refs``.
+
+        :meta private:
+        """
         return _mteval_words(hyps, refs if self.n_refs is None else cycle_references(refs, self.n_refs))
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
@@ -198,7 +232,14 @@ class CorpusBLEU(PaperMetric):
 
 class NltkCorpusBLEU(CorpusBLEU):
     """nltk's ``corpus_bleu`` (uniform weights, no smoothing) for each ``n`` in ``orders`` (keys
-    ``bleu<n>``), from summed n-gram statistics of the normalised words."""
+    ``bleu<n>``), from summed n-gram statistics of the normalised words; for comparison with the official
+    ``CorpusBLEU``.
+
+    Args:
+        orders: the BLEU orders ``n``.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        **kwargs: torchmetrics' ``Metric`` options.
+    """
 
     bleu = staticmethod(bleu_from_stats)
     min_total = 1  # nltk's max(1, ·) sentence denominators
@@ -211,11 +252,17 @@ class NltkCorpusBLEU(CorpusBLEU):
 
 
 class CorpusNIST(DialogCorpus):
-    """Cumulative NIST-n of ``mteval-v14c.pl`` for each ``n`` in ``orders`` (keys ``nist<n>``).
+    """Cumulative NIST-n of ``mteval-v14c.pl`` for each ``n`` in ``orders`` (keys ``nist<n>``; paper Table 3).
 
     Keeps the corpus: the information weights come from all references. mteval needs the same number of
     references for every example: they are cycled to ``n_refs`` (``None``: the largest count in the
     corpus), as ``dstc.py`` cycles them to its ``--n_refs``.
+
+    Args:
+        orders: the NIST orders ``n``.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        n_refs: the references per example after cycling.
+        **kwargs: torchmetrics' ``Metric`` options.
     """
 
     higher_is_better = True
@@ -232,7 +279,10 @@ class CorpusNIST(DialogCorpus):
         self.orders = _orders(orders)
 
     def nist(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> list[float]:
-        """NIST-n of the corpus for each ``n`` in ``orders``."""
+        """NIST-n of the corpus for each ``n`` in ``orders``.
+
+        :meta private:
+        """
         scores = mteval_nist(*_mteval_words(hyps, cycle_references(refs, self.n_refs)), max(self.orders))
         return [scores[n - 1] for n in self.orders]
 
@@ -242,7 +292,14 @@ class CorpusNIST(DialogCorpus):
 
 
 class NltkCorpusNIST(CorpusNIST):
-    """nltk's ``corpus_nist`` for each ``n`` in ``orders`` (keys ``nist<n>``) on the normalised words."""
+    """nltk's ``corpus_nist`` for each ``n`` in ``orders`` (keys ``nist<n>``) on the normalised words; for
+    comparison with the official ``CorpusNIST``.
+
+    Args:
+        orders: the NIST orders ``n``.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        **kwargs: torchmetrics' ``Metric`` options.
+    """
 
     def __init__(self, orders: Orders = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
         super().__init__(orders, normalize, **kwargs)
@@ -256,7 +313,18 @@ class NltkCorpusNIST(CorpusNIST):
 
 
 class NGramDiversity(RaggedMetric):
-    """Distinct-n (keys ``dist<n>``) and Entropy-n (keys ``ent<n>``, natural log) of the hypotheses."""
+    """Distinct-n (keys ``dist<n>``) and Entropy-n (keys ``ent<n>``, natural log) of the hypotheses (Table 3,
+    DialoGPT's ``calc_diversity`` / ``calc_entropy``). ``update(hypotheses)`` takes response strings.
+
+    Args:
+        distinct_orders: the orders of Distinct-n (unique / all n-grams over the corpus).
+        entropy_orders: the orders of Entropy-n.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        **kwargs: torchmetrics' ``Metric`` options.
+
+    Raises:
+        ValueError: when both order lists are empty.
+    """
 
     higher_is_better = True
 
@@ -287,7 +355,13 @@ class NGramDiversity(RaggedMetric):
 
 
 class ResponseLength(PaperMetric):
-    """Mean hypothesis length in (normalised) words."""
+    """Mean hypothesis length in (normalised) words (Table 3's avg len). ``update(hypotheses)`` takes response
+    strings.
+
+    Args:
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        **kwargs: torchmetrics' ``Metric`` options.
+    """
 
     higher_is_better = None
 
@@ -318,7 +392,24 @@ def corpus_bleu(
     normalize: Normalize = "dstc",
     n_refs: PositiveInt | None = None,
 ) -> dict[str, float]:
-    """``CorpusBLEU`` (mteval-v14c.pl) in one call."""
+    """``CorpusBLEU`` (mteval-v14c.pl, Table 3's B-2 and B-4 as fractions) in one call.
+
+    Args:
+        hypotheses: the responses.
+        references: per response, a non-empty list of reference strings.
+        orders: the BLEU orders ``n``.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        n_refs: cut or cycle each example's references to this many (``None``: as given).
+
+    Returns:
+        ``{"bleu<n>": value}`` for each order.
+
+    Examples:
+        >>> scores = corpus_bleu(["i am fine , thanks .", "no idea what you mean"],
+        ...                      [["i'm fine, thank you."], ["what do you mean?", "no idea."]])
+        >>> {name: round(value, 4) for name, value in scores.items()}
+        {'bleu2': 0.4769, 'bleu4': 0.1613}
+    """
     return score_once(CorpusBLEU(orders, normalize, n_refs), hypotheses, references)
 
 
@@ -329,7 +420,24 @@ def corpus_nist_score(
     normalize: Normalize = "dstc",
     n_refs: PositiveInt | None = None,
 ) -> dict[str, float]:
-    """``CorpusNIST`` (mteval-v14c.pl) in one call."""
+    """``CorpusNIST`` (mteval-v14c.pl, Table 3's N-2 and N-4) in one call.
+
+    Args:
+        hypotheses: the responses.
+        references: per response, a non-empty list of reference strings.
+        orders: the NIST orders ``n``.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        n_refs: the references per example after cycling (``None``: the largest count in the corpus).
+
+    Returns:
+        ``{"nist<n>": value}`` for each order.
+
+    Examples:
+        >>> scores = corpus_nist_score(["i am fine , thanks .", "no idea what you mean"],
+        ...                            [["i'm fine, thank you."], ["what do you mean?", "no idea."]])
+        >>> {name: round(value, 4) for name, value in scores.items()}
+        {'nist2': 3.2638, 'nist4': 3.2638}
+    """
     return score_once(CorpusNIST(orders, normalize, n_refs), hypotheses, references)
 
 
@@ -340,7 +448,17 @@ def nltk_corpus_bleu(
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NltkCorpusBLEU`` on one corpus: nltk's ``corpus_bleu`` at each order (kept to compare with the
-    official NIST-script BLEU of ``corpus_bleu``)."""
+    official NIST-script BLEU of ``corpus_bleu``).
+
+    Args:
+        hypotheses: the responses.
+        references: per response, a non-empty list of reference strings.
+        orders: the BLEU orders ``n``.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+
+    Returns:
+        ``{"bleu<n>": value}`` for each order.
+    """
     return score_once(NltkCorpusBLEU(orders, normalize), hypotheses, references)
 
 
@@ -351,7 +469,17 @@ def nltk_corpus_nist(
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
     """``NltkCorpusNIST`` on one corpus: nltk's ``corpus_nist`` at each order (kept to compare with the
-    official ``mteval-v14c.pl`` figures of ``corpus_nist_score``)."""
+    official ``mteval-v14c.pl`` figures of ``corpus_nist_score``).
+
+    Args:
+        hypotheses: the responses.
+        references: per response, a non-empty list of reference strings.
+        orders: the NIST orders ``n``.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+
+    Returns:
+        ``{"nist<n>": value}`` for each order.
+    """
     return score_once(NltkCorpusNIST(orders, normalize), hypotheses, references)
 
 
@@ -361,10 +489,37 @@ def ngram_diversity(
     entropy_orders: Orders = (4,),
     normalize: Normalize = "dstc",
 ) -> dict[str, float]:
-    """``NGramDiversity`` on one corpus: Dist-n and Ent-n of the responses (Table 3, DialoGPT's DSTC scripts)."""
+    """``NGramDiversity`` on one corpus: Dist-n and Ent-n of the responses (Table 3, DialoGPT's DSTC scripts).
+
+    Args:
+        hypotheses: the responses.
+        distinct_orders: the orders of Distinct-n.
+        entropy_orders: the orders of Entropy-n.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+
+    Returns:
+        ``{"dist<n>": ..., "ent<n>": ...}``, Distinct as fractions, Entropy in nats.
+
+    Examples:
+        >>> scores = ngram_diversity(["i am fine , thanks .", "no idea what you mean"])
+        >>> {name: round(value, 4) for name, value in scores.items()}
+        {'dist1': 1.0, 'dist2': 1.0, 'ent4': 1.6094}
+    """
     return score_once(NGramDiversity(distinct_orders, entropy_orders, normalize), hypotheses)
 
 
 def response_length(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> float:
-    """``ResponseLength`` on one corpus: the mean response length in words (Table 3's avg len)."""
+    """``ResponseLength`` on one corpus: the mean response length in words (Table 3's avg len).
+
+    Args:
+        hypotheses: the responses.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+
+    Returns:
+        The mean number of words.
+
+    Examples:
+        >>> response_length(["i am fine , thanks .", "no idea what you mean"])
+        5.5
+    """
     return score_once(ResponseLength(normalize), hypotheses)

@@ -69,8 +69,18 @@ def official_meteor_missing(jar: str | None = None) -> str | None:
 
 
 def resolve_meteor_route(meteor: MeteorRoute, jar: str | None = None) -> Literal["official", "nltk"]:
-    """``"official"`` or ``"nltk"``; ``"auto"`` is official when it can run here. Asking for the official
-    scorer where it cannot run is a ``ConfigError`` saying what to install."""
+    """``"official"`` or ``"nltk"``; ``"auto"`` is official when it can run here.
+
+    Args:
+        meteor: ``auto``, ``official`` or ``nltk``.
+        jar: another METEOR 1.5 jar (default: pycocoevalcap's).
+
+    Returns:
+        The scorer that will run.
+
+    Raises:
+        ~cblight.errors.ConfigError: for ``official`` where it cannot run, saying what to install.
+    """
     check_arguments(resolve_meteor_route, {"meteor": meteor})
     if meteor == "nltk":
         return "nltk"
@@ -158,12 +168,20 @@ def meteor_jar(jar: Path) -> MeteorJar:
 
 
 class Meteor(DialogCorpus):
-    """Corpus METEOR 1.5 (``compute()``: a float64 tensor, a fraction), as DSTC7's ``dstc.py``.
+    """Corpus METEOR 1.5 (``compute()``: a float64 tensor, a fraction), as DSTC7's ``dstc.py`` (paper Table 3).
 
-    Keeps the normalised corpus (the jar scores it as a whole); ``n_refs`` cuts or cycles each example's
-    references as ``dstc.py --n_refs`` (``None``: as given; cycling alone does not change METEOR). Under
-    DDP the synced corpus is scored once, on the group's first rank, and the value broadcast.
-    ``jar``: another METEOR 1.5 jar (default: pycocoevalcap's).
+    Keeps the normalised corpus (the jar scores it as a whole); under DDP the synced corpus is scored once,
+    on the group's first rank, and the value broadcast. Needs Java and the ``dialog`` extra.
+
+    Args:
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        n_refs: cut or cycle each example's references as ``dstc.py --n_refs`` (``None``: as given; cycling
+            alone does not change METEOR).
+        jar: another METEOR 1.5 jar (default: pycocoevalcap's).
+        **kwargs: torchmetrics' ``Metric`` options.
+
+    Raises:
+        ~cblight.errors.ConfigError: when the jar or Java is missing, saying what to install.
     """
 
     higher_is_better = True
@@ -223,10 +241,18 @@ def wordnet_reader() -> Any | None:
 
 
 class NltkMeteor(PaperMetric):
-    """Mean sentence METEOR (nltk ``meteor_score`` against all references of an example).
+    """Mean sentence METEOR (nltk ``meteor_score`` against all references of an example), far from the
+    official value: tables label it ``meteor_nltk``. ``compute()`` gives
+    ``{"meteor_nltk": ..., "meteor_synonyms": 1.0 or 0.0}``.
 
-    ``use_synonyms``: ``None`` uses WordNet when installed; ``True`` requires it; ``False`` never uses
-    it. ``compute()`` gives ``{"meteor_nltk": ..., "meteor_synonyms": 1.0 or 0.0}``.
+    Args:
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        use_synonyms: ``None`` uses WordNet synonyms when nltk's WordNet corpus is installed; ``True``
+            requires it; ``False`` never uses it.
+        **kwargs: torchmetrics' ``Metric`` options.
+
+    Raises:
+        LookupError: for ``use_synonyms=True`` without the WordNet corpus.
     """
 
     higher_is_better = True
@@ -272,7 +298,18 @@ def meteor(
     n_refs: PositiveInt | None = None,
     jar: str | None = None,
 ) -> float:
-    """The official corpus METEOR 1.5 (``Meteor``) in one call."""
+    """The official corpus METEOR 1.5 (``Meteor``, Table 3's METEOR as a fraction) in one call.
+
+    Args:
+        hypotheses: the responses.
+        references: per response, a non-empty list of reference strings.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        n_refs: cut or cycle each example's references to this many (``None``: as given).
+        jar: another METEOR 1.5 jar (default: pycocoevalcap's).
+
+    Returns:
+        The corpus score.
+    """
     return score_once(Meteor(normalize, n_refs, jar), hypotheses, references)
 
 
@@ -282,5 +319,20 @@ def nltk_meteor(
     normalize: Normalize = "dstc",
     use_synonyms: bool | None = None,
 ) -> dict[str, float]:
-    """nltk's mean sentence METEOR (``NltkMeteor``) in one call."""
+    """nltk's mean sentence METEOR (``NltkMeteor``) in one call.
+
+    Args:
+        hypotheses: the responses.
+        references: per response, a non-empty list of reference strings.
+        normalize: ``dstc``, ``lower`` or ``none`` (see ``CorpusBLEU``).
+        use_synonyms: WordNet synonyms: ``None`` where installed, ``True`` required, ``False`` never.
+
+    Returns:
+        ``{"meteor_nltk": ..., "meteor_synonyms": 1.0 or 0.0}``.
+
+    Examples:
+        >>> scores = nltk_meteor(["i am fine , thanks ."], [["i'm fine, thank you."]], use_synonyms=False)
+        >>> round(scores["meteor_nltk"], 4), scores["meteor_synonyms"]
+        (0.6464, 0.0)
+    """
     return score_once(NltkMeteor(normalize, use_synonyms), hypotheses, references)

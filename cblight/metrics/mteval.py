@@ -59,7 +59,12 @@ def mteval_words(text: str, preserve_case: bool = False) -> list[str]:
 def bleu_from_counts(
     matches: Sequence[int], totals: Sequence[int], hyp_length: int, ref_length: int, order: int
 ) -> float:
-    """mteval's smoothed cumulative BLEU-``order`` from corpus sums of ``bleu_stats`` (see the module doc)."""
+    """mteval's smoothed cumulative BLEU-``order`` from corpus sums of ``bleu_stats`` (see the module doc).
+
+    A hook of ``CorpusBLEU`` (its ``bleu``), not part of the metric's API:
+
+    :meta private:
+    """
     log_sum, smooth = 0.0, 1
     for n in range(order):
         if totals[n] == 0:

@@ -83,6 +83,10 @@ def bleu_from_stats(
     Without smoothing a zero n-gram precision makes BLEU 0 (nltk returns ~1e-77 there and says it
     "evaluates to 0"); ``smoothing_epsilon`` is nltk's ``SmoothingFunction().method1`` (0.1 by default
     there): a zero numerator becomes ``epsilon / total``. No unigram match is 0 either way, as in nltk.
+
+    A hook of ``NltkCorpusBLEU`` (its ``bleu``), not part of the metric's API:
+
+    :meta private:
     """
     if matches[0] == 0 or (smoothing_epsilon is None and 0 in matches[:order]):
         return 0.0

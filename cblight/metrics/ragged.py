@@ -42,7 +42,13 @@ class PaperMetric(Metric):
     full_state_update = False
 
     def add_sums(self, *names: str, size: int | None = None, dtype: torch.dtype = torch.long) -> None:
-        """Zero states (scalars, or vectors of ``size``) summed across processes."""
+        """Add zero states (scalars, or vectors of ``size``) summed across processes.
+
+        Args:
+            *names: the states' names (attributes of the metric).
+            size: the length of vector states; ``None``: scalars.
+            dtype: the states' dtype.
+        """
         for name in names:
             default = torch.zeros(() if size is None else size, dtype=dtype)
             self.add_state(name, default=default, dist_reduce_fx="sum")

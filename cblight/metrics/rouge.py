@@ -19,10 +19,25 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 
 class ROUGE(PaperMetric):
-    """Mean ROUGE F-measure per type; ``compute()`` gives ``{"rouge1": ..., "rouge2": ..., "rougeL": ...}``.
+    """Mean ROUGE F-measure per type (the summarisation appendix); ``compute()`` gives
+    ``{"rouge1": ..., "rouge2": ..., "rougeL": ...}`` as fractions.
 
-    ``update(predictions, references)``: one reference string per prediction, or a list of them (then
+    ``update(predictions, references)`` takes one reference string per prediction, or a list of them (then
     ``rouge-score``'s ``score_multi`` takes the best reference per type).
+
+    Args:
+        rouge_types: ``rouge<n>`` (n >= 1) and ``rougeL`` (``rougeLsum`` needs a download and is refused).
+        use_stemmer: apply the Porter stemmer before matching.
+        **kwargs: torchmetrics' ``Metric`` options.
+
+    Raises:
+        ValueError: for no types, ``rougeLsum`` or an unknown type.
+
+    Examples:
+        >>> metric = ROUGE()
+        >>> metric.update(["the cat sat on the mat"], ["a cat sat on a mat"])
+        >>> {name: round(float(value), 4) for name, value in metric.compute().items()}
+        {'rouge1': 0.6667, 'rouge2': 0.4, 'rougeL': 0.6667}
     """
 
     higher_is_better = True
@@ -75,5 +90,20 @@ def rouge(
     rouge_types: Sequence[str] = ROUGE_TYPES,
     use_stemmer: bool = True,
 ) -> dict[str, float]:
-    """``ROUGE`` F-measures of predictions against their references (the summarisation appendix's ROUGE-1/2/L)."""
+    """``ROUGE`` F-measures of predictions against their references (the summarisation appendix's ROUGE-1/2/L).
+
+    Args:
+        predictions: the generated summaries.
+        references: one reference string per prediction, or a list of references each.
+        rouge_types: the ROUGE types (see ``ROUGE``).
+        use_stemmer: apply the Porter stemmer before matching.
+
+    Returns:
+        ``{type: F-measure}``, fractions.
+
+    Examples:
+        >>> scores = rouge(["the cat sat on the mat"], ["a cat sat on a mat"])
+        >>> {name: round(value, 4) for name, value in scores.items()}
+        {'rouge1': 0.6667, 'rouge2': 0.4, 'rougeL': 0.6667}
+    """
     return score_once(ROUGE(rouge_types, use_stemmer), predictions, references)

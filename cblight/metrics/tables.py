@@ -188,10 +188,18 @@ def generation_table(
 ) -> dict[str, float]:
     """Table 2's columns for one set of completions (or the human continuations) under ``model``.
 
-    ``contexts``: prompt ids as the model read them (special prefix included); ``generations``: the
-    continuation ids; ``eos_token_id``: dropped from a generation's end before the repetition test
-    (GPT-2: 50256); ``options``: the keywords of ``generated_token_log_probs`` (``k``, ``prefix``,
-    ``batch_size``, ...).
+    Args:
+        model: the base LM the likelihood columns (``ppl``, ``delta``, ``ltf``) are read from.
+        contexts: prompt ids as the model read them (special prefix included).
+        generations: the continuation ids.
+        eos_token_id: dropped from a generation's end before the repetition test (GPT-2: 50256).
+        self_bleu_samples: how many documents self-BLEU scores (``None``: all).
+        seed: the seed of self-BLEU's sample.
+        **options: the keywords of ``generated_token_log_probs`` (``k``, ``prefix``, ``batch_size``, ...).
+
+    Returns:
+        ``{"ppl", "self_bleu4", "zipf", "rep", "lr_50", "lr_100", "delta", "ltf"}`` in the paper's units
+        (``rep``, ``lr_*``, ``delta``, ``ltf`` in percent).
     """
     scored = generated_token_log_probs(model, contexts, generations, **options)
     suite = TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples, seed=seed)
@@ -201,14 +209,42 @@ def generation_table(
 def dialog_table(
     hypotheses: Sequence[str], references: Sequence[Sequence[str]], **options: Any
 ) -> dict[str, Any]:
-    """Table 3's columns for one set of responses against their reference lists; ``options``: the
-    keywords of ``DialogSuite`` (``normalize``, ``meteor``, ``use_synonyms``, ``n_refs``)."""
+    """Table 3's columns for one set of responses against their reference lists.
+
+    Args:
+        hypotheses: the responses.
+        references: per response, a non-empty list of reference strings.
+        **options: the keywords of ``DialogSuite`` (``normalize``, ``meteor``, ``use_synonyms``, ``n_refs``).
+
+    Returns:
+        ``{"nist2", "nist4", "bleu2", "bleu4", "meteor" or "meteor_nltk", "ent4", "dist1", "dist2",
+        "avg_len"}`` in the paper's units, and ``meteor_synonyms`` with nltk's METEOR.
+
+    Examples:
+        >>> row = dialog_table(["i am fine , thanks .", "no idea what you mean"],
+        ...                    [["i'm fine, thank you."], ["what do you mean?", "no idea."]],
+        ...                    meteor="nltk", use_synonyms=False)
+        >>> print(format_dialog_table({"greedy": row}))
+        Inference method  N-2   N-4   B-2    B-4    METEOR (nltk)  Ent-4  Dist-1  Dist-2  avg len
+        ----------------  ----  ----  -----  -----  -------------  -----  ------  ------  -------
+        greedy            3.26  3.26  47.69  16.13  61.62          1.61   100.00  100.00  5.50
+    """
     return DialogSuite(**options).score(hypotheses, references)
 
 
 def format_dialog_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
-    """Rows of ``dialog_table`` values (e.g. ``{"greedy": ..., "Human": ...}``) in the paper's Table 3
-    layout: N-2, N-4, B-2, B-4, METEOR, Ent-4, Dist-1, Dist-2, avg len, two decimals."""
+    """Rows of ``dialog_table`` values in the paper's Table 3 layout: N-2, N-4, B-2, B-4, METEOR, Ent-4,
+    Dist-1, Dist-2, avg len, two decimals.
+
+    Args:
+        rows: each decoding's ``dialog_table`` values by its name, e.g. ``{"greedy": ..., "Human": ...}``.
+
+    Returns:
+        The table as fixed-width text.
+
+    Raises:
+        ValueError: for no rows, or rows with different columns.
+    """
     if not rows:
         raise ValueError("format_dialog_table needs at least one row")
     columns = [c for c in DIALOG_TITLES if c in next(iter(rows.values()))]
@@ -224,5 +260,19 @@ def format_dialog_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
 def summary_table(
     predictions: Sequence[str], references: Sequence[str | Sequence[str]], *, use_stemmer: bool = True
 ) -> dict[str, float]:
-    """The summarisation table's ROUGE-1/2/L F-measures in percent."""
+    """The summarisation table's ROUGE-1/2/L F-measures in percent (the summarisation appendix).
+
+    Args:
+        predictions: the generated summaries.
+        references: one reference string per summary, or a list of references each.
+        use_stemmer: apply the Porter stemmer before matching.
+
+    Returns:
+        ``{"rouge1", "rouge2", "rougeL"}`` in percent.
+
+    Examples:
+        >>> scores = summary_table(["the cat sat on the mat"], ["a cat sat on a mat"])
+        >>> {name: round(value, 2) for name, value in scores.items()}
+        {'rouge1': 66.67, 'rouge2': 40.0, 'rougeL': 66.67}
+    """
     return SummarySuite(use_stemmer).score(predictions, references)

@@ -56,14 +56,40 @@ def as_token_lists(documents: Any, name: str = "documents") -> list[list[int]]:
 
 
 def long_range_repetition(documents: TokenDocs, ns: tuple[PositiveInt, ...] = (50, 100)) -> dict[str, float]:
-    """Corpus ``LR_n = Σ R_n / Σ S`` for each ``n`` (fractions), keyed ``lr_<n>``."""
+    """Corpus ``LR_n = Σ R_n / Σ S`` for each ``n`` (paper §4.1, Table 2's LR columns), as fractions.
+
+    Args:
+        documents: generated documents as token-id sequences (lists or 1-D tensors).
+        ns: the distances ``n``.
+
+    Returns:
+        ``{"lr_<n>": value}`` for each ``n``.
+
+    Raises:
+        ValueError: for an empty corpus.
+
+    Examples:
+        >>> long_range_repetition([[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 7, 8, 9, 4, 5]], ns=(3, 6))
+        {'lr_3': 0.5555555555555556, 'lr_6': 0.5555555555555556}
+    """
     return score_once(LongRangeRepetition(ns), documents)
 
 
 class LongRangeRepetition(PaperMetric):
     """LR_n (paper §4.1): ``Σ_i R_n(D_i) / Σ_i S(D_i)`` over documents ``D_i``, with ``S`` the distinct
     tokens of a document and ``R_n`` those whose first and last occurrences are at least ``n`` positions
-    apart; ``compute()`` gives ``{"lr_50": ..., ...}``."""
+    apart; ``compute()`` gives ``{"lr_50": ..., ...}``. ``update(documents)`` takes token-id sequences.
+
+    Args:
+        ns: the distances ``n``, at least one.
+        **kwargs: torchmetrics' ``Metric`` options (``dist_sync_on_step``, ``process_group``, ...).
+
+    Examples:
+        >>> metric = LongRangeRepetition(ns=(3,))
+        >>> metric.update([[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 7, 8, 9, 4, 5]])
+        >>> metric.compute()
+        {'lr_3': tensor(0.5556, dtype=torch.float64)}
+    """
 
     higher_is_better = None
 
@@ -97,13 +123,34 @@ class LongRangeRepetition(PaperMetric):
 
 
 def zipf_coefficient(documents: TokenDocs, top: PositiveInt = 5000) -> float:
-    """``ZipfCoefficient`` of one set of token documents (Table 2's Zipf column)."""
+    """``ZipfCoefficient`` of one set of token documents (Table 2's Zipf column).
+
+    Args:
+        documents: generated documents as token-id sequences.
+        top: how many of the most frequent token types the fit uses.
+
+    Returns:
+        The Zipf coefficient.
+
+    Raises:
+        ValueError: when the corpus has fewer than 2 distinct tokens.
+
+    Examples:
+        >>> round(zipf_coefficient([[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 7, 8, 9, 4, 5]]), 4)
+        0.6319
+    """
     return score_once(ZipfCoefficient(top), documents)
 
 
 class ZipfCoefficient(RaggedMetric):
-    """Zipf coefficient of the generated tokens (degen ``metrics/zipf.py``: ``-slope`` of
-    ``linregress(log rank, log count)`` over the ``top`` ranks)."""
+    """Zipf coefficient of the generated tokens (Table 2; degen ``metrics/zipf.py``: ``-slope`` of
+    ``linregress(log rank, log count)`` over the ``top`` ranks). ``update(documents)`` takes token-id
+    sequences.
+
+    Args:
+        top: how many of the most frequent token types the fit uses.
+        **kwargs: torchmetrics' ``Metric`` options.
+    """
 
     higher_is_better = None
 
@@ -117,7 +164,14 @@ class ZipfCoefficient(RaggedMetric):
         self.append_longs("tokens", [t for doc in as_token_lists(documents) for t in doc])
 
     def compute(self) -> torch.Tensor:
-        """Minus the least-squares slope of log frequency on log rank over the ``top`` most frequent types."""
+        """Minus the least-squares slope of log frequency on log rank over the ``top`` most frequent types.
+
+        Returns:
+            The coefficient, a float64 scalar tensor.
+
+        Raises:
+            ValueError: when the corpus has fewer than 2 distinct tokens.
+        """
         counts = Counter(self.read_longs("tokens")).values()
         freqs = np.sort(np.fromiter(counts, dtype=np.float64))[::-1][: self.top]
         if freqs.size < 2:
@@ -151,13 +205,33 @@ def ends_in_repetition(tokens: Sequence[int], max_n: int = 90, eos_token_id: int
 
 
 def repetition_rate(documents: TokenDocs, max_n: PositiveInt = 90, eos_token_id: int | None = None) -> float:
-    """``RepetitionRate`` of one set of token documents (Table 2's rep %)."""
+    """``RepetitionRate`` of one set of token documents (Table 2's rep %, as a fraction).
+
+    Args:
+        documents: generated documents as token-id sequences.
+        max_n: the longest repeating span looked for.
+        eos_token_id: the EOS id dropped from a generation's end before the test (GPT-2: 50256).
+
+    Returns:
+        The share of documents that end in a repetition.
+
+    Examples:
+        >>> repetition_rate([[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 7, 8, 9, 4, 5]])
+        0.5
+    """
     return score_once(RepetitionRate(max_n, eos_token_id), documents)
 
 
 class RepetitionRate(PaperMetric):
     """Share of generations ending in a repeating span (degen ``metrics/repetition.py``; paper Table 2
-    "rep %", which is 100x this). Pass the tokenizer's EOS (GPT-2: 50256) as ``eos_token_id``."""
+    "rep %", which is 100x this): the last span of ``m <= max_n`` tokens repeated back to back most often, when
+    ``m >= 3`` or it repeats more than 50 times. ``update(documents)`` takes token-id sequences.
+
+    Args:
+        max_n: the longest repeating span looked for.
+        eos_token_id: the EOS id dropped from a generation's end first (the tokenizer's; GPT-2: 50256).
+        **kwargs: torchmetrics' ``Metric`` options.
+    """
 
     higher_is_better = False
 
@@ -186,12 +260,29 @@ def self_bleu(
     documents: TokenDocs, max_order: PositiveInt = 4, n_sample: PositiveInt | None = 1000, seed: int = 0
 ) -> float:
     """Mean BLEU-``max_order`` of sampled documents, each against all other documents as references
-    (nltk ``sentence_bleu``, uniform weights, ``SmoothingFunction().method1``), as degen.
+    (nltk ``sentence_bleu``, uniform weights, ``SmoothingFunction().method1``), as degen (Table 2's
+    "BLEU-4", a fraction).
 
     degen seeds ``random`` once and draws a fresh ``random.sample`` for each BLEU order 1..5, so its
     BLEU-``n`` scores the ``n``-th draw; a sample at least as large as the corpus (or ``None``) means every
     document. Exact and fast: the best reference count of each n-gram over "all documents but ``i``" is the
     top count over the corpus unless document ``i`` holds it, then the runner-up.
+
+    Args:
+        documents: generated documents as token-id sequences, at least 2.
+        max_order: the BLEU order.
+        n_sample: how many documents are scored (each against all others); ``None``: every one.
+        seed: the seed of the sample.
+
+    Returns:
+        The mean self-BLEU.
+
+    Raises:
+        ValueError: for fewer than 2 documents.
+
+    Examples:
+        >>> round(self_bleu([[1, 2, 3, 4], [1, 2, 3, 5], [6, 7, 8, 9]], max_order=2), 4)
+        0.4714
     """
     check_arguments(self_bleu, locals())
     docs = as_token_lists(documents)
@@ -233,10 +324,19 @@ def self_bleu(
 
 
 class SelfBLEU(RaggedMetric):
-    """Self-BLEU-``max_order`` (paper Table 2 "BLEU-4", a fraction there). With ``n_sample`` smaller than
-    the corpus the sample is drawn from the gathered corpus: pass each document's ``ids`` to ``update`` so
-    the corpus is put in id order first and the value does not depend on how it was split across
-    processes (or use ``n_sample=None``, every generation). Undefined (NaN) for fewer than two generations."""
+    """Self-BLEU-``max_order`` (paper Table 2 "BLEU-4", a fraction there); ``self_bleu`` at ``compute()``.
+
+    With ``n_sample`` smaller than the corpus the sample is drawn from the gathered corpus: pass each
+    document's ``ids`` to ``update(documents, ids)`` so the corpus is put in id order first and the value
+    does not depend on how it was split across processes (or use ``n_sample=None``, every generation).
+    Undefined (NaN) for fewer than two generations.
+
+    Args:
+        max_order: the BLEU order.
+        n_sample: how many documents are scored; ``None``: every one.
+        seed: the seed of the sample.
+        **kwargs: torchmetrics' ``Metric`` options.
+    """
 
     higher_is_better = None
 

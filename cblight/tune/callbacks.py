@@ -33,7 +33,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 
-from cblight.option_types import ClosedUnitInterval, PositiveFloat, check_fields
+from cblight.option_types import ClosedUnitInterval, PositiveUnitInterval, RatioAtLeastOne, check_fields
 from cblight.runs import OutputLock, RunInterrupted, requested, stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -201,18 +201,19 @@ class GuardOptions:
     Args:
         max_ppl_ratio: stop when the held-out human-text perplexity exceeds this times the initial model's
             (measured where there is held-out human text: a task source with ``data.val_size``, or
-            ``data.val_texts_file``).
+            ``data.val_texts_file``); a ratio of at least 1 (a bound below the initial model's value would
+            stop every run).
         min_entropy_ratio: stop when the mean next-token entropy at the validation samples' positions falls
-            below this times the initial model's.
+            below this times the initial model's; a ratio in (0, 1] (``60`` would be a percent).
         min_distinct_ratio: stop when distinct-2 of the validation samples falls below this times the
-            initial model's (e.g. 0.8; off by default: no frozen-teacher run has measured it yet).
+            initial model's (e.g. 0.8; off by default: no frozen-teacher run has measured it yet); in (0, 1].
         max_repetition: stop when more than this share of the validation samples ends in a repetition loop
             (absolute: the initial model's share is often 0).
     """
 
-    max_ppl_ratio: PositiveFloat | None = DEFAULT_MAX_PPL_RATIO
-    min_entropy_ratio: PositiveFloat | None = DEFAULT_MIN_ENTROPY_RATIO
-    min_distinct_ratio: PositiveFloat | None = None
+    max_ppl_ratio: RatioAtLeastOne | None = DEFAULT_MAX_PPL_RATIO
+    min_entropy_ratio: PositiveUnitInterval | None = DEFAULT_MIN_ENTROPY_RATIO
+    min_distinct_ratio: PositiveUnitInterval | None = None
     max_repetition: ClosedUnitInterval | None = None
 
     def __post_init__(self) -> None:
@@ -252,14 +253,47 @@ class GuardOptions:
 class CollapseGuard(Callback):
     """After every validation: inside ``options``' band, save ``last_good.ckpt`` (every process takes part;
     in the checkpoint callback's directory, else ``<log_dir>/checkpoints``); outside it, stop the run and say
-    which value left the band and which checkpoint was the last good one. ``good_checkpoint``,
-    ``good_step`` and ``reason`` tell what happened; the first two are kept in checkpoints."""
+    which value left the band and which checkpoint was the last good one. The model that is exported is one
+    the guard looked at: when the run reaches ``max_steps`` after its last validation, it has Lightning
+    validate once more (``trainer.should_stop``, on which Lightning's loop validates before it stops, on
+    every process alike) and says so. ``good_checkpoint``, ``good_step`` and ``reason`` tell what happened;
+    the first two are kept in checkpoints, as is ``validated_step`` (the step of the last validation)."""
 
     def __init__(self, options: GuardOptions):
         self.options = options
         self.good_checkpoint: str | None = None
         self.good_step: int | None = None
         self.reason: str | None = None
+        self.validated_step: int | None = None
+        self._final = False  # the validation asked for at max_steps is running
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        step, last = trainer.global_step, trainer.max_steps
+        if last is None or last < 1 or step < last or self.validated_step == step:
+            return
+        if not trainer.enable_validation:
+            return  # nothing to validate with (said when the run started): ``unchecked`` says it again
+        trainer.should_stop = True  # Lightning validates before it stops (its loop's should-stop rule)
+        self._final = True
+        if not _validates_now(trainer):
+            before = "none" if self.validated_step is None else f"step {self.validated_step}"
+            rank_zero_info(
+                f"collapse guard: validating the final model (step {step}; last validation: {before}) before "
+                "the export"
+            )
+
+    def unchecked(self, trainer: Trainer) -> str | None:
+        """Why the model at the current step was not checked against the band, or ``None`` if it was."""
+        if self.validated_step == trainer.global_step:
+            return None
+        before = (
+            "no validation ran"
+            if self.validated_step is None
+            else f"the last validation was at step {self.validated_step}"
+        )
+        return f"the model at step {trainer.global_step} was not validated ({before})"
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.sanity_checking:
@@ -270,7 +304,11 @@ class CollapseGuard(Callback):
         }
         reason = self.options.violation(values)
         step = trainer.global_step
+        self.validated_step = step
+        final, self._final = self._final, False
         if reason is None:
+            if final:
+                rank_zero_info(f"collapse guard: the final model (step {step}) is inside the band")
             if trainer.checkpoint_callback is None:  # a run without checkpoints gets none from the guard
                 return
             path = os.path.join(_checkpoint_dir(trainer), "last_good.ckpt")
@@ -302,11 +340,26 @@ class CollapseGuard(Callback):
             log.warning(message)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"good_checkpoint": self.good_checkpoint, "good_step": self.good_step}
+        return {
+            "good_checkpoint": self.good_checkpoint,
+            "good_step": self.good_step,
+            "validated_step": self.validated_step,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.good_checkpoint = state_dict.get("good_checkpoint")
         self.good_step = state_dict.get("good_step")
+        self.validated_step = state_dict.get("validated_step")
+
+
+def _validates_now(trainer: Trainer) -> bool:
+    """Whether the trainer's own schedule (``val_check_interval`` in steps) validates after this batch anyway."""
+    every = trainer.val_check_batch
+    if not isinstance(every, int) or every < 1:
+        return False
+    loop = trainer.fit_loop.epoch_loop
+    done = loop.total_batch_idx if trainer.check_val_every_n_epoch is None else loop.batch_idx
+    return (done + 1) % every == 0
 
 
 class StepProgressBar(TQDMProgressBar):

@@ -29,10 +29,11 @@ teachers and LoRA.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,7 +42,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from cblight.errors import ConfigError
+from cblight.errors import CblightError, ConfigError
 from cblight.models import LoadOptions, checkpoint_config, load_tokenizer, model_window
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.options import Boosting, Sampling
@@ -70,6 +71,10 @@ LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler
 CLI_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 
 __all__ = ["CoherenceTuning"]
+
+
+class TuningDivergedError(CblightError):
+    """A tuning run whose weights became non-finite."""
 
 
 def disable_dropout(model: torch.nn.Module) -> None:
@@ -283,6 +288,8 @@ class CoherenceTuning(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
+        if hasattr(datamodule, "check_batch_size"):
+            datamodule.check_batch_size()
         check_validation_data(self.guard_options, datamodule)  # a data module without validation: no check
 
     def _synced(self) -> bool:
@@ -356,9 +363,10 @@ class CoherenceTuning(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         prompts = batch["prompts"]
         # 1. sample from the current model (this process's random state advances)
-        sampled = self.sampler.sample(
-            self.model, prompts, self.device, rank=self.global_rank, synced=self._synced()
-        )
+        with self._diverged_at_sampling():
+            sampled = self.sampler.sample(
+                self.model, prompts, self.device, rank=self.global_rank, synced=self._synced()
+            )
         # 2-3. the boosted teacher at every position in scope (no gradient) and the divergence to it
         terms = self.kl_terms(sampled)
         sums = terms.global_sums(sampled.sampled, self.device, self.trainer.strategy.reduce)
@@ -381,6 +389,25 @@ class CoherenceTuning(L.LightningModule):
         if every and self.global_step % every == 0 and self.trainer.is_global_zero:
             self.validator.log_samples(self.global_step, prompts, sampled, self.loggers, self._log_dir)
         return loss
+
+    @contextlib.contextmanager
+    def _diverged_at_sampling(self) -> Iterator[None]:
+        """A model whose weights training made non-finite (a learning rate far too large) cannot be sampled:
+        torch's sampler fails on its probabilities. Said as one line naming the fix, not as torch's
+        traceback."""
+        try:
+            yield
+        except RuntimeError as err:
+            if "probability tensor contains either" not in str(err):
+                raise
+            optimizer = self.trainer.optimizers[0] if self._trainer is not None else None
+            lr = optimizer.param_groups[0].get("lr") if optimizer is not None else None
+            raise TuningDivergedError(
+                f"tuning diverged by step {self.global_step}: the model's next-token probabilities are no longer "
+                "finite (its weights or their outputs overflowed); lower the learning rate "
+                f"(--model.optimizer.init_args.lr{f', now {lr:g}' if lr is not None else ''}) or keep "
+                "trainer.gradient_clip_val on; nothing was exported"
+            ) from None
 
     def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
         """The KL terms of a sampled batch under the run's teacher (or ``teacher_model``)."""
@@ -412,15 +439,18 @@ class CoherenceTuning(L.LightningModule):
         # The same held-out prompts and random seeds every time, so values are comparable across the run.
         prompts = batch["prompts"]
         seed = seed_of(self.sampler.seed, 1_000_003, batch_idx, self.global_rank)
-        logged = self.validator.validation_batch(
-            self.model,
-            self.teacher.initial,
-            lambda model: self.sampler.sample(model, prompts, self.device, synced=self._synced(), seed=seed),
-            self.kl_terms,
-            same_initial=self.teacher.options.kind == "frozen",
-            texts=batch.get("texts") or [],
-            synced=self.synced,
-        )
+        with self._diverged_at_sampling():
+            logged = self.validator.validation_batch(
+                self.model,
+                self.teacher.initial,
+                lambda model: self.sampler.sample(
+                    model, prompts, self.device, synced=self._synced(), seed=seed
+                ),
+                self.kl_terms,
+                same_initial=self.teacher.options.kind == "frozen",
+                texts=batch.get("texts") or [],
+                synced=self.synced,
+            )
         for name, metric in logged.items():
             self.log(name, metric, on_step=False, on_epoch=True, batch_size=len(prompts))
 

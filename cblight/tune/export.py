@@ -18,7 +18,7 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from cblight.option_types import check_fields
-from cblight.runs import LOCK_NAME, OutputDirError, OutputLock
+from cblight.runs import LOCK_NAME, OutputDirError, OutputLock, readable_by_all
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,8 @@ def check_export_dir(path: Path, overwrite: bool) -> None:
         what = "an earlier run's export" if "config.json" in held else f"{len(held)} files, e.g. {held[0]}"
         raise OutputDirError(
             f"model.export.dir {str(path)!r} already holds {what}; this run would overwrite it: choose "
-            "another --model.export.dir, or pass --model.export.overwrite true to replace it"
+            "another --model.export.dir, or pass --model.export.overwrite true to replace it (in Python: "
+            "ExportOptions(dir=...) or ExportOptions(overwrite=True))"
         )
 
 
@@ -102,7 +103,8 @@ class Exporter(Callback):
 
         if not self.options.enabled:
             return
-        if any(isinstance(c, CollapseGuard) and c.reason for c in trainer.callbacks):
+        guards = [c for c in trainer.callbacks if isinstance(c, CollapseGuard)]
+        if any(c.reason for c in guards):
             return  # the run left the guard's band (said when it did): a collapsed model is no result
         if trainer.global_step < (trainer.max_steps or 0):
             # stopped early (a signal, or a callback): a half-tuned model must not look like the result
@@ -123,9 +125,12 @@ class Exporter(Callback):
                 trainer.max_steps,
             )
             return
+        unchecked = [why for why in (c.unchecked(trainer) for c in guards) if why]
         out = self.export(pl_module.model, pl_module.tokenizer, trainer, pl_module._log_dir)
         if trainer.is_global_zero:
             log.info("tuned model saved to %s", out)
+            for why in unchecked:  # no validation data (said when the run started): said again here
+                log.warning("collapse guard: %s; the exported model is not guarded", why)
 
     def export(
         self,
@@ -158,6 +163,7 @@ class Exporter(Callback):
             out.mkdir(parents=True, exist_ok=True)
             model.save_pretrained(out, state_dict=weights)
             tokenizer.save_pretrained(out)
+            readable_by_all(out)  # loadable by others, as the offline zoo's models are
         if trainer is not None:
             trainer.strategy.barrier("cblight-export")
         return out

@@ -110,10 +110,17 @@ def check_max_steps(max_steps: int | None) -> None:
         )
 
 
-def check_validation_data(guard: GuardOptions, datamodule: Any, note: bool = True) -> None:
+# What switches the default guard off, as a user types it
+GUARD_OFF = "--model.guard.max_ppl_ratio null --model.guard.min_entropy_ratio null"
+
+
+def check_validation_data(
+    guard: GuardOptions, datamodule: Any, note: bool = True, refuse_unguarded: bool = False
+) -> None:
     """A guard band set by hand must be checkable: any needs validation prompts, ``max_ppl_ratio`` held-out
-    human text too. The default bands are checked where the run measures them; with ``note``, one line says
-    which are not."""
+    human text too. With ``refuse_unguarded`` (the command line, before the model loads) the default guard
+    needs validation prompts as well: a guard that is on must look at the model it lets through. Otherwise
+    the default bands are checked where the run measures them; with ``note``, one line says which are not."""
     if not guard.enabled or not hasattr(datamodule, "val_prompts"):
         return
     defaults = GuardOptions()
@@ -126,6 +133,11 @@ def check_validation_data(guard: GuardOptions, datamodule: Any, note: bool = Tru
             "guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
             "data.val_size > 0, or data.val_texts_file"
         )
+    if refuse_unguarded and not datamodule.val_prompts():
+        raise ConfigError(
+            "the collapse guard (on by default) checks the model at validation and this run has none "
+            f"(data.val_size 0): set data.val_size > 0 (e.g. 8), or switch the guard off ({GUARD_OFF})"
+        )
     if not note:
         return
     if not datamodule.val_prompts():
@@ -135,6 +147,25 @@ def check_validation_data(guard: GuardOptions, datamodule: Any, note: bool = Tru
             "collapse guard: guard.max_ppl_ratio is not checked: no held-out human text (a task source, or "
             "data.val_texts_file)"
         )
+
+
+def check_export_apart(out: Path, root: Path, loggers: Any) -> None:
+    """Refuse an export directory that holds the run's own files: ``trainer.default_root_dir`` itself, or a
+    directory above a logger's ``save_dir`` (the run's logs and checkpoints would land in the export, and
+    the export check would take them for an earlier run's files)."""
+    resolved = out.expanduser().resolve()
+    inside: list[tuple[str, Path]] = [("trainer.default_root_dir", root)]
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        save_dir = _get(_get(logger, "init_args"), "save_dir")
+        if isinstance(save_dir, str):
+            inside.append(("trainer.logger's save_dir", Path(save_dir)))
+    for option, path in inside:
+        path = path.expanduser().resolve()
+        if path == resolved or resolved in path.parents:
+            raise ConfigError(
+                f"model.export.dir {str(out)!r} holds this run's own files ({option} {str(path)!r}: its logs "
+                "and checkpoints): choose a directory of its own, e.g. --model.export.dir hf_model"
+            )
 
 
 def _get(group: Any, key: str, default: Any = None) -> Any:
@@ -187,6 +218,7 @@ def check_before_loading(
     export = groups["export"]
     if export.enabled and export.dir:
         out = root / Path(export.dir).expanduser()
+        check_export_apart(out, root, loggers)
         check_output_dir(out, "model.export.dir")
         check_export_dir(out, export.overwrite)
         if locks is not None:
@@ -196,7 +228,15 @@ def check_before_loading(
     datamodule = datamodule_class(**_plain(data)) if data is not None else None
     if datamodule is not None and hasattr(datamodule, "train_prompts"):
         datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
-        check_validation_data(groups["guard"], datamodule, note=False)  # said once, when the run starts
+        if hasattr(datamodule, "check_batch_size"):
+            datamodule.check_batch_size()
+        # said once, when the run starts; a guard with nothing to look at is refused here
+        check_validation_data(groups["guard"], datamodule, note=False, refuse_unguarded=True)
+    if groups["guard"].enabled and _get(trainer, "limit_val_batches", 1) == 0:
+        raise ConfigError(
+            "the collapse guard (on by default) checks the model at validation and trainer.limit_val_batches 0 "
+            f"turns validation off: drop it, or switch the guard off ({GUARD_OFF})"
+        )
 
     rollouts = groups["rollouts"]
     check_strategy(_get(trainer, "strategy", "auto"), groups["lora"], rollouts)

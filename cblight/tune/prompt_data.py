@@ -260,6 +260,20 @@ class PromptDataModule(L.LightningDataModule):
     def train_prompts(self) -> list[str]:
         return self._pools()[0]
 
+    def check_batch_size(self) -> None:
+        """Refuse a batch larger than the training prompts (``bos_only`` aside, whose one prompt serves any
+        batch): every step would sample that many sequences from repeats of the same prompts, and a typo such
+        as ``batch_size 1000000`` would fill memory before the first step. Known once the prompts are read,
+        before the model loads."""
+        train = self.train_prompts()
+        if self.bos_only or self.batch_size <= len(train):
+            return
+        raise PromptDataError(
+            f"data.batch_size = {self.batch_size} is larger than the {len(train)} training prompts of "
+            f"{self._source_name()}: each step would sample {self.batch_size} sequences from repeats of them; "
+            f"set --data.batch_size {len(train)} or less, or give more prompts"
+        )
+
     def val_prompts(self) -> list[str]:
         return self._pools()[1]
 

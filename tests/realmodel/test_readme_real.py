@@ -1,0 +1,88 @@
+"""The README as a new user pastes it, on the model it names (SmolLM2-135M from the offline zoo): each
+```python block run as written, alone, in a fresh process and an empty directory, prints the lines of the
+```text block that follows it (so do the tutorials' blocks that show their output); the Figure 1 command
+prints the line the README shows.
+
+The tiny suite runs the same blocks on a tiny model (``tests/test_readme_commands.py``); only here are the
+printed lines compared. They are compared exactly: the same weights, inputs and seeds on CPU in float32 give
+the same scores and the same sampled tokens; a different CPU changes logits in their last digits, which can
+move a nucleus-sampling draw only if it falls within about 1e-6 of a token's boundary, once in about 1e4
+runs of the generation block's 80 draws. Lightning's model summary and progress bar come between the lines
+(the tuning block's), so the README's lines must appear in order, not alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_readme_commands import PYTHON_BLOCKS, README
+
+pytestmark = pytest.mark.realmodel
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def shows_in_order(expected: list[str], printed: list[str]) -> bool:
+    """Every line of ``expected`` is a line of ``printed``, in the same order (other lines may come between)."""
+    lines = iter(printed)
+    return all(any(line == want for line in lines) for want in expected)
+
+
+def test_the_order_check_can_fail():
+    assert shows_in_order(["a", "c"], ["a", "b", "c"])
+    assert not shows_in_order(["c", "a"], ["a", "b", "c"])
+    assert not shows_in_order(["a", "x"], ["a", "b", "c"])
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)), ids=[where for where, _, _ in PYTHON_BLOCKS])
+def test_readme_python_block_prints_what_the_readme_shows(index, smollm2_dir, tmp_path):
+    _, code, expected = PYTHON_BLOCKS[index]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, **ENV, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout.splitlines()
+    assert shows_in_order(expected, printed), (
+        f"README shows:\n{expected}\nthe block printed:\n{printed[-20:]}"
+    )
+    assert {p.name for p in tmp_path.iterdir()} <= {"outputs"}  # everything it writes is under outputs/
+
+
+def _figure1_command() -> tuple[list[str], list[str]]:
+    """The README's ``cblight contrast`` line and the ```text block right after its ```bash block."""
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"```bash\n(cblight contrast [^\n]*)\n```\n+```text\n(.*?)```", text, re.S)
+    assert found, "the README's Figure 1 command is not followed by what it prints"
+    return shlex.split(found.group(1)), found.group(2).splitlines()
+
+
+def test_readme_figure1_command_prints_what_the_readme_shows(smollm2_dir, tmp_path):
+    command, expected = _figure1_command()
+    done = subprocess.run(
+        [sys.executable, "-m", "cblight", *command[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **ENV, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert shows_in_order(expected, done.stdout.splitlines()), done.stdout[-3000:]
