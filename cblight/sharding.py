@@ -7,7 +7,7 @@ outgrow one GPU").
   CPU (gloo) as on GPUs (NCCL), on one node or many.
 * ``build_causal_lm``: the one home of "a model for this strategy": ``cblight.models.load_causal_lm`` when
   nothing is sharded; under FSDP2 ``build_sharded_causal_lm``, which builds the model on the meta device,
-  ``fully_shard``s each decoder layer and the root over the mesh, and fills each process's shards from the
+  applies ``fully_shard`` to each decoder layer and the root over the mesh, and fills each process's shards from the
   checkpoint's safetensors files, reading only the rows that process owns, one tensor at a time: no
   process ever holds the whole model.
 * ``SyncedForwards``: under FSDP2 every forward of a sharded model is a collective (each layer's weights
@@ -84,14 +84,27 @@ class FSDP2Strategy(ModelParallelStrategy):
 
 
 def is_sharded(trainer: Any) -> bool:
-    """Whether ``trainer`` (or ``None``) shards its model with FSDP2 (Lightning's ``ModelParallelStrategy``)."""
+    """Whether a trainer shards its model with FSDP2 (Lightning's ``ModelParallelStrategy``).
+
+    Args:
+        trainer: a Lightning ``Trainer``, or ``None`` (a module used outside one).
+
+    Returns:
+        ``True`` when its strategy is a ``ModelParallelStrategy`` (``FSDP2Strategy`` among them).
+    """
     return trainer is not None and isinstance(getattr(trainer, "strategy", None), ModelParallelStrategy)
 
 
 def fsdp_mesh(trainer: Any) -> Any | None:
-    """The 1-D DeviceMesh ``trainer``'s FSDP2 strategy shards over (its data-parallel dimension), or ``None``
-    when the model is not sharded. A mesh with tensor parallelism is refused: cblight's models shard with
-    FSDP2 alone."""
+    """The 1-D DeviceMesh a trainer's FSDP2 strategy shards over (its data-parallel dimension). A mesh with
+    tensor parallelism is refused (``ConfigError``): cblight's models shard with FSDP2 alone.
+
+    Args:
+        trainer: a Lightning ``Trainer`` whose strategy has set up its mesh, or ``None``.
+
+    Returns:
+        The data-parallel DeviceMesh, or ``None`` when the model is not sharded.
+    """
     if not is_sharded(trainer):
         return None
     mesh = trainer.strategy.device_mesh
@@ -104,8 +117,15 @@ def fsdp_mesh(trainer: Any) -> Any | None:
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's repeated blocks, each sharded on its own (transformers names their classes in the
-    model's ``_no_split_modules``: ``GPT2Block``, ``LlamaDecoderLayer``...), outermost first."""
+    """The model's repeated blocks, each sharded on its own by ``build_sharded_causal_lm``.
+
+    Args:
+        model: a transformers model; its ``_no_split_modules`` names the block classes (``GPT2Block``,
+            ``LlamaDecoderLayer``...).
+
+    Returns:
+        The blocks in module order, outermost first (a block inside another is not listed again).
+    """
     names = set(getattr(model, "_no_split_modules", None) or ())
     found: list[torch.nn.Module] = []
     for module in model.modules():
@@ -200,7 +220,7 @@ def build_sharded_causal_lm(
     """A causal LM sharded with FSDP2 over ``mesh``, built without any process holding it whole: the model is
     made on the meta device (buffers such as rotary ``inv_freq`` real), each decoder layer
     (``decoder_layers``) and then the root (embeddings, final norm, output layer; a tied output layer stays
-    tied) are ``fully_shard``ed, and each process's shards are allocated and read from the checkpoint's
+    tied) are sharded by ``fully_shard``, and each process's shards are allocated and read from the checkpoint's
     safetensors files (``model.safetensors`` or its index), only the rows it owns. In eval mode, as
     ``cblight.models.load_causal_lm`` returns it; its forward, ``generate`` (with ``synced_gpus``) and
     ``save_pretrained`` of ``full_state_dict`` work as for the whole model.
@@ -283,16 +303,30 @@ def build_causal_lm(
 
 
 def local_numel(module: torch.nn.Module) -> int:
-    """Parameter elements this process holds of ``module`` (a DTensor counts its local shard)."""
+    """How many parameter elements this process holds of a module.
+
+    Args:
+        module: a module, sharded (DTensor parameters) or not.
+
+    Returns:
+        The number of elements of its parameters, a DTensor's local shard counted for the DTensor.
+    """
     from torch.distributed.tensor import DTensor
 
     return sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in module.parameters())
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The whole weights of a sharded model, gathered tensor by tensor onto rank 0's CPU (``{}`` on the other
-    ranks), a tied parameter under its first name only (as ``save_pretrained`` writes it); every process
-    must call it (a collective)."""
+    """The whole weights of a sharded model, gathered tensor by tensor onto rank 0's CPU; every process must
+    call it (a collective).
+
+    Args:
+        model: the model, sharded over the processes by ``fully_shard``.
+
+    Returns:
+        On rank 0, parameter and buffer name to full CPU tensor, a tied parameter under its first name only
+        (as ``save_pretrained`` writes it); ``{}`` on the other ranks.
+    """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -358,8 +392,15 @@ class SyncedForwards:
         self.device = torch.device(device)
 
     def most(self, local: int) -> int:
-        """The largest of every process's ``local`` (itself when disabled); every process calls it at the same
-        point, before the calls it counts."""
+        """The largest of every process's number; every process calls it at the same point, before the calls
+        it counts.
+
+        Args:
+            local: this process's number.
+
+        Returns:
+            The maximum over the processes (``local`` itself when disabled).
+        """
         if not self.enabled:
             return local
         count = torch.tensor([local], device=self.device)
@@ -368,8 +409,16 @@ class SyncedForwards:
 
     @contextlib.contextmanager
     def phase(self, model: Any, calls: int | None = None) -> Iterator[None]:
-        """The block's forward calls of ``model`` synced with every process's (see the class), or, with
-        ``calls``, padded with 1-token forwards to that known number."""
+        """A block whose forward calls of a model are synced with every process's (see the class).
+
+        Args:
+            model: the sharded model whose calls the block makes (``None``: nothing to sync).
+            calls: a number of calls every process knows: the block's calls are padded with 1-token
+                forwards to it, with no all-reduce (``None``: synced call by call).
+
+        Yields:
+            Nothing; on leaving the block, this process joins the others' remaining calls.
+        """
         if not self.enabled or model is None:
             yield
             return
