@@ -227,7 +227,7 @@ class BoostedEvaluator(Evaluator):
             datamodule: the run's ``EvalDataModule`` (its ``specs``, the tasks it holds).
 
         Returns:
-            None; it raises instead.
+            None, when the rule applies to every task of the run (or no rule is set).
 
         Raises:
             ConfigError: naming ``--model.adaptive``, the task and the rules that apply to it.
