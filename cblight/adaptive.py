@@ -116,8 +116,27 @@ NEXT_TOKEN_UNIT: Unit = "sentence"  #: the short context of next-token rules, th
 
 
 def rule_for(name: str, kind: str) -> str:
-    """The rule ``name`` means for a task kind, ``multiple_choice`` or ``next_token`` (``auto``:
-    ``AUTO[kind]``); ``ValueError`` naming the rules that apply when ``name`` does not apply to ``kind``."""
+    """The rule ``name`` means for a task kind: ``auto`` resolved to ``AUTO[kind]``, any other name checked
+    against the kind's rules (docs/adaptive.md, "Which rule auto picks").
+
+    Args:
+        name: a rule name (``RuleName``), ``auto`` included.
+        kind: the task kind, ``multiple_choice`` or ``next_token``.
+
+    Returns:
+        The rule's name, never ``auto``.
+
+    Raises:
+        ValueError: when ``name`` does not apply to ``kind``; the message names the rules that do.
+
+    Examples:
+        >>> rule_for("auto", "next_token"), rule_for("auto", "multiple_choice")
+        ('jsdist_mean', 'gated')
+        >>> rule_for("cocoa", "multiple_choice")
+        Traceback (most recent call last):
+        ...
+        ValueError: adaptive rule 'cocoa' does not apply to multiple-choice tasks; use auto or one of gated, jsd, jsd_mean, decorrelate, balance
+    """
     valid = {"multiple_choice": CHOICE_RULES, "next_token": NEXT_TOKEN_RULES}[kind]
     rule = AUTO[kind] if name == "auto" else name
     if rule not in valid:
@@ -129,7 +148,20 @@ def rule_for(name: str, kind: str) -> str:
 
 
 def summary(alphas: torch.Tensor) -> dict[str, float]:
-    """Mean, standard deviation (population), minimum and maximum of per-example or per-token alphas."""
+    """Mean, standard deviation (population), minimum and maximum of per-example or per-token alphas: what
+    an evaluation logs for an adaptive rule next to its score.
+
+    Args:
+        alphas: the alphas, any shape (flattened); float64 inside, whatever the dtype.
+
+    Returns:
+        ``alpha_mean``, ``alpha_sd``, ``alpha_min`` and ``alpha_max`` as floats; all NaN for no alphas.
+
+    Examples:
+        >>> import torch
+        >>> summary(torch.tensor([-0.5, -0.25, 0.0]))
+        {'alpha_mean': -0.25, 'alpha_sd': 0.2041241452319315, 'alpha_min': -0.5, 'alpha_max': 0.0}
+    """
     a = alphas.double().reshape(-1)
     stats = (a.mean(), a.std(unbiased=False), a.min(), a.max()) if a.numel() else (math.nan,) * 4
     return dict(zip(("alpha_mean", "alpha_sd", "alpha_min", "alpha_max"), map(float, stats)))
@@ -150,7 +182,23 @@ def _plogq(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 
 def js_divergence(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """Jensen-Shannon divergence in bits (in [0, 1]) between two normalised log-distributions over the last
-    axis: ``½ KL(P || M) + ½ KL(Q || M)``, ``M = (P + Q) / 2``; float32 (float64 stays float64)."""
+    axis: ``½ KL(P || M) + ½ KL(Q || M)``, ``M = (P + Q) / 2`` (the weight of ``jsd``; docs/adaptive.md).
+
+    Args:
+        logp: log-probabilities of ``P``, normalised over the last axis (``-inf`` for no mass).
+        logq: log-probabilities of ``Q``, broadcastable against ``logp``.
+
+    Returns:
+        The divergence per row (the last axis summed out), float32 (float64 stays float64), clamped to
+        [0, 1].
+
+    Examples:
+        >>> import torch
+        >>> p = torch.log(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
+        >>> q = torch.log(torch.tensor([[0.0, 1.0], [0.5, 0.5]]))
+        >>> js_divergence(p, q)  # disjoint supports: 1 bit; equal distributions: 0
+        tensor([1., 0.])
+    """
     dtype = torch.promote_types(logp.dtype, torch.float32)
     logp, logq = logp.to(dtype), logq.to(dtype)
     logm = torch.logaddexp(logp, logq) - _LN2
@@ -165,7 +213,20 @@ def js_divergence(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 def alpha_in_form(alpha_next_token: torch.Tensor, form: BoostForm) -> torch.Tensor:
     """The generation-form alpha with the same argmax (and, up to a temperature, the same distribution) as
     the next-token-form ``alpha_next_token`` (> -1): ``log f_max + a log f_k ∝ (1-g) log f_max + g log f_k``
-    with ``g = a / (1 + a)``."""
+    with ``g = a / (1 + a)`` (the two two-expert forms of eq. 1; docs/design.md, "Mathematics").
+
+    Args:
+        alpha_next_token: next-token-form alphas, each above -1.
+        form: the form wanted, ``next_token`` (returned as given) or ``generation``.
+
+    Returns:
+        The alphas in ``form``, of ``alpha_next_token``'s shape.
+
+    Examples:
+        >>> import torch
+        >>> alpha_in_form(torch.tensor([-0.2]), "generation")
+        tensor([-0.2500])
+    """
     return alpha_next_token if form == "next_token" else alpha_next_token / (1.0 + alpha_next_token)
 
 
@@ -176,7 +237,24 @@ def cocoa_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next
     low-probability token moves) and ``m`` the margin between ``f_max``'s two most likely tokens. CoCoA
     trusts a peaked context; here the weight falls as ``f_max`` peaks, as measured on LAMBADA's development
     passages (docs/adaptive.md): a peaked ``f_max`` already decides its argmax, and boosting then only
-    amplifies the short expert's tail. ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form."""
+    amplifies the short expert's tail. ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form.
+
+    Args:
+        full: ``[N, V]`` ``log f_max``, normalised log-probabilities on the whole context.
+        short: ``[N, V]`` ``log f_short``, on the short context.
+        form: the form of the returned alpha, ``next_token`` or ``generation`` (eq. 1's two-expert forms).
+
+    Returns:
+        One alpha per row ``[N]``, in (-1, 0] (generation) or (-0.5, 0] (next-token); 0 for identical
+        experts or a one-hot ``f_max``.
+
+    Examples:
+        >>> import torch
+        >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0]]), -1)
+        >>> short = torch.log_softmax(torch.tensor([[0.0, 2.0, 0.0]]), -1)
+        >>> cocoa_alpha(full, short, form="generation")
+        tensor([-0.2059])
+    """
     full64, short64 = full.double(), short.double()
     divergence = (-2.0 * torch.logsumexp((full64 + short64) / 2.0, dim=-1)).clamp_min(0.0)
     top = full64.exp().topk(min(2, full64.shape[-1]), dim=-1).values
@@ -187,26 +265,84 @@ def cocoa_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next
 
 def cocoa_weight(divergence: torch.Tensor, margin: torch.Tensor) -> torch.Tensor:
     """``cocoa_alpha``'s weight ``a = (1 - exp(-D)) (1 - m)`` from the Rényi-1/2 divergence ``D`` (nats) and
-    ``f_max``'s top-two margin ``m``."""
+    ``f_max``'s top-two margin ``m``.
+
+    Args:
+        divergence: ``D >= 0`` per row, in nats.
+        margin: ``m`` per row, ``f_max``'s top-1 minus top-2 probability, in [0, 1].
+
+    Returns:
+        The weight ``a`` per row, in [0, 1).
+
+    Examples:
+        >>> import math, torch
+        >>> cocoa_weight(torch.tensor([0.0, math.log(2)]), torch.tensor([0.5, 0.5]))
+        tensor([0.0000, 0.2500])
+    """
     return (1.0 - torch.exp(-divergence)) * (1.0 - margin)
 
 
 def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
     """AdaCAD's alpha per row ``[N]``: ``a = JSD(f_max || f_short)`` in bits; ``-a`` in the generation form
     (exactly AdaCAD's ``(1 + a) log f_max - a log f_short``), ``-a / (1 + a)`` in the next-token form (the
-    same argmax). Identical experts give 0, the base model."""
+    same argmax). Identical experts give 0, the base model.
+
+    Args:
+        full: ``[N, V]`` ``log f_max``, normalised log-probabilities on the whole context.
+        short: ``[N, V]`` ``log f_short``, on the short context.
+        form: the form of the returned alpha, ``next_token`` or ``generation`` (eq. 1's two-expert forms).
+
+    Returns:
+        One alpha per row ``[N]``, in [-1, 0] (generation) or [-0.5, 0] (next-token).
+
+    Examples:
+        >>> import torch
+        >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0], [1.0, 1.0, 1.0]]), -1)
+        >>> short = torch.log_softmax(torch.tensor([[0.0, 2.0, 0.0], [1.0, 1.0, 1.0]]), -1)
+        >>> jsd_alpha(full, short, form="generation")  # a = JSD = 0.27 bits; identical rows give 0
+        tensor([-0.2711, -0.0000])
+    """
     return alpha_of_weight(js_divergence(full, short), form)
 
 
 def jsdist_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
     """``jsd_alpha`` with the Jensen-Shannon distance ``a = sqrt(JSD)`` (bits^½, in [0, 1]) as the weight:
-    ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form."""
+    ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form (decoding's ``auto``).
+
+    Args:
+        full: ``[N, V]`` ``log f_max``, normalised log-probabilities on the whole context.
+        short: ``[N, V]`` ``log f_short``, on the short context.
+        form: the form of the returned alpha, ``next_token`` or ``generation`` (eq. 1's two-expert forms).
+
+    Returns:
+        One alpha per row ``[N]``, in [-1, 0] (generation) or [-0.5, 0] (next-token).
+
+    Examples:
+        >>> import torch
+        >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0]]), -1)
+        >>> short = torch.log_softmax(torch.tensor([[0.0, 2.0, 0.0]]), -1)
+        >>> jsdist_alpha(full, short)  # a = sqrt(0.27) = 0.52, next-token form -a / (1 + a)
+        tensor([-0.3424])
+    """
     return alpha_of_weight(js_divergence(full, short).sqrt(), form)
 
 
 def alpha_of_weight(a: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
     """Alpha of the context-aware-decoding mix ``(1 + a) log f_max - a log f_short`` for a weight ``a >= 0``:
-    ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form (the same argmax)."""
+    ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form (the same argmax).
+
+    Args:
+        a: the weights, ``>= 0``, any shape.
+        form: the form of the returned alpha, ``next_token`` or ``generation`` (eq. 1's two-expert forms).
+
+    Returns:
+        The alphas, of ``a``'s shape.
+
+    Examples:
+        >>> import torch
+        >>> alpha_of_weight(torch.tensor([0.25]), "generation"), alpha_of_weight(torch.tensor([0.25]))
+        (tensor([-0.2500]), tensor([-0.2000]))
+    """
     return -a if form == "generation" else -a / (1.0 + a)
 
 
@@ -214,7 +350,27 @@ def token_alphas(
     rule: DecodingRule, full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token"
 ) -> torch.Tensor:
     """Per-row alpha ``[N]`` of a per-position rule (``auto``: ``AUTO["token"]``) from ``log f_max`` and
-    ``log f_short``."""
+    ``log f_short``: what decoding and tuning use for ``Boosting(adaptive=...)``.
+
+    Args:
+        rule: ``auto``, ``jsd``, ``jsdist`` or ``cocoa`` (``jsd_alpha``, ``jsdist_alpha``, ``cocoa_alpha``).
+        full: ``[N, V]`` ``log f_max``, normalised log-probabilities on the whole context.
+        short: ``[N, V]`` ``log f_short``, on the short context.
+        form: the form of the returned alpha, ``next_token`` or ``generation`` (eq. 1's two-expert forms).
+
+    Returns:
+        One alpha per row ``[N]``.
+
+    Raises:
+        ValueError: for a rule that is not a per-position rule.
+
+    Examples:
+        >>> import torch
+        >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0]]), -1)
+        >>> short = torch.log_softmax(torch.tensor([[0.0, 2.0, 0.0]]), -1)
+        >>> token_alphas("auto", full, short)  # auto is jsdist
+        tensor([-0.3424])
+    """
     check_arguments(token_alphas, {"rule": rule})
     rule = AUTO["token"] if rule == "auto" else rule
     return {"jsd": jsd_alpha, "jsdist": jsdist_alpha, "cocoa": cocoa_alpha}[rule](full, short, form)
@@ -238,7 +394,24 @@ def choice_jsd(
     ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Per question ``[N]``, the JSD in bits between the full and premise-free scores normalised over its
-    answers (eq. 2's two experts as distributions over the choices)."""
+    answers (eq. 2's two experts as distributions over the choices).
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context, ``-inf`` for a missing
+            answer.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        lengths: ``[N, C]`` answer lengths in characters, for length-normalised scores, or ``None``.
+
+    Returns:
+        The divergence per question ``[N]``, float64, in [0, 1].
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -3.0, -float("inf")], [-1.0, -4.0, -2.0]])
+        >>> ll_short = torch.tensor([[-1.0, -5.0, -2.0], [-3.0, -1.0, -2.0]])
+        >>> choice_jsd(ll_full, ll_short)  # the first question has two answers
+        tensor([0.1083, 0.4449], dtype=torch.float64)
+    """
     mask = ~torch.isneginf(ll_full)
     full = _normalised(_per_length(ll_full.double(), lengths), mask)
     short = _normalised(_per_length(torch.where(mask, ll_short.double(), 0.0), lengths), mask)
@@ -249,7 +422,24 @@ def choice_jsd_alpha(
     ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
 ) -> torch.Tensor:
     """AdaCAD's weight over each question's answer set ``[N]``: ``a = choice_jsd``,
-    ``alpha = -a / (1 + a)`` (eq. 2's argmax of ``(1 + a) l_full - a l_short``)."""
+    ``alpha = -a / (1 + a)`` (eq. 2's argmax of ``(1 + a) l_full - a l_short``).
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context, ``-inf`` for a missing
+            answer.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        lengths: ``[N, C]`` answer lengths in characters, for length-normalised scores, or ``None``.
+
+    Returns:
+        One alpha per question ``[N]``, float64, in [-0.5, 0].
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -3.0, -float("inf")], [-1.0, -4.0, -2.0]])
+        >>> ll_short = torch.tensor([[-1.0, -5.0, -2.0], [-3.0, -1.0, -2.0]])
+        >>> choice_jsd_alpha(ll_full, ll_short)
+        tensor([-0.0977, -0.3079], dtype=torch.float64)
+    """
     return alpha_of_weight(choice_jsd(ll_full, ll_short, lengths)).double()
 
 
@@ -262,7 +452,23 @@ def decorrelate_alpha(
         beta = Σ_i Σ_c (f_ic - f̄_i)(s_ic - s̄_i) / Σ_i Σ_c (s_ic - s̄_i)²
 
     (scores per character with ``lengths``, as the length-normalised eq. 2). 0 when the premise-free scores
-    never vary within a question (nothing to remove)."""
+    never vary within a question (nothing to remove).
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context, ``-inf`` for a missing
+            answer.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        lengths: ``[N, C]`` answer lengths in characters, for length-normalised scores, or ``None``.
+
+    Returns:
+        The split's alpha, ``-beta``.
+
+    Examples:
+        >>> import torch
+        >>> ll_short = torch.tensor([[-1.0, -5.0, -2.0], [-3.0, -1.0, -2.0]])
+        >>> decorrelate_alpha(ll_short - 1.0, ll_short)  # scores that are the prior: alpha -1 removes it
+        -1.0
+    """
     mask = ~torch.isneginf(ll_full)
     f = _per_length(ll_full.double(), lengths)
     s = _per_length(torch.where(mask, ll_short.double(), 0.0), lengths)
@@ -284,7 +490,26 @@ def context_gain(
 
     Near 0 the premise adds nothing the answers' own likelihood did not say (PIQA's solutions: the full
     and the premise-free model pick the same one), and boosting, which removes that likelihood, leaves
-    noise: the case NWCAD's gate falls back to plain decoding for (arXiv 2604.16686)."""
+    noise: the case NWCAD's gate falls back to plain decoding for (arXiv 2604.16686).
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context, ``-inf`` for a missing
+            answer.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        lengths: ``[N, C]`` answer lengths in characters, for length-normalised scores, or ``None``.
+
+    Returns:
+        The mean JSD (bits; 0 for no questions) and its standard error (``inf`` for fewer than two
+        questions).
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -3.0, -float("inf")], [-1.0, -4.0, -2.0]])
+        >>> ll_short = torch.tensor([[-1.0, -5.0, -2.0], [-3.0, -1.0, -2.0]])
+        >>> gain, stderr = context_gain(ll_full, ll_short)
+        >>> round(gain, 4), round(stderr, 4)
+        (0.2766, 0.1683)
+    """
     js = choice_jsd(ll_full, ll_short, lengths)
     n = js.numel()
     return float(js.mean()) if n else 0.0, float(js.std(unbiased=True) / math.sqrt(n)) if n > 1 else math.inf
@@ -317,7 +542,24 @@ def gated_alpha(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Te
 
 def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:
     """Each answer's rank (0 = most likely) under the premise-free context within its question ``[N, C]``;
-    ties by answer order (the first listed ranks first); missing answers rank last."""
+    ties by answer order (the first listed ranks first); missing answers rank last (``balance``'s ranks).
+
+    Args:
+        ll_short: ``[N, C]`` each answer's log-likelihood after the premise-free context.
+        ll_full: ``[N, C]`` the same after the full context; only its ``-inf`` entries (missing answers) are
+            read.
+
+    Returns:
+        The ranks ``[N, C]``, int64.
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -3.0, -float("inf")], [-1.0, -4.0, -2.0]])
+        >>> ll_short = torch.tensor([[-1.0, -5.0, -2.0], [-3.0, -1.0, -2.0]])
+        >>> prior_ranks(ll_short, ll_full)
+        tensor([[0, 1, 2],
+                [2, 0, 1]])
+    """
     mask = ~torch.isneginf(ll_full)
     key = torch.where(mask, ll_short.double(), torch.full_like(ll_short.double(), -math.inf))
     order = torch.sort(key, dim=-1, descending=True, stable=True).indices
@@ -339,6 +581,29 @@ def balance_alpha(
     whose predicted answer has premise-free rank ``r`` and its expectation ``u(r) = mean_i 1[r < C_i] / C_i``
     had the prediction been independent of that rank. Among equal distances (hard counts tie often) the
     value closest to 0 wins (the least change to the base model), then the first in grid order.
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context, ``-inf`` for a missing
+            answer.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        alphas: the grid of candidate alphas (eq. 2's alpha), at least one.
+        lengths: ``[N, C]`` answer lengths in characters, for length-normalised scores, or ``None``.
+
+    Returns:
+        The chosen alpha and the distance at every grid value ``[A]`` (float64).
+
+    Raises:
+        ValueError: for an empty grid or no questions.
+
+    Examples:
+        Two labels whose premise-free prior favours the first by 0.5 nats: at alpha 0 three of four
+        predictions are the first label, at -0.5 two of four.
+
+        >>> import torch
+        >>> ll_full = torch.tensor([[-0.6, -1.0], [-0.5, -1.2], [-0.7, -0.9], [-1.2, -0.4]])
+        >>> ll_short = torch.tensor([[-0.5, -1.0]]).expand(4, 2)
+        >>> balance_alpha(ll_full, ll_short, [0.0, -0.5, -1.0])
+        (-0.5, tensor([0.2500, 0.0000, 0.2500], dtype=torch.float64))
     """
     grid = torch.as_tensor(alphas, dtype=torch.float64).reshape(-1)
     if grid.numel() == 0:
@@ -368,7 +633,29 @@ def choice_alphas(
     lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each question's alpha ``[N]`` (float64) under a multiple-choice rule; the transductive rules give
-    every question of the split the same value."""
+    every question of the split the same value (eq. 2's alpha, per question).
+
+    Args:
+        rule: ``gated``, ``jsd``, ``jsd_mean``, ``decorrelate`` or ``balance`` (docs/adaptive.md).
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context, ``-inf`` for a missing
+            answer.
+        ll_short: ``[N, C]`` the same after the premise-free context.
+        alphas: the grid ``balance`` chooses from (the other rules ignore it).
+        lengths: ``[N, C]`` answer lengths in characters, for length-normalised scores, or ``None``.
+
+    Returns:
+        One alpha per question ``[N]``, float64.
+
+    Raises:
+        ValueError: for a rule that is not a multiple-choice rule.
+
+    Examples:
+        >>> import torch
+        >>> ll_full = torch.tensor([[-2.0, -3.0, -float("inf")], [-1.0, -4.0, -2.0]])
+        >>> ll_short = torch.tensor([[-1.0, -5.0, -2.0], [-3.0, -1.0, -2.0]])
+        >>> choice_alphas("jsd_mean", ll_full, ll_short, alphas=[])
+        tensor([-0.2028, -0.2028], dtype=torch.float64)
+    """
     check_arguments(choice_alphas, {"rule": rule})
     if rule == "jsd":
         return choice_jsd_alpha(ll_full, ll_short, lengths)
@@ -397,6 +684,19 @@ def unit_k(pieces: Sequence[str], unit: Unit = "sentence") -> int:
     sentence ends at ``.``, ``!`` or ``?`` (closing quotes and brackets kept with it) before whitespace, or at
     a newline; a clause also at ``,``, ``;``, ``:`` and a free-standing dash. The short context is every token
     that starts at or after the last end: with no end in the text it is the whole context (``f_k == f_max``).
+
+    Args:
+        pieces: the decoded text of each context token, in order.
+        unit: ``sentence`` or ``clause``.
+
+    Returns:
+        ``k``, the number of trailing tokens in the last unit (1 for no pieces).
+
+    Examples:
+        >>> unit_k(["The", " cat", " sat", ".", " It", " was", " warm"])  # " It was warm"
+        3
+        >>> unit_k(["Yes", ",", " and", " no"], unit="clause")  # " and no"
+        2
     """
     check_arguments(unit_k, {"unit": unit})
     if not pieces:

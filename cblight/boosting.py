@@ -65,7 +65,23 @@ MAX_GRID = 100_000
 
 
 def too_large_alpha(alphas: Sequence[float]) -> str | None:
-    """Why the first alpha of ``alphas`` beyond ``MAX_ALPHA`` in size cannot be mixed, or ``None``."""
+    """Why the first alpha of ``alphas`` beyond ``MAX_ALPHA`` in size cannot be mixed, or ``None``: the check
+    every alpha option runs before any model work.
+
+    Args:
+        alphas: the alphas of an option (a grid, or one value in a list).
+
+    Returns:
+        One sentence naming the first alpha past ``MAX_ALPHA`` and the paper's range, or ``None`` when every
+        alpha can be mixed.
+
+    Examples:
+        >>> too_large_alpha([0.0, -0.5]) is None
+        True
+        >>> print(too_large_alpha([-0.5, 1e9]))
+        alpha 1e+09 is past the largest boost, 1e+06 in size (past it the full model no longer counts in
+        float32, and far past it the scores overflow); the paper's alphas lie in [-5, 2]
+    """
     for alpha in alphas:
         if abs(alpha) > MAX_ALPHA:
             return (

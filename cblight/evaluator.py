@@ -43,7 +43,31 @@ __all__ = ["Evaluator"]
 class Evaluator(LightningModule):
     """The shared part of cblight's evaluators (see the module docstring). Subclasses call
     ``super().__init__`` with the loading options, then ``save_hyperparameters()`` themselves (so that
-    their own arguments are saved too)."""
+    their own arguments are saved too), and define ``comparison_table``.
+
+    Args:
+        model: Hub id, local directory or ``offline:<name>`` of the causal LM; loaded only when a step
+            needs it (under FSDP2, ``-c configs/fsdp.yaml``: built in ``configure_model`` on every process).
+        tokenizer: tokenizer id or directory (``None``: ``model``'s).
+        load: how the checkpoint loads (``cblight.models.LoadOptions``: ``revision``, ``dtype``,
+            ``trust_remote_code``; ``--model.load.*``).
+        output_dir: where the run's results and per-example cache go; ``{model}`` is replaced by the
+            model's short name (``cblight.models.model_label``).
+        overwrite: discard the cache under ``output_dir`` once, at the start of the run, instead of
+            resuming from it.
+        run_label: names this run in logged metrics (``stage/<task>/<run_label>/...``), for comparisons of
+            several checkpoints in one logger; ``None`` leaves it out.
+
+    Examples:
+        Subclasses add how an example is scored; the shared settings are what the cache is keyed by.
+
+        >>> from cblight.evaluate.boosted_evaluator import BoostedEvaluator
+        >>> evaluator = BoostedEvaluator(model="offline:smollm2-135m", output_dir="outputs/eval/{model}")
+        >>> evaluator.output_dir.as_posix()
+        'outputs/eval/smollm2-135m'
+        >>> evaluator.cache_signature("sst2", "validation")
+        {'model': 'offline:smollm2-135m', 'tokenizer': 'offline:smollm2-135m', 'revision': None, 'dtype': 'float32', 'task': 'sst2', 'split': 'validation'}
+    """
 
     selects: ClassVar[bool] = False  # runs Lightning's validation loop to choose alpha* before testing
 
@@ -145,7 +169,16 @@ class Evaluator(LightningModule):
         }
 
     def cache_signature(self, task: str, split: str) -> dict[str, Any]:
-        """The settings every cached number of a (task, split) depends on; subclasses add their own."""
+        """The settings every cached number of a (task, split) depends on; subclasses add their own. A cache
+        written under another signature is refused, never mixed (``cblight.cache.RecordCache``).
+
+        Args:
+            task: the task's name (``sst2``).
+            split: the split's name (``validation``).
+
+        Returns:
+            ``model_settings`` with ``task`` and ``split``.
+        """
         return {**self.model_settings, "task": task, "split": split}
 
     def _open_cache(
@@ -168,23 +201,58 @@ class Evaluator(LightningModule):
         return f"{task}/{self.run_label}" if self.run_label else task
 
     def write_results(self, settings: Mapping[str, Any], summary: str) -> Path:
-        """``<output_dir>/results.json``: cblight's version, the model settings, ``settings``, wall time,
-        the printed ``summary`` and every task's result (rank 0 calls it)."""
+        """``<output_dir>/results.json``, written atomically: cblight's version, the model settings,
+        ``settings``, wall time, the printed ``summary`` and every task's result (``self.results``). Called on
+        rank 0 only.
+
+        Args:
+            settings: the run's own settings (beyond ``model_settings``), JSON-serialisable.
+            summary: the summary table the run prints.
+
+        Returns:
+            The path of the written ``results.json``.
+        """
         run = {**self.model_settings, **settings}
         return write_run_results(self.output_dir, run, summary, self.results, self._started)
 
     # -- comparisons (``--compare``, ``cblight.runs.run_comparison``) ------------------------------------------
     def check_checkpoint(self, path: str) -> Any:
         """That a compared checkpoint loads (its config and tokenizer; no weights), before the first
-        comparison run starts; returns its config. ``ModelLoadError`` names what fails."""
+        comparison run starts.
+
+        Args:
+            path: the checkpoint's Hub id or directory.
+
+        Returns:
+            Its ``transformers`` config (subclasses may return ``None`` where nothing can be loaded here).
+
+        Raises:
+            ModelLoadError: naming what fails to load.
+        """
         return check_loadable(path, load=self.load)
 
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
-        """Arguments every compared checkpoint's evaluator gets beyond its model path (``first``: the first
-        checkpoint, the base model)."""
+        """Arguments every compared checkpoint's evaluator gets beyond its model path (``--compare``).
+
+        Args:
+            hparams: the evaluator's hyperparameters as configured.
+            first: the first compared checkpoint, the base model.
+
+        Returns:
+            Constructor arguments to override; none in the base class.
+        """
         return {}
 
     @classmethod
     @abstractmethod
     def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        """One table of several checkpoints' results (``runs``: label -> ``results``), and its rows."""
+        """One table of several checkpoints' results (``--compare``), in the layout of the paper's table for
+        the evaluator's kind of task.
+
+        Args:
+            runs: each checkpoint's per-task results (the ``tasks`` of its ``results.json``) by its label,
+                the base model first.
+
+        Returns:
+            The table as printed text, and its rows as dicts.
+        """

@@ -219,8 +219,27 @@ class BoostedEvaluator(Evaluator):
         return self._kinds[key]
 
     def check_tasks(self, datamodule: Any) -> None:
-        """Refuse, before any data or model is loaded (``runs.run_evaluation``), a label-free rule that does
-        not apply to a task of the run."""
+        """Refuse, before any data or model is loaded, a label-free rule (``adaptive``) that does not apply
+        to a task of the run (``cblight.adaptive.rule_for``).
+
+        Args:
+            datamodule: the run's ``EvalDataModule`` (its ``specs``, the tasks it holds).
+
+        Returns:
+            None, when the rule applies to every task of the run (or no rule is set).
+
+        Raises:
+            ConfigError: naming ``--model.adaptive``, the task and the rules that apply to it.
+
+        Examples:
+            >>> from types import SimpleNamespace
+            >>> from cblight.data.registry import get_task
+            >>> datamodule = SimpleNamespace(specs=[get_task("piqa")])
+            >>> BoostedEvaluator(model="offline:smollm2-135m", adaptive="cocoa").check_tasks(datamodule)
+            Traceback (most recent call last):
+            ...
+            cblight.errors.ConfigError: --model.adaptive: task piqa: adaptive rule 'cocoa' does not apply to multiple-choice tasks; use auto or one of gated, jsd, jsd_mean, decorrelate, balance
+        """
         for spec in getattr(datamodule, "specs", []) if self.adaptive is not None else ():
             if spec.kind in KINDS:
                 try:

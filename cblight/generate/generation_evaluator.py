@@ -382,7 +382,34 @@ class BoostedGenerationEvaluator(Evaluator):
 
     @classmethod
     def comparison_table(cls, runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        """Several checkpoints' runs in Table 2's layout (the report's ``comparison_table``)."""
+        """Several checkpoints' runs (``--compare``) in Table 2's layout: one row per (checkpoint, decoding)
+        and the human row, per task.
+
+        Args:
+            runs: each checkpoint's per-task results (the ``tasks`` of its ``results.json``: ``columns``,
+                ``rows`` by decoding, ``human``) by its label, the base model first.
+
+        Returns:
+            The printed tables, one per task, and their rows as dicts (``task``, ``checkpoint``,
+            ``decoding`` and the columns).
+
+        Examples:
+            >>> task = {"columns": ["ppl", "ltf"], "human": {"ppl": 18.2, "ltf": 0.3}}
+            >>> runs = {
+            ...     "base": {"webtext": {**task, "rows": {"greedy": {"ppl": 3.1, "ltf": 0.42}}}},
+            ...     "tuned": {"webtext": {**task, "rows": {"greedy": {"ppl": 3.4, "ltf": 0.47}}}},
+            ... }
+            >>> text, rows = BoostedGenerationEvaluator.comparison_table(runs)
+            >>> print(text)
+            webtext
+            row            ppl    ltf
+            -------------  -----  ----
+            base: greedy   3.10   0.42
+            tuned: greedy  3.40   0.47
+            Human          18.20  0.30
+            >>> rows[0]
+            {'task': 'webtext', 'checkpoint': 'base', 'decoding': 'greedy', 'ppl': 3.1, 'ltf': 0.42}
+        """
         return comparison_table(runs)
 
 
@@ -571,7 +598,14 @@ def alpha_statistics(rule: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, 
 
 def comparison_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """Several checkpoints' runs (``--compare``) in Table 2's layout: one row per (checkpoint, decoding) and the
-    human row, per task; the printed tables and their rows."""
+    human row, per task (``BoostedGenerationEvaluator.comparison_table``).
+
+    Args:
+        runs: each checkpoint's per-task results by its label, the base model first.
+
+    Returns:
+        The printed tables and their rows.
+    """
     blocks, rows = [], []
     first = next(iter(runs.values()))
     for task, result in first.items():

@@ -48,6 +48,9 @@ class PaperMetric(Metric):
             *names: the states' names (attributes of the metric).
             size: the length of vector states; ``None``: scalars.
             dtype: the states' dtype.
+
+        Returns:
+            None; the states are registered on the metric (``Metric.add_state``, reduced by ``sum``).
         """
         for name in names:
             default = torch.zeros(() if size is None else size, dtype=dtype)
