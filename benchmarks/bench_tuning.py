@@ -14,11 +14,23 @@ SmolLM2-135M, vocabulary 49152, and Gemma-3-270m, vocabulary 262144).
    thread each against one process of one thread, same per-process batch. Floor: at least 1.6x. For
    context it also runs two independent one-process jobs at once (no communication): what the machine
    itself gives two processes, the ceiling for DDP.
+3. ``--strategy ddp fsdp2``: the same 2-process Lightning run replicated (DDP) and sharded (FSDP2,
+   ``cblight.sharding.FSDP2Strategy``), per process: the bytes of its model states (its parameters,
+   gradients and AdamW states of the student, and the frozen teacher's parameters; under FSDP2 its
+   shards), its peak RSS (and that before the first step, the models built) and the step time. Goal:
+   FSDP2's model states at most 0.55x DDP's. The workers run with glibc's ``MALLOC_MMAP_THRESHOLD_`` at
+   64 KiB (as ``benchmarks/memory.py``'s), so that the RSS follows live tensors.
+4. ``--lora-rank R``: peak RSS of a one-process LoRA run with the defaults (the frozen teacher and the
+   collapse guard, validating: both need the initial model) against a plain LoRA run (the live teacher,
+   no guard: nothing but the student), each in a fresh process. Goal: at most 1.1x (the initial model is
+   the student with its adapters disabled, not a copy).
 
-    python benchmarks/bench_tuning.py                     # both parts, defaults below
+    python benchmarks/bench_tuning.py                     # parts 1 and 2, defaults below
     python benchmarks/bench_tuning.py --skip-ddp --batch 8 --repeats 5
     python benchmarks/bench_tuning.py --model smollm2 --skip-ddp --batch 2 --repeats 3          # CPU
     python benchmarks/bench_tuning.py --model gemma --device cuda --skip-ddp --batch 32 --prompt 32
+    python benchmarks/bench_tuning.py --model smollm2 --skip-steps --skip-memory --strategy ddp fsdp2 \
+        --skip-ceiling --batch 2 --prompt 16 --new 16 --k 8 --lora-rank 8
 
 The machine is shared: the script prints the load average before and after, so a disturbed run shows.
 """
@@ -225,7 +237,7 @@ def _steps(
                     options=LossOptions(last_m=last_m),
                     teacher_model=teacher,
                 )
-            (terms.loss_sum / max(terms.count, 1) + terms.anchor).backward()
+            (terms.loss_sum / max(terms.kl.numel(), 1) + terms.anchor).backward()
 
         return run
 
@@ -257,36 +269,76 @@ def step_ratios(model_dir: str, args: argparse.Namespace) -> dict[str, Any]:
 # DDP throughput: each process is a worker started by this script
 
 
+def _local_bytes(tensors: Any) -> int:
+    """Bytes of the elements this process holds of ``tensors`` (a DTensor: its local shard). Elements, not
+    storages: a shard or a DDP gradient is often a view into a larger buffer."""
+    from torch.distributed.tensor import DTensor
+
+    local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors if t is not None]
+    return sum(t.numel() * t.element_size() for t in local)
+
+
+#: The Lightning workers' prompts (``--prompt`` sizes part 1 only): three sentences, about 50 tokens.
+WORKER_PROMPT = "prompts of 3 sentences (~50 tokens)"
+#: What a worker runs: the strategy of 2 processes (or 1), or one of the two LoRA runs of part 4.
+KINDS = ("ddp", "fsdp2", "lora-defaults", "lora-plain")
+
+
 def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
+    """One process of a Lightning tuning run (``args.worker_kind``, ``KINDS``): its step times, model-state
+    bytes and peak RSS to ``OUT.rank<r>``."""
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import Callback
 
     from cblight.options import Boosting
+    from cblight.sharding import FSDP2Strategy
+    from cblight.tune.callbacks import GuardOptions
     from cblight.tune.coherence_tuning import CoherenceTuning
     from cblight.tune.export import ExportOptions
+    from cblight.tune.lora import LoraOptions
     from cblight.tune.loss import LossOptions
     from cblight.tune.prompt_data import PromptDataModule
+    from cblight.tune.teacher import TeacherOptions
     from cblight.tune.validation import ValidationOptions
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    kind = args.worker_kind
 
     class StepTimer(Callback):
-        """Wall time per step, and this process's CPU time per step (all its threads, gloo's included)."""
+        """Wall time per step, this process's CPU time per step (all its threads, gloo's included), and the
+        bytes of its model states while the gradients are there (before the optimizer step)."""
 
         def __init__(self):
             self.times: list[float] = []
             self.cpu: list[float] = []
+            self.states: dict[str, int] = {}
+
+        def on_train_start(self, trainer, pl_module):
+            self.built_peak = _rss_kib("VmHWM") * 1024  # the models built, no step taken
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self.start, self.cpu_start = time.perf_counter(), time.process_time()
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            params = list(pl_module.model.parameters())
+            teacher = pl_module.teacher
+            copies = {id(m): m for m in (teacher.model, teacher.initial) if isinstance(m, torch.nn.Module)}
+            optim = [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
+            self.states = {
+                "parameters": _local_bytes(params),
+                "gradients": _local_bytes(p.grad for p in params),
+                "optimizer": _local_bytes(optim),  # empty before the first step: read at the last one
+                "teacher": sum(_local_bytes(m.parameters()) for m in copies.values()),
+            }
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             self.times.append(time.perf_counter() - self.start)
             self.cpu.append(time.process_time() - self.cpu_start)
 
     timer = StepTimer()
+    lora = kind.startswith("lora")
     module = CoherenceTuning(
         model=model_dir,
         boosting=Boosting(k=args.k, alpha=args.alpha),
@@ -294,24 +346,46 @@ def worker(model_dir: str, out_file: str, args: argparse.Namespace) -> None:
         max_new_tokens=args.new,
         export=ExportOptions(enabled=False),
         validation=ValidationOptions(log_samples_every_n_steps=0),
+        lora=LoraOptions(rank=args.lora_rank if lora else 0),
+        # the plain LoRA run keeps nothing but the student: the live teacher, no guard
+        **(
+            {"teacher": TeacherOptions(kind="live"), "guard": GuardOptions(None, None, None, None)}
+            if kind == "lora-plain"
+            else {}
+        ),
     )
     text = " ".join(["The quick brown fox jumps over the lazy dog near the quiet river bank."] * 3)
     prompts = [f"{i}: {text}" for i in range(64)]
+    validating = kind == "lora-defaults"  # the guard's reference: the initial model on held-out prompts
+    strategy: Any = "auto"
+    if world > 1:
+        strategy = FSDP2Strategy() if kind == "fsdp2" else "ddp"
     trainer = L.Trainer(
         max_steps=args.ddp_steps + 1,
         accelerator="cpu",
         devices=world,
-        strategy="ddp" if world > 1 else "auto",
+        strategy=strategy,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=[timer],
+        val_check_interval=1 if validating else None,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
     )
-    trainer.fit(module, PromptDataModule(prompts=prompts, batch_size=args.batch))
+    data = PromptDataModule(prompts=prompts, batch_size=args.batch, val_size=args.batch if validating else 0)
+    trainer.fit(module, data)
     step = statistics.median(timer.times[1:])  # the first step warms up
     cpu = statistics.median(timer.cpu[1:])
-    result = {"step_s": step, "sequences_per_s": world * args.batch / step, "cpu_s": cpu}
+    result = {
+        "step_s": step,
+        "sequences_per_s": world * args.batch / step,
+        "cpu_s": cpu,
+        "model_states": timer.states,
+        "peak_rss_bytes": _rss_kib("VmHWM") * 1024,
+        "peak_rss_built_bytes": timer.built_peak,
+    }
     Path(f"{out_file}.rank{trainer.global_rank}").write_text(json.dumps(result))
 
 
@@ -369,20 +443,34 @@ def _free_port() -> int:
 
 
 def run_workers(
-    model_dir: Path, world: int, args: argparse.Namespace, tmp: Path, independent: bool = False
-) -> dict[str, float]:
-    """``world`` processes: one DDP job, or (``independent``) that many separate one-process jobs at once,
-    which share the machine exactly as DDP does but never communicate (the machine's own ceiling)."""
-    tag = f"{'indep' if independent else 'ddp'}{world}"
+    model_dir: Path,
+    world: int,
+    args: argparse.Namespace,
+    tmp: Path,
+    independent: bool = False,
+    kind: str = "ddp",
+) -> dict[str, Any]:
+    """``world`` processes: one Lightning job (``kind``: ``KINDS``), or (``independent``) that many separate
+    one-process jobs at once, which share the machine exactly as DDP does but never communicate (the
+    machine's own ceiling). The busiest process's figures, and every process's (``ranks``)."""
+    tag = f"{'indep' if independent else kind}{world}"
     port = str(_free_port())
     procs = []
     for rank in range(world):
         out = tmp / (f"{tag}-{rank}.json" if independent else f"{tag}.json")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        # buffers from 64 KiB up mapped and unmapped with their tensors (benchmarks/memory.py): the peak RSS
+        # follows what is alive, not what malloc's arenas kept of freed gradients and all-gather buffers
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT),
+            "MALLOC_MMAP_THRESHOLD_": "65536",
+        }
         if world > 1 and not independent:
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(world), NODE_RANK="0")
             env["LOCAL_RANK"] = str(rank)
-        cmd = [sys.executable, __file__, "--worker", str(model_dir), str(out)] + _passthrough(args)
+        cmd = [sys.executable, __file__, "--worker", str(model_dir), str(out), f"--worker-kind={kind}"]
+        cmd += _passthrough(args)
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     for proc in procs:
         log, _ = proc.communicate()
@@ -396,7 +484,12 @@ def run_workers(
             "cpu_s": max(r["cpu_s"] for r in runs),
         }
     ranks = [json.loads(Path(f"{tmp / f'{tag}.json'}.rank{r}").read_text()) for r in range(world)]
-    return {**ranks[0], "cpu_s": max(r["cpu_s"] for r in ranks)}
+    return {**ranks[0], "cpu_s": max(r["cpu_s"] for r in ranks), "ranks": ranks}
+
+
+def _most_states(run: dict[str, Any]) -> int:
+    """The most model-state bytes any process of a run held."""
+    return max(sum(r["model_states"].values()) for r in run["ranks"])
 
 
 def _passthrough(args: argparse.Namespace) -> list[str]:
@@ -411,6 +504,7 @@ def _passthrough(args: argparse.Namespace) -> list[str]:
         f"--device={args.device}",
         f"--threads={args.threads}",
         f"--teacher={args.teacher}",
+        f"--lora-rank={args.lora_rank}",
         f"--rollout-cache={args.rollout_cache}",
         *(["--rollout-compile"] if args.rollout_compile else []),
     ]
@@ -460,7 +554,18 @@ def main() -> None:
     parser.add_argument(
         "--rollout-compile", action="store_true", help="torch.compile the decode step (static cache)"
     )
+    parser.add_argument(
+        "--strategy",
+        nargs="+",
+        default=["ddp"],
+        choices=["ddp", "fsdp2"],
+        help="the 2-process strategies: ddp (part 2, against one process), fsdp2; both: part 3 compares them",
+    )
+    parser.add_argument(
+        "--lora-rank", type=int, default=0, help="part 4: LoRA of this rank, defaults against plain (0: skip)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
+    parser.add_argument("--worker-kind", default="ddp", choices=KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--worker", nargs=2, metavar=("MODEL_DIR", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--memory-worker", nargs=3, metavar=("MODEL_DIR", "JOB", "OUT"), help=argparse.SUPPRESS
@@ -522,7 +627,8 @@ def main() -> None:
                 ratio = m[job] / max(m["plain"], 1)
                 print(f"  {label}  {m[job] / 2**20:8.1f} MiB  -> {ratio:.2f}x plain (goal: <= 1.5x)")
             results["peak_bytes"] = m
-        if not args.skip_ddp:
+        two = None
+        if not args.skip_ddp and "ddp" in args.strategy:
             one = run_workers(model_dir, 1, args, tmp)
             two = run_workers(model_dir, 2, args, tmp)
             pair = None if args.skip_ceiling else run_workers(model_dir, 2, args, tmp, independent=True)
@@ -550,6 +656,51 @@ def main() -> None:
                     f"  machine ceiling: 2 independent 1-process runs at once give {ceiling:.2f}x"
                     f" (no communication); DDP reaches {ratio / ceiling:.0%} of it"
                 )
+            results["ddp"] = {"one": one, "two": two, "ceiling": pair}
+        if not args.skip_ddp and "fsdp2" in args.strategy:
+            sharded = run_workers(model_dir, 2, args, tmp, kind="fsdp2")
+            results["fsdp2"] = sharded
+            print(
+                f"\n[sharding] {name}, batch {args.batch}/process, {WORKER_PROMPT} + {args.new} sampled, "
+                f"k {args.k}, frozen teacher, AdamW, 2 processes x 1 thread, per process (the busiest)"
+            )
+            rows = [("FSDP2", sharded)] if two is None else [("DDP", two), ("FSDP2", sharded)]
+            for label, run in rows:
+                states = max((r["model_states"] for r in run["ranks"]), key=lambda s: sum(s.values()))
+                parts = ", ".join(f"{k} {v / 2**20:.0f}" for k, v in states.items())
+                peak = max(r["peak_rss_bytes"] for r in run["ranks"])
+                built = max(r["peak_rss_built_bytes"] for r in run["ranks"])
+                print(
+                    f"  {label:5s}: model states {sum(states.values()) / 2**20:8.1f} MiB ({parts}), "
+                    f"peak RSS {peak / 2**20:8.1f} MiB ({built / 2**20:.0f} before the first step), "
+                    f"{run['step_s']:.2f} s/step"
+                )
+            if two is not None:
+                ratio = _most_states(sharded) / _most_states(two)
+                rss = max(r["peak_rss_bytes"] for r in sharded["ranks"]) / max(
+                    r["peak_rss_bytes"] for r in two["ranks"]
+                )
+                print(
+                    f"  FSDP2 / DDP: model states {ratio:.2f}x (goal: <= 0.55x), peak RSS {rss:.2f}x, "
+                    f"step time {sharded['step_s'] / two['step_s']:.2f}x"
+                )
+                results["sharding"] = {"model_states_ratio": ratio, "peak_rss_ratio": rss}
+        if args.lora_rank:
+            runs = {
+                kind: run_workers(model_dir, 1, args, tmp, kind=kind)
+                for kind in ("lora-plain", "lora-defaults")
+            }
+            plain, defaults = (runs[k]["peak_rss_bytes"] for k in ("lora-plain", "lora-defaults"))
+            print(
+                f"\n[lora] {name}, batch {args.batch}, {WORKER_PROMPT} + {args.new} sampled, k {args.k}, "
+                f"LoRA rank {args.lora_rank}, one process, peak RSS (a fresh process each)"
+            )
+            print(f"  plain (live teacher, no guard):             {plain / 2**20:8.1f} MiB")
+            print(
+                f"  defaults (frozen teacher, guard validating): {defaults / 2**20:8.1f} MiB"
+                f"  -> {defaults / plain:.2f}x (goal: <= 1.1x)"
+            )
+            results["lora"] = {**runs, "peak_ratio": defaults / plain}
     print(f"\nload average after: {os.getloadavg()}")
     if args.json:
         from cblight.results import atomic_write_json

@@ -191,12 +191,15 @@ def join_negative_values(args: Sequence[str]) -> list[str]:
 
 
 def check_checkpoint_path(ckpt_path: str | None) -> None:
-    """A resume checkpoint must be an existing Lightning checkpoint file (``last``/``best``/``hpc`` pass)."""
+    """A resume checkpoint must be an existing Lightning checkpoint: a file, or the directory of a distributed
+    (FSDP2) one (``last``/``best``/``hpc`` pass)."""
     if ckpt_path is None or str(ckpt_path) in ("last", "best", "hpc", "registry"):
         return
     path = Path(ckpt_path).expanduser()
     if not path.exists():
         raise ConfigError(f"ckpt_path {str(ckpt_path)!r} does not exist")
+    if path.is_dir() and (path / "meta.pt").is_file() and (path / ".metadata").is_file():
+        return  # Lightning's distributed checkpoint: *.distcp shards beside meta.pt
     if path.is_dir():
         hint = (
             " (it is a Hugging Face model directory: pass it as the model path, e.g. --model.model, not ckpt_path)"
@@ -224,7 +227,10 @@ def quiet_library_notices() -> None:
     """Silence, for the rest of the process (idempotent), notices that every run printed and no user can act
     on, at their source and for cblight's runs only (no log level lowered): LightningCLI's warning that it got
     ``args`` while ``sys.argv`` holds some too, its note on the evaluators' overridden
-    ``transfer_batch_to_device``, Lightning's ``_DROPPED`` lines, torch's ``LeafSpec`` deprecation."""
+    ``transfer_batch_to_device``, Lightning's ``_DROPPED`` lines, torch's ``LeafSpec`` deprecation; and in
+    runs of several processes, Lightning's advice to ``sync_dist`` the validation values (torchmetrics
+    already synced them), the deprecation of the all-gather it calls, and distributed checkpointing's note
+    that it replaces ``last.ckpt`` (as it must)."""
     warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     warnings.filterwarnings(
@@ -233,6 +239,9 @@ def quiet_library_notices() -> None:
         category=FutureWarning,
         module=r"lightning\.pytorch\.utilities\._pytree",
     )
+    warnings.filterwarnings("ignore", message=r".*self\.log\('val/tuning/.*sync_dist=True.*")
+    warnings.filterwarnings("ignore", message=r"torch\.distributed\.nn\.functional\.all_gather is deprecated")
+    warnings.filterwarnings("ignore", message=r"Detected an existing checkpoint in .*, overwriting since")
     # rank_zero_info logs through whichever of the first two Lightning imported last
     for name in ("pytorch.utilities.rank_zero", "fabric.utilities.rank_zero", "fabric.utilities.seed"):
         logging.getLogger(f"lightning.{name}").addFilter(_drop_tips)  # added once: addFilter skips a repeat

@@ -21,7 +21,7 @@ import torch
 
 from cblight.boosting import boosted_log_probs, short_context_ids
 from cblight.errors import ConfigError
-from cblight.models import DTypeName, load_causal_lm, load_tokenizer
+from cblight.models import DTypeName, LoadOptions, load_causal_lm, load_tokenizer
 from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
 from cblight.runs import exit_on_bad_input
 from cblight.scoring import Encoder, Scorer
@@ -167,7 +167,7 @@ def contrast_command(
     check_texts(context, target)  # before the model is loaded
     tok = load_tokenizer(model)
     contrast_ids(Encoder(tok), context, target)  # the token counts, before the model too
-    lm = load_causal_lm(model, dtype=dtype, device=device)  # type: ignore[arg-type]
+    lm = load_causal_lm(model, LoadOptions(dtype=dtype), device=device)
     result = contrast(lm, tok, context, target=target, k=k, alpha=alpha, top=top)
     if result.used_tokens < result.context_tokens:
         print(

@@ -4,9 +4,11 @@
 An evaluator is a LightningModule around one causal LM that Lightning's loops drive over an
 ``EvalDataModule``. The base owns everything that is not about how an example is scored or generated:
 
-* the model, loaded only when a step needs it (a fully cached run never loads it); a ``device_map`` model is
-  placed by accelerate and kept out of Lightning's device management, any other is a submodule Lightning
-  moves;
+* the model, built by ``cblight.sharding.build_causal_lm`` from ``model`` and ``load`` (``LoadOptions``):
+  loaded only when a step needs it (a fully cached run never loads it), except under FSDP2, where every
+  process builds its shards in ``configure_model`` and scores in phases of synced forwards
+  (``cblight.sharding.SyncedForwards``); a ``device_map`` model is placed by accelerate and kept out of
+  Lightning's device management, any other is a submodule Lightning moves;
 * the tokenizer, the output directory (``{model}`` filled in) and ``overwrite``, which discards the cache
   once per run, on rank 0, before any process reads it;
 * one ``RecordCache`` per (task, split or decoding), keyed by a signature of every setting that changes the
@@ -30,9 +32,10 @@ from lightning.pytorch import LightningModule
 
 from cblight.cache import RecordCache
 from cblight.errors import DataError
-from cblight.models import check_loadable, load_causal_lm, load_tokenizer, model_label
+from cblight.models import LoadOptions, check_loadable, load_tokenizer, model_label
 from cblight.results import write_run_results
 from cblight.runs import resolve_output_dir
+from cblight.sharding import SyncedForwards, build_causal_lm, fsdp_mesh, is_sharded
 
 __all__ = ["Evaluator"]
 
@@ -44,8 +47,10 @@ class Evaluator(LightningModule):
 
     Args:
         model: Hub id, local directory or ``offline:<name>`` of the causal LM; loaded only when a step
-            needs it.
+            needs it (under FSDP2, ``-c configs/fsdp.yaml``: built in ``configure_model`` on every process).
         tokenizer: tokenizer id or directory (``None``: ``model``'s).
+        load: how the checkpoint loads (``cblight.models.LoadOptions``: ``revision``, ``dtype``,
+            ``trust_remote_code``; ``--model.load.*``).
         output_dir: where the run's results and per-example cache go; ``{model}`` is replaced by the
             model's short name (``cblight.models.model_label``).
         overwrite: discard the cache under ``output_dir`` once, at the start of the run, instead of
@@ -70,12 +75,14 @@ class Evaluator(LightningModule):
         self,
         model: str,
         tokenizer: str | None,
+        load: LoadOptions,
         output_dir: str,
         overwrite: bool,
         run_label: str | None,
     ):
         super().__init__()
         self.model_name = model
+        self.load = LoadOptions.coerce(load)
         self.tokenizer_name: str | None = tokenizer or model
         self.output_dir = resolve_output_dir(output_dir, model_label(model))
         self.run_label = run_label
@@ -97,27 +104,39 @@ class Evaluator(LightningModule):
         """The causal LM (``None`` until loaded), sharded by a device map or on this module's device."""
         return self._sharded_lm if self._sharded_lm is not None else self._lm
 
+    @property
+    def synced(self) -> SyncedForwards:
+        """The phases of synced forward calls of a model sharded over processes (disabled otherwise)."""
+        trainer = self._trainer
+        return SyncedForwards(is_sharded(trainer) and trainer.world_size > 1, self.device)
+
     def _load_model(self) -> None:
         device_map = self.hparams.device_map
-        model = load_causal_lm(
+        model = build_causal_lm(
             self.model_name,
-            dtype=self.hparams.dtype,
+            self.load,
+            mesh=fsdp_mesh(self._trainer),
+            device=self.device,
             device_map=device_map,
-            revision=self.hparams.revision,
-            trust_remote_code=self.hparams.trust_remote_code,
         )
         if device_map is not None:
             self._sharded_lm = model
         else:
-            self._lm = model.to(self.device)
+            self._lm = model
+
+    def needs_model(self) -> bool:
+        """Whether this run scores with a model of its own (a served model's run does not)."""
+        return True
+
+    def configure_model(self) -> None:
+        """Under FSDP2 every process builds its shards of the model here, before any step (each forward is
+        a collective that every process joins); otherwise the model loads when a step first needs it."""
+        if self.model is None and is_sharded(self._trainer) and self.needs_model():
+            self._load_model()
 
     def _load_tokenizer(self) -> None:
         if self.tokenizer is None and self.tokenizer_name is not None:
-            self.tokenizer = load_tokenizer(
-                self.tokenizer_name,
-                revision=self.hparams.revision,
-                trust_remote_code=self.hparams.trust_remote_code,
-            )
+            self.tokenizer = load_tokenizer(self.tokenizer_name, self.load)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         return batch  # lists of text examples: tokenisation happens on the model's device inside the step
@@ -145,8 +164,8 @@ class Evaluator(LightningModule):
         return {
             "model": self.model_name,
             "tokenizer": self.tokenizer_name,
-            "revision": self.hparams.revision,
-            "dtype": self.hparams.dtype,
+            "revision": self.load.revision,
+            "dtype": self.load.dtype,
         }
 
     def cache_signature(self, task: str, split: str) -> dict[str, Any]:
@@ -210,9 +229,7 @@ class Evaluator(LightningModule):
         Raises:
             ModelLoadError: naming what fails to load.
         """
-        return check_loadable(
-            path, revision=self.hparams.revision, trust_remote_code=self.hparams.trust_remote_code
-        )
+        return check_loadable(path, load=self.load)
 
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
         """Arguments every compared checkpoint's evaluator gets beyond its model path (``--compare``).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,11 +17,12 @@ import torch
 
 from cblight import zoo  # ``offline:<name>``: the zoo is consulted for those names only
 from cblight.errors import CblightError, ConfigError
-from cblight.option_types import check_arguments
+from cblight.option_types import check_fields
 from cblight.zoo import PREFIX as OFFLINE
 
 __all__ = [
     "DTypeName",
+    "LoadOptions",
     "ModelLoadError",
     "load_causal_lm",
     "load_tokenizer",
@@ -33,6 +35,38 @@ __all__ = [
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a checkpoint is loaded: the options every command that loads a model shares (``--model.load.*``
+    of ``cblight evaluate``, ``generate`` and ``tune``).
+
+    Args:
+        revision: the model's (and its tokenizer's) revision on the Hub (a branch, tag or commit).
+        dtype: the dtype the weights are loaded in (``auto``: the checkpoint's own); log-softmax and mixing
+            run in float32 whatever it is (docs/design.md, "Mathematics"). For mixed precision in training,
+            use the trainer's ``precision`` instead.
+        trust_remote_code: let transformers run the model repository's own code (off unless asked).
+    """
+
+    revision: str | None = None
+    dtype: DTypeName = "float32"
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @classmethod
+    def coerce(cls, value: LoadOptions | dict[str, Any]) -> LoadOptions:
+        """``value`` itself, or the options from their mapping (a hyperparameter round trip, as ``--compare``
+        makes, hands the mapping back)."""
+        return value if isinstance(value, cls) else cls(**value)
+
+    @property
+    def torch_dtype(self) -> Any:
+        """The dtype as ``from_pretrained`` takes it: a ``torch.dtype``, or ``"auto"``."""
+        return self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
 
 
 class ModelLoadError(CblightError):
@@ -116,13 +150,16 @@ def model_label(name: str) -> str:
     return name.removeprefix(OFFLINE) if name.startswith(OFFLINE) else Path(name.rstrip("/")).name or "model"
 
 
-def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
-    """``AutoTokenizer.from_pretrained`` with a pad token (EOS when the tokenizer has none)."""
+def load_tokenizer(name: str, load: LoadOptions = LoadOptions()) -> Any:
+    """``AutoTokenizer.from_pretrained`` with a pad token (EOS when the tokenizer has none), at ``load``'s
+    revision."""
     from transformers import AutoTokenizer
 
-    name = resolve_model_path(name, revision)
+    name = resolve_model_path(name, load.revision)
     try:
-        tok = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(
+            name, revision=load.revision, trust_remote_code=load.trust_remote_code
+        )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise _explain("tokenizer", name, err) from err
     # cblight cuts every text to the model window itself (truncation.py, Scorer): transformers' "Token indices
@@ -144,33 +181,38 @@ def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code:
     return tok
 
 
+def check_dtype_supported(name: str, load: LoadOptions) -> None:
+    """Refuse a dtype an ``offline:`` model cannot run in (its zoo entry says which), before any loading."""
+    if name.startswith(OFFLINE) and load.dtype in zoo.lookup(name).unsupported_dtypes:
+        raise ModelLoadError(f"{name} cannot run in dtype {load.dtype}: {zoo.lookup(name).note}")
+
+
 def load_causal_lm(
     name: str,
+    load: LoadOptions = LoadOptions(),
     *,
-    dtype: DTypeName = "float32",
     device: str | None = None,
     device_map: str | dict | None = None,
-    revision: str | None = None,
-    trust_remote_code: bool = False,
 ) -> Any:
-    """``AutoModelForCausalLM.from_pretrained`` in eval mode.
+    """``AutoModelForCausalLM.from_pretrained`` in eval mode, as ``load`` says (revision, dtype, remote code).
 
     ``device_map`` (e.g. ``"auto"``) shards a large model with accelerate and leaves placement to it;
-    otherwise the model is moved to ``device`` when one is given. ``trust_remote_code`` stays off unless
-    asked for.
+    otherwise the model is moved to ``device`` when one is given. A model sharded over processes (FSDP2) is
+    built by ``cblight.sharding.build_sharded_causal_lm`` instead, from the same options.
     """
     from transformers import AutoModelForCausalLM
 
-    check_arguments(load_causal_lm, {"dtype": dtype})
-    if name.startswith(OFFLINE) and dtype in zoo.lookup(name).unsupported_dtypes:
-        raise ModelLoadError(f"{name} cannot run in dtype {dtype}: {zoo.lookup(name).note}")
-    name = resolve_model_path(name, revision)
-    kwargs = {"device_map": device_map, "revision": revision, "trust_remote_code": trust_remote_code}
-    torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+    check_dtype_supported(name, load)
+    name = resolve_model_path(name, load.revision)
+    kwargs = {
+        "device_map": device_map,
+        "revision": load.revision,
+        "trust_remote_code": load.trust_remote_code,
+    }
     from safetensors import SafetensorError
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=load.torch_dtype, **kwargs)
     except (OSError, ValueError, KeyError) as err:
         raise _explain("model", name, err) from err
     except SafetensorError as err:
@@ -253,49 +295,45 @@ def model_window(model: Any, override: int | None = None) -> int:
     return (_config_window(model.config) or ("", 2048))[1]
 
 
-def checkpoint_config(name: str, revision: str | None = None, trust_remote_code: bool = False) -> Any:
+def checkpoint_config(name: str, load: LoadOptions = LoadOptions()) -> Any:
     """The config of a checkpoint (``offline:`` names resolved), no weights loaded; ``ModelLoadError`` when
     it cannot be read."""
     from transformers import AutoConfig
 
-    path = resolve_model_path(name, revision)
+    path = resolve_model_path(name, load.revision)
     try:
-        return AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+        return AutoConfig.from_pretrained(
+            path, revision=load.revision, trust_remote_code=load.trust_remote_code
+        )
     except (OSError, ValueError, KeyError) as err:
         raise _explain("model", path, err) from err
 
 
-def checkpoint_window(name: str, revision: str | None = None) -> int | None:
+def checkpoint_window(name: str, load: LoadOptions = LoadOptions()) -> int | None:
     """The window of a checkpoint from its config alone (no weights loaded); ``None`` when the config cannot
     be read (the model load then reports the path problem) or names no window."""
     try:
-        found = _config_window(checkpoint_config(name, revision))
+        found = _config_window(checkpoint_config(name, load))
     except ModelLoadError:
         return None
     return found[1] if found else None
 
 
 def check_checkpoint_max_length(
-    name: str,
-    max_length: int,
-    option: str = "max_length",
-    revision: str | None = None,
-    trust_remote_code: bool = False,
+    name: str, max_length: int, option: str = "max_length", load: LoadOptions = LoadOptions()
 ) -> None:
     """``check_max_length`` from a checkpoint's config, before its weights load; a config that cannot be
     read is left to the model's load to report."""
     try:
-        config = checkpoint_config(name, revision, trust_remote_code)
+        config = checkpoint_config(name, load)
     except ModelLoadError:
         config = None
     check_max_length(config, max_length, option, name)
 
 
-def check_loadable(
-    name: str, tokenizer: str | None = None, revision: str | None = None, trust_remote_code: bool = False
-) -> Any:
+def check_loadable(name: str, tokenizer: str | None = None, load: LoadOptions = LoadOptions()) -> Any:
     """That a checkpoint's config and tokenizer load, its weights left alone (a comparison checks every
     checkpoint so before the first runs); returns the config. ``ModelLoadError`` names what fails."""
-    cfg = checkpoint_config(name, revision, trust_remote_code)
-    load_tokenizer(tokenizer or name, revision=revision, trust_remote_code=trust_remote_code)
+    cfg = checkpoint_config(name, load)
+    load_tokenizer(tokenizer or name, load)
     return cfg

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set up .venv (see setup.sh) and run the tests offline: the tiny-model suite, then the real-model tier
-# (pretrained SmolLM2 from the offline zoo's wheels, converted once). Extra arguments go to pytest instead
-# (one run, e.g. `bash scripts/test.sh -k evaluate` or `bash scripts/test.sh -m realmodel`).
+# Set up .venv (see setup.sh) and run the tests offline: the tiny-model suite, then the distributed tier
+# (2 CPU processes: FSDP2 and DDP against one process, the 2-node torchrun launch, sharded evaluate and
+# generate), then the real-model tier (pretrained SmolLM2 from the offline zoo's wheels, converted once).
+# Extra arguments go to pytest instead (one run, e.g. `bash scripts/test.sh -k evaluate` or
+# `bash scripts/test.sh -m distributed`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,4 +12,5 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest -q "$@"
 fi
 .venv/bin/python -m pytest -q
+.venv/bin/python -m pytest -q -m distributed
 exec .venv/bin/python -m pytest -q -m realmodel tests/realmodel

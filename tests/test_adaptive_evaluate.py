@@ -214,7 +214,7 @@ def test_a_rule_that_does_not_apply_is_refused_before_loading(
     def tripwire(*args, **kwargs):
         raise AssertionError("loaded before the refusal")
 
-    monkeypatch.setattr(base, "load_causal_lm", tripwire)
+    monkeypatch.setattr(base, "build_causal_lm", tripwire)
     monkeypatch.setattr(datamodule.EvalDataModule, "loader_splits", tripwire)
     with pytest.raises(SystemExit) as exc:
         evaluate_cli(

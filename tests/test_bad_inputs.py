@@ -39,6 +39,8 @@ def no_loading(monkeypatch):
     import cblight.evaluator as base
     import cblight.generate.generation_evaluator as generation
     import cblight.models as models
+    import cblight.sharding as sharding
+    import cblight.tune.coherence_tuning  # noqa: F401  (binds load_tokenizer at import)
 
     def model(*args, **kwargs):
         raise Loaded("a model was loaded before the bad input was refused")
@@ -46,8 +48,9 @@ def no_loading(monkeypatch):
     def data(*args, **kwargs):
         raise Loaded("data was loaded before the bad input was refused")
 
-    for module in (models, base, generation, contrast):
+    for module in (models, generation, contrast, sharding):
         monkeypatch.setattr(module, "load_causal_lm", model)
+    monkeypatch.setattr(base, "build_causal_lm", model)
     for module in (models, base, contrast):
         monkeypatch.setattr(module, "load_tokenizer", model)
     monkeypatch.setattr(datamodule, "load_split_records", data)
@@ -153,7 +156,7 @@ def test_nan_in_tuning_options_is_refused(option, message, capsys, no_loading, m
     def model(*args, **kwargs):
         raise Loaded("a model was loaded before the bad input was refused")
 
-    monkeypatch.setattr(tuning, "load_causal_lm", model)
+    monkeypatch.setattr(tuning, "build_causal_lm", model)
     monkeypatch.setattr(tuning, "load_tokenizer", model)
     config = str(ROOT / "configs" / "coherence_tuning.yaml")
     with pytest.raises(SystemExit) as exc:

@@ -183,3 +183,85 @@ def test_bad_input(monkeypatch, capsys):
         assert capsys.readouterr().err == (
             "error: --device cuda, but torch.cuda.is_available() is False on this machine\n"
         )
+
+
+def test_tuning_script(tiny_gpt2_dir, tmp_path):
+    """Part 1 (a tuning step against a plain step, split into sampling, teacher and student) and its peak
+    memory, the frozen teacher's included: the stale loss attribute it once read would stop it at its first
+    step."""
+    out = tmp_path / "tuning.json"
+    run_script(
+        "bench_tuning.py",
+        *("--model", str(tiny_gpt2_dir), "--skip-ddp", "--teacher", "frozen", "--batch", "2"),
+        *("--prompt", "8", "--new", "6", "--k", "3", "--last-m", "2", "--repeats", "1", "--json", str(out)),
+    )
+    payload = json.loads(out.read_text())
+    for clock in ("wall", "cpu"):
+        assert payload["steps"][clock]["ratio_last_m"] > 0 and payload["steps"][clock]["ratio_all"] > 0
+    assert set(payload["peak_bytes"]) == {"plain", "last", "all"}
+
+
+@pytest.mark.distributed
+def test_tuning_script_strategies_and_lora(tiny_gpt2_dir, tmp_path):
+    """Parts 2 to 4 on 2 processes: DDP and FSDP2 per-process model states (FSDP2's shards are half of
+    DDP's whole tensors, rows rounded up: exactly countable), and the LoRA runs' peak RSS."""
+    out = tmp_path / "strategies.json"
+    run_script(
+        "bench_tuning.py",
+        *("--model", str(tiny_gpt2_dir), "--skip-steps", "--skip-memory", "--skip-ceiling"),
+        *("--strategy", "ddp", "fsdp2", "--lora-rank", "4", "--batch", "2", "--new", "6", "--k", "3"),
+        *("--last-m", "2", "--ddp-steps", "1", "--json", str(out)),
+    )
+    payload = json.loads(out.read_text())
+    ddp, fsdp2 = payload["ddp"]["two"]["ranks"], payload["fsdp2"]["ranks"]
+    whole = ddp[0]["model_states"]
+    assert whole["teacher"] == whole["parameters"] > 0  # the frozen teacher: a whole copy on each process
+    for part in ("parameters", "gradients", "optimizer", "teacher"):
+        shards = [r["model_states"][part] for r in fsdp2]
+        # AdamW's step count, one 4-byte scalar per parameter tensor, is kept whole on every process
+        extra = 4 * 64 if part == "optimizer" else 0
+        assert whole[part] <= sum(shards) <= whole[part] + extra, part
+        assert all(0.45 < s / whole[part] < 0.55 for s in shards), part
+    assert 0.45 < payload["sharding"]["model_states_ratio"] < 0.55
+    assert payload["lora"]["peak_ratio"] > 0
+
+
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def test_adaptive_choice_script(tiny_gpt2_dir, tmp_path):
+    """Every label-free multiple-choice rule beside base, PMI and alpha*, on the fixtures' questions."""
+    out = tmp_path / "choice.json"
+    data = [f"{t}={FIXTURES / t}" for t in ("csqa", "sst2")]
+    run_script(
+        "adaptive_choice.py",
+        *("--model", str(tiny_gpt2_dir), "--limit", "2", "--out", str(tmp_path / "runs")),
+        *("--data", *data, "--json", str(out)),
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["task"] for r in rows} == {"csqa", "sst2"} and len(rows) > 4
+
+
+def test_adaptive_generation_script(tiny_gpt2_dir, tmp_path):
+    """Nucleus, fixed boosts and the per-token rules on the fixtures' WebText prompts."""
+    out = tmp_path / "generation.json"
+    run_script(
+        "adaptive_generation.py",
+        *("--model", str(tiny_gpt2_dir), "--webtext", str(FIXTURES / "webtext"), "--limit", "2"),
+        *("--new", "4", "--k", "2", "--alphas", "-0.1", "--rules", "jsd", "--batch-size", "2"),
+        *("--out", str(tmp_path / "runs"), "--json", str(out)),
+    )
+    assert json.loads(out.read_text())["rows"]
+
+
+def test_adaptive_next_token_script(tiny_gpt2_dir, tmp_path):
+    """The next-token rules on LAMBADA passages: k* and alpha* from the dev passages, reported on test."""
+    out = tmp_path / "next_token.json"
+    passages = FIXTURES / "lambada" / "test.jsonl"
+    run_script(
+        "adaptive_next_token.py",
+        *("--model", str(tiny_gpt2_dir), "--test", str(passages), "--dev", str(passages), "--limit", "2"),
+        *("--ks", "1", "2", "--chunk", "2", "--out", str(tmp_path / "cache"), "--json", str(out)),
+    )
+    payload = json.loads(out.read_text())
+    assert payload["n_test"] == payload["n_dev"] == 2 and payload["rows"]

@@ -35,6 +35,7 @@ PUBLIC_MODULES = [
     "cblight.generate",
     "cblight.scoring",
     "cblight.models",
+    "cblight.sharding",
     "cblight.metrics",
     "cblight.data",
     "cblight.tune",

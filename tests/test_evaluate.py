@@ -200,7 +200,7 @@ def test_rerun_with_new_grid_needs_no_model(evaluated, tiny_gpt2_dir, tmp_path, 
     def refuse(*args, **kwargs):
         raise AssertionError("the model must not be loaded when every example is cached")
 
-    monkeypatch.setattr(base, "load_causal_lm", refuse)
+    monkeypatch.setattr(base, "build_causal_lm", refuse)
     res = run(
         [
             "--model.model",

@@ -90,8 +90,8 @@ def test_a_budget_that_leaves_no_prompt_is_refused_before_the_model_loads(
     def load(*args, **kwargs):
         raise AssertionError("the model was loaded before the budget was checked")
 
-    for module in (base, generation):
-        monkeypatch.setattr(module, "load_causal_lm", load)
+    monkeypatch.setattr(base, "build_causal_lm", load)  # the evaluator builds its model through sharding.py
+    monkeypatch.setattr(generation, "load_causal_lm", load)  # the metrics model
     status, err = run(generate(tiny_gpt2_dir, tmp_path / "out", "--model.max_new_tokens", "256"), capsys)
     assert status == 2
     assert err[-1:] == [

@@ -192,7 +192,7 @@ def test_rerun_is_cached_and_reproducible(generated, tiny_gpt2_dir, tmp_path, mo
     def refuse(*args, **kwargs):
         raise AssertionError("a finished run must recompute its tables without the model")
 
-    monkeypatch.setattr(base, "load_causal_lm", refuse)
+    monkeypatch.setattr(base, "build_causal_lm", refuse)
     monkeypatch.setattr(generation, "load_causal_lm", refuse)
     again = run(tiny_gpt2_dir, tmp_path / "again", ["--data.batch_size", "1"])
     for task in results:

@@ -35,8 +35,9 @@ def test_no_decodings_and_no_grid_is_refused_before_the_model_loads(
     def load(*args, **kwargs):
         raise Loaded("a model or tokenizer was loaded before the bad input was refused")
 
-    for module in (models, base, generation):
+    for module in (models, generation):
         monkeypatch.setattr(module, "load_causal_lm", load)
+    monkeypatch.setattr(base, "build_causal_lm", load)
     for module in (models, base):
         monkeypatch.setattr(module, "load_tokenizer", load)
     argv = generate(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", "[]")

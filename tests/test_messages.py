@@ -98,7 +98,15 @@ COMMAND_LINE = [
         ["evaluate", "--model.choice_alpha", "3"],
         "error: unknown option --model.choice_alpha; did you mean --model.choice_alphas?",
     ),
-    (["evaluate", "--model.dtype", "float64"], f"error: model.dtype must be one of {DTYPES}, got 'float64'"),
+    (
+        ["evaluate", "--model.load.dtype", "float64"],
+        f"error: model.load.dtype must be one of {DTYPES}, got 'float64'",
+    ),
+    # the flat loading options of before are now the group model.load: the new spelling is suggested
+    (
+        ["evaluate", "--model.dtype", "float32"],
+        "error: unknown option --model.dtype; did you mean --model.load.dtype?",
+    ),
     (
         ["tune", "--model.boosting.adaptive", "kl"],
         "error: model.boosting.adaptive must be one of 'auto', 'jsd', 'jsdist', 'cocoa' or null, got 'kl'",
@@ -134,7 +142,10 @@ COMMAND_LINE = [
         ["generate", "--model.decodng", "[]"],
         "error: unknown option --model.decodng; did you mean --model.decodings?",
     ),
-    (["generate", "--model.dtype", "float64"], f"error: model.dtype must be one of {DTYPES}, got 'float64'"),
+    (
+        ["generate", "--model.load.dtype", "float64"],
+        f"error: model.load.dtype must be one of {DTYPES}, got 'float64'",
+    ),
     (
         ["tune", "--model.boosting.alfa", "3"],
         "error: unknown option --model.boosting.alfa; did you mean --model.boosting.alpha?",
@@ -143,7 +154,10 @@ COMMAND_LINE = [
         ["tune", "--model.boosting.mode", "last"],
         "error: model.boosting.mode must be one of 'last_k', 'response', 'marker', 'auto', got 'last'",
     ),
-    (["tune", "--model.dtype", "float64"], f"error: model.dtype must be one of {DTYPES}, got 'float64'"),
+    (
+        ["tune", "--model.load.dtype", "float64"],
+        f"error: model.load.dtype must be one of {DTYPES}, got 'float64'",
+    ),
     (
         ["tune", "--trainer.max_stepz", "3"],
         "error: unknown option --trainer.max_stepz; did you mean --trainer.max_steps?",
@@ -204,7 +218,13 @@ CONFIGS = [
         "model:\n  choice_alphas:\n    start: 2.0\n    stop: -5.0\n    stpe: 0.01\n",
         "unknown option model.choice_alphas.stpe; did you mean model.choice_alphas.step?",
     ),
-    ("evaluate", "model:\n  dtype: float64\n", f"model.dtype must be one of {DTYPES}, got 'float64'"),
+    (
+        "evaluate",
+        "model:\n  load:\n    dtype: float64\n",
+        f"model.load.dtype must be one of {DTYPES}, got 'float64'",
+    ),
+    # the flat spelling of the loading options before they were grouped: the new one suggested
+    ("evaluate", "model:\n  dtype: float32\n", "unknown option model.dtype; did you mean model.load.dtype?"),
     ("evaluate", "modle:\n  model: gpt2\n", "unknown option modle.model; did you mean model.model?"),
     ("evaluate", "data:\n  taks: [copa]\n", "unknown option data.taks; did you mean data.tasks?"),
     (
@@ -223,7 +243,11 @@ CONFIGS = [
         "model:\n  boosting:\n    alfa: 3\n",
         "unknown option model.boosting.alfa; did you mean model.boosting.alpha?",
     ),
-    ("tune", "model:\n  dtype: float64\n", f"model.dtype must be one of {DTYPES}, got 'float64'"),
+    (
+        "tune",
+        "model:\n  load:\n    dtype: float64\n",
+        f"model.load.dtype must be one of {DTYPES}, got 'float64'",
+    ),
     ("contrast", "context: x\nalpah: 3\n", "unknown option alpah; did you mean alpha?"),
 ]
 
@@ -345,7 +369,7 @@ def test_cache_refusal_names_the_option_as_typed_and_the_option_works(tiny_gpt2_
     # the cache's own refusal, behind the output directory's record of its run's settings (which refuses
     # the same rerun first: tests/test_messages_second_wave.py): a directory written without that record
     (out / "run.json").unlink()
-    line = last_error(_copa_run(tiny_gpt2_dir, out, "--model.dtype", "bfloat16"), capsys)
+    line = last_error(_copa_run(tiny_gpt2_dir, out, "--model.load.dtype", "bfloat16"), capsys)
     assert line.startswith(f"error: the cache in {out / 'cache'}")
     assert "dtype: cached 'float32', now 'bfloat16'" in line
     assert line.endswith(
@@ -355,7 +379,7 @@ def test_cache_refusal_names_the_option_as_typed_and_the_option_works(tiny_gpt2_
     assert "overwrite=true" not in line
     # what the line says to type works
     status, err, _ = cblight(
-        _copa_run(tiny_gpt2_dir, out, "--model.dtype", "bfloat16", "--model.overwrite", "true"), capsys
+        _copa_run(tiny_gpt2_dir, out, "--model.load.dtype", "bfloat16", "--model.overwrite", "true"), capsys
     )
     assert status == 0, err
     results = json.loads((out / "results.json").read_text())

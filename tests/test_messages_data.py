@@ -67,8 +67,8 @@ def no_model_loading(monkeypatch):
     def model(*args, **kwargs):
         raise Loaded("model weights were loaded before the bad input was refused")
 
-    for module in (models, base):
-        monkeypatch.setattr(module, "load_causal_lm", model)
+    monkeypatch.setattr(models, "load_causal_lm", model)
+    monkeypatch.setattr(base, "build_causal_lm", model)
 
 
 @pytest.fixture

@@ -423,7 +423,7 @@ def test_adding_a_method_scores_only_its_strings(tiny_gpt2_dir, tmp_path, monkey
     def refuse(*args, **kwargs):
         raise AssertionError("the model must not be loaded when every example is cached")
 
-    monkeypatch.setattr(base, "load_causal_lm", refuse)
+    monkeypatch.setattr(base, "build_causal_lm", refuse)
     again = run(
         [
             *common,

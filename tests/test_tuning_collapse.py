@@ -137,6 +137,7 @@ def test_refreshed_live_teacher_is_a_snapshot_every_n_steps(tiny_gpt2_dir, tmp_p
     data = partial(PromptDataModule, prompts=RUN_PROMPTS, batch_size=2)
     options = TeacherOptions(kind="live", refresh_every=2)
     module = _tuning(tiny_gpt2_dir, teacher=options)
+    module.configure_model()
     initial = _weights(module.model)
     every = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
     _trainer(4, tmp_path, [Record(), every]).fit(module, data())

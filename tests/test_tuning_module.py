@@ -67,6 +67,7 @@ def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, te
         export=ExportOptions(enabled=False),
         validation=ValidationOptions(log_samples_every_n_steps=0),
     )
+    module.configure_model()  # what fit does first (Lightning's hook), to copy the initial model here
     initial = copy.deepcopy(module.model).eval()
     held_out = [module.sampler.sample(module.model, PROMPTS, seed=100 + i) for i in range(2)]
 
@@ -196,6 +197,7 @@ def test_validation_logs_held_out_kl(peaky_gpt2_dir):
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
     plain, checkpointed = _tuning(tiny_gpt2_dir), _tuning(tiny_gpt2_dir, gradient_checkpointing=True)
+    plain.configure_model(), checkpointed.configure_model()
     assert checkpointed.model.is_gradient_checkpointing and checkpointed.model.training
     sampled = plain.sampler.sample(plain.model, PROMPTS[:3])
     grads = []
@@ -210,6 +212,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
 
 def test_bf16_mixed_precision_step(tiny_gpt2_dir):
     module = _tuning(tiny_gpt2_dir)
+    module.configure_model()
     before = _weights(module)
     trainer = _trainer(1, precision="bf16-mixed")
     trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))

@@ -35,6 +35,7 @@ class _Weights(Callback):
 def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_path):
     decay = 0.6
     module = _tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="ema", ema_decay=decay))
+    module.configure_model()  # fit's first hook, called here to read the starting weights
     start = {n: p.detach().clone() for n, p in module.model.named_parameters()}
     weights = _Weights()
     every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1)
@@ -53,6 +54,7 @@ def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_pat
     state = torch.load(tmp_path / "epoch=0-step=3.ckpt", weights_only=True)
     assert set(state[EMA_KEY]) == set(start)
     fresh = _tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="ema", ema_decay=decay))
+    fresh.configure_model()
     fresh.on_load_checkpoint(state)
     for name, p in fresh.teacher.model.named_parameters():
         assert torch.equal(p, module.teacher.model.get_parameter(name)), name
@@ -75,6 +77,7 @@ def test_lora_trains_adapters_and_exports_adapter_and_merged_models(tiny_model_d
         optimizer=partial(torch.optim.Adam, lr=3e-2),
         export=ExportOptions(dir=str(out)),
     )
+    module.configure_model()
     trainable = [n for n, p in module.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
@@ -99,6 +102,7 @@ def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir
         "A journey of a thousand miles begins with one step.",
     ]
     module = _tuning(tiny_model_dir, validation=ValidationOptions(text_tokens=8, log_samples_every_n_steps=0))
+    module.configure_model()
     nll, tokens = human_text_nll(module.model, module.tokenizer, texts, max_tokens=8)
     start = module.tokenizer.bos_token_id if module.encoder.prefix else module.tokenizer.eos_token_id
     ref_nll, ref_tokens = 0.0, 0

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from cblight import zoo
-from cblight.models import ModelLoadError, load_causal_lm, model_label, resolve_model_path
+from cblight.models import LoadOptions, ModelLoadError, load_causal_lm, model_label, resolve_model_path
 
 PARTS = [b"GGUF" + bytes(range(256)) * 3, b"second part" * 50]
 
@@ -162,7 +162,7 @@ def test_the_set_up_installs_the_model_wheels_alone():
 
 def test_unsupported_dtype_and_revision_are_refused(fake_model):
     with pytest.raises(ModelLoadError, match="cannot run in dtype float16: fake models do not do float16"):
-        load_causal_lm("offline:fake-1m", dtype="float16")
+        load_causal_lm("offline:fake-1m", LoadOptions(dtype="float16"))
     with pytest.raises(ModelLoadError, match="has no revision 'main'"):
         resolve_model_path("offline:fake-1m", revision="main")
 

@@ -37,7 +37,7 @@ from cblight.evaluate.multiple_choice import MultipleChoice
 from cblight.evaluate.next_token import NextToken
 from cblight.evaluate.task_scoring import TaskScoring, compare_accuracy_table, summary_text, write_task_files
 from cblight.evaluator import Evaluator
-from cblight.models import DTypeName, check_checkpoint_max_length, check_max_length, checkpoint_window
+from cblight.models import LoadOptions, check_checkpoint_max_length, check_max_length, checkpoint_window
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.runs import check_interrupt
 from cblight.scoring import Scorer, TextScorer
@@ -85,10 +85,10 @@ class BoostedEvaluator(Evaluator):
             ``backend: openai``, the model's name on the server.
         tokenizer: tokenizer id or directory; defaults to ``model``. With ``backend: openai`` the server
             tokenises; a local tokenizer (optional) only spells special tokens in prompts (SST-5's EOS).
-        revision: model revision on the Hub.
-        dtype: weights dtype (``auto`` keeps the checkpoint's); log-softmax and mixing always run in float32.
-        device_map: accelerate device map (e.g. ``auto``) to shard a large model; placement is then left to it.
-        trust_remote_code: allow custom model code from the Hub (off unless asked).
+        load: how the checkpoint loads: ``revision``, ``dtype`` (``auto`` keeps the checkpoint's; log-softmax
+            and mixing always run in float32) and ``trust_remote_code`` (``cblight.models.LoadOptions``).
+        device_map: accelerate device map (e.g. ``auto``) to spread a large model over one process's
+            devices; placement is then left to it (under FSDP2, ``-c configs/fsdp.yaml``, leave it unset).
         batch_size: sequences per forward pass, or ``auto`` (halves on CUDA out-of-memory; 16 on CPU).
         max_length: override the model window; longer contexts are cut from the left. Past the window of
             learned absolute positions (GPT-2) it is refused; past a rotary one (Llama, Gemma) a warning says
@@ -126,10 +126,8 @@ class BoostedEvaluator(Evaluator):
         self,
         model: str = "gpt2",
         tokenizer: str | None = None,
-        revision: str | None = None,
-        dtype: DTypeName = "float32",
+        load: LoadOptions = LoadOptions(),
         device_map: str | None = None,
-        trust_remote_code: bool = False,
         batch_size: PositiveInt | Literal["auto"] = "auto",
         max_length: PositiveInt | None = None,
         share_context: bool = True,
@@ -148,8 +146,9 @@ class BoostedEvaluator(Evaluator):
         run_label: str | None = None,
     ):
         # the alpha grids are checked by _grid: a hyperparameter round trip (--compare) hands back a mapping
+        load = LoadOptions.coerce(load)
         check_arguments(type(self).__init__, {k: v for k, v in locals().items() if not k.endswith("_alphas")})
-        super().__init__(model, tokenizer, output_dir, overwrite, run_label)
+        super().__init__(model, tokenizer, load, output_dir, overwrite, run_label)
         self.save_hyperparameters()
         self.backend: LocalBackend | ServedBackend
         if backend == "openai":
@@ -168,7 +167,7 @@ class BoostedEvaluator(Evaluator):
         if len(set(self.ks)) != len(self.ks):
             raise ConfigError(f"ks repeats a value: {self.ks}")
         if max_length is not None and backend == "local":  # past learned positions a run fails mid-way
-            check_checkpoint_max_length(model, max_length, "model.max_length", revision, trust_remote_code)
+            check_checkpoint_max_length(model, max_length, "model.max_length", load)
         self.length_normalize = length_normalize
         self.adaptive = adaptive
         if methods and len(set(methods)) != len(methods):
@@ -251,6 +250,9 @@ class BoostedEvaluator(Evaluator):
     def check_checkpoint(self, path: str) -> Any:
         return self.backend.check_checkpoint(self, path)
 
+    def needs_model(self) -> bool:
+        return isinstance(self.backend, LocalBackend)
+
     def _step(self, batch: list[Any], dataloader_idx: int, role: Role) -> None:
         """Score the examples of ``batch`` the cache lacks, then feed every record to the split's sweep."""
         check_interrupt()
@@ -259,10 +261,12 @@ class BoostedEvaluator(Evaluator):
         kind = self._kind(split, role)
         todo = [ex for ex in batch if kind.missing(cached.get(ex.idx), ex)]
         self._resumed += len(batch) - len(todo)
-        if todo:
-            if self._scorer is None:  # connected when an example needs it
-                self._scorer = self.backend.connect(self)
-            self._store((role, split.name), kind.score(self._scorer, split, todo, cached))
+        # under FSDP2 every process makes as many model calls as the busiest (its cache may hold its examples)
+        with self.synced.phase(self.model if self.needs_model() else None):
+            if todo:
+                if self._scorer is None:  # connected when an example needs it
+                    self._scorer = self.backend.connect(self)
+                self._store((role, split.name), kind.score(self._scorer, split, todo, cached))
         kind.update(self.sweeps[f"{role}_{split.name}"], [cached[ex.idx] for ex in batch])
 
     def validation_step(self, batch: list[Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -334,7 +338,7 @@ class LocalBackend:
         model loaded when an example needs it."""
         if run.tokenizer is None:
             run._load_tokenizer()
-            window = run.hparams.max_length or checkpoint_window(run.model_name, run.hparams.revision)
+            window = run.hparams.max_length or checkpoint_window(run.model_name, run.load)
             # answer sets repeat across examples: tokenise each string once
             length = cache(lambda text: len(run.tokenizer(text, add_special_tokens=False)["input_ids"]))
             for split in dm.loader_splits("selection") + dm.loader_splits("report") if window else ():
@@ -346,7 +350,7 @@ class LocalBackend:
                                 f"the model window of {window} (answers are never cut; contexts are cut from "
                                 "the left)"
                             )
-        if pending and run.model is None:
+        if pending and run.model is None and not run.synced.enabled:  # FSDP2 builds it in configure_model
             run._load_model()
 
     def check_checkpoint(self, run: BoostedEvaluator, path: str) -> Any:

@@ -326,7 +326,11 @@ class FusedBoostedDecoding:
                 "generate's beam search (boosted_generate does this for num_beams > 1)"
             )
         if synced_gpus:
-            raise BoostingError("synced_gpus (FSDP / DeepSpeed ZeRO-3) is not supported by boosted decoding")
+            raise BoostingError(
+                "synced_gpus is not supported by boosted decoding: with a model sharded over processes (FSDP2) "
+                "run it inside cblight.sharding.SyncedForwards(True).phase(model), which pads the processes' "
+                "forward calls to the same number (as cblight generate does)"
+            )
         if input_ids.shape[1] != self.prompts.width:
             raise BoostingError("FusedBoostedDecoding must be given the input_ids of its PreparedPrompts")
         streamer = streamer if streamer is not None else self.streamer

@@ -43,7 +43,7 @@ from cblight.generate.inputs import prepare_prompts, prompt_room
 from cblight.generate.rows import Decoding, DecodingGrid, TableKind, kind_of, resolve_decodings
 from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
-from cblight.models import DTypeName, checkpoint_window, load_causal_lm, model_window
+from cblight.models import LoadOptions, checkpoint_window, load_causal_lm, model_window
 from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
 from cblight.options import Boosting
 from cblight.results import atomic_write_jsonl, format_table, save_figure
@@ -76,10 +76,10 @@ class BoostedGenerationEvaluator(Evaluator):
     Args:
         model: Hub id or local directory of the causal LM that generates.
         tokenizer: its tokenizer (default: ``model``).
-        revision: model revision on the Hub.
-        dtype: weights dtype; mixing and log-softmax run in float32.
-        device_map: accelerate device map for a model that needs sharding.
-        trust_remote_code: allow custom model code (off unless asked).
+        load: how the checkpoint (and ``metrics_model``) loads: ``revision``, ``dtype`` (mixing and
+            log-softmax run in float32) and ``trust_remote_code`` (``cblight.models.LoadOptions``).
+        device_map: accelerate device map to spread a large model over one process's devices (under FSDP2,
+            ``-c configs/fsdp.yaml``, leave it unset).
         decodings: the rows to generate (default: greedy).
         grid: boosted decodings over a (k, alpha) grid, appended to ``decodings`` (Figure 3's plot).
         max_new_tokens: tokens to generate (default: the task's, 200 for WebText and 100 for summaries).
@@ -108,10 +108,8 @@ class BoostedGenerationEvaluator(Evaluator):
         self,
         model: str = "gpt2",
         tokenizer: str | None = None,
-        revision: str | None = None,
-        dtype: DTypeName = "float32",
+        load: LoadOptions = LoadOptions(),
         device_map: str | None = None,
-        trust_remote_code: bool = False,
         decodings: list[Decoding] | None = None,
         grid: DecodingGrid | None = None,
         max_new_tokens: PositiveInt | None = None,
@@ -128,11 +126,14 @@ class BoostedGenerationEvaluator(Evaluator):
         log_samples: NonNegativeInt = 16,
         run_label: str | None = None,
     ):
-        super().__init__(model, tokenizer, output_dir, overwrite, run_label)
+        super().__init__(model, tokenizer, load, output_dir, overwrite, run_label)
         self.save_hyperparameters()
         self.decodings, self.grid = resolve_decodings(decodings, grid)
         # the rows come back from checkpoints as dicts: checked as the resolved dataclasses
-        check_arguments(type(self).__init__, {**self.hparams, "decodings": self.decodings, "grid": self.grid})
+        check_arguments(
+            type(self).__init__,
+            {**self.hparams, "decodings": self.decodings, "grid": self.grid, "load": self.load},
+        )
         if meteor == "official":  # asked for by name: refused here, before any work, where it cannot run
             resolve_meteor_route(meteor)
         self._metrics_lm: Any = None
@@ -157,7 +158,7 @@ class BoostedGenerationEvaluator(Evaluator):
         dm = self._datamodule()
         self._clear_cache_once()
         self._load_tokenizer()
-        window = checkpoint_window(self.model_name, self.hparams.revision)  # from the config, no weights
+        window = checkpoint_window(self.model_name, self.load)  # from the config, no weights
         self._tasks = []
         pending = False
         for split in dm.loader_splits("report"):
@@ -192,15 +193,28 @@ class BoostedGenerationEvaluator(Evaluator):
                 pending = pending or any(
                     cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
                 )
-        if window is None and pending:  # a config that names no window: the loaded model's
+        # FSDP2 builds the model in configure_model, after this: a window the config does not name is read
+        # from it there
+        if window is None and pending and not self.synced.enabled:  # the config names none: the model's
             if self.model is None:
                 self._load_model()
             window = model_window(self.model)
         if window is not None:  # the one budget check, before the model loads where the config says
-            for task in self._tasks:
-                task.room = prompt_room(window, task.max_new_tokens, "model.max_new_tokens")
-        if pending and self.model is None:
+            self._fit_rooms(window)
+        if pending and self.model is None and not self.synced.enabled:
             self._load_model()
+
+    def _fit_rooms(self, window: int) -> None:
+        """Each task's prompt room beside its ``max_new_tokens`` in a window of ``window`` tokens."""
+        for task in self._tasks:
+            task.room = prompt_room(window, task.max_new_tokens, "model.max_new_tokens")
+
+    def configure_model(self) -> None:
+        """The model under FSDP2 (``Evaluator.configure_model``), and the prompt room from its window where
+        ``setup``, which runs before, found none in the checkpoint's config."""
+        super().configure_model()
+        if self.model is not None and any(task.room is None for task in self._tasks):
+            self._fit_rooms(model_window(self.model))
 
     # -- one batch -----------------------------------------------------------------------------------------
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -216,7 +230,10 @@ class BoostedGenerationEvaluator(Evaluator):
                     f"{task.split.name} batch {batch_idx + 1}/{total} ({len(batch)} prompts): "
                     f"decoding {i}/{len(self.decodings)} {decoding.name!r}",
                 )
-            records = self._records(task, decoding, batch, fitted)
+            # under FSDP2 every process makes as many model calls (decoding steps, scoring passes) as the
+            # busiest: one that finished, or had its records cached, pads with 1-token forwards
+            with self.synced.phase(self.model):
+                records = self._records(task, decoding, batch, fitted)
             if not records:
                 continue
             examples = [task.split.by_idx[r["id"]] for r in records]
@@ -300,9 +317,7 @@ class BoostedGenerationEvaluator(Evaluator):
             if own and self.model is None:
                 self._load_model()
             elif not own and self._metrics_lm is None:
-                self._metrics_lm = load_causal_lm(
-                    name, dtype=self.hparams.dtype, revision=self.hparams.revision
-                ).to(self.device)
+                self._metrics_lm = load_causal_lm(name, self.load).to(self.device)
             metrics_lm = self.model if own else self._metrics_lm
             log_probs = generated_token_log_probs(
                 metrics_lm,

@@ -134,17 +134,15 @@ class CblightLM(TemplateLM):
         self.premise_free_rule = premise_free_rule
         self.form = form
         if isinstance(pretrained, str):
-            from cblight.models import load_causal_lm, load_tokenizer
+            from cblight.models import LoadOptions, load_causal_lm, load_tokenizer
 
+            # lm-eval's model_args are flat key=value pairs (its hf model's spelling): one LoadOptions here
+            load = LoadOptions(revision=revision, dtype=dtype, trust_remote_code=trust_remote_code)
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-            model = load_causal_lm(
-                pretrained, dtype=dtype, device=device, revision=revision, trust_remote_code=trust_remote_code
-            )
+            model = load_causal_lm(pretrained, load, device=device)
             tok = tokenizer
             if isinstance(tokenizer, str | None):
-                tok = load_tokenizer(
-                    tokenizer or pretrained, revision=revision, trust_remote_code=trust_remote_code
-                )
+                tok = load_tokenizer(tokenizer or pretrained, load)
             self.model_name = pretrained
         else:
             if tokenizer is None or isinstance(tokenizer, str):

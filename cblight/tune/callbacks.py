@@ -149,13 +149,13 @@ def resume_interrupted_run(
     for _, directory in reversed(versions):
         checkpoint = directory / "checkpoints" / "last.ckpt"
         saved = directory / "config.yaml"
-        if not (checkpoint.is_file() and saved.is_file()):
+        # a file, or under FSDP2 a directory of shards whose meta.pt holds the rest (the step)
+        meta = checkpoint / "meta.pt" if checkpoint.is_dir() else checkpoint
+        if not (meta.is_file() and saved.is_file()):
             continue
         try:
             same = _run_identity(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}) == current
-            step = int(
-                torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["global_step"]
-            )
+            step = int(torch.load(meta, map_location="cpu", weights_only=True, mmap=True)["global_step"])
         except Exception:  # an unreadable run is not this one
             continue
         if not same:
@@ -317,7 +317,13 @@ class CollapseGuard(Callback):
             return
         trainer.should_stop = True
         self.reason = reason
-        if self.good_checkpoint is not None:
+        if self.good_checkpoint is not None and Path(self.good_checkpoint).is_dir():  # FSDP2's shards
+            keep = (
+                f"the last good checkpoint is {self.good_checkpoint} (step {self.good_step}); export it with "
+                "CoherenceTuning.load_from_checkpoint(cblight.sharding.consolidate_checkpoint(...))"
+                ".export_pretrained(DIR)"
+            )
+        elif self.good_checkpoint is not None:
             keep = (
                 f"the last good checkpoint is {self.good_checkpoint} (step {self.good_step}); export it with "
                 f"CoherenceTuning.load_from_checkpoint(...).export_pretrained(DIR)"

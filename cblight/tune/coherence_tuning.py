@@ -3,7 +3,14 @@ Table 2's "+ self-tune" row).
 
 Each training step samples a batch from the current model, computes its coherence-boosted distribution
 ``f_alpha ∝ f_max^(1-alpha) f_k^alpha`` with no gradient, and steps on ``KL(f_alpha || f_θ)``; the maths
-lives in ``cblight.tune.loss``. Distribution is Lightning's (DDP; FSDP for models that outgrow one GPU).
+lives in ``cblight.tune.loss``. Distribution is Lightning's: DDP, or FSDP2 (``-c configs/fsdp.yaml``,
+``cblight.sharding``) for models that outgrow one device, which shards the student and every teacher copy
+over the processes.
+
+``__init__`` only stores and checks the options (and reads the checkpoint's config: ``boosting.k`` must fit
+its window); ``configure_model``, which Lightning calls on every process once the strategy is set up, builds
+the model for the strategy (``cblight.sharding.build_causal_lm``), the teacher's copies and the validator.
+The tokenizer and the sampler load on first use (the prompt check before ``fit`` needs them; no weights).
 
 ``CoherenceTuning`` holds four helpers and its Lightning hooks delegate to them: the sampler
 (``cblight.tune.rollouts``: prompts, samples, the per-process random state), the teacher
@@ -29,21 +36,28 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
 import torch
 
 from cblight.errors import CblightError, ConfigError
-from cblight.models import DTypeName, load_causal_lm, load_tokenizer, model_window
+from cblight.models import LoadOptions, checkpoint_config, load_tokenizer, model_window
 from cblight.option_types import PositiveInt, check_arguments
 from cblight.options import Boosting, Sampling
 from cblight.scoring import Encoder
+from cblight.sharding import SyncedForwards, build_causal_lm, fsdp_mesh, is_sharded
 from cblight.tune.callbacks import GuardOptions
 from cblight.tune.export import Exporter, ExportOptions
-from cblight.tune.lora import LoraOptions, apply_lora
+from cblight.tune.lora import AdaptersDisabled, LoraOptions, apply_lora
 from cblight.tune.loss import KLTerms, LossOptions, Sampled, tuning_kl_terms
-from cblight.tune.preflight import check_max_steps, check_shared_options, check_validation_data
+from cblight.tune.preflight import (
+    check_max_steps,
+    check_shared_options,
+    check_strategy,
+    check_validation_data,
+)
 from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, seed_of
 from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy
 from cblight.tune.validation import ValidationOptions, Validator
@@ -81,9 +95,8 @@ class CoherenceTuning(L.LightningModule):
     Args:
         model: Hub id or local directory of the pretrained model (``AutoModelForCausalLM``).
         tokenizer: tokenizer id/directory (default: ``model``).
-        revision: the model's (and tokenizer's) revision on the Hub.
-        dtype: dtype the weights are loaded in (use the trainer's ``precision`` for mixed precision).
-        trust_remote_code: let transformers run the model repository's own code.
+        load: how the checkpoint loads: ``revision``, ``dtype`` (use the trainer's ``precision`` for mixed
+            precision) and ``trust_remote_code`` (``cblight.models.LoadOptions``).
         gradient_checkpointing: recompute activations in the backward pass (transformers' implementation).
         boosting: the teacher's boosting: ``mode: last_k`` (the short expert ``f_k`` sees the last ``k``
             tokens) in the generation form ``(1-alpha) log f_max + alpha log f_k`` (Table 2; negative
@@ -119,9 +132,7 @@ class CoherenceTuning(L.LightningModule):
         self,
         model: str = "gpt2",
         tokenizer: str | None = None,
-        revision: str | None = None,
-        dtype: DTypeName = "float32",
-        trust_remote_code: bool = False,
+        load: LoadOptions = LoadOptions(),
         gradient_checkpointing: bool = False,
         boosting: Boosting = Boosting(k=32, alpha=-0.05),
         sampling: Sampling = Sampling(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, seed=0),
@@ -151,44 +162,114 @@ class CoherenceTuning(L.LightningModule):
             self.save_hyperparameters({**plain, "_instantiator": CLI_INSTANTIATOR})
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
+        self.model_name = model
+        self.tokenizer_name = tokenizer or model
+        self.load_options = load
         self.boosting = boosting
+        self.sampling = sampling
+        self.rollouts = rollouts
         self.loss_options = loss
         self.lora_options = lora
+        self.teacher_options = teacher
+        self.validation_options = validation
         self.guard_options = guard
-
-        self.tokenizer = load_tokenizer(
-            tokenizer or model, revision=revision, trust_remote_code=trust_remote_code
-        )
-        self.model = load_causal_lm(
-            model, dtype=dtype, revision=revision, trust_remote_code=trust_remote_code
-        )
-        self.encoder = Encoder(self.tokenizer)
-        self.window = model_window(self.model)
-        room = self.window - len(self.encoder.prefix)
-        if boosting.k >= room:
+        # from the checkpoint's config, before any weights load (a path that is no model fails here): the
+        # window, and a static cache or compiled decoding the model's class cannot do
+        config = checkpoint_config(model, load)
+        self.window = model_window(SimpleNamespace(config=config))
+        rollouts.check_config(config)
+        if boosting.k >= self.window:
             raise ConfigError(
-                f"boosting.k = {boosting.k} must be smaller than the model window of {room} tokens"
+                f"boosting.k = {boosting.k} must be smaller than the model window of {self.window} tokens"
             )
-        self.sampler = RolloutSampler(
-            self.encoder, sampling, max_new_tokens, max_prompt_tokens, self.window, rollouts
-        )
-        rollouts.check_supported(type(self.model))  # a static cache or compiling asked of a model that cannot
-        disable_dropout(self.model)
-        self.model.train()
-        if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # The initial model's copy is taken before any LoRA adapters are added; the EMA starts after.
-        needed = teacher.kind == "frozen" or validation.against_initial or bool(teacher.trust_region)
-        self._initial_for_guard_only = guard.enabled and not needed
-        initial = frozen_copy(self.model) if needed or guard.enabled else None
-        if lora.rank:
-            self.model = apply_lora(self.model, lora)
-        self.teacher = Teacher(teacher, self.model, initial)
-        self.validator = Validator(validation, self.tokenizer)
+        self.model: torch.nn.Module | None = None  # built by configure_model
+        self.teacher: Teacher | None = None
+        self.validator: Validator | None = None
         self.exporter = Exporter(export)
+        self._tokenizer: Any = None
+        self._sampler: RolloutSampler | None = None
         self._log_dir: str | None = None
         self._step_start = 0.0
         self._step_tokens = 0
+
+    # -- what is built, and where ---------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer, loaded on first use."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer_name, self.load_options)
+        return self._tokenizer
+
+    @property
+    def encoder(self) -> Encoder:
+        """The tokenizer's conventions (its special prefix, BOS for Llama)."""
+        return self.sampler.encoder
+
+    @property
+    def sampler(self) -> RolloutSampler:
+        """The rollout sampler, made on first use; ``boosting.k`` is checked against the window the
+        tokenizer's special prefix leaves."""
+        if self._sampler is None:
+            encoder = Encoder(self.tokenizer)
+            room = self.window - len(encoder.prefix)
+            if self.boosting.k >= room:
+                raise ConfigError(
+                    f"boosting.k = {self.boosting.k} must be smaller than the model window of {room} tokens"
+                )
+            self._sampler = RolloutSampler(
+                encoder,
+                self.sampling,
+                self.hparams.max_new_tokens,
+                self.hparams.max_prompt_tokens,
+                self.window,
+                self.rollouts,
+            )
+        return self._sampler
+
+    @property
+    def synced(self) -> SyncedForwards:
+        """The phases of synced forward calls (enabled when FSDP2 shards the models over processes)."""
+        return SyncedForwards(self._synced(), self.device)
+
+    def configure_model(self) -> None:
+        """Build the model for the run's strategy (whole, or under FSDP2 sharded over the processes, no
+        process holding it whole), the teacher's copies and the validator; Lightning calls it on every
+        process once the strategy is set up (and ``load_from_checkpoint`` without one). Idempotent."""
+        if self.model is not None:
+            return
+        trainer = self._trainer
+        mesh = fsdp_mesh(trainer)
+        if trainer is not None:
+            check_strategy(trainer.strategy, self.lora_options, self.rollouts)
+        model = build_causal_lm(self.model_name, self.load_options, mesh=mesh)
+        self.rollouts.check_supported(type(model))  # a static cache or compiling asked of a model that cannot
+        disable_dropout(model)
+        model.train()
+        if self.hparams.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        teacher, validation = self.teacher_options, self.validation_options
+        needed = teacher.kind == "frozen" or validation.against_initial or bool(teacher.trust_region)
+        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+        guarded = self.guard_options.enabled and not (
+            hasattr(datamodule, "val_prompts") and not datamodule.val_prompts()
+        )  # nothing to guard without validation: no initial model kept for it
+
+        def copy_of_initial() -> torch.nn.Module:
+            # under FSDP2 a second sharded build from the checkpoint (the initial weights, no whole copy)
+            if mesh is not None:
+                return build_causal_lm(self.model_name, self.load_options, mesh=mesh).requires_grad_(False)
+            return frozen_copy(model)
+
+        initial: Any = None
+        if self.lora_options.rank:
+            # the initial model is the base model with the adapters switched off: no second copy
+            model = apply_lora(model, self.lora_options)
+            initial = AdaptersDisabled(model) if needed or guarded else None
+        elif needed or guarded:
+            initial = copy_of_initial()
+        self.model = model
+        self.teacher = Teacher(teacher, model, initial, copy_of_initial if mesh is not None else None)
+        self.validator = Validator(validation, self.tokenizer)
 
     # -- checks ---------------------------------------------------------------------------------------
     def check_prompts(self, prompts: Sequence[str]) -> None:
@@ -202,11 +283,7 @@ class CoherenceTuning(L.LightningModule):
         self._log_dir = self.trainer.log_dir
         if stage != "fit":
             return
-        if self._synced() and (self.teacher.options.kind == "ema" or self.lora_options.rank):
-            raise ConfigError(
-                "teacher.kind: ema and lora.rank > 0 need every process to hold the whole model; "
-                "use a replicated strategy (DDP) or teacher.kind: live without LoRA under FSDP/DeepSpeed"
-            )
+        check_strategy(self.trainer.strategy, self.lora_options, self.rollouts)
         check_max_steps(self.trainer.max_steps)
         datamodule = getattr(self.trainer, "datamodule", None)
         if hasattr(datamodule, "train_prompts"):
@@ -214,20 +291,12 @@ class CoherenceTuning(L.LightningModule):
         if hasattr(datamodule, "check_batch_size"):
             datamodule.check_batch_size()
         check_validation_data(self.guard_options, datamodule)  # a data module without validation: no check
-        guard_only = self._initial_for_guard_only and hasattr(datamodule, "val_prompts")
-        if guard_only and not datamodule.val_prompts():
-            self.teacher.initial = None  # nothing to guard without validation: the copy's memory back
 
     def _synced(self) -> bool:
-        """Sharded strategies (FSDP, DeepSpeed) need every process to run the same forward passes."""
-        from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
-
+        """Whether FSDP2 shards the models over several processes: every process must then make the same
+        forward calls (``cblight.sharding.SyncedForwards``)."""
         trainer = self._trainer
-        if trainer is None or trainer.world_size == 1:
-            return False
-        strategy = trainer.strategy
-        replicated = isinstance(strategy, (DDPStrategy, SingleDeviceStrategy))
-        return not replicated or "DeepSpeed" in type(strategy).__name__  # DeepSpeed subclasses DDP
+        return is_sharded(trainer) and trainer.world_size > 1
 
     # -- optimisation ---------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
@@ -271,10 +340,13 @@ class CoherenceTuning(L.LightningModule):
         self.teacher.update(self.model, self.global_step + 1)  # Lightning counts the step after this hook
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """The gradient's 2-norm before clipping (over all processes' shards under FSDP)."""
-        grads = [p.grad.detach().float() for p in self.parameters() if p.grad is not None]
+        """The gradient's 2-norm before clipping (under FSDP2 over every process's shards)."""
+        from torch.distributed.tensor import DTensor
+
+        grads = [p.grad.detach() for p in self.parameters() if p.grad is not None]
+        local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
         squares = torch.stack(
-            [g.square().sum() for g in grads] or [torch.zeros((), device=self.device)]
+            [g.float().square().sum() for g in local] or [torch.zeros((), device=self.device)]
         ).sum()
         if self._synced():
             squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
@@ -339,12 +411,6 @@ class CoherenceTuning(L.LightningModule):
 
     def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
         """The KL terms of a sampled batch under the run's teacher (or ``teacher_model``)."""
-
-        def sync(local_calls: int) -> int:
-            t = torch.tensor([local_calls], device=self.device)
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-            return int(t.item())
-
         return tuning_kl_terms(
             self.model,
             sampled,
@@ -353,7 +419,7 @@ class CoherenceTuning(L.LightningModule):
             options=self.loss_options,
             prefix=self.encoder.prefix,
             teacher_model=teacher_model if teacher_model is not None else self.teacher.model,
-            sync_window_calls=sync if self._synced() else None,
+            synced=self.synced,
             # the trust region's f_0 (used while trust_region > 0): the initial copy, under the run's teacher
             reference_model=self.teacher.initial if teacher_model is None else None,
             trust_region=self.teacher.options.trust_region,
@@ -383,6 +449,7 @@ class CoherenceTuning(L.LightningModule):
                 self.kl_terms,
                 same_initial=self.teacher.options.kind == "frozen",
                 texts=batch.get("texts") or [],
+                synced=self.synced,
             )
         for name, metric in logged.items():
             self.log(name, metric, on_step=False, on_epoch=True, batch_size=len(prompts))
@@ -394,18 +461,30 @@ class CoherenceTuning(L.LightningModule):
     # -- checkpoints and export -----------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store every process's sampling random state (Lightning does not save random states) and the
-        EMA teacher's trainable weights (the copy is not a registered submodule)."""
-        ema = self.teacher.state_dict(self.model)
-        if ema is not None:
-            checkpoint[EMA_KEY] = ema
+        EMA teacher's trainable weights (the copy is not a registered submodule); under FSDP2 the EMA's
+        shards go with the model's into the distributed checkpoint, under ``EMA_KEY.<parameter>``."""
+        if is_sharded(self._trainer):
+            checkpoint["state_dict"].update(self.teacher.sharded_state(self.model))
+        else:
+            ema = self.teacher.state_dict(self.model)
+            if ema is not None:
+                checkpoint[EMA_KEY] = ema
         world = self.trainer.world_size if self._trainer is not None else 1
         rng = self.sampler.state_dict(world, lambda t: self.all_gather(t.to(self.device)).cpu())
         if rng is not None:
             checkpoint[RNG_KEY] = rng
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the sampling random states and the EMA teacher: from ``EMA_KEY``, from the distributed
+        checkpoint's shards (FSDP2), or from its ``EMA_KEY.*`` entries once consolidated into one file."""
         self.sampler.load_state_dict(checkpoint.get(RNG_KEY))
-        self.teacher.load_state_dict(checkpoint.get(EMA_KEY))
+        trainer = self._trainer
+        state, prefix = checkpoint.get("state_dict") or {}, f"{EMA_KEY}."
+        consolidated = {k[len(prefix) :]: state.pop(k) for k in list(state) if k.startswith(prefix)}
+        if is_sharded(trainer) and trainer.ckpt_path is not None and Path(trainer.ckpt_path).is_dir():
+            self.teacher.load_sharded_state(self.model, trainer.ckpt_path)
+        else:
+            self.teacher.load_state_dict(consolidated or checkpoint.get(EMA_KEY))
 
     def export_pretrained(self, out_dir: str | Path | None = None) -> Path:
         """``save_pretrained`` of the tuned model and its tokenizer, loadable by

@@ -141,15 +141,21 @@ class Exporter(Callback):
         out_dir: str | Path | None = None,
     ) -> Path:
         """``save_pretrained`` of ``model`` and ``tokenizer`` to ``out_dir`` (default: ``path``). With a
-        trainer, call it on every process: sharded weights are gathered and rank 0 writes."""
+        trainer, call it on every process: under FSDP2 the whole weights are gathered once, tensor by tensor,
+        onto rank 0's CPU (``cblight.sharding.full_state_dict``), and rank 0 writes."""
+        from cblight.sharding import full_state_dict, is_sharded
+
         root = Path(trainer.default_root_dir) if trainer is not None else Path(".")
         out = Path(out_dir) if out_dir is not None else self.path(root, log_dir)
         weights, is_zero = None, True
-        if trainer is not None:
+        if is_sharded(trainer):
+            weights = full_state_dict(model)
+            is_zero = trainer.is_global_zero
+        elif trainer is not None:
             state = trainer.strategy.lightning_module_state_dict()
             weights = {name[len("model.") :]: t for name, t in state.items() if name.startswith("model.")}
             is_zero = trainer.is_global_zero
-        if is_zero and hasattr(model, "merge_and_unload"):  # LoRA (peft; refused under sharded strategies)
+        if is_zero and hasattr(model, "merge_and_unload"):  # LoRA (peft; refused under FSDP2)
             model.save_pretrained(out / "adapter")  # the adapter alone, then the merged model
             tokenizer.save_pretrained(out / "adapter")
             model, weights = copy.deepcopy(model).merge_and_unload(), None

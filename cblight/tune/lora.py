@@ -5,18 +5,25 @@ al. 2022); the base weights stay frozen. The tuned model is exported twice (``cb
 merged into plain weights (a normal Hugging Face model directory) and as the adapter alone
 (``adapter_config.json`` + weights, which ``AutoModelForCausalLM.from_pretrained`` also loads, fetching
 the base model named in it).
+
+The initial model that the frozen teacher, the trust region and the collapse guard need is no copy: it is
+the tuned model with its adapters switched off (``AdaptersDisabled``, peft's ``disable_adapter``), the base
+weights shared, which is what lets a model that fits one device only once be tuned there. Under FSDP2
+(``-c configs/fsdp.yaml``) LoRA is refused before anything loads: tune with it on one device or with DDP.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from cblight.errors import ConfigError
 from cblight.option_types import NonNegativeInt, PositiveFloat, check_fields
 
-__all__ = ["LoraOptions", "apply_lora"]
+__all__ = ["AdaptersDisabled", "LoraOptions", "apply_lora"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +67,36 @@ def apply_lora(model: Any, options: LoraOptions) -> Any:
         return get_peft_model(model, config)
     except ValueError as err:  # e.g. target modules that the model does not have
         raise ConfigError(f"lora.target_modules {options.target_modules!r}: {err}") from err
+
+
+class AdaptersDisabled:
+    """The base model of a LoRA model: every call (``model(...)``, ``generate``) runs under peft's
+    ``disable_adapter``, so it computes the initial model with the tuned model's own base weights, no copy.
+    Anything else (``config``, ``generation_config``, ``eval()``, ``to()``) is the LoRA model's.
+
+    Args:
+        peft_model: the model with LoRA adapters (``apply_lora``).
+    """
+
+    def __init__(self, peft_model: Any):
+        object.__setattr__(self, "peft_model", peft_model)
+
+    @contextmanager
+    def _base(self) -> Iterator[None]:
+        with self.peft_model.disable_adapter():
+            yield
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._base():
+            return self.peft_model(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        """``generate`` of the base model."""
+        with self._base():
+            return self.peft_model.generate(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.peft_model, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.peft_model, name, value)  # e.g. generation_config, hidden while sampling

@@ -31,13 +31,13 @@ from cblight.adaptive import token_alphas
 from cblight.batching import (
     accepts_kwarg,
     default_window_chunk,
-    last_position_log_probs,
     positions_from_mask,
     windowed_log_probs,
     windowed_positions,
 )
 from cblight.boosting import boosted_log_probs, log_softmax32
 from cblight.option_types import ClosedUnitInterval, PositiveInt, check_fields
+from cblight.sharding import SyncedForwards
 from cblight.tune.divergences import Divergence, restrict_to_teacher_top_k
 from cblight.tune.divergences import divergence as divergence_fn
 
@@ -283,7 +283,7 @@ def tuning_kl_terms(
     options: LossOptions = LossOptions(),
     prefix: Sequence[int] = (),
     teacher_model: Any | None = None,
-    sync_window_calls: Callable[[int], int] | None = None,
+    synced: SyncedForwards | None = None,
     reference_model: Any | None = None,
     trust_region: float = 0.0,
     adaptive: str | None = None,
@@ -305,9 +305,10 @@ def tuning_kl_terms(
     ``[B, T, V]`` float32 teacher or student tensor is ever held. The gradient of each chunk is taken right
     away and handed to the model's backward pass through ``loss_sum``.
 
-    ``sync_window_calls`` maps this process's number of window forward passes to the largest over all
-    processes; the live teacher then runs dummy passes up to it, because a sharded model (FSDP) needs every
-    process to make the same forward calls.
+    ``synced`` (``cblight.sharding.SyncedForwards``): under FSDP2 every process must make the same calls of
+    each sharded model, while the number of chunks and of windows follows this process's samples. Every
+    process then walks as many chunks as the busiest, each in the same phases (the teacher's full pass, the
+    initial model's, the windows), and pads each phase with 1-token forwards.
 
     ``trust_region > 0`` with ``reference_model`` (the initial model ``f_0``) adds ``trust_region ·
     KL(f_θ || f_0)`` per position to the objective (RLHF's KL penalty; docs/tuning.md, "Trust region"),
@@ -331,31 +332,44 @@ def tuning_kl_terms(
     kl, gap, agree = (torch.empty(int(rows.numel()), device=logits.device) for _ in range(3))
     penalised = trust_region > 0 and reference_model is not None
     trust = torch.zeros(int(rows.numel()), device=logits.device)
-    window_calls = 0
-    for lo, hi in _row_chunks(rows, loss_chunk_size):
+    synced = synced or SyncedForwards()
+    separate_reference = penalised and reference_model is not teacher_model
+    chunks = list(_row_chunks(rows, loss_chunk_size))
+    with torch.no_grad():  # a process with fewer chunks joins the others' calls of the ones it lacks
+        for _ in range(synced.most(len(chunks)) - len(chunks)):
+            with synced.phase(teacher_model, calls=1):
+                pass
+            with synced.phase(reference_model if separate_reference else None, calls=1):
+                pass
+            with synced.phase(teacher_source):
+                pass
+    for lo, hi in chunks:
         r, c = rows[lo:hi], cols[lo:hi]
         chunk_long = long[lo:hi]
         z = detached[r, c - 1 - offset].requires_grad_(differentiable)
         student = log_softmax32(z)  # a graph only where the model's logits have one (grad mode is on then)
         with torch.no_grad():
-            full = (
-                student.detach() if teacher_model is None else _full_log_probs(teacher_model, sampled, r, c)
-            )
-            reference = None
-            if penalised:
-                same = reference_model is teacher_model
-                reference = full if same else _full_log_probs(reference_model, sampled, r, c)
-            short = windowed_log_probs(
-                teacher_source,
-                sampled.sequences,
-                r[chunk_long],
-                c[chunk_long],
-                k,
-                prefix=prefix,
-                gather_targets=False,
-                chunk_size=chunk_size,
-            )
-            window_calls += -(-int(chunk_long.sum()) // chunk_size)
+            with synced.phase(teacher_model, calls=1):
+                full = (
+                    student.detach()
+                    if teacher_model is None
+                    else _full_log_probs(teacher_model, sampled, r, c)
+                )
+            reference = full if penalised and not separate_reference else None
+            with synced.phase(reference_model if separate_reference else None, calls=1):
+                if separate_reference:
+                    reference = _full_log_probs(reference_model, sampled, r, c)
+            with synced.phase(teacher_source):
+                short = windowed_log_probs(
+                    teacher_source,
+                    sampled.sequences,
+                    r[chunk_long],
+                    c[chunk_long],
+                    k,
+                    prefix=prefix,
+                    gather_targets=False,
+                    chunk_size=chunk_size,
+                )
             teacher = boosted_teacher(full, short, chunk_long, alpha, adaptive)
             del full, short
             targets = sampled.sequences[r, c].view(-1, 1)
@@ -374,11 +388,6 @@ def tuning_kl_terms(
         if differentiable:
             (chunk_grad,) = torch.autograd.grad(objective.sum(), z)
             grad[r, c - 1 - offset] = chunk_grad
-    if sync_window_calls is not None and teacher_model is None:
-        dummy = sampled.sequences.new_zeros((1, k + len(prefix)))
-        with torch.no_grad():
-            for _ in range(sync_window_calls(window_calls) - window_calls):
-                last_position_log_probs(model, dummy)
     total = (kl + trust_region * trust).sum() if penalised else kl.sum()
     if differentiable:
         loss_sum = _InjectedGradient.apply(logits, grad, total)

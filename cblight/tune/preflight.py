@@ -1,8 +1,8 @@
 """What ``cblight tune`` refuses before the model loads: what tuning asks of the shared option groups
 (``check_shared_options``), a run with no step limit (``check_max_steps``), guard bands that
-the validation data cannot check (``check_validation_data``) and, from a parsed config, every directory
-the run writes, an export it would overwrite, the prompts and a static cache the model cannot use
-(``check_before_loading``). A refusal is one line and costs no model load.
+the validation data cannot check (``check_validation_data``), what FSDP2 cannot shard (``check_strategy``)
+and, from a parsed config, every directory the run writes, an export it would overwrite, the prompts and a
+static cache the model cannot use (``check_before_loading``). A refusal is one line and costs no model load.
 """
 
 from __future__ import annotations
@@ -24,8 +24,13 @@ __all__ = [
     "check_before_loading",
     "check_max_steps",
     "check_shared_options",
+    "check_strategy",
     "check_validation_data",
 ]
+
+# How a strategy is named on the command line or in a config, by what cblight makes of it.
+_FSDP2 = ("ModelParallelStrategy", "FSDP2Strategy")
+_UNTESTED_SHARDING = ("fsdp", "FSDPStrategy", "deepspeed", "DeepSpeedStrategy")
 
 
 def check_shared_options(boosting: Boosting, sampling: Sampling) -> None:
@@ -53,6 +58,43 @@ def check_shared_options(boosting: Boosting, sampling: Sampling) -> None:
     if sampling.num_beams not in (None, 1):
         raise ConfigError(
             f"sampling.num_beams must be null or 1 (tuning samples, it does not search), got {sampling.num_beams!r}"
+        )
+
+
+def _strategy_name(strategy: Any) -> str:
+    """A strategy as a name: its class's, its ``class_path``'s last part, or the string Lightning takes."""
+    if isinstance(strategy, str):
+        return strategy
+    class_path = _get(strategy, "class_path")
+    if isinstance(class_path, str):
+        return class_path.rpartition(".")[2]
+    return type(strategy).__name__
+
+
+def check_strategy(strategy: Any, lora: Any, rollouts: Any = None) -> None:
+    """What a strategy cannot tune, refused in one line (``strategy``: a Lightning strategy, its name, or a
+    parsed ``trainer.strategy``): Lightning's FSDP1 and DeepSpeed, which cblight does not shard with (FSDP2
+    does: ``-c configs/fsdp.yaml``); and under FSDP2, LoRA (its adapters are not sharded) and the static
+    KV cache or a compiled decode step (sharded sampling runs transformers' dynamic cache, synced)."""
+    name = _strategy_name(strategy)
+    if name.startswith(_UNTESTED_SHARDING):
+        raise ConfigError(
+            f"trainer.strategy {name}: cblight tune shards models with FSDP2 (Lightning's "
+            "ModelParallelStrategy): use -c configs/fsdp.yaml, or DDP (--trainer.strategy ddp) for a model that "
+            "fits one device"
+        )
+    if name not in _FSDP2:
+        return
+    if lora is not None and lora.rank:
+        raise ConfigError(
+            f"lora.rank = {lora.rank} under FSDP2 (trainer.strategy {name}): LoRA adapters are not sharded; "
+            "tune with LoRA on one device or with DDP (--trainer.strategy ddp), where the initial model is the "
+            "base model with its adapters disabled, not a copy"
+        )
+    if rollouts is not None and (rollouts.cache == "static" or rollouts.compile):
+        raise ConfigError(
+            f"rollouts.cache: static / rollouts.compile under FSDP2 (trainer.strategy {name}): sharded sampling "
+            "runs transformers' dynamic KV cache with synced steps; use rollouts.cache: dynamic or auto"
         )
 
 
@@ -155,8 +197,6 @@ def check_before_loading(
     locked for this run and the lock appended there, for the caller to release when the run ends. A run of
     the same config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
     Returns the data module, its prompts read."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
     from cblight.models import checkpoint_config
     from cblight.runs import OutputLock, check_output_dir
     from cblight.tune.export import check_export_dir
@@ -199,11 +239,9 @@ def check_before_loading(
         )
 
     rollouts = groups["rollouts"]
+    check_strategy(_get(trainer, "strategy", "auto"), groups["lora"], rollouts)
     if rollouts.cache == "static" or rollouts.compile:
-        name = _get(model, "model", "gpt2")
-        cfg = checkpoint_config(name, _get(model, "revision"), bool(_get(model, "trust_remote_code", False)))
-        if type(cfg) in MODEL_FOR_CAUSAL_LM_MAPPING:  # a model of remote code is checked once it loads
-            rollouts.check_supported(MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)])
+        rollouts.check_config(checkpoint_config(_get(model, "model", "gpt2"), groups["load"]))
 
     if config.get("ckpt_path") is None:
         resume_interrupted_run(config, saved_config, locks)

@@ -79,6 +79,15 @@ class RolloutOptions:
                 "transformers' static cache and compiled decoding; use rollouts.cache: dynamic or auto"
             )
 
+    def check_config(self, config: Any) -> None:
+        """``check_supported`` for the model class of a checkpoint's config, before any weights load (a model
+        of remote code is checked once it loads)."""
+        if self.cache == "static" or self.compile:
+            from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+            if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:
+                self.check_supported(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)])
+
     def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
         """``(static cache, compiled)`` for ``model`` on ``device``; a model that cannot be compiled is
         refused when static or compile was asked for by name, and gets the dynamic cache under ``auto``."""

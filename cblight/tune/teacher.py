@@ -15,13 +15,18 @@ the trust region keeps the model whole and the refresh only slows the runaway.
 ``Teacher`` is the teacher of ``cblight.tune.coherence_tuning.CoherenceTuning``: it holds the copies (and the
 initial model that validation compares with), updates the EMA, moves the copies to the device and carries
 the EMA in checkpoints. The copies are not registered submodules of the LightningModule, so they stay out
-of DDP, the optimizer and the state dict.
+of DDP, the optimizer and the state dict. Under FSDP2 every copy is sharded like the student (built from
+the checkpoint by ``cblight.sharding``), the EMA is updated shard by shard, and its shards travel in the
+distributed checkpoint beside the student's. With LoRA the initial model is no copy at all: the student
+with its adapters disabled (``cblight.tune.lora.AdaptersDisabled``).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -77,6 +82,13 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's shard of a DTensor (FSDP2), or the tensor itself."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 class Teacher:
     """The teacher's model copies: ``model`` is the one boosted (``None`` for the live teacher, which is the
     student itself; a snapshot of it with ``refresh_every``), ``initial`` a frozen copy of the initial model
@@ -86,16 +98,25 @@ class Teacher:
     Args:
         options: the teacher's kind and EMA decay.
         student: the model being tuned (with its LoRA adapters, if any): the EMA starts from it.
-        initial: ``frozen_copy`` of the model taken before any adapters were added; required by the
+        initial: the initial model: ``frozen_copy`` of the model taken before any adapters were added, its
+            sharded build under FSDP2, or with LoRA the student with its adapters disabled; required by the
             frozen teacher.
+        copy_student: makes the EMA's (or the snapshot's) starting copy of the student (default:
+            ``frozen_copy(student)``; under FSDP2 a sharded build of the initial weights).
     """
 
-    def __init__(self, options: TeacherOptions, student: torch.nn.Module, initial: torch.nn.Module | None):
+    def __init__(
+        self,
+        options: TeacherOptions,
+        student: torch.nn.Module,
+        initial: Any | None,
+        copy_student: Callable[[], torch.nn.Module] | None = None,
+    ):
         self.options = options
         self.initial = initial
         self.model = initial if options.kind == "frozen" else None  # the live teacher: the student itself
         if options.kind == "ema" or options.snapshot:
-            self.model = frozen_copy(student)
+            self.model = copy_student() if copy_student is not None else frozen_copy(student)
 
     def to(self, device: torch.device) -> None:
         """Move the copies to ``device`` (Lightning moves only registered submodules)."""
@@ -112,8 +133,8 @@ class Teacher:
         ema = self.options.kind == "ema"
         if not (ema or (self.options.snapshot and step % int(self.options.refresh_every or 1) == 0)):
             return
-        pairs = [
-            (t, s)
+        pairs = [  # under FSDP2 each process updates its own shards
+            (_local(t), _local(s))
             for t, s in zip(self.model.parameters(), student.parameters(), strict=True)
             if s.requires_grad
         ]
@@ -135,3 +156,26 @@ class Teacher:
         """Restore the EMA's weights from a checkpoint's ``EMA_KEY`` entry."""
         if ema is not None and self.model is not None:
             self.model.load_state_dict(ema, strict=False)  # the trainable parameters only
+
+    def _sharded_entries(self, student: torch.nn.Module) -> dict[str, torch.Tensor]:
+        if not (self.options.kind == "ema" or self.options.snapshot) or self.model is None:
+            return {}
+        trainable = {n for n, p in student.named_parameters() if p.requires_grad}
+        return {f"{EMA_KEY}.{n}": p for n, p in self.model.named_parameters() if n in trainable}
+
+    def sharded_state(self, student: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Under FSDP2: the EMA's (or snapshot's) sharded weights of the student's trainable parameters, as
+        entries ``EMA_KEY.<name>`` of the checkpoint's ``state_dict``, which Lightning writes as a distributed
+        checkpoint (each process its shards); empty for the frozen and live teachers."""
+        return {key: p.detach() for key, p in self._sharded_entries(student).items()}
+
+    def load_sharded_state(self, student: torch.nn.Module, path: str | Path) -> None:
+        """Under FSDP2: read the EMA's shards (``sharded_state``) back from the distributed checkpoint
+        directory ``path``, each process its own."""
+        import torch.distributed.checkpoint as dcp
+
+        entries = self._sharded_entries(student)
+        if not entries:
+            return
+        state = {"state_dict": {key: p.detach() for key, p in entries.items()}}
+        dcp.load(state, checkpoint_id=str(path))  # in place, into the EMA's own shards

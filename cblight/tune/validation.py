@@ -36,6 +36,7 @@ from cblight.metrics.ragged import RaggedMetric
 from cblight.metrics.text_stats import ends_in_repetition
 from cblight.option_types import NonNegativeInt, check_fields
 from cblight.scoring import Encoder, Scorer, empty_context_ids
+from cblight.sharding import SyncedForwards
 from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, sampled_logits
 
 __all__ = ["SampleDiversity", "ValidationOptions", "Validator", "next_token_entropy", "sampled_tokens"]
@@ -134,11 +135,25 @@ class _ModelStats(torch.nn.Module):
         self.nll = SumMetric()
         self.tokens = SumMetric()
 
-    def update(self, model: Any, sampled: Sampled, text_nll: tuple[float, int]) -> None:
-        self.entropy.update(next_token_entropy(model, sampled))
+    def update(
+        self,
+        model: Any,
+        sampled: Sampled,
+        texts: Sequence[str],
+        tokenizer: Any,
+        max_tokens: int,
+        synced: SyncedForwards,
+    ) -> None:
+        """Entropy and diversity of ``model``'s samples ``sampled``, and the likelihood of ``texts`` (cut to
+        ``max_tokens``); under FSDP2 each model call in a phase of ``synced`` (a process may hold no
+        sampled position, or fewer texts)."""
+        with synced.phase(model, calls=1):
+            self.entropy.update(next_token_entropy(model, sampled))
+        with synced.phase(model):
+            nll, tokens = human_text_nll(model, tokenizer, texts, max_tokens)
         self.diversity.update(sampled_tokens(sampled))
-        self.nll.update(text_nll[0])
-        self.tokens.update(text_nll[1])
+        self.nll.update(nll)
+        self.tokens.update(tokens)
 
     def compute(self) -> dict[str, torch.Tensor]:
         """``ppl`` (``exp(nll / tokens)``, where there were texts), ``entropy``, ``distinct_1/2`` and
@@ -184,11 +199,14 @@ class Validator(torch.nn.Module):
         kl_terms: Callable[[Sampled, Any | None], KLTerms],
         same_initial: bool,
         texts: Sequence[str] = (),
+        synced: SyncedForwards | None = None,
     ) -> dict[str, Metric]:
         """One validation batch: ``sample(model)`` draws the held-out samples (fixed seeds), ``kl_terms``
         scores them under the run's teacher (``None``) and the boosted ``initial`` model (``same_initial``:
         the teacher is it); entropy, diversity and, with ``texts``, perplexity follow, and once, the same of
-        the initial model on its own samples. The KL metrics to log, by name."""
+        the initial model on its own samples (``synced``: under FSDP2, the phases of synced model calls).
+        The KL metrics to log, by name."""
+        synced = synced or SyncedForwards()
         sampled = sample(model)
         with torch.no_grad():
             terms = kl_terms(sampled, None)
@@ -203,9 +221,9 @@ class Validator(torch.nn.Module):
             logged["val/tuning/kl_initial"] = self.kl_initial
             logged["val/tuning/top1_initial"] = self.top1_initial
         cut = self.options.text_tokens
-        self.current.update(model, sampled, human_text_nll(model, self.tokenizer, texts, cut))
+        self.current.update(model, sampled, texts, self.tokenizer, cut, synced)
         if self.reference is None and initial is not None:  # once: the guard's reference values
-            self.initial.update(initial, sample(initial), human_text_nll(initial, self.tokenizer, texts, cut))
+            self.initial.update(initial, sample(initial), texts, self.tokenizer, cut, synced)
         return logged
 
     def epoch_values(self) -> dict[str, torch.Tensor]:
