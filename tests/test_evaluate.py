@@ -249,6 +249,7 @@ def test_interrupted_run_resumes(evaluated, tiny_gpt2_dir, tmp_path, monkeypatch
     assert res["copa"]["report"]["n"] == 10
 
 
+@pytest.mark.distributed
 def test_ddp_two_processes_match_one(evaluated, tiny_gpt2_dir, tmp_path):
     """Two CPU processes (gloo): the sampler pads 9 examples to 10 with a repeat; deduplication by example id
     must give exactly the single-process numbers."""

@@ -205,6 +205,7 @@ def test_rerun_is_cached_and_reproducible(generated, tiny_gpt2_dir, tmp_path, mo
     assert rows(fresh, "webtext", "nucleus") == rows(out, "webtext", "nucleus")
 
 
+@pytest.mark.distributed
 def test_ddp_matches_single_process(generated, tiny_gpt2_dir, tmp_path):
     import subprocess
     import sys

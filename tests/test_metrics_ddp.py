@@ -113,6 +113,7 @@ def _worker(rank, init_file, model_dir, thresholds, out_dir):
         dist.destroy_process_group()
 
 
+@pytest.mark.distributed
 def test_synced_values_equal_single_process(tiny_gpt2_dir, tmp_path):
     from cblight.models import load_causal_lm
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER_TIMEOUT_S = 240  # a healthy run takes ~20 s here; the old code hung forever at step 0
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.distributed]
 
 
 def _free_port() -> int:
