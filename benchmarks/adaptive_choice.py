@@ -9,15 +9,19 @@ error and each row's paired difference from alpha* with the standard error of th
     python benchmarks/adaptive_choice.py --model smollm2 --limit 200 --out /tmp/adaptive-mc \\
         --data csqa=commonsenseqa/ piqa=piqa/ sst2=sst2/
 
-``csqa`` reads ``{train,dev}_rand_split.jsonl`` (alpha* on a fixed-seed train sample), ``sst2``
-``stsa.binary.{dev,test}`` (alpha* on dev), ``piqa`` ``valid.jsonl`` + ``valid-labels.lst``: PIQA's
-training file is not at hand, so its validation set is split by a fixed seed into two halves, alpha*
-chosen on one and reported on the other. ``--limit`` keeps the first N questions of each split.
+Each folder is read as the task's own files (docs/data.md): ``csqa`` ``{train,dev}_rand_split.jsonl``
+(alpha* on a fixed-seed train sample), ``sst2`` ``stsa.binary.{dev,test}`` and ``sst5`` ``stsa.fine.{dev,test}``
+(alpha* on dev), ``trec`` ``{train,test}.txt`` and ``cb`` / ``rte`` SuperGLUE's ``{train,val}.jsonl`` (alpha* on
+a fixed-seed train sample). Two tasks whose selection split is not at hand are split by a fixed seed into two
+halves, alpha* chosen on one and reported on the other: ``piqa`` ``valid.jsonl`` + ``valid-labels.lst``
+(PIQA's training file), ``agnews`` ``test.csv`` (AG News' ``train.csv``). ``--limit`` keeps the first N
+questions of each split.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import os
@@ -32,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import ZOO, BenchError, run_main, write_json  # noqa: E402
 
-TASKS = ("csqa", "piqa", "sst2")
+TASKS = ("csqa", "piqa", "sst2", "sst5", "trec", "agnews", "cb", "rte")
 GRID = [round(2.0 - 0.01 * i, 2) + 0.0 for i in range(701)]  # the multiple-choice grid, 2 .. -5 by 0.01
 
 
@@ -54,6 +58,24 @@ def piqa_halves(folder: Path, out: Path, seed: int) -> dict[str, str]:
     return {"train": str(out / "train.jsonl"), "validation": str(out / "valid.jsonl")}
 
 
+def agnews_halves(folder: Path, out: Path, seed: int) -> Path:
+    """AG News' ``test.csv`` split in two by a fixed seed: ``train.csv`` (selection) and ``test.csv`` (report),
+    each with the header row; returns their folder."""
+    path = folder / "test.csv"
+    if not path.is_file():
+        raise BenchError(f"--data agnews={folder}: no test.csv there")
+    with open(path, encoding="utf-8", newline="") as fh:
+        header, *rows = list(csv.reader(fh))
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    half = len(order) // 2
+    out.mkdir(parents=True, exist_ok=True)
+    for name, part in (("train", order[:half]), ("test", order[half:])):
+        with open(out / f"{name}.csv", "w", encoding="utf-8", newline="") as fh:
+            csv.writer(fh).writerows([header, *(rows[i] for i in part)])
+    return out
+
+
 def evaluate(task: str, folder: Path, args: argparse.Namespace) -> Path:
     """Run ``cblight evaluate`` for one task; returns its output directory."""
     out = Path(args.out) / args.model / task
@@ -66,6 +88,9 @@ def evaluate(task: str, folder: Path, args: argparse.Namespace) -> Path:
     if task == "piqa":
         files = piqa_halves(folder, Path(args.out) / "piqa-halves", args.seed)
         cmd += ["--data.data_files", json.dumps({"piqa": files})]
+    elif task == "agnews":
+        halves = agnews_halves(folder, Path(args.out) / "agnews-halves", args.seed)
+        cmd += ["--data.data_dirs", json.dumps({task: str(halves)})]
     else:
         cmd += ["--data.data_dirs", json.dumps({task: str(folder)})]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
@@ -116,7 +141,15 @@ def paired(a: Any, b: Any) -> tuple[float, float]:
 def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
 
-    from cblight.adaptive import CHOICE_RULES, choice_alphas, context_gain
+    from cblight.adaptive import (
+        CHOICE_RULES,
+        GATE_BITS,
+        PRIOR_SHARE,
+        choice_alphas,
+        context_gain,
+        prior_share,
+        same_prior_everywhere,
+    )
     from cblight.boosting import choice_accuracy_curve, choice_predictions, choice_scores, first_argmax
 
     grid = torch.tensor(GRID, dtype=torch.float64)
@@ -139,11 +172,16 @@ def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict
         scores = choice_scores(rep["full"], rep["short"], alpha.view(-1, 1))
         rows.append((f"{rule} (no labels)", scores.argmax(-1) == rep["labels"], alpha))
     n = len(rep["labels"])
-    gain, gain_se = context_gain(rep["full"], rep["short"])
+    context, context_se = context_gain(rep["full"], rep["short"])
     print(f"\n{task}: report n = {n}, selection n = {len(sel['labels'])}")
     print(
-        f"context gain (mean JSD, bits): {gain:.3f} ± {gain_se:.3f}; the gate opens at a lower bound >= 0.1"
+        f"context gain (mean JSD, bits): {context:.3f} ± {context_se:.3f}; the gate opens at a lower bound >= {GATE_BITS}"
     )
+    share = (
+        prior_share(rep["full"], rep["short"]) if same_prior_everywhere(rep["full"], rep["short"]) else None
+    )
+    if share is not None:
+        print(f"one prior for every question: prior share {share:.3f}, the gate opens at >= {PRIOR_SHARE}")
     print(
         f"{'row':<40} {'acc %':>7} {'± se':>6}   {'vs alpha*':>9} {'± se':>6}   {'vs base':>8} {'± se':>6}   alpha"
     )
@@ -161,7 +199,8 @@ def task_table(task: str, sel: dict[str, Any], rep: dict[str, Any]) -> list[dict
         )
         out.append({"task": task, "row": name, "acc": acc, "stderr": se, "vs_alpha_star": diff,
                     "vs_alpha_star_stderr": diff_se, "vs_base": gain, "vs_base_stderr": gain_se,
-                    "alpha_mean": None if alpha is None else float(alpha.mean())})  # fmt: skip
+                    "alpha_mean": None if alpha is None else float(alpha.mean()), "n": n,
+                    "context_gain": context, "prior_share": share})  # fmt: skip
     return out
 
 
@@ -175,7 +214,7 @@ def main() -> None:
     )
     parser.add_argument("--limit", type=int, default=200, help="questions of each split")
     parser.add_argument("--out", required=True, help="output folder of the evaluate runs (their caches)")
-    parser.add_argument("--seed", type=int, default=2022, help="PIQA's split into halves")
+    parser.add_argument("--seed", type=int, default=2022, help="PIQA's and AG News' split into halves")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()

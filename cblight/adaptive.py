@@ -59,6 +59,7 @@ __all__ = [
     "GATE_BITS",
     "NEXT_TOKEN_RULES",
     "NEXT_TOKEN_UNIT",
+    "PRIOR_SHARE",
     "RULES",
     "TOKEN_RULES",
     "ChoiceRule",
@@ -82,6 +83,7 @@ __all__ = [
     "jsd_alpha",
     "jsdist_alpha",
     "prior_ranks",
+    "prior_share",
     "rule_for",
     "same_prior_everywhere",
     "summary",
@@ -112,6 +114,10 @@ AUTO = {"multiple_choice": "gated", "next_token": "jsdist_mean", "token": "jsdis
 #: The gate of ``gated``: the least mean JSD (bits) by which the premise must move a question's answers
 #: for boosting to be worth its risk (``context_gain``; docs/adaptive.md).
 GATE_BITS = 0.1
+#: The gate of ``gated`` where every question has the same premise-free prior (a fixed label set): the least
+#: share of the split's mean label preference that lies along that prior (``prior_share``) for calibrating
+#: along it to be a correction of the bias rather than a trade of one label for another (docs/adaptive.md).
+PRIOR_SHARE = 0.5
 NEXT_TOKEN_UNIT: Unit = "sentence"  #: the short context of next-token rules, the input's last sentence
 
 
@@ -527,17 +533,60 @@ def same_prior_everywhere(ll_full: torch.Tensor, ll_short: torch.Tensor) -> bool
     return bool(((s - s[:1]).abs() <= 1e-4).all())
 
 
+def prior_share(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None) -> float:
+    """How much of the split's label bias the premise-free prior accounts for, where every question has the
+    same prior (``same_prior_everywhere``: a fixed label set): the squared cosine between the split's mean
+    label preference and the prior, each centred over the labels,
+
+        m = mean_i (f_i - mean_a f_ia),   p = s - mean_a s_a,   share = (m · p)² / (|m|² |p|²)   (in [0, 1])
+
+    (``f_i`` question ``i``'s full scores, ``s`` the premise-free scores of the first question; per character
+    with ``lengths``). ``decorrelate_alpha`` is then ``-(m · p) / |p|²``: it removes the part of ``m`` along
+    ``p``, a share ``share`` of ``|m|²``. With two labels every centred vector lies on one line, so the share
+    is 1 (or 0 when ``m`` or ``p`` vanishes, where ``decorrelate`` is 0 as well).
+
+    Args:
+        ll_full: ``[N, C]`` each answer's log-likelihood after the full context (eq. 2), ``-inf`` where a
+            question has fewer answers.
+        ll_short: ``[N, C]`` the same after the premise-free context; only the first question's row is read
+            (the caller has checked ``same_prior_everywhere``).
+        lengths: ``[N, C]`` answer lengths (characters) for the length-normalised eq. 2, or None.
+
+    Returns:
+        The share in ``[0, 1]``; ``gated_alpha`` calibrates where it is at least ``PRIOR_SHARE``."""
+    mask = ~torch.isneginf(ll_full)
+    f = torch.where(mask, _per_length(ll_full.double(), lengths), 0.0)
+    s = torch.where(mask, _per_length(ll_short.double(), lengths), 0.0)[:1]
+    count = mask.sum(-1, keepdim=True).clamp_min(1).double()
+    m = torch.where(mask, f - f.sum(-1, keepdim=True) / count, 0.0).mean(0)
+    p = torch.where(mask[:1], s - s.sum(-1, keepdim=True) / count[:1], 0.0).reshape(-1)
+    mm, pp = float(m @ m), float(p @ p)
+    if mm <= 1e-24 or pp <= 1e-12:  # no preference or no prior: nothing to explain, nothing to remove
+        return 0.0
+    return min(float(m @ p) ** 2 / (mm * pp), 1.0)  # rounding can leave it a hair above 1
+
+
 def gated_alpha(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None) -> float:
-    """``decorrelate_alpha`` where boosting removes a bias, else 0, the base model. It removes a bias where
-    the prior is the same for every question (``same_prior_everywhere``: then ``decorrelate`` is batch
-    calibration) or where the premise demonstrably moves the answers (``context_gain``'s mean minus two
-    standard errors at least ``GATE_BITS``). Where the premise adds little the premise-free likelihood is
-    the evidence (PIQA's fluent right solutions) and removing it loses; where the split is too small to
-    tell, the base model is kept (docs/adaptive.md measures both)."""
-    gain, stderr = context_gain(ll_full, ll_short, lengths)
-    if same_prior_everywhere(ll_full, ll_short) or gain - 2.0 * stderr >= GATE_BITS:
-        return decorrelate_alpha(ll_full, ll_short, lengths)
-    return 0.0
+    """``decorrelate_alpha`` where boosting removes a bias, else 0, the base model. Two gates, by the kind of
+    prior:
+
+    * every question has the same prior (``same_prior_everywhere``: a fixed label set, where ``decorrelate``
+      is batch calibration): the prior is a bias by construction, and calibrating along it removes the bias
+      where the prior is what the bias is made of: ``prior_share`` at least ``PRIOR_SHARE`` (always with two
+      labels). Below it (SST-5 on SmolLM2: 0.12) moving the scores along the prior trades one label for
+      another and loses to the base model;
+    * otherwise, where the premise demonstrably moves the answers (``context_gain``'s mean minus two
+      standard errors at least ``GATE_BITS``). Where the premise adds little the premise-free likelihood is
+      the evidence (PIQA's fluent right solutions) and removing it loses; where the split is too small to
+      tell, the base model is kept.
+
+    docs/adaptive.md measures both."""
+    if same_prior_everywhere(ll_full, ll_short):
+        calibrates = prior_share(ll_full, ll_short, lengths) >= PRIOR_SHARE
+    else:
+        gain, stderr = context_gain(ll_full, ll_short, lengths)
+        calibrates = gain - 2.0 * stderr >= GATE_BITS
+    return decorrelate_alpha(ll_full, ll_short, lengths) if calibrates else 0.0
 
 
 def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:

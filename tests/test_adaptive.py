@@ -12,6 +12,7 @@ import torch
 
 from cblight.adaptive import (
     GATE_BITS,
+    PRIOR_SHARE,
     alpha_in_form,
     balance_alpha,
     choice_alphas,
@@ -24,6 +25,7 @@ from cblight.adaptive import (
     jsd_alpha,
     jsdist_alpha,
     prior_ranks,
+    prior_share,
     same_prior_everywhere,
     token_alphas,
     unit_k,
@@ -220,6 +222,49 @@ def test_context_gain_and_gate_by_hand():
     ragged = full.clone()
     ragged[0, 1] = -math.inf  # a question with another answer set: not one fixed answer set
     assert not same_prior_everywhere(ragged, same)
+
+
+def test_prior_share_gate_of_a_fixed_label_set_by_hand():
+    # three labels after one premise-free context: every question's prior is s = (0, -1, -2), centred
+    # p = (1, 0, -1), |p|^2 = 2
+    prior = torch.tensor([[0.0, -1.0, -2.0]] * 2, dtype=torch.float64)
+    # the bias lies mostly along the prior. Centred full scores: (4/3, 1/3, -5/3) and (0, 1/2, -1/2), so the
+    # mean preference m = (2/3, 5/12, -13/12), m.p = 7/4, |m|^2 = 258/144, share = (7/4)^2 / (2 |m|^2)
+    along = torch.tensor([[-1.0, -2.0, -4.0], [-2.0, -1.5, -2.5]], dtype=torch.float64)
+    share = (7 / 4) ** 2 / (2 * 258 / 144)
+    assert share == pytest.approx(0.8547, abs=1e-4) and share >= PRIOR_SHARE
+    assert same_prior_everywhere(along, prior)
+    assert prior_share(along, prior) == pytest.approx(share, abs=1e-12)
+    # decorrelate removes m's part along p: alpha = -(m.p) / |p|^2 = -7/8, and the gate lets it through
+    assert decorrelate_alpha(along, prior) == pytest.approx(-7 / 8, abs=1e-12)
+    assert gated_alpha(along, prior) == pytest.approx(-7 / 8, abs=1e-12)
+    # the bias lies mostly across the prior: centred (5/6, -7/6, 1/3) and (1/3, -5/3, 4/3), m = (7/12,
+    # -17/12, 5/6), m.p = -1/4, |m|^2 = 438/144: the prior explains 1 % of the bias, the gate shuts
+    across = torch.tensor([[-1.0, -3.0, -1.5], [-2.0, -4.0, -1.0]], dtype=torch.float64)
+    share = (1 / 4) ** 2 / (2 * 438 / 144)
+    assert prior_share(across, prior) == pytest.approx(share, abs=1e-12) and share < PRIOR_SHARE
+    assert decorrelate_alpha(across, prior) == pytest.approx(1 / 8, abs=1e-12)
+    assert gated_alpha(across, prior) == 0.0
+    # ... even where the premise moves the answers far past the context gain's gate: with one prior for
+    # every question the prior share alone decides
+    many, many_prior = across.repeat(200, 1), prior[:1].repeat(400, 1)
+    gain, se = context_gain(many, many_prior)
+    assert gain - 2 * se >= GATE_BITS
+    assert prior_share(many, many_prior) == pytest.approx(share, abs=1e-12)
+    assert gated_alpha(many, many_prior) == 0.0
+    # two labels: every centred vector lies on (1, -1), so the share is 1 whatever the bias (batch
+    # calibration, as on SST-2); no preference at all leaves nothing to explain (share 0, decorrelate 0)
+    two = torch.tensor([[-0.2, -1.9], [-1.4, -0.3], [-0.6, -0.8]], dtype=torch.float64)
+    two_prior = torch.tensor([[-3.0, -1.0]] * 3, dtype=torch.float64)
+    assert prior_share(two, two_prior) == pytest.approx(1.0, abs=1e-12)
+    assert gated_alpha(two, two_prior) == decorrelate_alpha(two, two_prior) != 0.0
+    balanced = torch.tensor([[-1.0, -2.0], [-2.0, -1.0]], dtype=torch.float64)
+    assert prior_share(balanced, two_prior[:2]) == 0.0 == gated_alpha(balanced, two_prior[:2])
+    # per character (length-normalised eq. 2): the same formula on the scores divided by the lengths
+    lengths = torch.tensor([[2, 4, 1]] * 2)
+    assert prior_share(along, prior, lengths) == pytest.approx(
+        prior_share(along / lengths, prior / lengths), abs=1e-12
+    )
 
 
 def test_prior_ranks_and_balance_alpha_by_hand():

@@ -124,6 +124,31 @@ def test_multiple_choice_auto_is_the_gate_then_decorrelate_by_hand(runs):
     assert gate["context_gain"] == pytest.approx(mean, abs=1e-9)
     assert gate["stderr"] == pytest.approx(stderr, abs=1e-9)
     assert gate["same_prior"] is same_prior
+    assert gate["prior_share"] is None  # the fixed-label-set gate reads nothing where the priors differ
+
+
+def test_fixed_label_set_gate_is_the_prior_share_by_hand(tiny_gpt2_dir, tmp_path):
+    # SST-5's five labels after one premise-free context: the gate is the share of the split's mean label
+    # preference that lies along the prior (docs/adaptive.md), recomputed here from the predictions file
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "sst5"
+    result = run(tiny_gpt2_dir, tmp_path, "--model.adaptive", "auto", "--data.tasks", "[sst5]",
+                 "--data.data_dirs", json.dumps({"sst5": str(fixtures)}))  # fmt: skip
+    rows = predictions(tmp_path, "sst5.test.jsonl")
+    prior = rows[0]["ll_short"]
+    assert all(r["ll_short"] == pytest.approx(prior, abs=1e-4) for r in rows)  # one prior (float32 batches)
+    centred = [[v - sum(r["ll_full"]) / 5 for v in r["ll_full"]] for r in rows]
+    m = [sum(c[a] for c in centred) / len(rows) for a in range(5)]
+    p = [v - sum(prior) / 5 for v in prior]
+    dot = sum(x * y for x, y in zip(m, p))
+    share = dot**2 / (sum(x * x for x in m) * sum(y * y for y in p))
+    report = result["tasks"]["sst5"]["report"]
+    gate = report["adaptive"]["gate"]
+    assert gate["same_prior"] is True
+    # the same stored scores through float64 sums in another order: rounding is ~1e-15, 1e-9 leaves room
+    assert gate["prior_share"] == pytest.approx(share, abs=1e-9)
+    alpha = decorrelate_by_hand(rows) if share >= 0.5 else 0.0
+    for r in rows:
+        assert r["alpha_adaptive"] == pytest.approx(alpha, abs=1e-9)
 
 
 def test_multiple_choice_decorrelate_by_hand(runs, tiny_gpt2_dir, tmp_path_factory):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from cblight.adaptive import choice_alphas, context_gain, same_prior_everywhere, summary
+from cblight.adaptive import choice_alphas, context_gain, prior_share, same_prior_everywhere, summary
 from cblight.boosting import choice_predictions, first_argmax
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
@@ -218,7 +218,13 @@ class MultipleChoice(TaskScoring):
             if self.adaptive == "gated":  # what the gate read, so a fallback to the base model is visible
                 gain, stderr = context_gain(full, short, lengths)
                 same = same_prior_everywhere(full, short)
-                report["adaptive"]["gate"] = {"context_gain": gain, "stderr": stderr, "same_prior": same}
+                share = prior_share(full, short, lengths) if same else None  # the gate of a fixed label set
+                report["adaptive"]["gate"] = {
+                    "context_gain": gain,
+                    "stderr": stderr,
+                    "same_prior": same,
+                    "prior_share": share,
+                }
         result = {
             "kind": "multiple_choice",
             "title": split.task.title,
