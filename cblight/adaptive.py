@@ -536,7 +536,7 @@ def same_prior_everywhere(ll_full: torch.Tensor, ll_short: torch.Tensor) -> bool
 def prior_share(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None) -> float:
     """How much of the split's label bias the premise-free prior accounts for, where every question has the
     same prior (``same_prior_everywhere``: a fixed label set): the squared cosine between the split's mean
-    label preference and the prior, each centred over the labels,
+    label preference and the prior, each centred over the labels::
 
         m = mean_i (f_i - mean_a f_ia),   p = s - mean_a s_a,   share = (m · p)² / (|m|² |p|²)   (in [0, 1])
 
