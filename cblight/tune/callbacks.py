@@ -399,7 +399,13 @@ def _validates_now(trainer: Trainer) -> bool:
 
 class StepProgressBar(TQDMProgressBar):
     """TQDM bar in optimizer steps of ``max_steps`` ("Tuning: 12/32"), resumed runs starting where they
-    left off."""
+    left off. Its arguments are Lightning's ``TQDMProgressBar``'s.
+
+    Args:
+        refresh_rate: redraw the bar every this many steps (0: no bar).
+        process_position: the bar's line, when several processes draw bars.
+        leave: keep the finished bar on screen.
+    """
 
     @property
     def total_train_batches(self) -> int | float:
@@ -422,7 +428,14 @@ class StepProgressBar(TQDMProgressBar):
 
 
 class RichStepProgressBar(RichProgressBar):
-    """Rich bar in optimizer steps of ``max_steps``."""
+    """Rich bar in optimizer steps of ``max_steps``. Its arguments are Lightning's ``RichProgressBar``'s.
+
+    Args:
+        refresh_rate: redraw the bar every this many steps (0: no bar).
+        leave: keep the finished bar on screen.
+        theme: the bar's colours and styles.
+        console_kwargs: arguments of the ``rich`` console the bar draws on.
+    """
 
     @property
     def total_train_batches(self) -> int | float:

@@ -307,7 +307,7 @@ def default_loss_chunk(vocab_size: int) -> int:
         vocab_size: the vocabulary size ``V``.
 
     Returns:
-        The chunk size, at least 1: e.g. 341 positions for a 49k vocabulary and 64 for Gemma's 262k.
+        The chunk size, at least 1 (e.g. 341 positions for a 49k vocabulary and 64 for Gemma's 262k).
     """
     return max(1, (1 << 24) // max(int(vocab_size), 1))
 
