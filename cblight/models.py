@@ -59,8 +59,16 @@ class LoadOptions:
 
     @classmethod
     def coerce(cls, value: LoadOptions | dict[str, Any]) -> LoadOptions:
-        """``value`` itself, or the options from their mapping (a hyperparameter round trip, as ``--compare``
-        makes, hands the mapping back)."""
+        """The options from ``LoadOptions`` or their mapping (a hyperparameter round trip, as ``--compare``
+        makes, hands the mapping back).
+
+        Args:
+            value: ``LoadOptions``, or a mapping of its fields (``revision``, ``dtype``, ``trust_remote_code``).
+
+        Returns:
+            ``value`` itself when it is ``LoadOptions``, else the options made from the mapping (checked as
+            the constructor checks them).
+        """
         return value if isinstance(value, cls) else cls(**value)
 
     @property
@@ -135,7 +143,18 @@ def _damaged_weights(name: str, err: Exception) -> ModelLoadError:
 
 
 def resolve_model_path(name: str, revision: str | None = None) -> str:
-    """``name`` as ``from_pretrained`` takes it: an ``offline:<name>`` becomes its converted directory."""
+    """A model name as ``from_pretrained`` takes it: an ``offline:<name>`` becomes its converted directory.
+
+    Args:
+        name: a Hub id, a local directory or ``offline:<name>`` (``cblight.zoo``).
+        revision: the Hub revision asked for; an offline model has none, so any revision is refused for it.
+
+    Returns:
+        ``name`` unchanged, or the offline model's converted directory (converted on first use).
+
+    Raises:
+        ModelLoadError: an offline model with a ``revision``, or an unknown offline name.
+    """
     if not name.startswith(OFFLINE):
         return name
     if revision is not None:
@@ -146,13 +165,32 @@ def resolve_model_path(name: str, revision: str | None = None) -> str:
 
 
 def model_label(name: str) -> str:
-    """A short name for output paths: ``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m`` for ``offline:smollm2-135m``."""
+    """A short name of a model for output paths.
+
+    Args:
+        name: the model as the user named it (Hub id, directory or ``offline:<name>``).
+
+    Returns:
+        The last path component, or the offline name (``gpt2``, ``Llama-2-7b-hf``, ``smollm2-135m`` for
+        ``offline:smollm2-135m``); ``model`` when the name has no last component.
+    """
     return name.removeprefix(OFFLINE) if name.startswith(OFFLINE) else Path(name.rstrip("/")).name or "model"
 
 
 def load_tokenizer(name: str, load: LoadOptions = LoadOptions()) -> Any:
-    """``AutoTokenizer.from_pretrained`` with a pad token (EOS when the tokenizer has none), at ``load``'s
-    revision."""
+    """``AutoTokenizer.from_pretrained`` with a pad token (EOS when the tokenizer has none).
+
+    Args:
+        name: a Hub id, a local directory or ``offline:<name>``.
+        load: the revision and whether the repository's own code may run.
+
+    Returns:
+        The tokenizer, its ``pad_token`` set.
+
+    Raises:
+        ModelLoadError: the tokenizer does not load, encodes text to no tokens, or has neither a pad nor an
+            EOS token.
+    """
     from transformers import AutoTokenizer
 
     name = resolve_model_path(name, load.revision)
@@ -182,7 +220,15 @@ def load_tokenizer(name: str, load: LoadOptions = LoadOptions()) -> Any:
 
 
 def check_dtype_supported(name: str, load: LoadOptions) -> None:
-    """Refuse a dtype an ``offline:`` model cannot run in (its zoo entry says which), before any loading."""
+    """Refuse a dtype an ``offline:`` model cannot run in (its zoo entry says which), before any loading.
+
+    Args:
+        name: the model as the user named it; names other than ``offline:<name>`` pass.
+        load: the load options whose ``dtype`` is checked.
+
+    Raises:
+        ModelLoadError: the offline model cannot run in ``load.dtype``.
+    """
     if name.startswith(OFFLINE) and load.dtype in zoo.lookup(name).unsupported_dtypes:
         raise ModelLoadError(f"{name} cannot run in dtype {load.dtype}: {zoo.lookup(name).note}")
 
@@ -196,9 +242,23 @@ def load_causal_lm(
 ) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` in eval mode, as ``load`` says (revision, dtype, remote code).
 
-    ``device_map`` (e.g. ``"auto"``) shards a large model with accelerate and leaves placement to it;
-    otherwise the model is moved to ``device`` when one is given. A model sharded over processes (FSDP2) is
-    built by ``cblight.sharding.build_sharded_causal_lm`` instead, from the same options.
+    A model sharded over processes (FSDP2) is built by ``cblight.sharding.build_sharded_causal_lm`` instead,
+    from the same options.
+
+    Args:
+        name: a Hub id, a local directory or ``offline:<name>``.
+        load: the revision, dtype and whether the repository's own code may run.
+        device: the device the model is moved to (``None``: where ``from_pretrained`` puts it); ignored
+            with ``device_map``.
+        device_map: accelerate's placement (e.g. ``"auto"`` shards a large model over the devices), passed
+            to ``from_pretrained``; ``None``: one device.
+
+    Returns:
+        The model, in eval mode.
+
+    Raises:
+        ModelLoadError: the path holds no loadable model, a weights file is cut short, or the dtype is one
+            the offline model cannot run in.
     """
     from transformers import AutoModelForCausalLM
 
@@ -233,9 +293,18 @@ def _config_window(cfg: Any) -> tuple[str, int] | None:
 
 
 def position_encoding(cfg: Any) -> Literal["rotary", "alibi", "absolute"]:
-    """How a config's model encodes positions. Rotary (Llama, Gemma, GPT-NeoX, GPT-J, Phi, Falcon) and ALiBi
-    (BLOOM, MPT, Falcon's option) compute them, so the model runs past its trained window (worse, but it
-    runs); learned absolute positions (GPT-2, OPT, GPT-Neo), the rest, have no embedding row there."""
+    """How a config's model encodes positions.
+
+    Rotary (Llama, Gemma, GPT-NeoX, GPT-J, Phi, Falcon) and ALiBi (BLOOM, MPT, Falcon's option) compute
+    them, so the model runs past its trained window (worse, but it runs); learned absolute positions
+    (GPT-2, OPT, GPT-Neo), the rest, have no embedding row there.
+
+    Args:
+        cfg: a transformers model config.
+
+    Returns:
+        ``rotary``, ``alibi`` or ``absolute``.
+    """
     attn = getattr(cfg, "attn_config", None)  # MPT keeps its ALiBi switch there
     if (
         getattr(cfg, "model_type", "") == "bloom"
@@ -257,11 +326,22 @@ _WARNED: set[tuple[str, int]] = set()
 
 
 def check_max_length(cfg: Any, max_length: int, option: str = "max_length", name: str | None = None) -> None:
-    """A ``max_length`` past the window a model's config declares: refused for learned absolute positions
-    (an index out of range deep inside the forward pass otherwise), one warning for rotary or ALiBi
-    positions, which extrapolate beyond the window they were trained on. ``name``: the model as the user
-    named it (default: the config's path). ``cfg`` ``None`` (a config that cannot be read, left to the
-    model's load to report): only ``max_length >= 2`` is checked."""
+    """Check a ``max_length`` against the window a model's config declares.
+
+    Past the window it is refused for learned absolute positions (an index out of range deep inside the
+    forward pass otherwise) and warned about once for rotary or ALiBi positions, which extrapolate beyond the
+    window they were trained on (``position_encoding``).
+
+    Args:
+        cfg: the model's config; ``None`` (a config that cannot be read, left to the model's load to
+            report): only ``max_length >= 2`` is checked.
+        max_length: the longest input asked for.
+        option: the option's name in the messages.
+        name: the model as the user named it, in the messages (default: the config's path).
+
+    Raises:
+        ConfigError: ``max_length`` below 2, or past the window of a model with learned absolute positions.
+    """
     if max_length < 2:
         raise ConfigError(f"{option} must be at least 2, got {max_length}")
     found = _config_window(cfg)
@@ -287,8 +367,16 @@ def check_max_length(cfg: Any, max_length: int, option: str = "max_length", name
 
 
 def model_window(model: Any, override: int | None = None) -> int:
-    """The longest input the model accepts (its position-embedding size), or ``override`` (checked against
-    it: ``check_max_length``)."""
+    """The longest input a model accepts.
+
+    Args:
+        model: a loaded causal LM (its ``config`` is read).
+        override: a length asked for instead, checked against the config's window (``check_max_length``).
+
+    Returns:
+        ``override`` when given, else the window the config declares (its position-embedding size; 2048 when
+        it declares none).
+    """
     if override is not None:
         check_max_length(model.config, int(override))
         return int(override)
@@ -296,8 +384,18 @@ def model_window(model: Any, override: int | None = None) -> int:
 
 
 def checkpoint_config(name: str, load: LoadOptions = LoadOptions()) -> Any:
-    """The config of a checkpoint (``offline:`` names resolved), no weights loaded; ``ModelLoadError`` when
-    it cannot be read."""
+    """The config of a checkpoint, no weights loaded.
+
+    Args:
+        name: a Hub id, a local directory or ``offline:<name>`` (resolved to its directory).
+        load: the revision and whether the repository's own code may run.
+
+    Returns:
+        The checkpoint's transformers config.
+
+    Raises:
+        ModelLoadError: the config cannot be read.
+    """
     from transformers import AutoConfig
 
     path = resolve_model_path(name, load.revision)
@@ -310,8 +408,16 @@ def checkpoint_config(name: str, load: LoadOptions = LoadOptions()) -> Any:
 
 
 def checkpoint_window(name: str, load: LoadOptions = LoadOptions()) -> int | None:
-    """The window of a checkpoint from its config alone (no weights loaded); ``None`` when the config cannot
-    be read (the model load then reports the path problem) or names no window."""
+    """The window of a checkpoint from its config alone (no weights loaded).
+
+    Args:
+        name: a Hub id, a local directory or ``offline:<name>``.
+        load: the revision and whether the repository's own code may run.
+
+    Returns:
+        The window the config declares, or ``None`` when the config cannot be read (the model load then
+        reports the path problem) or names no window.
+    """
     try:
         found = _config_window(checkpoint_config(name, load))
     except ModelLoadError:
@@ -323,7 +429,17 @@ def check_checkpoint_max_length(
     name: str, max_length: int, option: str = "max_length", load: LoadOptions = LoadOptions()
 ) -> None:
     """``check_max_length`` from a checkpoint's config, before its weights load; a config that cannot be
-    read is left to the model's load to report."""
+    read is left to the model's load to report.
+
+    Args:
+        name: a Hub id, a local directory or ``offline:<name>``.
+        max_length: the longest input asked for.
+        option: the option's name in the messages.
+        load: the revision and whether the repository's own code may run.
+
+    Raises:
+        ConfigError: ``max_length`` below 2, or past the window of a model with learned absolute positions.
+    """
     try:
         config = checkpoint_config(name, load)
     except ModelLoadError:
@@ -332,8 +448,19 @@ def check_checkpoint_max_length(
 
 
 def check_loadable(name: str, tokenizer: str | None = None, load: LoadOptions = LoadOptions()) -> Any:
-    """That a checkpoint's config and tokenizer load, its weights left alone (a comparison checks every
-    checkpoint so before the first runs); returns the config. ``ModelLoadError`` names what fails."""
+    """Check that a checkpoint's config and tokenizer load, its weights left alone.
+
+    Args:
+        name: a Hub id, a local directory or ``offline:<name>``.
+        tokenizer: the tokenizer's name when it is not the model's (``None``: ``name``).
+        load: the revision and whether the repository's own code may run.
+
+    Returns:
+        The checkpoint's config.
+
+    Raises:
+        ModelLoadError: the config or the tokenizer does not load (the message names which).
+    """
     cfg = checkpoint_config(name, load)
     load_tokenizer(tokenizer or name, load)
     return cfg

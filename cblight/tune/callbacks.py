@@ -65,8 +65,15 @@ class StopOnSignal(Callback):
         self._lock: Any = None
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """The run's log directory is this run's alone while it runs: a plain rerun of the same command
-        resumes from it (``resume_interrupted_run``) only once this run has ended."""
+        """Lock the run's log directory for this run while it runs: a plain rerun of the same command
+        resumes from it (``resume_interrupted_run``) only once this run has ended.
+
+        Args:
+            trainer: the trainer (its ``log_dir`` is read on every process, a collective).
+            pl_module: the LightningModule (unused).
+            stage: the trainer's stage; only ``fit`` locks (``cblight.runs.OutputDirError`` when another run
+                holds the directory).
+        """
         log_dir = trainer.log_dir  # a collective (rank 0 broadcasts it): every process asks
         if stage == "fit" and log_dir and trainer.is_global_zero:
             self._lock = OutputLock(log_dir, option="trainer.default_root_dir").acquire()
@@ -127,7 +134,17 @@ def resume_interrupted_run(
     config and whose ``checkpoints/last.ckpt`` stopped before ``trainer.max_steps`` is resumed: ``ckpt_path``
     is set to that checkpoint (the logs go on in a new version, the next rerun finds it there). With
     ``locks`` (the launching process) it says so in one line and locks that version against a second rerun
-    (the lock appended to ``locks``); returns the checkpoint and its step, or ``None``."""
+    (the lock appended to ``locks``).
+
+    Args:
+        config: the parsed ``cblight tune`` config (a mapping); its ``ckpt_path`` is set when a run resumes.
+        saved_config: makes the config as ``config.yaml`` would hold it, to compare with the saved ones.
+        locks: where the launching process keeps the lock of the resumed version (``None``: in other
+            processes, no lock and no message).
+
+    Returns:
+        The checkpoint resumed and its step, or ``None`` when there is nothing to resume.
+    """
     import sys
 
     import yaml
@@ -196,7 +213,7 @@ class GuardOptions:
     value on the same held-out prompts, seeds and texts, and ``None`` leaves it out. A band is checked at
     every validation that measures its value (validation needs ``data.val_size > 0``; the perplexity
     held-out human text); the defaults pass every frozen-teacher run measured and stop every collapsed one
-    (``DEFAULT_MAX_PPL_RATIO``).
+    (``DEFAULT_MAX_PPL_RATIO``). The band's values are those of ``cblight.tune.validation``.
 
     Args:
         max_ppl_ratio: stop when the held-out human-text perplexity exceeds this times the initial model's
@@ -224,8 +241,15 @@ class GuardOptions:
         return any(v is not None for v in vars(self).values())
 
     def violation(self, values: dict[str, float]) -> str | None:
-        """Why ``values`` (validation metrics by short name: ``ppl``, ``ppl_initial``, ...) leave the band,
-        or ``None``; a band whose value this validation did not measure is not checked."""
+        """Why a validation's values leave the band; a bound whose value this validation did not measure is
+        not checked.
+
+        Args:
+            values: validation metrics by short name (``ppl``, ``ppl_initial``, ``entropy``, ...).
+
+        Returns:
+            One line naming the value, the option and the bound it crossed, or ``None`` inside the band.
+        """
         checks = (
             ("ppl", self.max_ppl_ratio, 1, "max_ppl_ratio"),
             ("entropy", self.min_entropy_ratio, -1, "min_entropy_ratio"),
@@ -257,7 +281,11 @@ class CollapseGuard(Callback):
     the guard looked at: when the run reaches ``max_steps`` after its last validation, it has Lightning
     validate once more (``trainer.should_stop``, on which Lightning's loop validates before it stops, on
     every process alike) and says so. ``good_checkpoint``, ``good_step`` and ``reason`` tell what happened;
-    the first two are kept in checkpoints, as is ``validated_step`` (the step of the last validation)."""
+    the first two are kept in checkpoints, as is ``validated_step`` (the step of the last validation).
+
+    Args:
+        options: the band.
+    """
 
     def __init__(self, options: GuardOptions):
         self.options = options
@@ -285,7 +313,14 @@ class CollapseGuard(Callback):
             )
 
     def unchecked(self, trainer: Trainer) -> str | None:
-        """Why the model at the current step was not checked against the band, or ``None`` if it was."""
+        """Why the model at the current step was not checked against the band.
+
+        Args:
+            trainer: the trainer (its ``global_step``).
+
+        Returns:
+            One line saying which step was last validated, or ``None`` if the current one was.
+        """
         if self.validated_step == trainer.global_step:
             return None
         before = (
@@ -364,7 +399,13 @@ def _validates_now(trainer: Trainer) -> bool:
 
 class StepProgressBar(TQDMProgressBar):
     """TQDM bar in optimizer steps of ``max_steps`` ("Tuning: 12/32"), resumed runs starting where they
-    left off."""
+    left off. Its arguments are Lightning's ``TQDMProgressBar``'s.
+
+    Args:
+        refresh_rate: redraw the bar every this many steps (0: no bar).
+        process_position: the bar's line, when several processes draw bars.
+        leave: keep the finished bar on screen.
+    """
 
     @property
     def total_train_batches(self) -> int | float:
@@ -387,7 +428,14 @@ class StepProgressBar(TQDMProgressBar):
 
 
 class RichStepProgressBar(RichProgressBar):
-    """Rich bar in optimizer steps of ``max_steps``."""
+    """Rich bar in optimizer steps of ``max_steps``. Its arguments are Lightning's ``RichProgressBar``'s.
+
+    Args:
+        refresh_rate: redraw the bar every this many steps (0: no bar).
+        leave: keep the finished bar on screen.
+        theme: the bar's colours and styles.
+        console_kwargs: arguments of the ``rich`` console the bar draws on.
+    """
 
     @property
     def total_train_batches(self) -> int | float:

@@ -274,7 +274,14 @@ class CoherenceTuning(L.LightningModule):
     # -- checks ---------------------------------------------------------------------------------------
     def check_prompts(self, prompts: Sequence[str]) -> None:
         """Refuse prompts with which no sampled sequence can be longer than ``boosting.k`` (the KL would be
-        identically zero)."""
+        identically zero).
+
+        Args:
+            prompts: the training prompts.
+
+        Raises:
+            ConfigError: there are no prompts, or none is long enough.
+        """
         self.sampler.check_prompts(prompts, self.boosting.k)
 
     def setup(self, stage: str) -> None:
@@ -312,8 +319,13 @@ class CoherenceTuning(L.LightningModule):
         }
 
     def configure_callbacks(self) -> list[L.Callback]:
-        """Stop cleanly on Ctrl-C / SIGTERM, guard against collapse (with ``guard`` bands), export at the end
-        of ``fit``, log the learning rate, count the progress bar in steps."""
+        """The run's callbacks: stop cleanly on Ctrl-C / SIGTERM, guard against collapse (with ``guard``
+        bands), export at the end of ``fit``, log the learning rate; the trainer's progress bar is swapped in
+        place for one that counts optimizer steps.
+
+        Returns:
+            The callbacks the trainer does not hold already (one of each type).
+        """
         from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar, TQDMProgressBar
 
         from cblight.tune.callbacks import CollapseGuard, RichStepProgressBar, StepProgressBar, StopOnSignal
@@ -340,7 +352,12 @@ class CoherenceTuning(L.LightningModule):
         self.teacher.update(self.model, self.global_step + 1)  # Lightning counts the step after this hook
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """The gradient's 2-norm before clipping (under FSDP2 over every process's shards)."""
+        """Log the gradient's 2-norm before clipping, ``train/tuning/grad_norm`` (under FSDP2 over every
+        process's shards).
+
+        Args:
+            optimizer: the optimizer about to step (unused).
+        """
         from torch.distributed.tensor import DTensor
 
         grads = [p.grad.detach() for p in self.parameters() if p.grad is not None]
@@ -410,7 +427,17 @@ class CoherenceTuning(L.LightningModule):
             ) from None
 
     def kl_terms(self, sampled: Sampled, teacher_model: Any | None = None) -> KLTerms:
-        """The KL terms of a sampled batch under the run's teacher (or ``teacher_model``)."""
+        """The loss terms of a sampled batch: the divergence from the boosted teacher ``f_alpha`` to the model
+        (``cblight.tune.loss.tuning_kl_terms``; the paper's ``KL(f_alpha || f_θ)`` by default).
+
+        Args:
+            sampled: the batch sampled from the model.
+            teacher_model: the model boosted into the teacher instead of the run's (validation's initial
+                model; no trust region then).
+
+        Returns:
+            The per-position terms and the scalar that carries the gradient.
+        """
         return tuning_kl_terms(
             self.model,
             sampled,
@@ -462,7 +489,11 @@ class CoherenceTuning(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store every process's sampling random state (Lightning does not save random states) and the
         EMA teacher's trainable weights (the copy is not a registered submodule); under FSDP2 the EMA's
-        shards go with the model's into the distributed checkpoint, under ``EMA_KEY.<parameter>``."""
+        shards go with the model's into the distributed checkpoint, under ``EMA_KEY.<parameter>``.
+
+        Args:
+            checkpoint: the checkpoint being written, changed in place.
+        """
         if is_sharded(self._trainer):
             checkpoint["state_dict"].update(self.teacher.sharded_state(self.model))
         else:
@@ -476,7 +507,11 @@ class CoherenceTuning(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restore the sampling random states and the EMA teacher: from ``EMA_KEY``, from the distributed
-        checkpoint's shards (FSDP2), or from its ``EMA_KEY.*`` entries once consolidated into one file."""
+        checkpoint's shards (FSDP2), or from its ``EMA_KEY.*`` entries once consolidated into one file.
+
+        Args:
+            checkpoint: the checkpoint being read (its ``EMA_KEY.*`` entries are taken out of ``state_dict``).
+        """
         self.sampler.load_state_dict(checkpoint.get(RNG_KEY))
         trainer = self._trainer
         state, prefix = checkpoint.get("state_dict") or {}, f"{EMA_KEY}."
@@ -488,5 +523,12 @@ class CoherenceTuning(L.LightningModule):
 
     def export_pretrained(self, out_dir: str | Path | None = None) -> Path:
         """``save_pretrained`` of the tuned model and its tokenizer, loadable by
-        ``AutoModelForCausalLM.from_pretrained``. Call it on every process (sharded weights are gathered)."""
+        ``AutoModelForCausalLM.from_pretrained``. Call it on every process (sharded weights are gathered).
+
+        Args:
+            out_dir: where to write (default: ``export.dir``, else ``<log_dir>/hf_model``).
+
+        Returns:
+            The export directory.
+        """
         return self.exporter.export(self.model, self.tokenizer, self._trainer, self._log_dir, out_dir)

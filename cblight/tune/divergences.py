@@ -46,11 +46,23 @@ def divergence(
     kind: Divergence = "forward_kl",
     beta: float = 0.5,
 ) -> torch.Tensor:
-    """The divergence ``kind`` per row, over the last axis, with ``p`` the teacher and ``q`` the student:
-    ``forward_kl`` ``KL(p || q)`` (the paper's objective), ``reverse_kl`` ``KL(q || p)`` (infinite where the
-    student puts mass on a token with ``p = 0``), ``jsd`` ``beta · KL(p || m) + (1 - beta) · KL(q || m)``
-    with ``m = beta · p + (1 - beta) · q`` (TRL's GKD), which is the forward / reverse KL at ``beta`` 0 / 1
-    (``beta`` only matters for ``jsd``)."""
+    """A divergence from the teacher ``p`` to the student ``q`` per row, over the last axis.
+
+    ``forward_kl`` is ``KL(p || q)``, coherence tuning's objective (paper appendix "From coherence boosting
+    to coherence tuning"; docs/tuning.md); ``reverse_kl`` is ``KL(q || p)`` (infinite where the student puts
+    mass on a token with ``p = 0``); ``jsd`` is ``beta · KL(p || m) + (1 - beta) · KL(q || m)`` with
+    ``m = beta · p + (1 - beta) · q`` (TRL's GKD), the forward / reverse KL at ``beta`` 0 / 1.
+
+    Args:
+        teacher_log_probs: ``[..., V]`` log-probabilities of the teacher (detached: no gradient flows into
+            it).
+        student_log_probs: ``[..., V]`` log-probabilities of the student.
+        kind: ``forward_kl``, ``reverse_kl`` or ``jsd``.
+        beta: the JSD's teacher weight in [0, 1]; only ``jsd`` reads it.
+
+    Returns:
+        ``[...]`` float32 divergences in nats, one per row, differentiable with respect to the student.
+    """
     p_log, q_log = teacher_log_probs.detach().float(), student_log_probs.float()
     beta = {"forward_kl": 0.0, "reverse_kl": 1.0}.get(kind, beta)
     if beta == 0:
@@ -64,8 +76,18 @@ def divergence(
 def restrict_to_teacher_top_k(
     teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor, k: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both distributions over the teacher's ``k`` most likely tokens, renormalised there: ``[..., k]``
-    log-probabilities (ties broken by ``torch.topk``). ``k`` at least the vocabulary size is a no-op."""
+    """Both distributions over the teacher's ``k`` most likely tokens, renormalised there (top-k teacher
+    distillation, as TRL's GOLD trainer's ``top_k``).
+
+    Args:
+        teacher_log_probs: ``[..., V]`` log-probabilities of the teacher.
+        student_log_probs: ``[..., V]`` log-probabilities of the student.
+        k: how many of the teacher's most likely tokens are kept (ties broken by ``torch.topk``).
+
+    Returns:
+        The teacher's (detached) and the student's float32 ``[..., k]`` log-probabilities over those tokens,
+        each summing to 1; with ``k`` at least the vocabulary size, the two inputs unchanged.
+    """
     if k >= teacher_log_probs.shape[-1]:
         return teacher_log_probs, student_log_probs
     top = torch.topk(teacher_log_probs.detach(), k, dim=-1).indices

@@ -46,8 +46,14 @@ class ExportOptions:
 
 
 def check_export_dir(path: Path, overwrite: bool) -> None:
-    """Refuse an export directory that holds files already (an earlier run's export), unless ``overwrite``.
-    A lock file alone (left by a killed run) is no export."""
+    """Refuse an export directory that holds files already (an earlier run's export). A lock file alone (left
+    by a killed run) is no export.
+
+    Args:
+        path: the export directory (it need not exist).
+        overwrite: allow replacing what it holds; otherwise a directory with files in it is refused
+            (``cblight.runs.OutputDirError``).
+    """
     path = Path(path).expanduser()
     if overwrite or not path.is_dir():
         return
@@ -65,7 +71,11 @@ class Exporter(Callback):
     """Writes the tuned model with ``save_pretrained`` (tokenizer included) when ``fit`` ends, unless the run
     stopped early (a half-tuned model must not look like the result) or took no step. From ``setup`` on it
     holds the export directory's lock, and refuses a directory with an export in it (``overwrite``: replace
-    it)."""
+    it).
+
+    Args:
+        options: whether and where to export.
+    """
 
     def __init__(self, options: ExportOptions):
         self.options = options
@@ -73,7 +83,15 @@ class Exporter(Callback):
         self._lock: OutputLock | None = None
 
     def path(self, root: Path, log_dir: str | None) -> Path:
-        """``dir`` under ``root`` (``trainer.default_root_dir``), or ``<log_dir>/hf_model``."""
+        """The export directory.
+
+        Args:
+            root: the run's root directory (``trainer.default_root_dir``); a relative ``dir`` is under it.
+            log_dir: the run's log directory (``None``: ``root``).
+
+        Returns:
+            ``dir`` under ``root``, or ``<log_dir>/hf_model`` when ``dir`` is unset.
+        """
         if self.options.dir:
             return root / self.options.dir
         return Path(log_dir or root) / "hf_model"
@@ -98,7 +116,12 @@ class Exporter(Callback):
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         """The export, on every process, if enabled, the run reached ``max_steps``, took a step and stayed in
-        the collapse guard's band."""
+        the collapse guard's band.
+
+        Args:
+            trainer: the trainer that ran ``fit``.
+            pl_module: the ``CoherenceTuning`` module (its ``model``, ``tokenizer`` and log directory).
+        """
         from cblight.tune.callbacks import CollapseGuard
 
         if not self.options.enabled:
@@ -142,7 +165,19 @@ class Exporter(Callback):
     ) -> Path:
         """``save_pretrained`` of ``model`` and ``tokenizer`` to ``out_dir`` (default: ``path``). With a
         trainer, call it on every process: under FSDP2 the whole weights are gathered once, tensor by tensor,
-        onto rank 0's CPU (``cblight.sharding.full_state_dict``), and rank 0 writes."""
+        onto rank 0's CPU (``cblight.sharding.full_state_dict``), and rank 0 writes. With LoRA, the adapter
+        goes to ``adapter/`` and the merged model to the directory itself.
+
+        Args:
+            model: the tuned model.
+            tokenizer: its tokenizer.
+            trainer: the trainer, or ``None`` outside a run (then only this process writes).
+            log_dir: the run's log directory, for the default path.
+            out_dir: where to write (default: ``path``).
+
+        Returns:
+            The export directory.
+        """
         from cblight.sharding import full_state_dict, is_sharded
 
         root = Path(trainer.default_root_dir) if trainer is not None else Path(".")

@@ -53,7 +53,19 @@ class LoraOptions:
 
 
 def apply_lora(model: Any, options: LoraOptions) -> Any:
-    """``model`` wrapped by ``peft`` with LoRA adapters (no adapter dropout: tuning turns dropout off)."""
+    """A model wrapped by ``peft`` with LoRA adapters (Hu et al. 2022), its base weights frozen.
+
+    Args:
+        model: the causal LM to tune.
+        options: the adapters' rank, scaling and target modules (no adapter dropout: tuning turns dropout
+            off).
+
+    Returns:
+        The ``peft`` model, only its adapters trainable.
+
+    Raises:
+        ConfigError: ``options.target_modules`` names modules the model does not have.
+    """
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -91,7 +103,15 @@ class AdaptersDisabled:
             return self.peft_model(*args, **kwargs)
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
-        """``generate`` of the base model."""
+        """``generate`` of the base model, the adapters disabled.
+
+        Args:
+            *args: ``generate``'s positional arguments.
+            **kwargs: ``generate``'s keyword arguments.
+
+        Returns:
+            What the model's ``generate`` returns (the token ids).
+        """
         with self._base():
             return self.peft_model.generate(*args, **kwargs)
 

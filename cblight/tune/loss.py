@@ -92,8 +92,11 @@ class LossOptions:
 class Sampled:
     """A batch sampled from the model: left-padded prompts followed by sampled tokens.
 
-    ``attention_mask`` covers prompts and samples (1 after the prompt); ``sampled`` marks the sampled
-    tokens up to each row's first EOS (``sampled_token_mask``).
+    Args:
+        sequences: ``[B, L]`` token ids, prompts then samples.
+        attention_mask: ``[B, L]``, covering prompts and samples (1 everywhere after the prompt's padding).
+        prompt_width: the column where the samples start (the padded prompts' width).
+        sampled: ``[B, L]`` bool, the sampled tokens up to each row's first EOS (``sampled_token_mask``).
     """
 
     sequences: torch.Tensor
@@ -103,8 +106,18 @@ class Sampled:
 
 
 def sampled_logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[torch.Tensor, int]:
-    """The model's logits on ``rows`` of the batch from column ``first_col - 1`` on (where the model
-    supports ``logits_to_keep``), and the column of ``logits[:, 0]``."""
+    """The model's logits on some rows of a sampled batch, from the column that predicts ``first_col`` on.
+
+    Args:
+        model: the causal LM.
+        sampled: the batch.
+        rows: the rows to run.
+        first_col: the first position wanted (its logits sit at column ``first_col - 1``); earlier columns
+            are left out where the model supports ``logits_to_keep``.
+
+    Returns:
+        ``[rows, T, V]`` logits and the column of ``logits[:, 0]``.
+    """
     seq, mask = sampled.sequences[rows], sampled.attention_mask[rows]
     width = seq.shape[1]
     kwargs: dict[str, Any] = {}
@@ -119,8 +132,17 @@ def sampled_logits(model: Any, sampled: Sampled, rows: slice, first_col: int) ->
 def sampled_token_mask(
     sequences: torch.Tensor, prompt_width: int, eos_token_id: int | Sequence[int] | None
 ) -> torch.Tensor:
-    """``[B, L]`` bool: the sampled tokens (columns from ``prompt_width`` on) up to and including each
-    row's first EOS (any of several ids); whatever ``generate`` put after it is padding."""
+    """The sampled tokens of a batch, up to and including each row's first EOS; whatever ``generate`` put
+    after it is padding.
+
+    Args:
+        sequences: ``[B, L]`` token ids, prompts then samples.
+        prompt_width: the column where the samples start.
+        eos_token_id: the end-of-sequence id, or several (any ends a row); ``None``: no row ends early.
+
+    Returns:
+        ``[B, L]`` bool, true at the sampled tokens.
+    """
     mask = torch.zeros_like(sequences, dtype=torch.bool)
     mask[:, prompt_width:] = True
     if eos_token_id is not None and sequences.shape[1] > prompt_width:
@@ -133,8 +155,17 @@ def sampled_token_mask(
 
 
 def kl_scope(sampled: torch.Tensor, last_m: int | None) -> torch.Tensor:
-    """Positions whose distributions enter the KL: every sampled token, or only those in the last ``m``
-    columns of the batch (the end of the samples, as the paper allows); tokens after EOS stay out."""
+    """The positions whose distributions enter the KL: the paper's "at every position, or the last m".
+
+    Args:
+        sampled: ``[B, L]`` bool mask of the sampled tokens (``sampled_token_mask``; tokens after EOS are
+            out).
+        last_m: keep only the last ``m`` columns of the batch (the end of the samples); ``None``: every
+            sampled token.
+
+    Returns:
+        ``[B, L]`` bool mask of the positions in scope.
+    """
     if last_m is None:
         return sampled
     scope = torch.zeros_like(sampled)
@@ -153,12 +184,23 @@ def boosted_teacher(
     alpha: float,
     adaptive: str | None = None,
 ) -> torch.Tensor:
-    """``log f_alpha`` at every position in scope (generation parametrisation, Table 2), no gradient.
+    """The boosted teacher ``log f_alpha`` at every position in scope, no gradient: the generation
+    parametrisation of Table 2, ``f_alpha ∝ f_max^(1-alpha) · f_k^alpha``. Where the context is no longer
+    than ``k``, ``f_k == f_max`` and the generation form gives ``f_alpha == f_max`` exactly.
 
-    ``full_log_probs`` is ``[N, V]`` (``f_max`` at the N positions), ``long`` a ``[N]`` mask of the positions
-    whose context exceeds ``k`` and ``short_log_probs`` ``[long.sum(), V]`` (``f_k`` there, in order).
-    Elsewhere ``f_k == f_max`` and the generation form gives ``f_alpha == f_max`` exactly. With ``adaptive``
-    (a per-token rule of ``cblight.adaptive``, docs/adaptive.md) each position's alpha comes from the rule.
+    Args:
+        full_log_probs: ``[N, V]``, the full-context ``log f_max`` at the N positions.
+        short_log_probs: ``[long.sum(), V]``, the short-context ``log f_k`` at the long positions, in order.
+        long: ``[N]`` bool, the positions whose context exceeds ``k``.
+        alpha: the boost (Table 2's generation alpha), used where ``adaptive`` is ``None``.
+        adaptive: a per-token rule of ``cblight.adaptive`` (docs/adaptive.md) that gives each position its
+            alpha instead.
+
+    Returns:
+        ``[N, V]`` float32 log-probabilities of the teacher.
+
+    Raises:
+        ValueError: ``short_log_probs`` has not one row per long position.
     """
     full = full_log_probs.detach().float()
     teacher = full.clone()
@@ -203,14 +245,19 @@ class _InjectedGradient(torch.autograd.Function):
 
 @dataclass
 class KLTerms:
-    """Per-position terms of one batch, all detached, and the scalar that carries the gradient.
+    """Per-position terms of one batch, all detached, and the scalar that carries the gradient
+    (``tuning_kl_terms``).
 
-    ``kl`` is the divergence per position (forward KL unless another was asked for); ``loss_sum`` has the
-    value ``kl.sum()`` and the gradient of that sum with respect to the student's parameters.
-    ``long`` marks positions whose context exceeds ``k`` (where boosting changes the distribution);
-    ``gap`` is ``log f_alpha(w) - log f_θ(w)`` of the sampled token ``w``; ``agree`` whether the student's
-    most likely token is the teacher's. ``trust`` is ``KL(f_θ || f_0)`` per position when a trust region
-    is on (``loss_sum`` then carries ``kl + trust_region · trust``), else zeros.
+    Args:
+        kl: the divergence per position (the forward ``KL(f_alpha || f_θ)`` unless another was asked for).
+        loss_sum: a scalar whose value is ``kl.sum()`` and whose gradient is that sum's with respect to the
+            student's parameters (with a trust region: of ``kl + trust_region · trust``).
+        long: the positions whose context exceeds ``k`` (where boosting changes the distribution).
+        gap: ``log f_alpha(w) - log f_θ(w)`` of the sampled token ``w`` per position.
+        agree: whether the student's most likely token is the teacher's, per position.
+        anchor: a zero that depends on every parameter, added to the loss to keep DDP's gradient hooks
+            firing.
+        trust: ``KL(f_θ || f_0)`` per position when a trust region is on, else zeros.
     """
 
     kl: torch.Tensor
@@ -224,8 +271,17 @@ class KLTerms:
     def global_sums(
         self, sampled: torch.Tensor, device: torch.device, reduce: Callable[..., torch.Tensor]
     ) -> dict[str, float]:
-        """Counts and sums of the batch's terms (``sampled``: its mask of sampled tokens), over every process
-        in one all-reduce (``reduce``, a strategy's ``reduce``)."""
+        """Counts and sums of the batch's terms over every process, in one all-reduce.
+
+        Args:
+            sampled: the batch's ``[B, L]`` mask of sampled tokens.
+            device: the device the all-reduce runs on.
+            reduce: a strategy's ``reduce`` (called with ``reduce_op="sum"``).
+
+        Returns:
+            ``count`` (positions), ``long``, ``sampled_tokens``, ``kl_sum``, ``kl_long_sum``, ``gap_long_sum``
+            and ``trust_sum``, summed over the processes.
+        """
         kl, long = self.kl.detach(), self.long
         local = torch.stack(
             [
@@ -244,8 +300,15 @@ class KLTerms:
 
 
 def default_loss_chunk(vocab_size: int) -> int:
-    """Positions per chunk of the loss: each float32 ``[chunk, V]`` temporary stays near 64 MB (2^24
-    entries), e.g. 341 positions for a 49k vocabulary and 64 for Gemma's 262k."""
+    """Positions per chunk of the loss, so that each float32 ``[chunk, V]`` temporary stays near 64 MB
+    (2^24 entries).
+
+    Args:
+        vocab_size: the vocabulary size ``V``.
+
+    Returns:
+        The chunk size, at least 1 (e.g. 341 positions for a 49k vocabulary and 64 for Gemma's 262k).
+    """
     return max(1, (1 << 24) // max(int(vocab_size), 1))
 
 
@@ -288,10 +351,10 @@ def tuning_kl_terms(
     trust_region: float = 0.0,
     adaptive: str | None = None,
 ) -> KLTerms:
-    """The divergence from the boosted teacher ``f_alpha`` to the model ``f_θ`` at every position in scope
-    of a sampled batch (forward ``KL(f_alpha || f_θ)``, the paper, by default; ``options`` chooses the
-    divergence, the positions and the chunks; see ``cblight.tune.divergences`` for the divergences and for
-    ``teacher_top_k``).
+    """Coherence tuning's loss: the divergence from the boosted teacher ``f_alpha`` (Table 2's generation
+    parametrisation) to the model ``f_θ`` at every position in scope of a sampled batch; by default the
+    paper's forward ``KL(f_alpha || f_θ)`` (appendix "From coherence boosting to coherence tuning";
+    docs/tuning.md).
 
     The teacher is the live model (the paper; its full-context expert is the student's own forward,
     detached) or ``teacher_model`` (a frozen copy of the initial model, or an EMA of the student). Its
@@ -313,6 +376,23 @@ def tuning_kl_terms(
     ``trust_region > 0`` with ``reference_model`` (the initial model ``f_0``) adds ``trust_region ·
     KL(f_θ || f_0)`` per position to the objective (RLHF's KL penalty; docs/tuning.md, "Trust region"),
     over the whole vocabulary; ``f_0`` is the teacher's own full-context pass when the teacher is that model.
+
+    Args:
+        model: the student ``f_θ``.
+        sampled: the batch sampled from it (``cblight.tune.rollouts``).
+        k: the short context of the teacher's ``f_k``, in tokens.
+        alpha: the boost (Table 2's generation alpha).
+        options: the divergence, the positions in scope and the chunk sizes (see ``cblight.tune.divergences``
+            for the divergences and ``teacher_top_k``).
+        prefix: special tokens (BOS) put before every short-context window.
+        teacher_model: the model boosted into the teacher; ``None``: the live model itself (the paper).
+        synced: the phases of synced forward calls under FSDP2 (``None``: unsynced).
+        reference_model: the initial model ``f_0`` of the trust region.
+        trust_region: the trust region's weight (0: off).
+        adaptive: a per-token alpha rule of ``cblight.adaptive`` instead of ``alpha``.
+
+    Returns:
+        The per-position terms and the scalar ``loss_sum`` that carries the gradient.
     """
     chunk_size = options.window_chunk_size or tuning_window_chunk(sampled.sequences.device, k + len(prefix))
     scope = kl_scope(sampled.sampled, options.last_m)

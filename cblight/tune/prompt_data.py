@@ -41,9 +41,15 @@ class PromptDataError(CblightError):
 
 
 def check_split(task: str, split: str) -> None:
-    """Refuse a split the task does not have, naming its splits and the closest one (``valid``
-    once answered "looked for nothing ... Use webtext.test.jsonl"). ``cblight tune`` calls it right after
-    parsing, before the model loads."""
+    """Refuse a split the task does not have, naming its splits and the closest one, before the model loads.
+
+    Args:
+        task: a generation task of ``cblight.data`` (e.g. ``webtext``).
+        split: the split asked for (``--data.split``).
+
+    Raises:
+        PromptDataError: the task has no such split.
+    """
     import difflib
 
     from cblight.data.registry import get_task
@@ -62,7 +68,19 @@ def check_split(task: str, split: str) -> None:
 def read_prompts(path: str | Path, text_field: str = "text") -> list[str]:
     """Prompts from a file: ``.jsonl`` (one object per line, ``text_field`` holds the prompt; a bare JSON
     string per line also works), ``.json`` (a list of strings or of such objects) or plain text (one
-    prompt per line). Blank prompts are dropped. ``PromptDataModule`` refuses a missing path when made."""
+    prompt per line). Blank prompts are dropped. ``PromptDataModule`` refuses a missing path when made.
+
+    Args:
+        path: the prompt file.
+        text_field: the field of a JSON object that holds the prompt.
+
+    Returns:
+        The non-blank prompts, in file order.
+
+    Raises:
+        PromptDataError: the file is not UTF-8 or not valid JSON, or a record is no string or lacks
+            ``text_field``.
+    """
     p = Path(path).expanduser()
     suffix = p.suffix.lower()
     try:
@@ -104,7 +122,15 @@ class PromptStream(IterableDataset):
 
     Batch ``i`` holds this rank's share of global batch ``i``: the global batches walk through a seeded
     permutation of the pool per epoch (every prompt once per epoch, ranks disjoint), and pools smaller than
-    a global batch are tiled. ``start`` is the first batch number to yield.
+    a global batch are tiled.
+
+    Args:
+        pool: the training prompts.
+        batch_size: prompts per batch of this process.
+        rank: this process's rank.
+        world_size: the number of processes.
+        seed: the seed of the permutations.
+        start: the first batch number to yield (a resumed run's next batch).
     """
 
     pool: Sequence[str]
@@ -142,6 +168,26 @@ class PromptDataModule(L.LightningDataModule):
     whole documents of the held-out prompts (e.g. WebText: first sentence and continuation); otherwise
     ``val_texts_file`` (any format ``read_prompts`` reads), cycled to the validation prompts' number.
     Validation batches carry them as ``texts`` beside their ``prompts``.
+
+    Args:
+        prompts: the prompts, a list of strings.
+        prompts_file: a file of prompts (``read_prompts``).
+        text_field: the field of a JSON record that holds the prompt (or text).
+        bos_only: sample from the model's BOS/EOS token alone.
+        task: a generation benchmark of ``cblight.data`` whose rendered prompts are the source (e.g.
+            ``webtext``).
+        data_dir: the task's local data directory (``None``: the task's default).
+        split: the task's split the prompts come from.
+        batch_size: prompts per training batch of each process.
+        val_size: prompts held out for validation (0: no validation).
+        val_batch_size: prompts per validation batch (``None``: ``batch_size``).
+        limit: keep only the first this many prompts of the source.
+        seed: the seed of the held-out split and of the training order.
+        val_texts_file: held-out human text for the validation perplexity where the source has none.
+
+    Raises:
+        PromptDataError: not exactly one source, a missing file, a task that is no generation benchmark or
+            lacks ``split``.
     """
 
     def __init__(
@@ -203,7 +249,11 @@ class PromptDataModule(L.LightningDataModule):
 
     # -- the prompt pool -----------------------------------------------------------------------------
     def load_prompts(self) -> list[str]:
-        """All prompts of the source, in source order (override for a dataset-specific source)."""
+        """All prompts of the source, in source order (override for a dataset-specific source).
+
+        Returns:
+            The prompts (``[""]`` for ``bos_only``), blank ones dropped.
+        """
         if self.bos_only:
             return [""]
         if self.task is not None:
@@ -264,7 +314,11 @@ class PromptDataModule(L.LightningDataModule):
         """Refuse a batch larger than the training prompts (``bos_only`` aside, whose one prompt serves any
         batch): every step would sample that many sequences from repeats of the same prompts, and a typo such
         as ``batch_size 1000000`` would fill memory before the first step. Known once the prompts are read,
-        before the model loads."""
+        before the model loads.
+
+        Raises:
+            PromptDataError: ``batch_size`` exceeds the training prompts.
+        """
         train = self.train_prompts()
         if self.bos_only or self.batch_size <= len(train):
             return
@@ -278,7 +332,11 @@ class PromptDataModule(L.LightningDataModule):
         return self._pools()[1]
 
     def val_texts(self) -> list[str]:
-        """Held-out human texts, aligned with ``val_prompts`` (empty when there are none)."""
+        """Held-out human texts for the validation perplexity.
+
+        Returns:
+            One text per validation prompt, in the same order; empty when there are none.
+        """
         self._pools()
         return self._val_texts
 

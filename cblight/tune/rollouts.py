@@ -70,7 +70,14 @@ class RolloutOptions:
 
     def check_supported(self, model_class: type) -> None:
         """Refuse ``cache: static`` or ``compile: true`` for a model class transformers cannot compile (its
-        ``_can_compile_fullgraph``, a class attribute: checked from the config alone, before any weights)."""
+        ``_can_compile_fullgraph``, a class attribute: checked from the config alone, before any weights).
+
+        Args:
+            model_class: the transformers model class.
+
+        Raises:
+            ConfigError: the static cache or compilation was asked for and the class does not support it.
+        """
         if (self.cache == "static" or self.compile) and not getattr(
             model_class, "_can_compile_fullgraph", False
         ):
@@ -81,7 +88,15 @@ class RolloutOptions:
 
     def check_config(self, config: Any) -> None:
         """``check_supported`` for the model class of a checkpoint's config, before any weights load (a model
-        of remote code is checked once it loads)."""
+        of remote code is checked once it loads).
+
+        Args:
+            config: the checkpoint's transformers config.
+
+        Raises:
+            ConfigError: the static cache or compilation was asked for and the model class does not support
+                it.
+        """
         if self.cache == "static" or self.compile:
             from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
@@ -89,8 +104,21 @@ class RolloutOptions:
                 self.check_supported(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)])
 
     def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
-        """``(static cache, compiled)`` for ``model`` on ``device``; a model that cannot be compiled is
-        refused when static or compile was asked for by name, and gets the dynamic cache under ``auto``."""
+        """The decoding these options give for a model on a device.
+
+        Args:
+            model: the loaded model.
+            device: the device it samples on.
+            sharded: whether the model is sharded over processes (``auto`` then keeps the dynamic cache).
+
+        Returns:
+            ``(static cache, compiled)``; a model that cannot be compiled gets the dynamic cache under
+            ``auto``.
+
+        Raises:
+            ConfigError: the static cache or compilation was asked for by name and the model does not
+                support it.
+        """
         if self.cache == "static" or self.compile:
             self.check_supported(type(model))
             return True, bool(self.compile)
@@ -101,7 +129,14 @@ class RolloutOptions:
 
 
 def seed_of(*parts: int) -> int:
-    """A 32-bit seed mixed from integers (base seed, process rank, step) by numpy's ``SeedSequence``."""
+    """A 32-bit seed mixed from integers by numpy's ``SeedSequence``.
+
+    Args:
+        *parts: the integers mixed (base seed, process rank, step).
+
+    Returns:
+        The seed, in [0, 2^32).
+    """
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
@@ -121,14 +156,30 @@ def sample_sequences(
     static_cache_len: int | None = None,
     compile: bool = False,
 ) -> Sampled:
-    """Sample continuations of left-padded prompts with ``model.generate``: eval mode (no dropout), no
-    gradient, explicit position ids. The caller owns the random state (see ``RolloutSampler``).
+    """Sample continuations of left-padded prompts with ``model.generate``: the tuning sequences of the paper's
+    appendix ("sample sequences from the current model"). Eval mode (no dropout), no gradient, explicit
+    position ids, none of the model's own generation config. The caller owns the random state (see
+    ``RolloutSampler``).
 
-    ``synced_gpus`` keeps every process stepping until all are done, which sharded models (FSDP) need.
-    ``eos_token_id=None`` means the model's own (``generate`` stops there either way).
-    ``static_cache_len``: decode with transformers' static cache of that many positions (at least the
-    prompt width + ``max_new_tokens``; one size for every call, so the cache and a compiled step are
-    reused); ``compile``: with it, ``torch.compile`` the decode step (CUDA graphs on a GPU).
+    Args:
+        model: the causal LM.
+        prompt_ids: ``[B, P]`` left-padded prompt token ids.
+        prompt_mask: ``[B, P]`` attention mask of the prompts.
+        max_new_tokens: tokens sampled after each prompt.
+        eos_token_id: the end-of-sequence id(s) where a row stops; ``None``: the model's own.
+        pad_token_id: the id that fills a row after it stops.
+        temperature: the sampling temperature.
+        top_p: nucleus sampling's probability mass (1.0: off).
+        top_k: sample from the ``k`` most likely tokens only (0: off).
+        synced_gpus: keep every process stepping until all are done, which sharded models (FSDP) need.
+        static_cache_len: decode with transformers' static cache of that many positions (at least the
+            prompt width + ``max_new_tokens``; one size for every call, so the cache and a compiled step are
+            reused); ``None``: the dynamic cache.
+        compile: with the static cache, ``torch.compile`` the decode step (CUDA graphs on a GPU).
+
+    Returns:
+        The prompts and samples, with their attention mask and the mask of sampled tokens up to each row's
+        first EOS.
     """
     from transformers import GenerationConfig
 
@@ -179,9 +230,16 @@ def sample_sequences(
 
 @functools.cache
 def compile_config(kind: str) -> Any:
-    """transformers' ``CompileConfig`` of the decode step, one object per device type ``kind`` (``generate``
-    keeps its compiled call while the config compares equal): CUDA graphs (``reduce-overhead``) on a GPU; on
-    other devices inductor's default mode, which ``generate`` only uses when told to compile everywhere."""
+    """transformers' ``CompileConfig`` of the decode step, one object per device type (``generate`` keeps its
+    compiled call while the config compares equal).
+
+    Args:
+        kind: the device type (``cuda``, ``cpu``, ...).
+
+    Returns:
+        CUDA graphs (``reduce-overhead``) on a GPU; on other devices inductor's default mode, which
+        ``generate`` only uses when told to compile everywhere.
+    """
     from transformers import CompileConfig
 
     config = CompileConfig(fullgraph=False, mode="reduce-overhead" if kind == "cuda" else "default")
@@ -252,7 +310,14 @@ class RolloutSampler:
 
     # -- prompts ------------------------------------------------------------------------------------------
     def prompt_ids(self, text: str) -> list[int]:
-        """Token ids of a prompt (BOS/EOS alone for an empty one), cut from the left, special prefix kept."""
+        """The token ids of a prompt, cut from the left to ``max_prompt_tokens``, its special prefix kept.
+
+        Args:
+            text: the prompt.
+
+        Returns:
+            Its token ids (BOS/EOS alone for an empty prompt).
+        """
         ids = self.encoder.context(text)
         if len(ids) <= self.max_prompt_tokens:
             return ids
@@ -261,9 +326,17 @@ class RolloutSampler:
         return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
 
     def check_prompts(self, prompts: Sequence[str], k: int) -> None:
-        """Refuse prompts with which no sampled sequence can be longer than ``k`` (the KL would be zero).
+        """Refuse prompts with which no sampled sequence can be longer than ``k`` (``f_k`` would equal ``f_max``
+        everywhere and the KL would be zero). Stops at the first prompt that is long enough, so large prompt
+        files cost little.
 
-        Stops at the first prompt that is long enough, so large prompt files cost little."""
+        Args:
+            prompts: the training prompts.
+            k: the teacher's short context (``boosting.k``).
+
+        Raises:
+            ConfigError: there are no prompts, or none is long enough.
+        """
         if not prompts:
             raise ConfigError("the prompt data module yields no prompts")
         # the last sampled token of a prompt has ``prompt - prefix + max_new_tokens - 1`` content tokens before
@@ -318,9 +391,19 @@ class RolloutSampler:
         synced: bool = False,
         seed: int | None = None,
     ) -> Sampled:
-        """Sample the tuning sequences of ``prompts`` from ``model``, advancing this process's random state
-        (``rank`` seeds it when sampling starts outside ``fit``; ``synced``: a sharded model). With ``seed``
-        (validation), sample from that seed instead, leaving the tuning random state alone."""
+        """Sample the tuning sequences of some prompts, advancing this process's random state.
+
+        Args:
+            model: the model sampled from.
+            prompts: the batch's prompts.
+            device: where the model is.
+            rank: this process's rank, which seeds the state when sampling starts outside ``fit``.
+            synced: the model is sharded over processes (every process steps until all are done).
+            seed: sample from this seed instead (validation), leaving the tuning random state alone.
+
+        Returns:
+            The sampled batch.
+        """
         device = torch.device(device)
         if self._rng is None and seed is None:  # outside fit (e.g. a direct call): start from the seed
             self._rng = _rng_state(device, self.seed + rank)
@@ -337,7 +420,15 @@ class RolloutSampler:
 
     # -- random state in checkpoints ---------------------------------------------------------------------
     def start(self, rank: int, world_size: int, global_step: int, device: torch.device) -> None:
-        """At the start of training: this process's state from the checkpoint, or a fresh one."""
+        """At the start of training: this process's random state from the checkpoint, or a fresh one (reseeded
+        when the checkpoint was written by another number of processes).
+
+        Args:
+            rank: this process's rank.
+            world_size: the number of processes.
+            global_step: the step training starts from (mixed into a fresh seed when resuming).
+            device: the device this process samples on.
+        """
         loaded = self._loaded_rng
         if loaded is not None and loaded.get("world_size") == world_size:
             self._rng = {key: rows[rank].clone() for key, rows in loaded.items() if key != "world_size"}
@@ -359,8 +450,16 @@ class RolloutSampler:
     def state_dict(
         self, world_size: int, all_gather: Callable[[torch.Tensor], torch.Tensor]
     ) -> dict[str, Any] | None:
-        """Every process's state, for ``checkpoint[RNG_KEY]`` (``all_gather``, a collective that every
-        process joins, stacks one tensor per process); ``None`` before any sampling."""
+        """Every process's random state, for ``checkpoint[RNG_KEY]``.
+
+        Args:
+            world_size: the number of processes.
+            all_gather: a collective that every process joins, stacking one tensor per process.
+
+        Returns:
+            The states by generator (``cpu``, ``cuda``), one per process, and ``world_size``; ``None`` before
+            any sampling.
+        """
         if self._rng is None:
             return None
         entry: dict[str, Any] = {"world_size": world_size}
@@ -370,5 +469,9 @@ class RolloutSampler:
         return entry
 
     def load_state_dict(self, entry: dict[str, Any] | None) -> None:
-        """Keep a checkpoint's states until ``start`` picks this process's."""
+        """Keep a checkpoint's random states until ``start`` picks this process's.
+
+        Args:
+            entry: the checkpoint's ``RNG_KEY`` entry (``state_dict``'s result), or ``None``.
+        """
         self._loaded_rng = entry

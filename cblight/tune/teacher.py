@@ -78,7 +78,14 @@ class TeacherOptions:
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``model`` in eval mode with no gradient."""
+    """A frozen copy of a model: the frozen teacher, or the initial model ``f_0`` of the trust region.
+
+    Args:
+        model: the model to copy (left as it is).
+
+    Returns:
+        A deep copy of ``model`` in eval mode, every parameter with ``requires_grad`` off.
+    """
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
@@ -119,17 +126,26 @@ class Teacher:
             self.model = copy_student() if copy_student is not None else frozen_copy(student)
 
     def to(self, device: torch.device) -> None:
-        """Move the copies to ``device`` (Lightning moves only registered submodules)."""
+        """Move the copies to a device (Lightning moves only registered submodules).
+
+        Args:
+            device: where the student is.
+        """
         for model in (self.initial, self.model):
             if model is not None:
                 model.to(device)
 
     @torch.no_grad()
     def update(self, student: torch.nn.Module, step: int) -> None:
-        """After optimizer step ``step`` (counted from 1), for every trainable parameter of the student (the
-        two models have the same structure; frozen parameters are equal and stay so): the EMA follows it,
+        """Follow the student after an optimizer step, for every trainable parameter (the two models have the
+        same structure; frozen parameters are equal and stay so): the EMA moves,
         ``θ_ema ← d θ_ema + (1 - d) θ``; a snapshot is retaken, ``θ_teacher ← θ``, every ``refresh_every``
-        steps; the other teachers do nothing."""
+        steps; the other teachers do nothing.
+
+        Args:
+            student: the model being tuned, just stepped.
+            step: the optimizer step just taken, counted from 1.
+        """
         ema = self.options.kind == "ema"
         if not (ema or (self.options.snapshot and step % int(self.options.refresh_every or 1) == 0)):
             return
@@ -145,15 +161,26 @@ class Teacher:
             torch._foreach_copy_([t for t, _ in pairs], [s.detach() for _, s in pairs])
 
     def state_dict(self, student: torch.nn.Module) -> dict[str, Any] | None:
-        """The EMA's (or the live teacher's snapshot's) weights of the student's trainable parameters, for
-        ``checkpoint[EMA_KEY]`` (``None`` for the frozen and live teachers, which training does not change)."""
+        """The teacher's weights that training changes, for ``checkpoint[EMA_KEY]``.
+
+        Args:
+            student: the model being tuned; its trainable parameters name the weights kept.
+
+        Returns:
+            The EMA's (or the live teacher's snapshot's) weights of those parameters, on the CPU, by name;
+            ``None`` for the frozen and live teachers, which training does not change.
+        """
         if not (self.options.kind == "ema" or self.options.snapshot) or self.model is None:
             return None
         trainable = {n for n, p in student.named_parameters() if p.requires_grad}
         return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if n in trainable}
 
     def load_state_dict(self, ema: dict[str, Any] | None) -> None:
-        """Restore the EMA's weights from a checkpoint's ``EMA_KEY`` entry."""
+        """Restore the EMA's (or the snapshot's) weights from a checkpoint.
+
+        Args:
+            ema: the checkpoint's ``EMA_KEY`` entry (``state_dict``'s result); ``None`` restores nothing.
+        """
         if ema is not None and self.model is not None:
             self.model.load_state_dict(ema, strict=False)  # the trainable parameters only
 
@@ -164,14 +191,26 @@ class Teacher:
         return {f"{EMA_KEY}.{n}": p for n, p in self.model.named_parameters() if n in trainable}
 
     def sharded_state(self, student: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """Under FSDP2: the EMA's (or snapshot's) sharded weights of the student's trainable parameters, as
-        entries ``EMA_KEY.<name>`` of the checkpoint's ``state_dict``, which Lightning writes as a distributed
-        checkpoint (each process its shards); empty for the frozen and live teachers."""
+        """Under FSDP2: the EMA's (or snapshot's) shards of the student's trainable parameters, which
+        Lightning writes with the checkpoint's ``state_dict`` as a distributed checkpoint (each process its
+        shards).
+
+        Args:
+            student: the model being tuned; its trainable parameters name the weights kept.
+
+        Returns:
+            The shards, detached, by ``EMA_KEY.<name>``; empty for the frozen and live teachers.
+        """
         return {key: p.detach() for key, p in self._sharded_entries(student).items()}
 
     def load_sharded_state(self, student: torch.nn.Module, path: str | Path) -> None:
-        """Under FSDP2: read the EMA's shards (``sharded_state``) back from the distributed checkpoint
-        directory ``path``, each process its own."""
+        """Under FSDP2: read the EMA's shards (``sharded_state``) back from a distributed checkpoint, each
+        process its own, in place.
+
+        Args:
+            student: the model being tuned; its trainable parameters name the weights read.
+            path: the distributed checkpoint's directory.
+        """
         import torch.distributed.checkpoint as dcp
 
         entries = self._sharded_entries(student)

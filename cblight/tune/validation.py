@@ -75,7 +75,12 @@ class SampleDiversity(RaggedMetric):
     """Token-level distinct-1 and distinct-2 of a corpus of samples (distinct n-grams / all n-grams, as
     DialoGPT's ``calc_diversity``; ``cblight.metrics.ngrams``) and the share of samples ending in a repeated
     span (degen's rule, ``cblight.metrics.text_stats.ends_in_repetition``; a trailing EOS dropped). The
-    samples themselves are the state, so the value over several processes is the value of their union."""
+    samples themselves are the state, so the value over several processes is the value of their union.
+
+    Args:
+        eos_token_id: the end-of-sequence id dropped from the end of a sample before the repetition test.
+        **kwargs: torchmetrics' ``Metric`` options.
+    """
 
     def __init__(self, eos_token_id: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -95,7 +100,14 @@ class SampleDiversity(RaggedMetric):
 
 
 def sampled_tokens(sampled: Sampled) -> list[list[int]]:
-    """Each row's sampled tokens, up to and including its first EOS."""
+    """Each row's sampled tokens, up to and including its first EOS.
+
+    Args:
+        sampled: a sampled batch.
+
+    Returns:
+        One list of token ids per row.
+    """
     width = sampled.prompt_width
     return [
         row[width:][mask[width:]].tolist()
@@ -106,7 +118,15 @@ def sampled_tokens(sampled: Sampled) -> list[list[int]]:
 @torch.no_grad()
 def next_token_entropy(model: Any, sampled: Sampled) -> torch.Tensor:
     """``H(f(·|w_<c)) = -Σ_w f log f`` (nats) at every sampled position ``c`` of ``sampled`` (the positions
-    the loss reads with ``last_m`` unset), row-major; vocabulary-sized rows in float32, a chunk at a time."""
+    the loss reads with ``last_m`` unset), row-major; vocabulary-sized rows in float32, a chunk at a time.
+
+    Args:
+        model: the causal LM (run in eval mode, no gradient).
+        sampled: a sampled batch.
+
+    Returns:
+        ``[N]`` float32 entropies, one per sampled position (empty when there is none).
+    """
     rows, cols = torch.nonzero(sampled.sampled, as_tuple=True)
     if not rows.numel():
         return torch.zeros(0)
@@ -175,6 +195,10 @@ class Validator(torch.nn.Module):
     A ``torch.nn.Module`` only because it holds the torchmetrics (registered on the LightningModule as
     before, so that they follow it to its device and ``self.log`` finds them); it has no parameters and
     nothing in the state dict.
+
+    Args:
+        options: what validation measures and what the sample log keeps.
+        tokenizer: the model's tokenizer (EOS, decoding, the held-out texts).
     """
 
     def __init__(self, options: ValidationOptions, tokenizer: Any):
@@ -204,8 +228,21 @@ class Validator(torch.nn.Module):
         """One validation batch: ``sample(model)`` draws the held-out samples (fixed seeds), ``kl_terms``
         scores them under the run's teacher (``None``) and the boosted ``initial`` model (``same_initial``:
         the teacher is it); entropy, diversity and, with ``texts``, perplexity follow, and once, the same of
-        the initial model on its own samples (``synced``: under FSDP2, the phases of synced model calls).
-        The KL metrics to log, by name."""
+        the initial model on its own samples.
+
+        Args:
+            model: the model being tuned.
+            initial: the initial model (``None``: no ``kl_initial`` nor ``*_initial`` values).
+            sample: draws the held-out samples of a model, from fixed seeds.
+            kl_terms: scores samples under a teacher (``None``: the run's).
+            same_initial: the run's teacher is the initial model, so its terms are reused.
+            texts: held-out human texts for the perplexity.
+            synced: under FSDP2, the phases of synced model calls.
+
+        Returns:
+            The KL metrics to log, by name (``val/tuning/kl``, ``kl_long``, and with ``initial``
+            ``kl_initial`` and ``top1_initial``).
+        """
         synced = synced or SyncedForwards()
         sampled = sample(model)
         with torch.no_grad():
@@ -227,8 +264,12 @@ class Validator(torch.nn.Module):
         return logged
 
     def epoch_values(self) -> dict[str, torch.Tensor]:
-        """At the end of validation, on every process: perplexity, entropy, distinct-1/2 and repetition of
-        the current model, and the initial model's (``*_initial``) once measured; the metrics reset."""
+        """The epoch's model statistics, at the end of validation, on every process; the metrics reset.
+
+        Returns:
+            Perplexity, entropy, distinct-1/2 and repetition of the current model by short name (``ppl``,
+            ...), and the initial model's (``*_initial``) once measured.
+        """
         values = self.current.compute()
         if self.reference is None and self.initial.entropy.update_called:
             self.reference = {k: float(v) for k, v in self.initial.compute().items()}
@@ -240,7 +281,15 @@ class Validator(torch.nn.Module):
     def log_samples(
         self, step: int, prompts: Sequence[str], sampled: Sampled, loggers: Sequence[Any], log_dir: str | None
     ) -> None:
-        """A few of the step's samples to W&B (a table) and ``<log_dir>/samples.jsonl``; rank 0 calls it."""
+        """Log a few of the step's samples to W&B (a table) and ``<log_dir>/samples.jsonl``; rank 0 calls it.
+
+        Args:
+            step: the training step.
+            prompts: the batch's prompts.
+            sampled: the batch's samples.
+            loggers: the trainer's loggers (W&B ones get the table).
+            log_dir: where ``samples.jsonl`` goes (``None``: no file).
+        """
         samples = sampled_tokens(sampled)[: min(self.options.num_logged_samples, len(prompts))]
         decode = self.tokenizer.decode
         rows = [[int(step), prompts[i], decode(x, skip_special_tokens=False)] for i, x in enumerate(samples)]
