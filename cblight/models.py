@@ -407,6 +407,14 @@ def checkpoint_config(name: str, load: LoadOptions = LoadOptions()) -> Any:
         raise _explain("model", path, err) from err
 
 
+def _config_or_none(name: str, load: LoadOptions) -> Any | None:
+    """``checkpoint_config``, or ``None`` where it cannot be read (left to the model's load to report)."""
+    try:
+        return checkpoint_config(name, load)
+    except ModelLoadError:
+        return None
+
+
 def checkpoint_window(name: str, load: LoadOptions = LoadOptions()) -> int | None:
     """The window of a checkpoint from its config alone (no weights loaded).
 
@@ -418,10 +426,7 @@ def checkpoint_window(name: str, load: LoadOptions = LoadOptions()) -> int | Non
         The window the config declares, or ``None`` when the config cannot be read (the model load then
         reports the path problem) or names no window.
     """
-    try:
-        found = _config_window(checkpoint_config(name, load))
-    except ModelLoadError:
-        return None
+    found = _config_window(_config_or_none(name, load))
     return found[1] if found else None
 
 
@@ -440,11 +445,7 @@ def check_checkpoint_max_length(
     Raises:
         ConfigError: ``max_length`` below 2, or past the window of a model with learned absolute positions.
     """
-    try:
-        config = checkpoint_config(name, load)
-    except ModelLoadError:
-        config = None
-    check_max_length(config, max_length, option, name)
+    check_max_length(_config_or_none(name, load), max_length, option, name)
 
 
 def check_loadable(name: str, tokenizer: str | None = None, load: LoadOptions = LoadOptions()) -> Any:

@@ -29,8 +29,8 @@ from cblight.generate import (
     FusedBoostedDecoding,
     LastTokens,
     boosted_generate,
-    decode,
     dialog_prompt,
+    experts,
     prepare_prompts,
 )
 from cblight.generate.inputs import last_occurrence, marker_ids, separator_ids
@@ -170,7 +170,7 @@ def test_fused_cache_fallback_matches(lm, monkeypatch):
     boosting = BOOSTINGS["marker"]
     kw = dict(boosting=boosting, max_new_tokens=4, output_scores=True)
     joined = boosted_generate(model, tok, prompts_for(tok, "marker"), **kw)
-    monkeypatch.setattr(decode, "_merge_left_padded", lambda caches, width: None)
+    monkeypatch.setattr(experts, "_merge_left_padded", lambda caches, width: None)
     padded = boosted_generate(model, tok, prompts_for(tok, "marker"), **kw)
     assert torch.equal(joined.sequences, padded.sequences)
     for a, b in zip(joined.scores, padded.scores):
@@ -453,7 +453,7 @@ def test_beam_search_follows_reordering(lm, mode):
 
 
 def test_mix_fast_path_equals_product_of_experts():
-    from cblight.generate.decode import mix_experts
+    from cblight.generate.experts import mix_experts
 
     gen = torch.Generator().manual_seed(0)
     lps = [torch.log_softmax(torch.randn(3, 50, generator=gen), -1) for _ in range(3)]

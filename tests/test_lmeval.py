@@ -219,6 +219,11 @@ def test_bad_options_and_tasks_without_rules(lms):
         lm.loglikelihood([instance(("Q?\nAnswer:", " A"), task="mmlu_x")])
     with pytest.raises(CblightError, match="generate_until boosts with short_context=last_k only"):
         lm.generate_until([instance(("Q", {"until": ["."]}))])
+    # the token budget: the one check boosted decoding makes (prompt_room), naming lm-eval's option and the fix
+    ours, window = lms[1], lms[1].max_length
+    fix = f"max_gen_toks={window} leaves no room for a prompt .* window of {window} tokens; set max_gen_toks to {window - 1}"
+    with pytest.raises(CblightError, match=fix):
+        ours.generate_until([instance(("Q", {"until": ["."], "max_gen_toks": window}))])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def check_adaptive_rule(model_args: dict[str, Any], tasks: list[Any], manager: A
         raise CblightError(f"adaptive_rule must be {describe(RuleName)}, got {rule!r}")
     if str(model_args.get("alpha")) != "adaptive" or rule == "auto":
         return
-    fits = {
+    rules_by_output_type = {
         "multiple_choice": ("multiple-choice", CHOICE_RULES),
         "generate_until": ("generate_until", TOKEN_RULES),
         "loglikelihood": (
@@ -111,7 +111,7 @@ def check_adaptive_rule(model_args: dict[str, Any], tasks: list[Any], manager: A
     }
     for task in tasks:
         for name, output_type in _output_types(task, manager).items():
-            kind, valid = fits.get(output_type, (output_type, None))
+            kind, valid = rules_by_output_type.get(output_type, (output_type, None))
             if valid is not None and rule not in valid:
                 raise CblightError(
                     f"--model_args adaptive_rule: task {name}: adaptive rule {rule!r} does not apply to {kind} "

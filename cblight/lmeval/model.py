@@ -352,6 +352,7 @@ class CblightLM(TemplateLM):
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         """Greedy (or sampled) continuations through ``boosted_generate``, grouped by generation options."""
         from cblight.generate import boosted_generate
+        from cblight.generate.inputs import prompt_room
         from cblight.options import Boosting, Sampling
 
         if self.boosted and self.short_context != "last_k":
@@ -375,11 +376,7 @@ class CblightLM(TemplateLM):
                 kwargs.pop("temperature", None)
                 kwargs["do_sample"] = False
             sampling = Sampling.from_generate_kwargs(kwargs)
-            room = self.max_length - max_gen_toks
-            if room < 1:
-                raise CblightError(
-                    f"max_gen_toks={max_gen_toks} leaves no room for a prompt in the window of {self.max_length}"
-                )
+            room = prompt_room(self.max_length, max_gen_toks, "max_gen_toks")
             rows = {i: self.tok_encode(requests[i].args[0])[-room:] for i in indices}
             order = sorted(indices, key=lambda i: -len(rows[i]))  # as lm-eval: longest first
             for lo in range(0, len(order), self.scorer.rows_per_batch):
