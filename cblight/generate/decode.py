@@ -114,9 +114,9 @@ def boosted_generate(
         max_new_tokens: how many tokens to generate at most.
         attention_mask: the mask of a padded ``input_ids`` tensor given as ``prompts``.
         max_length: the model window to use instead of the config's.
-        decoder: ``fused`` (per step one batched call for the full model and one per expert) or ``processor`` (the
-            logits-processor path even without beams: same results, one extra forward per step for the short
-            contexts).
+        decoder: ``fused`` (per step one batched call for the full model and one per expert) or
+            ``processor`` (the logits-processor path even without beams: same results, one extra forward per
+            step for the short contexts).
         **generate_kwargs: further keywords of ``model.generate`` (``num_return_sequences``,
             ``stopping_criteria``, ``streamer``, ``output_scores``, ...).
 
