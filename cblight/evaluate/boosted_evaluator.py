@@ -187,7 +187,6 @@ class BoostedEvaluator(Evaluator):
             raise ValueError(f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use evaluate.py)")
         role = _STAGE_ROLE[stage]
         dm = self._datamodule()
-        self.check_tasks(dm)
         self._clear_cache_once()
         self._splits[role] = splits = dm.loader_splits(role)
         pending = False
