@@ -68,7 +68,6 @@ __all__ = [
     "RuleName",
     "TokenRule",
     "Unit",
-    "alpha_in_form",
     "alpha_of_weight",
     "balance_alpha",
     "choice_alphas",
@@ -214,26 +213,6 @@ def js_divergence(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------------------
 # From one rule's weight to alpha in either form
-
-
-def alpha_in_form(alpha_next_token: torch.Tensor, form: BoostForm) -> torch.Tensor:
-    """The generation-form alpha with the same argmax (and, up to a temperature, the same distribution) as
-    the next-token-form ``alpha_next_token`` (> -1): ``log f_max + a log f_k ∝ (1-g) log f_max + g log f_k``
-    with ``g = a / (1 + a)`` (the two two-expert forms of eq. 1; docs/design.md, "Mathematics").
-
-    Args:
-        alpha_next_token: next-token-form alphas, each above -1.
-        form: the form wanted, ``next_token`` (returned as given) or ``generation``.
-
-    Returns:
-        The alphas in ``form``, of ``alpha_next_token``'s shape.
-
-    Examples:
-        >>> import torch
-        >>> alpha_in_form(torch.tensor([-0.2]), "generation")
-        tensor([-0.2500])
-    """
-    return alpha_next_token if form == "next_token" else alpha_next_token / (1.0 + alpha_next_token)
 
 
 def cocoa_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
@@ -705,7 +684,6 @@ def choice_alphas(
         >>> choice_alphas("jsd_mean", ll_full, ll_short, alphas=[])
         tensor([-0.2028, -0.2028], dtype=torch.float64)
     """
-    check_arguments(choice_alphas, {"rule": rule})
     if rule == "jsd":
         return choice_jsd_alpha(ll_full, ll_short, lengths)
     if rule == "jsd_mean":
@@ -747,7 +725,6 @@ def unit_k(pieces: Sequence[str], unit: Unit = "sentence") -> int:
         >>> unit_k(["Yes", ",", " and", " no"], unit="clause")  # " and no"
         2
     """
-    check_arguments(unit_k, {"unit": unit})
     if not pieces:
         return 1
     pattern = _SENTENCE_END if unit == "sentence" else _CLAUSE_END
