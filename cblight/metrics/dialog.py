@@ -139,7 +139,6 @@ class DialogCorpus(RaggedMetric):
     """
 
     def __init__(self, normalize: Normalize = "dstc", n_refs: PositiveInt | None = None, **kwargs: Any):
-        check_arguments(DialogCorpus.__init__, locals())
         super().__init__(**kwargs)
         self.normalize, self.n_refs = normalize, n_refs
         self.add_ragged_state("examples")
