@@ -407,16 +407,14 @@ class EvaluateCLI(LightningCLI):
         check_output_dir(self.model.output_dir)
         if hasattr(self.model, "check_tasks"):
             self.model.check_tasks(self.datamodule)
-        logger = self.config.trainer.logger
-        if logger is not None and logger is not True:
-            self.trainer = self.instantiate_trainer()
-            return
-        save_dir = str(self.model.output_dir)
-        self.config.trainer.logger = {  # as config.yaml records it
-            "class_path": "lightning.pytorch.loggers.CSVLogger",
-            "init_args": {"save_dir": save_dir, "name": "logs"},
-        }
-        self.trainer = self.instantiate_trainer(logger=CSVLogger(save_dir=save_dir, name="logs"))
+        if self.config.trainer.logger in (None, True):  # the default: CSV logs under the output directory
+            logs = {"save_dir": str(self.model.output_dir), "name": "logs"}
+            self.config.trainer.logger = {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": logs,
+            }
+            self.config_init.trainer.logger = CSVLogger(**logs)
+        self.trainer = self.instantiate_trainer()
 
 
 def _model_class(class_path: str) -> Any:
