@@ -684,7 +684,6 @@ def choice_alphas(
         >>> choice_alphas("jsd_mean", ll_full, ll_short, alphas=[])
         tensor([-0.2028, -0.2028], dtype=torch.float64)
     """
-    check_arguments(choice_alphas, {"rule": rule})
     if rule == "jsd":
         return choice_jsd_alpha(ll_full, ll_short, lengths)
     if rule == "jsd_mean":
@@ -726,7 +725,6 @@ def unit_k(pieces: Sequence[str], unit: Unit = "sentence") -> int:
         >>> unit_k(["Yes", ",", " and", " no"], unit="clause")  # " and no"
         2
     """
-    check_arguments(unit_k, {"unit": unit})
     if not pieces:
         return 1
     pattern = _SENTENCE_END if unit == "sentence" else _CLAUSE_END

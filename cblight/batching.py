@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from cblight.boosting import log_softmax32
-from cblight.option_types import PositiveInt, check_arguments
+from cblight.option_types import PositiveInt
 
 
 def _forward_parameters(model: Any) -> Mapping[str, inspect.Parameter]:
@@ -131,7 +131,6 @@ def windowed_log_probs(
     memory never holds ``[windows, k, V]``.
     Returns ``[N]`` target log-probs (``gather_targets``) or ``[N, V]`` distributions, float32.
     """
-    check_arguments(windowed_log_probs, {"k": k, "chunk_size": chunk_size})
     if rows.numel() == 0:
         shape = (0,) if gather_targets else (0, int(model.get_output_embeddings().weight.shape[0]))
         return torch.empty(shape, dtype=torch.float32, device=input_ids.device)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import torch
 
-from cblight.option_types import PositiveInt, check_arguments
+from cblight.option_types import PositiveInt
 
 #: The paper's two two-expert forms, ``log f_max + alpha log f_k`` (next token) and ``(1-alpha) log f_max + alpha log f_k`` (generation).
 BoostForm = Literal["next_token", "generation"]
@@ -129,7 +129,6 @@ def two_expert_weights(
         >>> two_expert_weights(-0.5, "generation")
         (1.5, -0.5)
     """
-    check_arguments(two_expert_weights, {"form": form})
     a = alpha if isinstance(alpha, torch.Tensor) else float(alpha)
     return (1.0, a) if form == "next_token" else (1.0 - a, a)
 
@@ -307,7 +306,6 @@ def short_context_ids(ids: Sequence[int], k: PositiveInt, special_prefix: Sequen
         >>> short_context_ids([1, 5, 6, 7, 8], 2, special_prefix=[1])
         [1, 7, 8]
     """
-    check_arguments(short_context_ids, {"k": k})
     ids, prefix = list(ids), list(special_prefix)
     if prefix and ids[: len(prefix)] == prefix:
         return prefix + ids[len(prefix) :][-k:]

@@ -38,12 +38,12 @@ import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger
 
 from cblight.data.datamodule import EvalDataModule
 from cblight.errors import ConfigError
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
-from cblight.models import model_label
 from cblight.parse_errors import OneLineErrors, Parser, read_config
 from cblight.runs import (
     OutputLock,
@@ -51,7 +51,6 @@ from cblight.runs import (
     check_rerun,
     exit_on_bad_input,
     forget_run_without_results,
-    resolve_output_dir,
     run_comparison,
     run_evaluation,
 )
@@ -392,21 +391,30 @@ class EvaluateCLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        config = self.config
-        logger = config.trainer.logger
+        logger = self.config.trainer.logger
         check_wandb_available(logger)
         check_wandb_mode(logger)
-        args = config.model.init_args
-        default_dir = (
-            inspect.signature(_model_class(config.model.class_path)).parameters["output_dir"].default
-        )
-        output_dir = resolve_output_dir(args.get("output_dir") or default_dir, model_label(args.model))
-        check_output_dir(output_dir)
-        if logger is None or logger is True:
-            config.trainer.logger = {
+
+    def instantiate_classes(self) -> None:
+        """LightningCLI's, with the run's checks that need the evaluator and the data module (both cheap to
+        build: no model or data loads) made once, before the trainer is built: the output directory the
+        evaluator resolved (``{model}`` filled in; the default CSV logger writes under it) and the options
+        that must fit the run's tasks (``check_tasks``)."""
+        self.config_init = self.parser.instantiate_classes(self.config)
+        self.datamodule = self._get(self.config_init, "data")
+        self.model = self._get(self.config_init, "model")
+        self._add_configure_optimizers_method_to_model(self.subcommand)
+        check_output_dir(self.model.output_dir)
+        if hasattr(self.model, "check_tasks"):
+            self.model.check_tasks(self.datamodule)
+        if self.config.trainer.logger in (None, True):  # the default: CSV logs under the output directory
+            logs = {"save_dir": str(self.model.output_dir), "name": "logs"}
+            self.config.trainer.logger = {
                 "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(output_dir), "name": "logs"},
+                "init_args": logs,
             }
+            self.config_init.trainer.logger = CSVLogger(**logs)
+        self.trainer = self.instantiate_trainer()
 
 
 def _model_class(class_path: str) -> Any:

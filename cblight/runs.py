@@ -1,9 +1,10 @@
 """A run of an evaluator: where it writes, that it writes alone, how it stops, and what it runs; how a
 command ends.
 
-* **Output directory**: ``resolve_output_dir`` fills ``{model}`` in, ``check_output_dir`` refuses one that
-  could not hold the results, and ``OutputLock`` keeps two runs from writing one directory at once. The CLI
-  does all three right after parsing the command line, before any model or data is loaded.
+* **Output directory**: ``resolve_output_dir`` fills ``{model}`` in (the evaluator, when it is built),
+  ``check_output_dir`` refuses one that could not hold the results, and ``OutputLock`` keeps two runs from
+  writing one directory at once. The CLI checks and locks it once, after building the evaluator and
+  before any model or data is loaded.
   ``readable_by_all`` opens a saved model directory to every user (an offline model's conversion, a tuned
   export), as a shared cache or a group's folder needs.
 * **Signals**: within ``stop_on_signals`` SIGINT and SIGTERM raise ``RunInterrupted`` at once, in the
@@ -336,9 +337,6 @@ def run_evaluation(trainer: Any, model: Any, datamodule: Any, print_summary: boo
     splits; returns the evaluator's ``results``."""
     from lightning.pytorch.utilities import rank_zero_info
 
-    check_tasks = getattr(model, "check_tasks", None)
-    if check_tasks is not None:  # options that do not fit the run's tasks, refused before any data loads
-        check_tasks(datamodule)
     with stop_on_signals():
         try:
             datamodule.setup("validate")

@@ -57,8 +57,10 @@ def test_three_experts_and_weights():
     torch.testing.assert_close(got, torch.tensor([LOG(u / z) for u in unnorm]), rtol=0, atol=1e-6)
     assert two_expert_weights(-0.3, "generation") == pytest.approx((1.3, -0.3))
     assert two_expert_weights(-0.3, "next_token") == pytest.approx((1.0, -0.3))
-    with pytest.raises(ValueError, match="form"):
-        two_expert_weights(0.1, "bogus")
+    with pytest.raises(ValueError, match="form"):  # the boundary that refuses a form: the option object
+        from cblight.options import Boosting
+
+        Boosting(mode="last_k", k=2, alpha=0.1, form="bogus")
 
 
 def test_alpha_zero_is_base_model():
@@ -123,8 +125,10 @@ def test_short_context_ids():
     # BOS-prefixed models keep BOS in front of the short window
     assert short_context_ids([1, 6, 7, 8], 2, special_prefix=[1]) == [1, 7, 8]
     assert short_context_ids([1, 6, 7, 8], 3, special_prefix=[1]) == [1, 6, 7, 8]
-    with pytest.raises(ValueError, match="k must be an integer >= 1"):
-        short_context_ids([1, 2], 0)
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):  # refused by the option object
+        from cblight.options import Boosting
+
+        Boosting(mode="last_k", k=0)
 
 
 def test_alpha_grid():

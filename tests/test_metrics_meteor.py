@@ -24,6 +24,7 @@ from cblight.metrics.dialog_meteor import (
     resolve_meteor_route,
     wordnet_reader,
 )
+from cblight.metrics.tables import DialogSuite
 
 OFFICIAL = Path(__file__).resolve().parent / "fixtures" / "dstc7_official"
 MISSING = official_meteor_missing()
@@ -126,8 +127,8 @@ def test_official_meteor_without_pycocoevalcap(monkeypatch):
     monkeypatch.setattr(meteor_module, "find_meteor_jar", lambda: None)
     with pytest.raises(ConfigError, match=r"pip install 'cblight\[dialog\]'"):
         resolve_meteor_route("official")
-    with pytest.raises(ConfigError, match="meteor must be one of"):
-        resolve_meteor_route("jar")
+    with pytest.raises(ConfigError, match="meteor must be one of"):  # refused by the suite that takes it
+        DialogSuite(meteor="jar")
 
 
 # -- nltk's METEOR ---------------------------------------------------------------------------------------

@@ -166,8 +166,10 @@ def test_windowed_log_probs_match_naive(lm):
     assert (
         default_window_chunk(torch.device("cpu")) == 32 and default_window_chunk(torch.device("cuda")) == 256
     )
-    with pytest.raises(ValueError, match="chunk_size"):
-        windowed_log_probs(model, ids, rows, cols, k, chunk_size=0)
+    with pytest.raises(ValueError, match="chunk_size"):  # refused by the public entry point that takes it
+        from cblight.metrics import generated_token_log_probs
+
+        generated_token_log_probs(model, [seqs[0]], [seqs[1]], k=k, chunk_size=0)
 
 
 def test_bad_inputs(lm, tmp_path):

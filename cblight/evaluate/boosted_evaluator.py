@@ -50,19 +50,28 @@ _STAGE_ROLE: dict[str, Role] = {"validate": "selection", "test": "report"}
 DEFAULT_KS = tuple(range(1, 21))  #: the default ``ks``, LAMBADA's grid (Table 1); LAMA's is 1..5 (Table 5)
 
 
-def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option: str) -> list[float]:
-    """The alpha values of a grid option: a list, or the range form ``{start, stop, step}`` (as an
-    ``AlphaGrid``, or the mapping a hyperparameter round trip hands back, e.g. under ``--compare``)."""
-    value = default if value is None else value
+def _range_form(value: Any, option: str) -> Any:
+    """A grid option's range form ``{start, stop, step}`` as the ``AlphaGrid`` it declares, where it comes
+    as a mapping (a hyperparameter round trip, e.g. under ``--compare``, or a Python caller) or a jsonargparse
+    ``Namespace``; any other value as it is."""
     if hasattr(value, "as_dict"):  # a jsonargparse Namespace
         value = value.as_dict()
-    if isinstance(value, Mapping) and (unknown := set(value) - {"start", "stop", "step"}):
+    if not isinstance(value, Mapping):
+        return value
+    if unknown := set(value) - {"start", "stop", "step"}:
         raise ConfigError(
             f"{option}: unknown key {sorted(unknown)[0]!r} (the range form is start, stop, step)"
         )
     try:
-        if isinstance(value, Mapping):
-            value = AlphaGrid(**{k: float(v) for k, v in value.items()})
+        return AlphaGrid(**{k: float(v) for k, v in value.items()})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{option}: {err}") from None
+
+
+def _grid(value: AlphaGrid | Sequence[float] | None, default: AlphaGrid, option: str) -> list[float]:
+    """The alpha values of a grid option: a list, or the range form (an ``AlphaGrid``)."""
+    value = default if value is None else value
+    try:
         values = value.values() if isinstance(value, AlphaGrid) else [float(v) for v in value]
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{option}: {err}") from None
@@ -145,9 +154,10 @@ class BoostedEvaluator(Evaluator):
         plots: bool = True,
         run_label: str | None = None,
     ):
-        # the alpha grids are checked by _grid: a hyperparameter round trip (--compare) hands back a mapping
         load = LoadOptions.coerce(load)
-        check_arguments(type(self).__init__, {k: v for k, v in locals().items() if not k.endswith("_alphas")})
+        choice_alphas = _range_form(choice_alphas, "choice_alphas")
+        next_token_alphas = _range_form(next_token_alphas, "next_token_alphas")
+        check_arguments(type(self).__init__, locals())
         super().__init__(model, tokenizer, load, output_dir, overwrite, run_label)
         self.save_hyperparameters()
         self.backend: LocalBackend | ServedBackend
@@ -187,7 +197,6 @@ class BoostedEvaluator(Evaluator):
             raise ValueError(f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use evaluate.py)")
         role = _STAGE_ROLE[stage]
         dm = self._datamodule()
-        self.check_tasks(dm)
         self._clear_cache_once()
         self._splits[role] = splits = dm.loader_splits(role)
         pending = False

@@ -59,7 +59,7 @@ class MultipleChoice(TaskScoring):
         )
         self._cf: list[list[float]] | None = None
 
-    def _fits(self, record: dict[str, Any], example: Example) -> bool:
+    def _record_has_shape(self, record: dict[str, Any], example: Example) -> bool:
         n = len(example.choices) if isinstance(example, ChoiceExample) else -1
         return all(
             isinstance(record[f], list) and len(record[f]) == n

@@ -69,7 +69,7 @@ class NextToken(TaskScoring):
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
 
-    def _fits(self, record: dict[str, Any], example: Example) -> bool:
+    def _record_has_shape(self, record: dict[str, Any], example: Example) -> bool:
         per_k = ("short_log_prob", "short_rank", "boosted_correct", "boosted_log_prob", "boosted_rank")
         return all(isinstance(record[f], list) and len(record[f]) == len(self.ks) for f in per_k) and all(
             isinstance(row, list) and len(row) == len(self.alphas) for f in per_k[2:] for row in record[f]

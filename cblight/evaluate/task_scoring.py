@@ -116,7 +116,7 @@ class TaskScoring(ABC):
         if (
             record is None
             or record.get("input") != self.input_digest(example)
-            or not self._fits(record, example)
+            or not self._record_has_shape(record, example)
         ):
             return ["boost", *self.methods]
         done = record.get("method_inputs", {})
@@ -126,7 +126,8 @@ class TaskScoring(ABC):
     def input_digest(example: Example) -> str:
         return digest(example.input_key())
 
-    def _fits(self, record: dict[str, Any], example: Example) -> bool:
+    def _record_has_shape(self, record: dict[str, Any], example: Example) -> bool:
+        """Whether a cached record holds one value per choice (or per k and alpha) of this run's grid."""
         return True
 
     # -- selection and report ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import torch
 from cblight.metrics.mteval import bleu_from_counts, mteval_nist, mteval_words
 from cblight.metrics.ngrams import bleu_from_stats, bleu_stats, corpus_nist, distinct_and_entropy
 from cblight.metrics.ragged import PaperMetric, RaggedMetric, score_once
-from cblight.option_types import PositiveInt, check_arguments, fits
+from cblight.option_types import PositiveInt, check_arguments
 
 Normalize = Literal["dstc", "lower", "none"]
 
@@ -85,9 +85,14 @@ def normalize_words(text: str, normalize: Normalize = "dstc") -> list[str]:
     return (text.lower() if normalize == "lower" else text).split()
 
 
+def _is_strings(value: Any) -> bool:
+    """Whether ``value`` is a list (or tuple) of strings: a string alone is not."""
+    return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+
+
 def check_hypotheses(hypotheses: Sequence[str], normalize: Normalize = "dstc") -> list[list[str]]:
     """The normalised words of each hypothesis string."""
-    if not fits(list[str], hypotheses):
+    if not _is_strings(hypotheses):
         raise TypeError(f"hypotheses must be a list of strings (not one string), got {hypotheses!r:.80}")
     return [normalize_words(h, normalize) for h in hypotheses]
 
@@ -98,7 +103,7 @@ def dialog_words(
     """Validated, normalised words of hypotheses and their references."""
     hyps, refs = check_hypotheses(hypotheses, normalize), []
     for i, ref_list in enumerate(references):
-        if not fits(list[str], ref_list):
+        if not _is_strings(ref_list):
             raise TypeError(f"references[{i}] must be a list of reference strings, got {ref_list!r}")
         if len(ref_list) == 0:
             raise ValueError(f"references[{i}] is empty: every hypothesis needs at least one reference")
@@ -134,7 +139,6 @@ class DialogCorpus(RaggedMetric):
     """
 
     def __init__(self, normalize: Normalize = "dstc", n_refs: PositiveInt | None = None, **kwargs: Any):
-        check_arguments(DialogCorpus.__init__, locals())
         super().__init__(**kwargs)
         self.normalize, self.n_refs = normalize, n_refs
         self.add_ragged_state("examples")

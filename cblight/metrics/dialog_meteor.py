@@ -81,7 +81,6 @@ def resolve_meteor_route(meteor: MeteorRoute, jar: str | None = None) -> Literal
     Raises:
         ~cblight.errors.ConfigError: for ``official`` where it cannot run, saying what to install.
     """
-    check_arguments(resolve_meteor_route, {"meteor": meteor})
     if meteor == "nltk":
         return "nltk"
     missing = official_meteor_missing(jar)
@@ -193,6 +192,7 @@ class Meteor(DialogCorpus):
         jar: str | None = None,
         **kwargs: Any,
     ):
+        check_arguments(Meteor.__init__, locals())
         super().__init__(normalize, n_refs, **kwargs)
         resolve_meteor_route("official", jar)
         self.jar = Path(jar) if jar is not None else find_meteor_jar()

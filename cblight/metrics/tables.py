@@ -35,6 +35,7 @@ from cblight.metrics.text_stats import (
     ZipfCoefficient,
     as_token_lists,
 )
+from cblight.option_types import check_arguments
 from cblight.results import format_table
 
 # the paper's Table 3 headers; "meteor_nltk" replaces "meteor" where nltk's METEOR was computed
@@ -131,6 +132,7 @@ class DialogSuite(_Suite):
         use_synonyms: bool | None = None,
         n_refs: int | None = None,
     ):
+        check_arguments(DialogSuite.__init__, locals())
         super().__init__()
         official = resolve_meteor_route(meteor) == "official"
         skipped = "meteor_nltk" if official else "meteor"
