@@ -102,11 +102,6 @@ COMMAND_LINE = [
         ["evaluate", "--model.load.dtype", "float64"],
         f"error: model.load.dtype must be one of {DTYPES}, got 'float64'",
     ),
-    # the flat loading options of before are now the group model.load: the new spelling is suggested
-    (
-        ["evaluate", "--model.dtype", "float32"],
-        "error: unknown option --model.dtype; did you mean --model.load.dtype?",
-    ),
     (
         ["tune", "--model.boosting.adaptive", "kl"],
         "error: model.boosting.adaptive must be one of 'auto', 'jsd', 'jsdist', 'cocoa' or null, got 'kl'",
@@ -223,8 +218,6 @@ CONFIGS = [
         "model:\n  load:\n    dtype: float64\n",
         f"model.load.dtype must be one of {DTYPES}, got 'float64'",
     ),
-    # the flat spelling of the loading options before they were grouped: the new one suggested
-    ("evaluate", "model:\n  dtype: float32\n", "unknown option model.dtype; did you mean model.load.dtype?"),
     ("evaluate", "modle:\n  model: gpt2\n", "unknown option modle.model; did you mean model.model?"),
     ("evaluate", "data:\n  taks: [copa]\n", "unknown option data.taks; did you mean data.tasks?"),
     (
