@@ -253,6 +253,32 @@ def test_a_bad_config_key_is_one_line_naming_the_fix(command, text, line, capsys
     assert one_line([command, flag, path, *extra], capsys) == f"error: {line}"
 
 
+@pytest.mark.parametrize(
+    ("command", "text"),
+    [
+        ("evaluate", "model:\n  batch_size: 0\n"),  # a value its type refuses
+        ("evaluate", "modle:\n  model: gpt2\n"),  # an unknown key
+        ("generate", "model:\n  class_path: BoostedEvaluator\n"),  # another command's config: refused at once
+        ("tune", "model:\n  boosting:\n    k: 0\n"),
+    ],
+)
+def test_a_config_file_is_read_once_per_command(command, text, capsys, no_loading, tmp_path, monkeypatch):
+    """The command's checks, the parse and the one-line message all use jsonargparse's one read of the file."""
+    import builtins
+
+    path, opened, real_open = config(tmp_path, "bad.yaml", text), [], builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if os.path.realpath(str(file)) == os.path.realpath(path):
+            opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    line = one_line([command, "-c", path], capsys)
+    assert line.startswith("error: "), line
+    assert len(opened) == 1, opened
+
+
 @pytest.mark.parametrize("command", ["evaluate", "tune"])
 def test_malformed_yaml_names_the_file_and_line(command, capsys, no_loading, tmp_path):
     unclosed = config(
