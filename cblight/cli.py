@@ -28,8 +28,9 @@ import sys
 import types
 import warnings
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
+from contextvars import ContextVar
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Optional
@@ -44,7 +45,7 @@ from cblight.data.datamodule import EvalDataModule
 from cblight.errors import ConfigError
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
-from cblight.parse_errors import OneLineErrors, Parser, read_config
+from cblight.parse_errors import OneLineErrors, Parser
 from cblight.runs import (
     OutputLock,
     check_output_dir,
@@ -95,18 +96,13 @@ def _class_paths(value: Any) -> list[str]:
     return []
 
 
-def check_loggers_installed(args: Sequence[str]) -> None:
-    """Refuse, before parsing, a ``trainer.logger`` (on the command line or in a ``-c`` config) whose package
-    is missing: jsonargparse would say only that the value "does not validate against any of the Union
-    subtypes" (``cblight evaluate``) or print a traceback when it builds the logger (``cblight tune``)."""
-    found: list[str] = []
-    for path in _config_paths(args):
-        try:
-            loaded = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            continue  # the parser says what is wrong with the file
-        trainer = loaded.get("trainer") if isinstance(loaded, dict) else None
-        found += _class_paths(trainer.get("logger") if isinstance(trainer, dict) else None)
+def check_loggers_installed(args: Sequence[str] = (), config: Mapping[str, Any] | None = None) -> None:
+    """Refuse, before parsing, a ``trainer.logger`` (on the command line ``args``, or in ``config``, a ``-c``
+    file's options as the parser reads it) whose package is missing: jsonargparse would say only that the
+    value "does not validate against any of the Union subtypes" (``cblight evaluate``) or print a traceback
+    when it builds the logger (``cblight tune``)."""
+    trainer = config.get("trainer") if config is not None else None
+    found: list[str] = _class_paths(trainer.get("logger") if isinstance(trainer, dict) else None)
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
         if name in ("--trainer.logger", "--trainer.logger.class_path"):
@@ -246,8 +242,16 @@ def quiet_library_notices() -> None:
         logging.getLogger(f"lightning.{name}").addFilter(_drop_tips)  # added once: addFilter skips a repeat
 
 
+# the command whose CLIParser reads the configs: set by the two functions that build one, before they do
+_COMMAND: ContextVar[str] = ContextVar("cblight_command", default="evaluate")
+
+
 class CLIParser(OneLineErrors, LightningArgumentParser):
-    """LightningCLI's parser with cblight's one-line parse errors (``cblight.parse_errors``)."""
+    """LightningCLI's parser with cblight's one-line parse errors (``cblight.parse_errors``); a config file's
+    options, read once by jsonargparse, are checked for the command that runs (``check_config_command``)."""
+
+    def check_config(self, path: str, config: dict[str, Any], args: list[str]) -> None:
+        check_config_command(config, path, args, _COMMAND.get())
 
 
 class LoggerSaveConfigCallback(SaveConfigCallback):
@@ -264,17 +268,6 @@ GENERATOR = "cblight.generate.generation_evaluator.BoostedGenerationEvaluator"
 TUNER = "cblight.tune.coherence_tuning.CoherenceTuning"
 # the module each command runs; evaluate and generate take either evaluator as model.class_path
 COMMAND_MODULES = {"evaluate": EVALUATOR, "generate": GENERATOR, "tune": TUNER}
-
-
-def _config_paths(args: Sequence[str]) -> list[str]:
-    """The files of ``-c``/``--config`` options on a command line."""
-    paths = []
-    for i, arg in enumerate(args):
-        if arg in ("-c", "--config") and i + 1 < len(args):
-            paths.append(args[i + 1])
-        elif arg.startswith(("--config=", "-c=")):
-            paths.append(arg.split("=", 1)[1])
-    return paths
 
 
 def _init_keys(class_path: str) -> set[str]:
@@ -329,15 +322,21 @@ def check_options_of_the_other_evaluator(args: Sequence[str], owner: str, path: 
         )
 
 
-def check_config_command(args: Sequence[str], command: str) -> None:
-    """Mappings on the command line checked (``check_flow_mappings``), and a config written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
+def check_config_command(config: Mapping[str, Any], path: str, args: Sequence[str], command: str) -> None:
+    """A config file written for another command (``cblight generate -c configs/multiple_choice.yaml``) is
     refused naming that command, read from its ``model.class_path`` or, without one, from the module whose
-    options its ``model`` keys are (jsonargparse would say only that one key is unknown)."""
-    check_flow_mappings(args)
-    for path in _config_paths(args):
-        model = read_config(path).get("model")
-        if not isinstance(model, dict):
-            continue
+    options its ``model`` keys are (jsonargparse would say only that one key is unknown); its logger's
+    package must be installed (``check_loggers_installed``).
+
+    Args:
+        config: the file's options, as the parser reads it (``CLIParser.check_config``).
+        path: the file, as typed.
+        args: the command line.
+        command: ``evaluate``, ``generate`` or ``tune``.
+    """
+    check_loggers_installed(config=config)
+    model = config.get("model")
+    if isinstance(model, dict):
         named = model.get("class_path")
         if isinstance(named, str):
             owner = next(
@@ -351,7 +350,7 @@ def check_config_command(args: Sequence[str], command: str) -> None:
                 )
             if owner in ("evaluate", "generate"):
                 check_options_of_the_other_evaluator(args, owner, path)
-            continue
+            return
         init_args = model.get("init_args")
         keys = (set(model) - {"init_args"}) | (set(init_args) if isinstance(init_args, dict) else set())
         foreign = sorted(keys - _init_keys(COMMAND_MODULES[command]))
@@ -549,7 +548,8 @@ def build_evaluate_cli(
     argv = join_negative_values(sys.argv[1:] if args is None else args)
     nested_help(argv, default_class, prog or _prog())
     quiet_library_notices()
-    check_config_command(argv, "generate" if default_class == GENERATOR else "evaluate")
+    check_flow_mappings(argv)
+    _COMMAND.set("generate" if default_class == GENERATOR else "evaluate")
     check_loggers_installed(argv)
     return EvaluateCLI(
         LightningModule,
@@ -720,7 +720,8 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.prompt_data import PromptDataModule
 
     args = join_negative_values(sys.argv[1:] if args is None else list(args))
-    check_config_command(args, "tune")
+    check_flow_mappings(args)
+    _COMMAND.set("tune")
     tune_nested_help(args, prog or _prog())
     check_loggers_installed(args)
     quiet_library_notices()

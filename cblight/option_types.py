@@ -1,9 +1,9 @@
 """The option types every public option is declared with, and the one checker that enforces them.
 
-An option is declared once, with a precise type: a ``Literal``, one of jsonargparse's constrained numbers
-(``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``, ``ClosedUnitInterval``,
-``OpenUnitInterval``, ``NotEmptyStr``) or the three defined below, ``FiniteFloat``,
-``PositiveFiniteFloat`` and ``PositiveUnitInterval``. jsonargparse enforces the declaration on the command line
+An option is declared once, with a precise type: a ``Literal``, or one of the constrained types defined
+below with ``bounded`` (``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``,
+``ClosedUnitInterval``, ``OpenUnitInterval``, ``FiniteFloat``, ``PositiveFiniteFloat``,
+``PositiveUnitInterval``, ``RatioAtLeastOne``, ``NotEmptyStr``), each carrying its bound in words. jsonargparse enforces the declaration on the command line
 and in YAML; ``check_fields`` (a dataclass's ``__post_init__``) and ``check_arguments`` (a LightningModule's
 ``__init__``) enforce the same declaration for a Python caller. Both refuse with one line that names the
 option, what it accepts (``describe``) and the value given. Checks that involve two options together are
@@ -20,16 +20,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
 
-from jsonargparse.typing import (
-    ClosedUnitInterval,
-    NonNegativeFloat,
-    NonNegativeInt,
-    NotEmptyStr,
-    OpenUnitInterval,
-    PositiveFloat,
-    PositiveInt,
-    restricted_number_type,
-)
+from jsonargparse.typing import extend_base_type
 
 from cblight.errors import CblightError, ConfigError
 
@@ -45,47 +36,64 @@ __all__ = [
     "PositiveInt",
     "PositiveUnitInterval",
     "RatioAtLeastOne",
+    "bounded",
     "check_arguments",
     "check_fields",
     "describe",
     "fits",
 ]
 
-#: A float that is neither infinite nor NaN (a NaN fails both comparisons).
-FiniteFloat = restricted_number_type("FiniteFloat", float, [(">", -math.inf), ("<", math.inf)])
-#: A positive float that is not infinite (a softmax temperature).
-PositiveFiniteFloat = restricted_number_type("PositiveFiniteFloat", float, [(">", 0.0), ("<", math.inf)])
-#: A probability mass that keeps something: in (0, 1] (nucleus sampling's ``top_p``).
-PositiveUnitInterval = restricted_number_type("PositiveUnitInterval", float, [(">", 0.0), ("<=", 1.0)])
-#: A finite ratio of at least 1: an upper bound relative to a starting value (the collapse guard's perplexity).
-RatioAtLeastOne = restricted_number_type("RatioAtLeastOne", float, [(">=", 1.0), ("<", math.inf)])
 
-_WORDS: dict[Any, str] = {
-    PositiveInt: "an integer >= 1",
-    NonNegativeInt: "an integer >= 0",
-    PositiveFloat: "a number > 0",
-    NonNegativeFloat: "a number >= 0",
-    ClosedUnitInterval: "a number in [0, 1]",
-    OpenUnitInterval: "a number in (0, 1)",
-    FiniteFloat: "a finite number",
-    PositiveUnitInterval: "a number in (0, 1]",
-    PositiveFiniteFloat: "a finite number > 0",
-    RatioAtLeastOne: "a finite number >= 1",
-    NotEmptyStr: "a non-empty string",
-    bool: "true or false",
-    int: "an integer",
-    float: "a number",
-    str: "a string",
-}
+def bounded(name: str, base: type, words: str, test: Callable[[Any], bool]) -> type:
+    """A constrained option type: a subclass of ``base`` (int, float or str) whose constructor refuses a value
+    that fails ``test``, registered with jsonargparse (its public ``extend_base_type``), so that the parser
+    enforces it on the command line and in YAML, and ``check_fields`` for a Python caller.
+
+    Args:
+        name: the type's name (``PositiveInt``).
+        base: ``int``, ``float`` or ``str``; a bool is none of them, and an int type takes no fractional float.
+        words: what a valid value is, as messages say it (``an integer >= 1``), kept as the type's ``words``.
+        test: whether a value, converted to ``base``, is valid.
+
+    Returns:
+        The type, with the public attributes ``base`` and ``words``.
+    """
+
+    def validate(cls: type, value: Any) -> None:
+        fraction = base is int and isinstance(value, float) and not value.is_integer()
+        if isinstance(value, bool) or fraction or not test(base(value)):
+            raise ValueError(f"{value!r} is not {words}")
+
+    # created under another name, as jsonargparse refuses one that its own module defines (``PositiveInt``)
+    created = extend_base_type(f"cblight_{name}", base, validate, words, {"base": base, "words": words})
+    # named, and pickled (a value in a checkpoint's hyperparameters), as this module's
+    created.__name__, created.__qualname__, created.__module__ = name, name, __name__
+    return created
+
+
+PositiveInt = bounded("PositiveInt", int, "an integer >= 1", lambda v: v >= 1)
+NonNegativeInt = bounded("NonNegativeInt", int, "an integer >= 0", lambda v: v >= 0)
+PositiveFloat = bounded("PositiveFloat", float, "a number > 0", lambda v: v > 0)
+NonNegativeFloat = bounded("NonNegativeFloat", float, "a number >= 0", lambda v: v >= 0)
+ClosedUnitInterval = bounded("ClosedUnitInterval", float, "a number in [0, 1]", lambda v: 0 <= v <= 1)
+OpenUnitInterval = bounded("OpenUnitInterval", float, "a number in (0, 1)", lambda v: 0 < v < 1)
+#: A float that is neither infinite nor NaN.
+FiniteFloat = bounded("FiniteFloat", float, "a finite number", math.isfinite)
+#: A positive float that is not infinite (a softmax temperature).
+PositiveFiniteFloat = bounded("PositiveFiniteFloat", float, "a finite number > 0", lambda v: 0 < v < math.inf)
+#: A probability mass that keeps something: in (0, 1] (nucleus sampling's ``top_p``).
+PositiveUnitInterval = bounded("PositiveUnitInterval", float, "a number in (0, 1]", lambda v: 0 < v <= 1)
+#: A finite ratio of at least 1: an upper bound relative to a starting value (the collapse guard's perplexity).
+RatioAtLeastOne = bounded("RatioAtLeastOne", float, "a finite number >= 1", lambda v: 1 <= v < math.inf)
+#: A string with something other than spaces in it.
+NotEmptyStr = bounded("NotEmptyStr", str, "a non-empty string", lambda v: bool(v.strip(" ")))
+
+_WORDS: dict[Any, str] = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def _restricted(hint: Any) -> bool:
-    """A jsonargparse constrained type: a subclass of int, float or str whose constructor validates."""
-    return (
-        isinstance(hint, type)
-        and getattr(hint, "_type", hint) is not hint
-        and issubclass(hint, int | float | str)
-    )
+    """A constrained type of ``bounded``'s."""
+    return isinstance(hint, type) and issubclass(hint, int | float | str) and hasattr(hint, "words")
 
 
 def describe(hint: Any) -> str:
@@ -93,10 +101,8 @@ def describe(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint in _WORDS:
         return _WORDS[hint]
-    if _restricted(hint) and hasattr(hint, "_restrictions"):  # restricted_number_type's: "an integer >= 2"
-        signs = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
-        bounds = f" {hint._join} ".join(f"{signs[op.__name__]} {ref}" for op, ref in hint._restrictions)
-        return f"{_WORDS[hint._type]} {bounds}"
+    if _restricted(hint):
+        return hint.words
     if origin is Literal:
         return ("one of " if len(args) > 1 else "") + ", ".join(repr(a) for a in args)
     if origin in (Union, types.UnionType):
@@ -127,9 +133,7 @@ def fits(hint: Any, value: Any) -> bool:
     if origin in (Union, types.UnionType):
         return any(fits(a, value) for a in args)
     if _restricted(hint):
-        if isinstance(value, bool) or not isinstance(
-            value, int | float if hint._type is float else hint._type
-        ):
+        if isinstance(value, bool) or not isinstance(value, int | float if hint.base is float else hint.base):
             return False
         try:
             hint(value)
@@ -165,7 +169,7 @@ def _is_float(hint: Any) -> bool:
         if typing.get_origin(hint) in (Union, types.UnionType)
         else [hint]
     )
-    return len(kept) == 1 and (kept[0] is float or (_restricted(kept[0]) and kept[0]._type is float))
+    return len(kept) == 1 and (kept[0] is float or (_restricted(kept[0]) and kept[0].base is float))
 
 
 @functools.cache

@@ -22,9 +22,13 @@ from jsonargparse import ArgumentParser
 from cblight.option_types import FiniteFloat, describe
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
-__all__ = ["OneLineErrors", "Parser", "read_config"]
+__all__ = ["OneLineErrors", "Parser", "config_options"]
 
-_PARSING: ContextVar[tuple[Any, list[str]] | None] = ContextVar("cblight_parsing", default=None)
+# the parser called, the command line, and each config file's options as read (path as typed: options)
+_PARSING: ContextVar[tuple[Any, list[str], dict[str, Any]] | None] = ContextVar(
+    "cblight_parsing", default=None
+)
+_FILE: ContextVar[str | None] = ContextVar("cblight_config_file", default=None)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
 _NOT_OPTIONS = ("help", "config", "print_config")
 _SCALARS = (int, float, str, bytes, bool, list, tuple, dict, set, os.PathLike, enum.Enum)
@@ -71,19 +75,44 @@ class OneLineErrors:
 
     def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
         argv = list(map(str, sys.argv[1:] if args is None else args))
-        for path in [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-c", "--config")]:
-            read_config(path)  # a config that cannot be read is said first
-        token = _PARSING.set((self, argv))
+        token = _PARSING.set(
+            (self, argv, (_PARSING.get() or (0, 0, {}))[2])
+        )  # a subcommand's: the same files
         try:
             return super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
         finally:
             _PARSING.reset(token)
 
+    def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _FILE.set(str(path))  # as typed: jsonargparse passes its base name on, from the file's folder
+        try:
+            return super().parse_path(path, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            _FILE.reset(token)
+
+    def parse_string(self, *args: Any, **kwargs: Any) -> Any:
+        path, token = _FILE.get(), _FILE.set(None)
+        try:
+            if path is not None:  # a config file's one read, jsonargparse's: what is wrong with it said first
+                _, argv, configs = _PARSING.get() or (self, [], {})
+                configs[path] = config_options(path, args[0] if args else kwargs.get("content"))
+                self.check_config(path, configs[path], argv)
+            return super().parse_string(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            _FILE.reset(token)
+
+    def check_config(self, path: str, config: dict[str, Any], args: list[str]) -> None:
+        """Checks of a config file's options ``config`` before they are parsed (``args``: the command line);
+        none here, a command's parser adds its own (``cblight.cli.CLIParser``)."""
+
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         # jsonargparse's inner parsers raise (the outer one reports), and its debug mode wants the traceback
         if os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true" or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
-        parser, argv = _PARSING.get() or (self, [])
+        missing = re.match(r'Parser key "config": (File does not exist: .*)', message)
+        if missing:  # a config file that does not exist (jsonargparse's words)
+            _refuse(f"-c/--config: {missing[1]}")
+        parser, argv, _ = _PARSING.get() or (self, [], {})
         said = None  # on a declaration this reading does not follow: jsonargparse's own words
         with contextlib.suppress(Exception):
             said = _first_fault(parser, list(argv))
@@ -100,15 +129,10 @@ def _refuse(line: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def read_config(path: str) -> dict[str, Any]:
-    """A config file's options (or a mapping given as the option's value); else says what is wrong with it."""
+def config_options(path: str, text: str) -> dict[str, Any]:
+    """A config file's options, from its ``text`` as read; else says what is wrong with the file ``path``."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            content = yaml.load(handle, Loader=_LOADER)
-    except OSError:
-        if not isinstance(_load(path), dict):
-            _refuse(f"-c/--config: File does not exist: {path!r}")
-        return _load(path)
+        content = yaml.load(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as bad:
         mark, ctx = bad.problem_mark, bad.context_mark
         at = f" ({bad.context} that starts at line {ctx.line + 1}, column {ctx.column + 1})" if ctx else ""
@@ -145,7 +169,10 @@ def _first_fault(parser: Any, argv: list[str]) -> str | None:
         if name in _needed(parser, True):
             return _positional(parser, name, name)
         typed = name not in ("c", "config")
-        for key, value in ({name: _load(text)} if typed else read_config(text)).items():
+        config = (
+            {name: _load(text)} if typed else ((_PARSING.get() or (0, 0, {}))[2].get(text) or _load(text))
+        )
+        for key, value in (config if isinstance(config, dict) else {}).items():
             said = _fault(parser, "", None, value, str(key).split("."), typed, text if typed else None)
             if said:
                 return said
@@ -272,7 +299,7 @@ def _children(hint: Any, value: Any) -> dict[str, Any] | None:
 
 def _class_given(parser: Any, key: str) -> Any:
     """The class given for a subclass option ``key`` (``--model NAME``), else its default."""
-    argv = (_PARSING.get() or (None, []))[1]
+    argv = (_PARSING.get() or (None, [], {}))[1]
     named = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == f"--{key}" and argv[i + 1][:1] != "{"]
     if named or not _bases(parser.declared.get(key)):
         return named[-1] if named else None

@@ -21,8 +21,8 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
 
 
 def closest_keys(key: str, keys: set[str]) -> list[str]:
-    """The valid keys nearest ``key`` under its longest known prefix: those of its name deeper down
-    (``model.alpha``: ``model.boosting.alpha``, ``model.lora.alpha``), else the nearest (``.`` as ``_``)."""
+    """The valid key nearest ``key`` under its longest known prefix, a dot read as an underscore
+    (``model.lora_rnk``: ``model.lora.rank``), as a list of none or one."""
     parts = key.split(".")
     for depth in range(len(parts) - 1, -1, -1):
         prefix = "".join(f"{part}." for part in parts[:depth])
@@ -31,8 +31,7 @@ def closest_keys(key: str, keys: set[str]) -> list[str]:
             rest = key[len(prefix) :]
             words = {u.replace(".", "_"): k for u, k in under.items()}
             close = closest(rest.replace(".", "_"), words)
-            deeper = [k for u, k in under.items() if u.endswith(f".{rest}")]
-            return deeper or ([words[close]] if close else [])
+            return [words[close]] if close else []
     return []
 
 

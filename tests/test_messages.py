@@ -102,11 +102,6 @@ COMMAND_LINE = [
         ["evaluate", "--model.load.dtype", "float64"],
         f"error: model.load.dtype must be one of {DTYPES}, got 'float64'",
     ),
-    # the flat loading options of before are now the group model.load: the new spelling is suggested
-    (
-        ["evaluate", "--model.dtype", "float32"],
-        "error: unknown option --model.dtype; did you mean --model.load.dtype?",
-    ),
     (
         ["tune", "--model.boosting.adaptive", "kl"],
         "error: model.boosting.adaptive must be one of 'auto', 'jsd', 'jsdist', 'cocoa' or null, got 'kl'",
@@ -223,8 +218,6 @@ CONFIGS = [
         "model:\n  load:\n    dtype: float64\n",
         f"model.load.dtype must be one of {DTYPES}, got 'float64'",
     ),
-    # the flat spelling of the loading options before they were grouped: the new one suggested
-    ("evaluate", "model:\n  dtype: float32\n", "unknown option model.dtype; did you mean model.load.dtype?"),
     ("evaluate", "modle:\n  model: gpt2\n", "unknown option modle.model; did you mean model.model?"),
     ("evaluate", "data:\n  taks: [copa]\n", "unknown option data.taks; did you mean data.tasks?"),
     (
@@ -258,6 +251,32 @@ def test_a_bad_config_key_is_one_line_naming_the_fix(command, text, line, capsys
     flag = "--config" if command == "contrast" else "-c"  # the function commands have no -c
     extra = ["--model.output_dir", str(tmp_path / "out")] if command == "evaluate" else []
     assert one_line([command, flag, path, *extra], capsys) == f"error: {line}"
+
+
+@pytest.mark.parametrize(
+    ("command", "text"),
+    [
+        ("evaluate", "model:\n  batch_size: 0\n"),  # a value its type refuses
+        ("evaluate", "modle:\n  model: gpt2\n"),  # an unknown key
+        ("generate", "model:\n  class_path: BoostedEvaluator\n"),  # another command's config: refused at once
+        ("tune", "model:\n  boosting:\n    k: 0\n"),
+    ],
+)
+def test_a_config_file_is_read_once_per_command(command, text, capsys, no_loading, tmp_path, monkeypatch):
+    """The command's checks, the parse and the one-line message all use jsonargparse's one read of the file."""
+    import builtins
+
+    path, opened, real_open = config(tmp_path, "bad.yaml", text), [], builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if os.path.realpath(str(file)) == os.path.realpath(path):
+            opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    line = one_line([command, "-c", path], capsys)
+    assert line.startswith("error: "), line
+    assert len(opened) == 1, opened
 
 
 @pytest.mark.parametrize("command", ["evaluate", "tune"])

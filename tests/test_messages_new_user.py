@@ -7,7 +7,7 @@ Each case types the command in process (``cblight.__main__.main``) and checks th
 * ``contrast``: a context past the window (a note, and the context printed is the one used), empty input;
 * a model directory whose ``model.safetensors`` is empty or cut short (evaluate, contrast, tune);
 * a positional argument left out or given as an option (``zoo convert``, ``data peek``);
-* the old flat tuning options, a group given a value, a config that is not a mapping or is another
+* a misspelt dotted key, a group given a value, a config that is not a mapping or is another
   command's, ``--model.X.help``;
 * transformers' "Token indices sequence length" warning on cblight's tokenizers.
 """
@@ -257,19 +257,8 @@ def test_the_usage_the_line_gives_works(capsys):
     assert "copa" in out
 
 
-# -- the old flat tuning options, a group given a value -------------------------------------------------------
-OLD_FLAT = [
-    (["--model.export_dir", "DIR"], "unknown option --model.export_dir; did you mean --model.export.dir?"),
-    (["--model.lora_rank", "8"], "unknown option --model.lora_rank; did you mean --model.lora.rank?"),
-    (["--model.k", "32"], "unknown option --model.k; did you mean --model.boosting.k?"),
-    (
-        ["--model.alpha", "-0.05"],
-        "unknown option --model.alpha; did you mean --model.boosting.alpha or --model.lora.alpha?",
-    ),
-    (
-        ["--model.temperature", "0.8"],
-        "unknown option --model.temperature; did you mean --model.sampling.temperature?",
-    ),
+# -- a misspelt dotted key, a group given a value -------------------------------------------------------------
+DOTTED = [
     (["--model.lora_rnk", "8"], "unknown option --model.lora_rnk; did you mean --model.lora.rank?"),
     (
         ["--model.teacher", "live"],
@@ -288,9 +277,9 @@ OLD_FLAT = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "line"), OLD_FLAT, ids=[" ".join(a) for a, _ in OLD_FLAT])
+@pytest.mark.parametrize(("argv", "line"), DOTTED, ids=[" ".join(a) for a, _ in DOTTED])
 @pytest.mark.usefixtures("no_loading")
-def test_old_flat_tuning_options_get_their_new_spelling(argv, line, capsys):
+def test_a_misspelt_dotted_key_or_a_group_given_a_value_is_named(argv, line, capsys):
     """Was: a group suggested (``--model.export``), which then failed with "Unable to load config"."""
     assert one_line(["tune", *argv], capsys) == f"error: {line}"
 

@@ -194,7 +194,9 @@ class BoostedEvaluator(Evaluator):
     # -- setup ---------------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         if stage not in _STAGE_ROLE:
-            raise ValueError(f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use evaluate.py)")
+            raise ValueError(
+                f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use cblight evaluate)"
+            )
         role = _STAGE_ROLE[stage]
         dm = self._datamodule()
         self._clear_cache_once()

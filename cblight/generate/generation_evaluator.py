@@ -152,7 +152,9 @@ class BoostedGenerationEvaluator(Evaluator):
 
     def setup(self, stage: str) -> None:
         if stage != "test":
-            raise ConfigError("BoostedGenerationEvaluator runs the test loop only (evaluate.py does that)")
+            raise ConfigError(
+                "BoostedGenerationEvaluator runs the test loop only (cblight generate does that)"
+            )
         dm = self._datamodule()
         self._clear_cache_once()
         self._load_tokenizer()

@@ -27,14 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from jsonargparse.typing import restricted_number_type
 from torchmetrics import MeanMetric, Metric, SumMetric
 
 from cblight.boosting import log_softmax32
 from cblight.metrics.ngrams import distinct_and_entropy
 from cblight.metrics.ragged import RaggedMetric
 from cblight.metrics.text_stats import ends_in_repetition
-from cblight.option_types import NonNegativeInt, check_fields
+from cblight.option_types import NonNegativeInt, bounded, check_fields
 from cblight.scoring import Encoder, Scorer, empty_context_ids
 from cblight.sharding import SyncedForwards
 from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, sampled_logits
@@ -43,7 +42,7 @@ __all__ = ["SampleDiversity", "ValidationOptions", "Validator", "next_token_entr
 
 
 #: A text cut for its perplexity keeps a token to predict after the first.
-AtLeastTwo = restricted_number_type("AtLeastTwo", int, [(">=", 2)])
+AtLeastTwo = bounded("AtLeastTwo", int, "an integer >= 2", lambda v: v >= 2)
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def keep(example: NextTokenExample, tokenizer: Any, max_k: int | None) -> bool:
     if tokenizer is None or max_k is None:
         raise DataError(
             f"{NAME}: its filter (one-token objects, prompts longer than the largest k) needs the tokenizer and "
-            "the grid's largest k: EvalDataModule(tokenizer=..., max_k=...); evaluate.py links both from the model"
+            "the grid's largest k: EvalDataModule(tokenizer=..., max_k=...); cblight evaluate links both from the model"
         )
     prompt = example.text[: len(example.text) - len(example.answer)]
     n_answer = len(tokenizer(example.answer, add_special_tokens=False)["input_ids"])
