@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,14 +13,12 @@ from cblight.__main__ import COMMANDS, main
 from cblight.evaluate.boosted_evaluator import BoostedEvaluator
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator
 from cblight.tune.coherence_tuning import CoherenceTuning
-from tests.test_messages import cblight
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
-def help_of(argv: list[str], capsys) -> str:
+def help_of(cli, argv: list[str]) -> str:
     """What ``cblight <argv>`` prints, checking that it exits with status 0."""
-    status, _, out = cblight(argv, capsys)
+    status, _, out = cli(argv)
     assert status in (0, None), argv
     return out
 
@@ -49,8 +46,8 @@ def _init_args(cls: type) -> list[str]:
 @pytest.mark.parametrize(
     ("command", "cls"), [("evaluate", BoostedEvaluator), ("generate", BoostedGenerationEvaluator)]
 )
-def test_evaluate_and_generate_help_open_with_their_evaluator_options(command, cls, capsys):
-    out = help_of([command, "--help"], capsys)
+def test_evaluate_and_generate_help_open_with_their_evaluator_options(cli, command, cls, capsys):
+    out = help_of(cli, [command, "--help"])
     assert out.startswith(f"usage: cblight {command} -c CONFIG")
     head = out.split("\noptions:", 1)[0]  # before LightningCLI's own option list (trainer, ...)
     for name in _init_args(cls):
@@ -61,8 +58,8 @@ def test_evaluate_and_generate_help_open_with_their_evaluator_options(command, c
     assert doc in " ".join(head.split())
 
 
-def test_tune_help_opens_with_the_module_options(capsys):
-    out = help_of(["tune", "--help"], capsys)
+def test_tune_help_opens_with_the_module_options(cli, capsys):
+    out = help_of(cli, ["tune", "--help"])
     assert out.startswith("usage: cblight tune -c CONFIG")
     lines = [line.split()[0] for line in out.splitlines() if line.startswith("  --")]  # option lines
     first = {
@@ -75,8 +72,8 @@ def test_tune_help_opens_with_the_module_options(capsys):
 
 
 @pytest.mark.parametrize("command", ["contrast", "data", "zoo", "demo"])
-def test_other_subcommands_name_themselves_in_their_usage(command, capsys):
-    out = help_of([command, "--help"], capsys)
+def test_other_subcommands_name_themselves_in_their_usage(cli, command, capsys):
+    out = help_of(cli, [command, "--help"])
     assert out.startswith(f"usage: cblight {command} "), out[:200]
 
 

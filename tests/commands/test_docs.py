@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 DOCS = ROOT / "docs"
 
 # The modules the API reference documents (docs/api/index.md); a package whose __all__ names modules

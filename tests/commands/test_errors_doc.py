@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 DOC = ROOT / "docs" / "errors.md"
 HOLE = "\x00"
 _DOC_HOLE = re.compile(r"<[^<>]*>|\.\.\.")

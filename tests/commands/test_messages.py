@@ -24,10 +24,8 @@ from pathlib import Path
 import pytest
 
 from cblight.__main__ import main
-from tests.conftest import EVAL_QUIET_CPU
+from tests.helpers import DEMO, EVAL_QUIET_CPU, ROOT, copa_args
 
-ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "cblight" / "assets" / "demo_data"
 # a subprocess imports this checkout first, then what PYTHONPATH held (CI's oldest jsonargparse)
 SEARCH_PATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -35,53 +33,6 @@ OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRA
 
 class Loaded(AssertionError):
     pass
-
-
-@pytest.fixture
-def no_loading(monkeypatch):
-    """A parse error comes before any model or tokenizer is opened. Every module that binds the loaders at
-    its import is imported first (so none keeps the stand-in after the test) and patched."""
-    import cblight.contrast as contrast
-    import cblight.evaluator as base
-    import cblight.generate.generation_evaluator as generation
-    import cblight.models as models
-    import cblight.tune.coherence_tuning as tuning
-
-    def load(*args, **kwargs):
-        raise Loaded("a model or tokenizer was loaded before the bad input was refused")
-
-    for module in (models, base, tuning, contrast, generation):
-        for name in ("load_causal_lm", "load_tokenizer"):
-            monkeypatch.setattr(module, name, load, raising=False)
-
-
-def cblight(argv: list[str], capsys) -> tuple[int, list[str], str]:
-    """``cblight <argv>`` in process: (exit status, stderr lines, stdout)."""
-    saved = list(sys.argv)
-    try:
-        status = main(argv)
-    except SystemExit as exc:
-        status = exc.code
-    finally:
-        sys.argv[:] = saved
-    captured = capsys.readouterr()
-    return status, captured.err.strip().splitlines(), captured.out
-
-
-def one_line(argv: list[str], capsys) -> str:
-    """The command must exit 2 with exactly one line on stderr, and that line is returned."""
-    status, err, _ = cblight(argv, capsys)
-    assert status == 2, err
-    assert len(err) == 1, "\n".join(err)
-    return err[0]
-
-
-def last_error(argv: list[str], capsys) -> str:
-    """A refusal found while running (after Lightning's start-up notes): exit 2, one ``error:`` line, last."""
-    status, err, _ = cblight(argv, capsys)
-    assert status == 2, err
-    assert [line for line in err if line.startswith("error:")] == err[-1:], "\n".join(err)
-    return err[-1]
 
 
 def config(tmp_path: Path, name: str, text: str) -> str:
@@ -193,10 +144,10 @@ COMMAND_LINE = [
 
 
 @pytest.mark.parametrize(("argv", "line"), COMMAND_LINE, ids=[" ".join(a) for a, _ in COMMAND_LINE])
-def test_a_bad_option_is_one_line_naming_the_fix(argv, line, capsys, no_loading, tmp_path):
+def test_a_bad_option_is_one_line_naming_the_fix(cli, argv, line, capsys, no_loading, tmp_path):
     if argv[0] in ("evaluate", "generate"):
         argv = [*argv, "--model.output_dir", str(tmp_path / "out")]
-    assert one_line(argv, capsys) == line
+    assert cli.one_line(argv) == line
     assert not (tmp_path / "out").exists()
 
 
@@ -253,32 +204,30 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize(("command", "text", "line"), CONFIGS, ids=[f"{c}: {t!r}" for c, t, _ in CONFIGS])
-def test_a_bad_config_key_is_one_line_naming_the_fix(command, text, line, capsys, no_loading, tmp_path):
+def test_a_bad_config_key_is_one_line_naming_the_fix(cli, command, text, line, capsys, no_loading, tmp_path):
     path = config(tmp_path, "bad.yaml", text)
     flag = "--config" if command == "contrast" else "-c"  # the function commands have no -c
     extra = ["--model.output_dir", str(tmp_path / "out")] if command == "evaluate" else []
-    assert one_line([command, flag, path, *extra], capsys) == f"error: {line}"
+    assert cli.one_line([command, flag, path, *extra]) == f"error: {line}"
 
 
 @pytest.mark.parametrize("command", ["evaluate", "tune"])
-def test_malformed_yaml_names_the_file_and_line(command, capsys, no_loading, tmp_path):
+def test_malformed_yaml_names_the_file_and_line(cli, command, capsys, no_loading, tmp_path):
     unclosed = config(
         tmp_path,
         "unclosed.yaml",
         "model:\n  model: gpt2\n  choice_alphas: [1.0, 2.0\ndata:\n  tasks: [copa]\n",
     )
-    assert one_line([command, "-c", unclosed], capsys) == (
+    assert cli.one_line([command, "-c", unclosed]) == (
         f"error: {unclosed} line 4, column 5: did not find expected ',' or ']' "
         "(while parsing a flow sequence that starts at line 3, column 18)"
     )
     indented = config(tmp_path, "indented.yaml", "model:\n  model: gpt2\n   dtype: float32\n")
-    assert one_line([command, "-c", indented], capsys) == (
+    assert cli.one_line([command, "-c", indented]) == (
         f"error: {indented} line 3, column 9: mapping values are not allowed in this context"
     )
     missing = str(tmp_path / "nope.yaml")
-    assert (
-        one_line([command, "-c", missing], capsys) == f"error: -c/--config: File does not exist: '{missing}'"
-    )
+    assert cli.one_line([command, "-c", missing]) == f"error: -c/--config: File does not exist: '{missing}'"
 
 
 def test_jsonargparse_debug_gives_the_whole_report(monkeypatch, no_loading):
@@ -329,7 +278,7 @@ def test_closest_prefers_the_same_letters_on_a_tie():
     assert closest("zzzz", ["start", "stop", "step"]) is None
 
 
-def test_lmeval_unknown_model_arg_names_the_closest(tiny_gpt2_dir, capsys, monkeypatch):
+def test_lmeval_unknown_model_arg_names_the_closest(cli, tiny_gpt2_dir, capsys, monkeypatch):
     pytest.importorskip("lm_eval")
     from lm_eval.tasks import TaskManager
 
@@ -340,36 +289,23 @@ def test_lmeval_unknown_model_arg_names_the_closest(tiny_gpt2_dir, capsys, monke
 
     monkeypatch.setattr(TaskManager, "__init__", local_tasks_only)
     args = ["lmeval", "--tasks", "cblight_copa", "--limit", "1", "--device", "cpu"]
-    line = last_error([*args, "--model_args", f"pretrained={tiny_gpt2_dir},alpah=-1"], capsys)
+    line = cli.last_error([*args, "--model_args", f"pretrained={tiny_gpt2_dir},alpah=-1"])
     assert line == (
         "error: unknown --model_args for model cblight: alpah; did you mean alpha? (cblight lmeval --help lists them)"
     )
 
 
 # -- case 7: messages that name the right thing --------------------------------------------------------------
-def _copa_run(tiny: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "evaluate",
-        "--model.model", str(tiny),
-        "--model.choice_alphas", "[0.0, -1.0]",
-        "--model.plots", "false",
-        "--model.output_dir", str(out),
-        "--data.tasks", "[copa]",
-        "--data.data_root", str(DEMO),
-        "--data.limit", "2",
-        *EVAL_QUIET_CPU,
-        *extra,
-    ]  # fmt: skip
 
 
-def test_cache_refusal_names_the_option_as_typed_and_the_option_works(tiny_gpt2_dir, tmp_path, capsys):
+def test_cache_refusal_names_the_option_as_typed_and_the_option_works(cli, tiny_gpt2_dir, tmp_path, capsys):
     out = tmp_path / "out"
-    status, _, _ = cblight(_copa_run(tiny_gpt2_dir, out), capsys)
+    status, _, _ = cli(copa_args(tiny_gpt2_dir, out))
     assert status == 0
     # the cache's own refusal, behind the output directory's record of its run's settings (which refuses
-    # the same rerun first: tests/test_messages_second_wave.py): a directory written without that record
+    # the same rerun first: tests/commands/test_messages_second_wave.py): a directory written without that record
     (out / "run.json").unlink()
-    line = last_error(_copa_run(tiny_gpt2_dir, out, "--model.load.dtype", "bfloat16"), capsys)
+    line = cli.last_error(copa_args(tiny_gpt2_dir, out, "--model.load.dtype", "bfloat16"))
     assert line.startswith(f"error: the cache in {out / 'cache'}")
     assert "dtype: cached 'float32', now 'bfloat16'" in line
     assert line.endswith(
@@ -378,8 +314,8 @@ def test_cache_refusal_names_the_option_as_typed_and_the_option_works(tiny_gpt2_
     )
     assert "overwrite=true" not in line
     # what the line says to type works
-    status, err, _ = cblight(
-        _copa_run(tiny_gpt2_dir, out, "--model.load.dtype", "bfloat16", "--model.overwrite", "true"), capsys
+    status, err, _ = cli(
+        copa_args(tiny_gpt2_dir, out, "--model.load.dtype", "bfloat16", "--model.overwrite", "true")
     )
     assert status == 0, err
     results = json.loads((out / "results.json").read_text())
@@ -387,17 +323,17 @@ def test_cache_refusal_names_the_option_as_typed_and_the_option_works(tiny_gpt2_
 
 
 @pytest.mark.parametrize("value", ["nan", ".nan", "inf", "-.inf"])
-def test_contrast_alpha_nan_is_the_finite_number_message(value, capsys, no_loading):
-    line = one_line(
-        ["contrast", "--context", "a b c", "--model", "/no/such/model", f"--alpha={value}"], capsys
-    )
+def test_contrast_alpha_nan_is_the_finite_number_message(cli, value, capsys, no_loading):
+    line = cli.one_line(["contrast", "--context", "a b c", "--model", "/no/such/model", f"--alpha={value}"])
     assert line.startswith("error: alpha must be a finite number, got ")
 
 
-def test_contrast_notes_that_only_the_first_target_token_is_ranked(tiny_gpt2_dir, gpt2_tokenizer, capsys):
+def test_contrast_notes_that_only_the_first_target_token_is_ranked(
+    cli, tiny_gpt2_dir, gpt2_tokenizer, capsys
+):
     context = ' Ballad metre is "less regular and more conversational" than common'
     args = ["contrast", "--model", str(tiny_gpt2_dir), "--context", context, "--k", "4"]
-    status, err, out = cblight([*args, "--target", " metre and rhyme"], capsys)
+    status, err, out = cli([*args, "--target", " metre and rhyme"])
     tokens = gpt2_tokenizer(" metre and rhyme", add_special_tokens=False)["input_ids"]  # the reference
     first = gpt2_tokenizer.decode(tokens[:1])
     assert status == 0 and len(tokens) > 1 and first == " metre"
@@ -407,16 +343,16 @@ def test_contrast_notes_that_only_the_first_target_token_is_ranked(tiny_gpt2_dir
         "(the next token after the context)"
     ]
     assert "** target ' metre': rank full" in out
-    status, err, _ = cblight([*args, "--target", " metre"], capsys)
+    status, err, _ = cli([*args, "--target", " metre"])
     assert status == 0 and not [line for line in err if line.startswith(("note:", "error:"))]
 
 
 # -- case 8: help ------------------------------------------------------------------------------------------
-def test_lmeval_help_opens_with_cblights_model_args(capsys):
+def test_lmeval_help_opens_with_cblights_model_args(cli, capsys):
     pytest.importorskip("lm_eval")
     from cblight.lmeval.model import CblightLM
 
-    status, _, out = cblight(["lmeval", "--help"], capsys)
+    status, _, out = cli(["lmeval", "--help"])
     assert status == 0
     ours, _, theirs = out.partition("lm-eval's own options follow.")
     assert out.startswith("cblight lmeval: lm-evaluation-harness with cblight's model")

@@ -3,7 +3,7 @@
 Each case types the user's command in process (``cblight.__main__.main``, as the console script runs it)
 and checks the exit status and the one ``error:`` line, with tripwires on the loaders where "before any
 work" is the point. docs/errors.md lists these messages (section "every message names the fix (data, models, served backend)"). The served backend's
-refused connection is ``tests/test_served_client.py``; the zoo's install command ``tests/test_zoo.py``.
+refused connection is ``tests/served/test_served_client.py``; the zoo's install command ``tests/core/test_zoo.py``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EVAL_QUIET_CPU
+from tests.helpers import (
+    EVAL_QUIET_CPU,
+    ROOT,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 DEMO = ROOT / "cblight" / "assets" / "demo_data"
 REALDATA = ROOT / "cblight" / "assets" / "realdata"
@@ -380,7 +382,7 @@ def _served_model(path: str, body: dict | None):
     a token's log-prob depends on the token alone, so the alignment canary passes."""
     import re
 
-    from tests.test_served_client import echo_answer
+    from tests.served.http_stub import echo_answer
 
     if path.endswith("/models"):
         return 200, {"data": [{"id": "served-model"}]}, {}
@@ -397,7 +399,7 @@ def _served_model(path: str, body: dict | None):
 
 
 def test_a_resumed_served_run_says_how_much_came_from_its_caches(tmp_path, capsys, caplog):
-    from tests.test_served_client import Stub
+    from tests.served.http_stub import Stub
 
     # csqa: 5 answers x 2 contexts = 10 requests a question; the canary's echo is the first one answered
     state = {"answered": 0, "fail_after": 1 + 24}

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EVAL_QUIET_CPU
-from tests.test_messages import cblight, last_error, no_loading, one_line  # noqa: F401  (no_loading: a fixture)
+from tests.helpers import (
+    EVAL_QUIET_CPU,
+    ROOT,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "cblight" / "assets" / "demo_data"
 
 
@@ -44,11 +45,11 @@ def local_lm_eval_tasks(monkeypatch):
 # -- lm-eval: the adaptive rule against the tasks' kinds; --tasks ---------------------------------------------
 @pytest.mark.usefixtures("no_loading")
 def test_lmeval_refuses_a_per_token_rule_on_a_multiple_choice_task_before_loading(
-    tiny_gpt2_dir, capsys, local_lm_eval_tasks
+    cli, tiny_gpt2_dir, capsys, local_lm_eval_tasks
 ):
     """Was: scored with ``decorrelate`` (per-choice scores identical to it), exit 0."""
     args = ["lmeval", "--tasks", "cblight_copa", "--limit", "1", "--device", "cpu", "--model_args"]
-    line = last_error([*args, f"pretrained={tiny_gpt2_dir},alpha=adaptive,adaptive_rule=cocoa"], capsys)
+    line = cli.last_error([*args, f"pretrained={tiny_gpt2_dir},alpha=adaptive,adaptive_rule=cocoa"])
     assert line == (
         "error: --model_args adaptive_rule: task cblight_copa: adaptive rule 'cocoa' does not apply to "
         "multiple-choice tasks; use auto or one of gated, jsd, jsd_mean, decorrelate, balance"
@@ -113,14 +114,16 @@ def test_the_lmeval_model_never_swaps_a_named_rule(tiny_gpt2_dir):
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_lmeval_without_tasks_or_with_an_unknown_task_is_one_line(tiny_gpt2_dir, capsys, local_lm_eval_tasks):
+def test_lmeval_without_tasks_or_with_an_unknown_task_is_one_line(
+    cli, tiny_gpt2_dir, capsys, local_lm_eval_tasks
+):
     """Was: lm-eval's ``ValueError`` traceback (``No tasks specified``, ``Tasks not found: ...``)."""
     args = ["lmeval", "--limit", "1", "--device", "cpu", "--model_args", f"pretrained={tiny_gpt2_dir}"]
-    assert last_error(args, capsys) == (
+    assert cli.last_error(args) == (
         "error: --tasks is required: name the tasks to run, e.g. --tasks cblight_copa (cblight lmeval ls tasks "
         "lists them)"
     )
-    assert last_error([*args, "--tasks", "cblight_cpa"], capsys) == (
+    assert cli.last_error([*args, "--tasks", "cblight_cpa"]) == (
         "error: --tasks: unknown task 'cblight_cpa'; did you mean cblight_copa or cblight_piqa? (cblight lmeval "
         "ls tasks lists them)"
     )
@@ -134,14 +137,12 @@ def tiny16(tmp_path_factory) -> Path:
     return build_tiny_gpt2(tmp_path_factory.mktemp("models") / "tiny16", n_positions=16)
 
 
-def test_contrast_says_a_context_past_the_window_was_cut_and_prints_what_was_used(tiny16, capsys):
+def test_contrast_says_a_context_past_the_window_was_cut_and_prints_what_was_used(cli, tiny16, capsys):
     """Was: the whole context printed as "Full context", ranked from its last window, nothing said."""
     from cblight.tiny import gpt2_tokenizer
 
     context = " one two three four five six" * 4
-    status, err, out = cblight(
-        ["contrast", "--model", str(tiny16), "--context", context, "--top", "2"], capsys
-    )
+    status, err, out = cli(["contrast", "--model", str(tiny16), "--context", context, "--top", "2"])
     ids = gpt2_tokenizer()(context)["input_ids"]  # the reference: 24 tokens, the last one the target
     assert status == 0 and len(ids) == 24
     assert [line for line in err if line.startswith(("note:", "error:"))] == [
@@ -150,7 +151,7 @@ def test_contrast_says_a_context_past_the_window_was_cut_and_prints_what_was_use
     ]
     used = gpt2_tokenizer().decode(ids[-17:-1])
     assert out.startswith(f"Full context:\n{used}\n")
-    status, err, _ = cblight(["contrast", "--model", str(tiny16), "--context", " one two three"], capsys)
+    status, err, _ = cli(["contrast", "--model", str(tiny16), "--context", " one two three"])
     assert status == 0 and not [line for line in err if line.startswith(("note:", "error:"))]
 
 
@@ -166,8 +167,8 @@ def test_contrast_says_a_context_past_the_window_was_cut_and_prints_what_was_use
     ],
 )
 @pytest.mark.usefixtures("no_loading")
-def test_contrast_refuses_empty_input_before_loading(extra, line, capsys):
-    assert one_line(["contrast", "--model", "/no/such/model", *extra], capsys) == line
+def test_contrast_refuses_empty_input_before_loading(cli, extra, line, capsys):
+    assert cli.one_line(["contrast", "--model", "/no/such/model", *extra]) == line
 
 
 # -- a damaged weights file ---------------------------------------------------------------------------------
@@ -186,10 +187,10 @@ def damaged_model(request, tiny_gpt2_dir, tmp_path) -> tuple[Path, str]:
     )
 
 
-def test_a_damaged_safetensors_file_is_named_by_every_command(damaged_model, tmp_path, capsys):
+def test_a_damaged_safetensors_file_is_named_by_every_command(cli, damaged_model, tmp_path, capsys):
     """Was: ``SafetensorError: Error while deserializing header: header too small`` traceback."""
     folder, line = damaged_model
-    assert last_error(["contrast", "--model", str(folder), "--context", "a b c"], capsys) == line
+    assert cli.last_error(["contrast", "--model", str(folder), "--context", "a b c"]) == line
     evaluate = ["evaluate", "--model.model", str(folder), "--model.output_dir", str(tmp_path / "out")]
     evaluate += [
         "--data.tasks",
@@ -200,7 +201,7 @@ def test_a_damaged_safetensors_file_is_named_by_every_command(damaged_model, tmp
         "1",
         *EVAL_QUIET_CPU,
     ]
-    assert last_error(evaluate, capsys) == line
+    assert cli.last_error(evaluate) == line
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("A first prompt.\nA second prompt.\n")
     tune = ["tune", "--model.model", str(folder), "--data.task", "null", "--data.prompts_file", str(prompts)]
@@ -216,7 +217,7 @@ def test_a_damaged_safetensors_file_is_named_by_every_command(damaged_model, tmp
         "null",
     ]
     tune += ["--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.enable_progress_bar", "false"]
-    assert last_error(tune, capsys) == line
+    assert cli.last_error(tune) == line
 
 
 # -- positional arguments ------------------------------------------------------------------------------------
@@ -245,14 +246,14 @@ POSITIONAL = [
 
 
 @pytest.mark.parametrize(("argv", "line"), POSITIONAL, ids=[" ".join(a) for a, _ in POSITIONAL])
-def test_a_positional_argument_is_named_as_one(argv, line, capsys):
+def test_a_positional_argument_is_named_as_one(cli, argv, line, capsys):
     """Was: ``--convert.name is required`` / ``--peek.task is required`` (no such options), then "unknown
     option --name; did you mean --name?"."""
-    assert one_line(argv, capsys) == line
+    assert cli.one_line(argv) == line
 
 
-def test_the_usage_the_line_gives_works(capsys):
-    status, err, out = cblight(["data", "peek", "copa", "--data_dir", str(DEMO / "copa")], capsys)
+def test_the_usage_the_line_gives_works(cli, capsys):
+    status, err, out = cli(["data", "peek", "copa", "--data_dir", str(DEMO / "copa")])
     assert status == 0, err
     assert "copa" in out
 
@@ -290,9 +291,9 @@ OLD_FLAT = [
 
 @pytest.mark.parametrize(("argv", "line"), OLD_FLAT, ids=[" ".join(a) for a, _ in OLD_FLAT])
 @pytest.mark.usefixtures("no_loading")
-def test_old_flat_tuning_options_get_their_new_spelling(argv, line, capsys):
+def test_old_flat_tuning_options_get_their_new_spelling(cli, argv, line, capsys):
     """Was: a group suggested (``--model.export``), which then failed with "Unable to load config"."""
-    assert one_line(["tune", *argv], capsys) == f"error: {line}"
+    assert cli.one_line(["tune", *argv]) == f"error: {line}"
 
 
 @pytest.mark.parametrize(
@@ -306,18 +307,18 @@ def test_old_flat_tuning_options_get_their_new_spelling(argv, line, capsys):
     ],
 )
 @pytest.mark.usefixtures("no_loading")
-def test_the_new_spelling_parses(argv, capsys):
+def test_the_new_spelling_parses(cli, argv, capsys):
     """What the lines suggest is accepted: the run goes on to the next check (no prompts' end)."""
-    assert one_line(["tune", *argv], capsys) == (
+    assert cli.one_line(["tune", *argv]) == (
         "error: set trainer.max_steps: the prompt stream never ends (the paper runs 32 steps)"
     )
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_a_group_given_a_value_in_a_config(tmp_path, capsys):
+def test_a_group_given_a_value_in_a_config(cli, tmp_path, capsys):
     path = tmp_path / "old.yaml"
     path.write_text("model:\n  teacher: live\n")
-    assert one_line(["tune", "-c", str(path)], capsys) == (
+    assert cli.one_line(["tune", "-c", str(path)]) == (
         "error: model.teacher is a group of options (ema_decay, kind, refresh_every, trust_region), not a "
         "value; did you mean model.teacher.kind live?"
     )
@@ -330,13 +331,13 @@ def test_a_group_given_a_value_in_a_config(tmp_path, capsys):
 )
 @pytest.mark.parametrize("command", ["evaluate", "tune", "contrast"])
 @pytest.mark.usefixtures("no_loading")
-def test_a_config_that_is_not_a_mapping_names_the_file(command, text, got, tmp_path, capsys):
+def test_a_config_that_is_not_a_mapping_names_the_file(cli, command, text, got, tmp_path, capsys):
     """Was: ``error: Unexpected config: [1, 2]``, the file unnamed."""
     path = tmp_path / "c.yaml"
     path.write_text(text)
     flag = "--config" if command == "contrast" else "-c"
     line = f"error: {path}: the config file must be a mapping of options (key: value), got {got}"
-    assert one_line([command, flag, str(path)], capsys) == line
+    assert cli.one_line([command, flag, str(path)]) == line
 
 
 @pytest.mark.parametrize(
@@ -363,11 +364,11 @@ def test_a_config_that_is_not_a_mapping_names_the_file(command, text, got, tmp_p
     ],
 )
 @pytest.mark.usefixtures("no_loading")
-def test_another_commands_config_names_that_command(command, config, line, capsys, monkeypatch):
+def test_another_commands_config_names_that_command(cli, command, config, line, capsys, monkeypatch):
     """Was: ``unknown option model.choice_alphas.start``. (Evaluate and generate take either evaluator as
     ``model.class_path``: a generation config with its class path runs under evaluate.)"""
     monkeypatch.chdir(ROOT)
-    assert one_line([command, "-c", config], capsys) == f"error: {config} {line}"
+    assert cli.one_line([command, "-c", config]) == f"error: {config} {line}"
 
 
 # -- --model.X.help -----------------------------------------------------------------------------------------
@@ -380,11 +381,11 @@ def test_another_commands_config_names_that_command(command, config, line, capsy
         ("generate", "--model.grid.help", "--model.grid"),
     ],
 )
-def test_the_help_of_an_options_class_that_help_advertises(command, option, shown, capsys):
+def test_the_help_of_an_options_class_that_help_advertises(cli, command, option, shown, capsys):
     """Was: ``error: argument --model: expected one argument``."""
-    status, _, out = cblight([command, "--help"], capsys)
+    status, _, out = cli([command, "--help"])
     assert status == 0 and option in out  # advertised
-    status, err, out = cblight([command, option], capsys)
+    status, err, out = cli([command, option])
     assert status == 0, err
     assert shown in out
 
@@ -419,18 +420,18 @@ def test_cblights_tokenizers_do_not_warn_about_a_text_past_the_window(tiny16):
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_a_config_naming_another_commands_class(tmp_path, capsys):
+def test_a_config_naming_another_commands_class(cli, tmp_path, capsys):
     path = tmp_path / "tuning.yaml"
     path.write_text("model:\n  class_path: cblight.tune.coherence_tuning.CoherenceTuning\n")
-    assert one_line(["evaluate", "-c", str(path)], capsys) == (
+    assert cli.one_line(["evaluate", "-c", str(path)]) == (
         f"error: {path} is a cblight tune config (its model.class_path is "
         f"cblight.tune.coherence_tuning.CoherenceTuning): use cblight tune -c {path}"
     )
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_the_help_hint_names_the_command_as_typed(capsys):
+def test_the_help_hint_names_the_command_as_typed(cli, capsys):
     """``cblight tune`` runs LightningCLI's ``fit`` without the word: the hint said ``cblight tune fit --help``."""
-    assert one_line(["tune", "--model.fooo", "3"], capsys) == (
+    assert cli.one_line(["tune", "--model.fooo", "3"]) == (
         "error: unknown option --model.fooo (cblight tune --help lists the options)"
     )

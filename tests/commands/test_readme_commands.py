@@ -47,9 +47,12 @@ import pytest
 import yaml
 
 from cblight.errors import CblightError
+from tests.helpers import (
+    PYTHON_BLOCKS,
+    README,
+    ROOT,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 # The README, then the pages its former sections moved to (in the order a later command may read what an
 # earlier one wrote: the tuning tutorial's resume command reads the checkpoint its first command saved).
 SOURCES = [
@@ -75,7 +78,7 @@ DEMO_DATA = ROOT / "cblight" / "assets" / "demo_data"
 SKIPPED: dict[tuple[str, ...], str] = {
     ("bash", "scripts/test.sh"): "runs this very test suite (CI runs it as .ci/run): from a test it would recurse",
     ("bash", "scripts/demo.sh"): (
-        "tests/test_demo.py runs it as this file would (--model tiny --quick) and checks every step's files; "
+        "tests/commands/test_demo.py runs it as this file would (--model tiny --quick) and checks every step's files; "
         "the real-model tier (tests/realmodel) runs it with its defaults"
     ),
     ("cblight", "evaluate", "-c", "configs/table11_methods_served.yaml"): (
@@ -448,28 +451,6 @@ def test_readme_command_runs(tokens, workdir, monkeypatch):
         return
     if isinstance(result, int) and not isinstance(result, bool):  # a main() that returns its exit status
         assert result == 0, f"{ran}: exit {result}"
-
-
-def python_blocks(path: Path, every: bool) -> list[tuple[str, list[str]]]:
-    """The ```python blocks of ``path`` that a ```text block follows, each with that block's lines (what the
-    code prints). Each is a program of its own: its imports, its model, its output directory. ``every``: each
-    python block must be followed by one (the README)."""
-    text = path.read_text(encoding="utf-8")
-    pairs = re.findall(r"```python\n(.*?)```\n+```text\n(.*?)```", text, re.S)
-    if every:
-        assert len(pairs) == text.count("```python\n"), f"a python block of {path.name} shows no output"
-    return [(code, printed.splitlines()) for code, printed in pairs]
-
-
-# The README's python blocks (each one shows what it prints), then the tutorials' that show their output
-PYTHON_BLOCKS = [
-    (f"{path.relative_to(ROOT)}:{i + 1}", code, printed)
-    for path, every in [
-        (README, True),
-        *((p, False) for p in sorted((ROOT / "docs" / "tutorials").glob("*.md"))),
-    ]
-    for i, (code, printed) in enumerate(python_blocks(path, every))
-]
 
 
 def test_the_readme_python_blocks_are_the_ones_this_file_was_written_for():

@@ -2,9 +2,9 @@
 ran, from the first import of the package on: the run path ``docs/design.md`` lists. Functions called while
 a module is imported (a task spec's ``register``) count; module and class bodies alone do not.
 
-    python tests/run_path_worker.py OUT_DIR evaluate|generate|tune MODEL_DIR
+    python tests/core/run_path_worker.py OUT_DIR evaluate|generate|tune MODEL_DIR
 
-Used by ``tests/test_design_map.py``; a tiny random GPT-2 (the test session's, built by another process, so
+Used by ``tests/core/test_design_map.py``; a tiny random GPT-2 (the test session's, built by another process, so
 that its imports are not taken for the command's) and the fixtures stand in for the configs' models and
 data.
 """
@@ -19,7 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+
 PACKAGE = str(ROOT / "cblight") + os.sep
 # a comprehension is an expression of the body it sits in (Python 3.12 inlines it), not a function that runs
 COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")

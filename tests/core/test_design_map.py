@@ -1,6 +1,6 @@
 """``docs/design.md`` stays true: its module table names every module, and its three run paths are the files
 the commands actually run through, functions called at import time included (measured by
-``tests/run_path_worker.py`` on a tiny model), and no longer than they were when import-time calls were first
+``tests/core/run_path_worker.py`` on a tiny model), and no longer than they were when import-time calls were first
 counted."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 DESIGN = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
 PACKAGES_AS_A_WHOLE = ("data", "metrics", "served", "lmeval")  # listed as one row each
 # files a run passes through; before import-time calls were counted the paths were 23, 34 and 28 files long,
@@ -47,7 +47,7 @@ def test_every_module_is_in_the_module_table():
 @pytest.mark.parametrize("kind", ["evaluate", "generate", "tune"])
 def test_the_documented_run_path_is_the_real_one(kind, tmp_path, tiny_gpt2_dir):
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "run_path_worker.py"), str(tmp_path), kind, str(tiny_gpt2_dir)],
+        [sys.executable, str(ROOT / "tests" / "core" / "run_path_worker.py"), str(tmp_path), kind, str(tiny_gpt2_dir)],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -30,8 +30,8 @@ import cblight.cache as cache_module
 import cblight.results as results_module
 from cblight.cache import RecordCache
 from cblight.cli import evaluate_cli
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "cblight" / "assets" / "demo_data"
 ARGS = [
     "--data.tasks",

@@ -4,7 +4,6 @@ right number of calls, and what FSDP2 cannot tune is refused in one line before 
 the initial model is the student with its adapters disabled, never a copy."""
 
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +15,8 @@ from cblight.sharding import SyncedForwards, build_sharded_causal_lm, full_state
 from cblight.tune.lora import LoraOptions
 from cblight.tune.preflight import check_strategy
 from cblight.tune.rollouts import RolloutOptions
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -108,20 +107,20 @@ def test_lora_keeps_no_copy_of_the_initial_model(tiny_gpt2_dir, monkeypatch):
     import cblight.tune.coherence_tuning as tuning
     from cblight.tune.prompt_data import PromptDataModule
     from cblight.tune.teacher import TeacherOptions
-    from tests.test_tuning_module import PROMPTS, _trainer, _tuning
+    from tests.tune.tuning_helpers import RUN_PROMPTS, tiny_trainer, tiny_tuning
 
     def no_copy(model):
         raise AssertionError("frozen_copy taken with LoRA")
 
     monkeypatch.setattr(tuning, "frozen_copy", no_copy)
-    module = _tuning(
+    module = tiny_tuning(
         tiny_gpt2_dir,
         lora=LoraOptions(rank=4),
         teacher=TeacherOptions(trust_region=0.1),
         optimizer=partial(torch.optim.Adam, lr=3e-2),
     )
-    _trainer(2, val_check_interval=1, check_val_every_n_epoch=None).fit(
-        module, PromptDataModule(prompts=PROMPTS, batch_size=2, val_size=2)
+    tiny_trainer(2, val_check_interval=1, check_val_every_n_epoch=None).fit(
+        module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2, val_size=2)
     )
     teacher = module.teacher
     assert teacher.model is teacher.initial is not None  # the frozen teacher is the initial model
@@ -140,10 +139,10 @@ FSDP = str(ROOT / "configs" / "fsdp.yaml")
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 
 
-def test_the_refusals_are_one_line_before_the_model_loads(tiny_gpt2_dir, tmp_path, capsys, monkeypatch):
+def test_the_refusals_are_one_line_before_the_model_loads(cli, tiny_gpt2_dir, tmp_path, capsys, monkeypatch):
     """Typed as a user would, the shipped config under the overlay: one line, exit 2, no model loaded."""
+
     import cblight.sharding as sharding
-    from tests.test_messages import one_line
 
     def tripwire(*args, **kwargs):
         raise AssertionError("a model was built before the refusal")
@@ -154,16 +153,16 @@ def test_the_refusals_are_one_line_before_the_model_loads(tiny_gpt2_dir, tmp_pat
     tune = ["tune", "-c", CONFIG, "--model.model", str(tiny_gpt2_dir), "--data.task", "null"]
     tune += ["--data.prompts", "[one, two, three, four, five, six, seven, eight, nine, ten]"]
     tune += ["--data.batch_size", "2", "--data.val_size", "2"]
-    assert one_line([*tune, "-c", FSDP, "--model.lora.rank", "8"], capsys) == (
+    assert cli.one_line([*tune, "-c", FSDP, "--model.lora.rank", "8"]) == (
         "error: lora.rank = 8 under FSDP2 (trainer.strategy FSDP2Strategy): LoRA adapters are not sharded; tune "
         "with LoRA on one device or with DDP (--trainer.strategy ddp), where the initial model is the base model "
         "with its adapters disabled, not a copy"
     )
-    assert one_line([*tune, "-c", FSDP, "--model.rollouts.cache", "static"], capsys) == (
+    assert cli.one_line([*tune, "-c", FSDP, "--model.rollouts.cache", "static"]) == (
         "error: rollouts.cache: static / rollouts.compile under FSDP2 (trainer.strategy FSDP2Strategy): sharded "
         "sampling runs transformers' dynamic KV cache with synced steps; use rollouts.cache: dynamic or auto"
     )
-    assert one_line([*tune, "--trainer.strategy", "fsdp"], capsys) == (
+    assert cli.one_line([*tune, "--trainer.strategy", "fsdp"]) == (
         "error: trainer.strategy fsdp: cblight tune shards models with FSDP2 (Lightning's ModelParallelStrategy): "
         "use -c configs/fsdp.yaml, or DDP (--trainer.strategy ddp) for a model that fits one device"
     )

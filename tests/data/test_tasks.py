@@ -18,7 +18,7 @@ from cblight.data.examples import ChoiceExample, GenerationExample, NextTokenExa
 from cblight.data.registry import RenderContext, all_tasks, get_task
 from cblight.data.sources import HubSplit, load_split_records
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = json.loads((FIXTURES / "reference_renders.json").read_text(encoding="utf-8"))
 MULTIPLE_CHOICE = [
     "storycloze", "hellaswag", "copa", "csqa", "openbookqa", "arc_easy", "arc_challenge", "piqa",

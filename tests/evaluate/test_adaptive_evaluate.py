@@ -20,9 +20,9 @@ from cblight.data.registry import RenderContext, get_task
 from cblight.data.sources import read_jsonl
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
-from tests.conftest import EVAL_QUIET_CPU
+from tests.helpers import EVAL_QUIET_CPU
 
-DEMO = Path(__file__).resolve().parents[1] / "cblight" / "assets" / "demo_data"
+DEMO = Path(__file__).resolve().parents[2] / "cblight" / "assets" / "demo_data"
 ARGS = ["--data.tasks", "[copa, lambada]", "--data.batch_size", "3", "--model.batch_size", "4"]
 ARGS += ["--model.ks", "[1, 3, 6]", "--model.next_token_alphas", "[0.0, -0.5, -1.0]"]
 
@@ -130,7 +130,7 @@ def test_multiple_choice_auto_is_the_gate_then_decorrelate_by_hand(runs):
 def test_fixed_label_set_gate_is_the_prior_share_by_hand(tiny_gpt2_dir, tmp_path):
     # SST-5's five labels after one premise-free context: the gate is the share of the split's mean label
     # preference that lies along the prior (docs/adaptive.md), recomputed here from the predictions file
-    fixtures = Path(__file__).resolve().parent / "fixtures" / "sst5"
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "sst5"
     result = run(tiny_gpt2_dir, tmp_path, "--model.adaptive", "auto", "--data.tasks", "[sst5]",
                  "--data.data_dirs", json.dumps({"sst5": str(fixtures)}))  # fmt: skip
     rows = predictions(tmp_path, "sst5.test.jsonl")

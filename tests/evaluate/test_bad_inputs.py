@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from cblight.cli import evaluate_cli
-from tests.conftest import EVAL_QUIET_CPU
+from tests.helpers import (
+    EVAL_QUIET_CPU,
+    ROOT,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 DEMO = ROOT / "cblight" / "assets" / "demo_data"
 

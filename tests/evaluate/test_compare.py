@@ -1,14 +1,13 @@
 """Tuned vs boosted vs base: several checkpoints through one evaluate.py invocation."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from cblight.cli import evaluate_cli
 from cblight.tiny import build_tiny_gpt2
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "cblight" / "assets" / "demo_data"
 WEBTEXT = ROOT / "tests" / "fixtures" / "webtext"
 

@@ -17,9 +17,9 @@ from cblight.data.registry import RenderContext, get_task
 from cblight.data.sources import read_jsonl
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
-from tests.conftest import EVAL_QUIET_CPU
+from tests.helpers import EVAL_QUIET_CPU
 
-DEMO = Path(__file__).resolve().parents[1] / "cblight" / "assets" / "demo_data"
+DEMO = Path(__file__).resolve().parents[2] / "cblight" / "assets" / "demo_data"
 KS = [1, 3, 6]
 NT_ALPHAS = [0.0, -0.5, -1.0, -2.0]
 
@@ -284,7 +284,7 @@ def test_ddp_two_processes_match_one(evaluated, tiny_gpt2_dir, tmp_path):
     cmd += ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"]
     cmd += ["--trainer.enable_progress_bar", "false"]
     proc = subprocess.run(
-        cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600
+        cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(list((out / "cache/copa/validation").glob("rank*.jsonl"))) == 2  # both ranks did work

@@ -19,8 +19,8 @@ from cblight.data.registry import RenderContext, get_task
 from cblight.data.sources import load_split_records
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 TASKS = ["sst2", "trec", "agnews", "copa", "csqa", "hellaswag"]
 METHODS = ["boost", "pmi_dc", "pmi_empty", "calibrate", "channel"]

@@ -11,8 +11,8 @@ import yaml
 
 from cblight.cli import evaluate_cli
 from cblight.data.registry import all_tasks
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 MULTIPLE_CHOICE = [n for n, spec in all_tasks().items() if spec.kind == "multiple_choice"]
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu", "--model.plots", "false"]
@@ -78,7 +78,7 @@ def test_lama_filter_follows_the_k_grid_of_the_model(tiny_gpt2_dir, tmp_path):
         *QUIET,
     ]  # fmt: skip
     # "Ann was born in" is 4 GPT-2 tokens: kept when the largest k is 3, dropped with configs/lama.yaml's 5
-    # (tests/test_data_sources.py checks the filter itself; here: model.ks reaches the data module)
+    # (tests/data/test_data_sources.py checks the filter itself; here: model.ks reaches the data module)
     result = evaluate_cli([*common, "--model.ks", "[1, 2, 3]", "--model.output_dir", str(tmp_path / "b")])[
         "lama"
     ]

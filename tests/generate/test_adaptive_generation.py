@@ -11,7 +11,6 @@ of magnitude ~1-10 compared with a float64 reference, so 1e-4.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,8 +19,8 @@ from cblight.errors import BoostingError
 from cblight.generate import Boosting, boosted_generate
 from cblight.options import Experts, LastTokens
 from cblight.scoring import Encoder
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["The quick brown fox jumps over the lazy dog. A journey of a", "Question: what is the capital"]
 K = 3
 STEPS = 5

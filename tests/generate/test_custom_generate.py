@@ -4,15 +4,13 @@ by the installed transformers exactly as from the Hub (``trust_remote_code=True`
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from cblight.batching import left_pad
 from cblight.generate import Boosting, BoostingError, boosted_generate, dialog_prompt
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
     "The quick brown fox jumps over the lazy dog. A journey of a thousand miles",
     "Question: what is the capital of France?",

@@ -6,16 +6,14 @@ budget once, whatever the number of rows decoding it, and nothing fits it again.
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from cblight.__main__ import main
 from cblight.errors import BoostingError
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 WEBTEXT = str(ROOT / "tests" / "fixtures" / "webtext")
 TINY_WINDOW = 256  # cblight.tiny's GPT-2: n_positions
 
@@ -31,18 +29,9 @@ def generate(model: Path, out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def run(argv: list[str], capsys) -> tuple[int, list[str]]:
-    saved = list(sys.argv)
-    try:
-        status = main(argv)
-    except SystemExit as exc:
-        status = exc.code
-    finally:
-        sys.argv[:] = saved
-    return status, capsys.readouterr().err.strip().splitlines()
-
-
-def test_the_budget_is_checked_once_and_each_prompt_fitted_once(tiny_gpt2_dir, tmp_path, capsys, monkeypatch):
+def test_the_budget_is_checked_once_and_each_prompt_fitted_once(
+    cli, tiny_gpt2_dir, tmp_path, capsys, monkeypatch
+):
     import cblight.generate.decode as decode
     import cblight.generate.generation_evaluator as generation
 
@@ -69,7 +58,7 @@ def test_the_budget_is_checked_once_and_each_prompt_fitted_once(tiny_gpt2_dir, t
     monkeypatch.setattr(decode, "prompt_room", lambda *a, **k: decode_budgets.append(a) or real_room(*a, **k))
     monkeypatch.setattr(generation, "fit_example", fit)
     monkeypatch.setattr(generation, "prepare_prompts", prepare)
-    status, err = run(generate(tiny_gpt2_dir, tmp_path / "out", "--model.max_new_tokens", "4"), capsys)
+    status, err, _ = cli(generate(tiny_gpt2_dir, tmp_path / "out", "--model.max_new_tokens", "4"))
     assert status in (0, None), err
     results = json.loads((tmp_path / "out" / "results.json").read_text())["tasks"]["webtext"]
     assert list(results["rows"]) == ["greedy", "boost"] and results["human"] is not None  # 3 rows per batch
@@ -82,7 +71,7 @@ def test_the_budget_is_checked_once_and_each_prompt_fitted_once(tiny_gpt2_dir, t
 
 
 def test_a_budget_that_leaves_no_prompt_is_refused_before_the_model_loads(
-    tiny_gpt2_dir, tmp_path, capsys, monkeypatch
+    cli, tiny_gpt2_dir, tmp_path, capsys, monkeypatch
 ):
     import cblight.evaluator as base
     import cblight.generate.generation_evaluator as generation
@@ -92,7 +81,7 @@ def test_a_budget_that_leaves_no_prompt_is_refused_before_the_model_loads(
 
     monkeypatch.setattr(base, "build_causal_lm", load)  # the evaluator builds its model through sharding.py
     monkeypatch.setattr(generation, "load_causal_lm", load)  # the metrics model
-    status, err = run(generate(tiny_gpt2_dir, tmp_path / "out", "--model.max_new_tokens", "256"), capsys)
+    status, err, _ = cli(generate(tiny_gpt2_dir, tmp_path / "out", "--model.max_new_tokens", "256"))
     assert status == 2
     assert err[-1:] == [
         "error: model.max_new_tokens=256 leaves no room for a prompt in the model window of 256 tokens; set "

@@ -19,7 +19,7 @@ from cblight.models import load_causal_lm, load_tokenizer
 from cblight.options import Boosting
 from cblight.scoring import Encoder
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DIRS = {t: str(FIXTURES / t) for t in ("webtext", "dstc7", "xsum")}
 MAX_NEW = 10
 
@@ -222,7 +222,7 @@ def test_ddp_matches_single_process(generated, tiny_gpt2_dir, tmp_path):
         "--trainer.strategy", "ddp", "--trainer.enable_progress_bar", "false",
     ]  # fmt: skip
     proc = subprocess.run(
-        cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600
+        cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads((ddp / "results.json").read_text())["tasks"]
@@ -262,7 +262,7 @@ def test_bad_decodings(tiny_gpt2_dir, tmp_path, capsys, extra, match):
 
 
 def test_multiple_choice_task_is_refused(tiny_gpt2_dir, tmp_path, capsys):
-    demo = Path(__file__).resolve().parents[1] / "cblight" / "assets" / "demo_data"
+    demo = Path(__file__).resolve().parents[2] / "cblight" / "assets" / "demo_data"
     with pytest.raises(SystemExit) as exc:
         evaluate_cli(["--model", "BoostedGenerationEvaluator", "--model.model", str(tiny_gpt2_dir),
                       "--model.output_dir", str(tmp_path / "o"), "--data.tasks", "[copa]",

@@ -2,31 +2,20 @@
 row that cannot decode its prompts is named in the one-line error."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.test_messages import cblight
-
-ROOT = Path(__file__).resolve().parents[1]
-WEBTEXT = str(ROOT / "tests" / "fixtures" / "webtext")
+from tests.helpers import (
+    generate_args,
+)
 
 
 class Loaded(AssertionError):
     pass
 
 
-def generate(model: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "generate", "-c", str(ROOT / "configs" / "webtext_generation.yaml"), "--model.model", str(model),
-        "--data.data_dirs", json.dumps({"webtext": WEBTEXT}), "--data.limit", "2",
-        "--model.max_new_tokens", "4", "--model.output_dir", str(out),
-        "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false", *extra,
-    ]  # fmt: skip
-
-
 def test_no_decodings_and_no_grid_is_refused_before_the_model_loads(
-    tiny_gpt2_dir, tmp_path, capsys, monkeypatch
+    cli, tiny_gpt2_dir, tmp_path, capsys, monkeypatch
 ):
     import cblight.evaluator as base
     import cblight.generate.generation_evaluator as generation
@@ -40,8 +29,8 @@ def test_no_decodings_and_no_grid_is_refused_before_the_model_loads(
     monkeypatch.setattr(base, "build_causal_lm", load)
     for module in (models, base):
         monkeypatch.setattr(module, "load_tokenizer", load)
-    argv = generate(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", "[]")
-    status, err, _ = cblight(argv, capsys)
+    argv = generate_args(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", "[]")
+    status, err, _ = cli(argv)
     assert status == 2, err
     assert err == [
         "error: model.decodings is empty and model.grid is null: no row to generate; name a decoding "
@@ -50,11 +39,11 @@ def test_no_decodings_and_no_grid_is_refused_before_the_model_loads(
     assert not (tmp_path / "out" / "generations").exists()
 
 
-def test_a_row_that_cannot_decode_is_named(tiny_gpt2_dir, tmp_path, capsys):
+def test_a_row_that_cannot_decode_is_named(cli, tiny_gpt2_dir, tmp_path, capsys):
     """A marker-mode row on WebText, whose prompts hold no `` TL;DR:``: the error names the row."""
     rows = json.dumps([{"name": "tldr", "boosting": {"mode": "marker", "alpha": -0.5}}])
-    argv = generate(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", rows)
-    status, err, _ = cblight(argv, capsys)
+    argv = generate_args(tiny_gpt2_dir, tmp_path / "out", "--model.grid", "null", "--model.decodings", rows)
+    status, err, _ = cli(argv)
     assert status == 2, err
     errors = [line for line in err if line.startswith("error:")]
     assert errors == err[-1:], "\n".join(err)  # after the run's progress, one line

@@ -12,7 +12,7 @@ from cblight.generate.rows import DIALOG, SUMMARY, TEXT, Decoding, kind_of
 from cblight.metrics.tables import DialogSuite, SummarySuite, TextSuite, dialog_table, summary_table
 from cblight.options import Boosting
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def split_of(task: str):

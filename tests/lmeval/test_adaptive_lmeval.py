@@ -3,7 +3,7 @@ request's full and short scores from lm-eval's own HF backend, the question's al
 flag from a naive per-position loop with AdaCAD's weight computed by hand at each position.
 
 Tolerances: log-likelihood sums of float32 token log-probs computed in different batch shapes agree to
-~1e-5 (tests/test_lmeval.py's LL_TOL); the adaptive alpha multiplies a short score of magnitude < 100, so
+~1e-5 (tests/lmeval/test_lmeval.py's LL_TOL); the adaptive alpha multiplies a short score of magnitude < 100, so
 1e-4 on the boosted sum too.
 """
 
@@ -133,7 +133,7 @@ def test_per_question_rule_and_settings(backends):
         rows = ref[at : at + len(answers)]
         full = torch.tensor([[r[0] for r in rows]], dtype=torch.float64)
         short = torch.tensor([[r[1] for r in rows]], dtype=torch.float64)
-        a = float(choice_jsd_alpha(full, short))  # hand-checked in tests/test_adaptive.py
+        a = float(choice_jsd_alpha(full, short))  # hand-checked in tests/core/test_adaptive.py
         for (f, s, *_), (ll, _) in zip(rows, got[at : at + len(answers)]):
             assert ll == pytest.approx(f + a * s, abs=LL_TOL)
         at += len(answers)

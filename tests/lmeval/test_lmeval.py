@@ -21,9 +21,8 @@ from cblight.data.registry import RenderContext, get_task
 from cblight.data.sources import load_split_records
 from cblight.lmeval import TASKS_DIR
 from cblight.lmeval.contexts import RULES, TASK_RULES, ShortContextError, rule_for
+from tests.helpers import FIXTURES, ROOT
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "cblight" / "assets" / "demo_data"
 
 # Log-likelihood sums of a few float32 token log-probs (|ll| < 100) computed in different batch shapes

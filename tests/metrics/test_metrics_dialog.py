@@ -34,7 +34,7 @@ from cblight.metrics.dialog import cycle_references, dialog_words
 from cblight.metrics.mteval import mteval_words
 from cblight.metrics.ngrams import nist_length_penalty
 
-OFFICIAL = Path(__file__).resolve().parent / "fixtures" / "dstc7_official"
+OFFICIAL = Path(__file__).resolve().parents[1] / "fixtures" / "dstc7_official"
 
 # clean_str outputs printed by DialoGPT's dstc/tokenizers.py (nltk 3.10 TweetTokenizer)
 DSTC_CLEAN = [

@@ -25,7 +25,7 @@ from cblight.metrics.dialog_meteor import (
     wordnet_reader,
 )
 
-OFFICIAL = Path(__file__).resolve().parent / "fixtures" / "dstc7_official"
+OFFICIAL = Path(__file__).resolve().parents[1] / "fixtures" / "dstc7_official"
 MISSING = official_meteor_missing()
 needs_jar = pytest.mark.skipif(MISSING is not None, reason=f"official METEOR cannot run here: {MISSING}")
 
@@ -111,7 +111,7 @@ def test_official_meteor_without_java_is_one_line(monkeypatch, tmp_path, capsys)
     # the evaluate entry point refuses before any work: one "error:" line, exit 2
     from cblight.cli import evaluate_cli
 
-    fixtures = Path(__file__).resolve().parent / "fixtures"
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
     with pytest.raises(SystemExit) as stop:
         evaluate_cli(["--model", "BoostedGenerationEvaluator", "--model.meteor", "official",
                       "--model.output_dir", str(tmp_path / "o"), "--data.tasks", "[dstc7]",
@@ -210,7 +210,7 @@ def test_meteor_bad_input():
 def test_official_comparison_script(capsys):
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "dstc7_official.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "dstc7_official.py"
     spec = importlib.util.spec_from_file_location("dstc7_official", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

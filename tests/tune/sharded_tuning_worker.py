@@ -1,9 +1,9 @@
-"""One process of the sharded-tuning tests (tests/test_tuning_sharded.py): a tune run through train.py's CLI
+"""One process of the sharded-tuning tests (tests/tune/test_tuning_sharded.py): a tune run through train.py's CLI
 with the shipped config, one process, DDP or FSDP2 (``-c configs/fsdp.yaml``), on the rows of one
-pre-sampled global batch (``tests.tuning_ddp_worker.presampled``) every step. It records each step's
+pre-sampled global batch (``tests.tune.tuning_ddp_worker.presampled``) every step. It records each step's
 logged loss and gradient norm, and this process's share of the student's and the teacher's parameters.
 
-    python tests/sharded_tuning_worker.py STRATEGY MODEL_DIR BATCH_FILE PROMPTS_FILE OUT_DIR [CLI ARGS...]
+    python tests/tune/sharded_tuning_worker.py STRATEGY MODEL_DIR BATCH_FILE PROMPTS_FILE OUT_DIR [CLI ARGS...]
 """
 
 import sys
@@ -15,9 +15,9 @@ from lightning.pytorch import Callback
 from cblight.cli import train_cli
 from cblight.sharding import local_numel
 from cblight.tune.rollouts import RolloutSampler
-from tests.tuning_ddp_worker import presampled
+from tests.helpers import ROOT
+from tests.tune.tuning_ddp_worker import presampled
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 FSDP = str(ROOT / "configs" / "fsdp.yaml")
 STEPS = 3
@@ -65,7 +65,7 @@ def run(strategy: str, model_dir: str, batch_file: str, prompts_file: str, out_d
         "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), "--trainer.max_steps", str(STEPS),
         "--trainer.default_root_dir", str(Path(out_dir) / strategy),
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-        "--trainer.callbacks+=tests.sharded_tuning_worker.Record", f"--trainer.callbacks.out_dir={out_dir}",
+        "--trainer.callbacks+=tests.tune.sharded_tuning_worker.Record", f"--trainer.callbacks.out_dir={out_dir}",
         f"--trainer.callbacks.name={strategy}",
         *(["--trainer.strategy", "ddp"] if strategy == "ddp" else []),
         *extra,

@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_messages import no_loading, one_line  # noqa: F401  (no_loading: a fixture)
-from tests.test_tuning_module import PROMPTS
+from tests.helpers import ROOT
+from tests.tune.tuning_helpers import RUN_PROMPTS, tune_args
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 ENV = {
     **os.environ,
     "PYTHONPATH": str(ROOT),
@@ -30,27 +28,13 @@ ENV = {
 }
 
 
-# the collapse guard off: a run without validation is refused while it is on
-GUARD_OFF = ["--model.guard.max_ppl_ratio", "null", "--model.guard.min_entropy_ratio", "null"]
 GUARD_OFF_FIX = "switch the guard off (--model.guard.max_ppl_ratio null --model.guard.min_entropy_ratio null)"
-
-
-def tune_args(model: str | Path, prompts: Path, *extra: str, guard: bool = False) -> list[str]:
-    """A tiny tuning run on a prompts file (every path under the test's directory), without validation and
-    so, unless ``guard``, with the collapse guard switched off."""
-    return [
-        "tune", "-c", CONFIG, "--model.model", str(model), "--model.boosting.k", "3",
-        "--model.max_new_tokens", "5", "--model.validation.log_samples_every_n_steps", "1",
-        "--data.task", "null", "--data.prompts_file", str(prompts), "--data.batch_size", "2",
-        "--data.val_size", "0", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false", *([] if guard else GUARD_OFF), *extra,
-    ]  # fmt: skip
 
 
 @pytest.fixture
 def prompts(tmp_path) -> Path:
     path = tmp_path / "prompts.txt"
-    path.write_text("\n".join(PROMPTS) + "\n")
+    path.write_text("\n".join(RUN_PROMPTS) + "\n")
     return path
 
 
@@ -77,7 +61,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_output_directories_are_checked_before_the_model_loads(prompts, tmp_path, capsys):
+def test_output_directories_are_checked_before_the_model_loads(cli, prompts, tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     missing = "/does/not/exist"
@@ -96,18 +80,18 @@ def test_output_directories_are_checked_before_the_model_loads(prompts, tmp_path
         ),
     ]
     for extra, line in cases:
-        assert one_line(tune_args(missing, prompts, *extra), capsys) == line
-    assert one_line(["demo", "--output_dir", str(blocker / "demo")], capsys) == (
+        assert cli.one_line(tune_args(missing, prompts, *extra)) == line
+    assert cli.one_line(["demo", "--output_dir", str(blocker / "demo")]) == (
         f"error: output_dir '{blocker / 'demo'}' cannot be a directory: {blocker} is a file"
     )
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_prompt_and_guard_refusals_come_before_the_model_loads(prompts, tmp_path, capsys):
+def test_prompt_and_guard_refusals_come_before_the_model_loads(cli, prompts, tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     missing = "/does/not/exist"
-    n = len(PROMPTS)
+    n = len(RUN_PROMPTS)
     cases = [
         (
             tune_args(missing, empty),
@@ -128,24 +112,24 @@ def test_prompt_and_guard_refusals_come_before_the_model_loads(prompts, tmp_path
         ),
     ]
     for argv, line in cases:
-        assert one_line(argv, capsys) == line
+        assert cli.one_line(argv) == line
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_static_cache_is_refused_from_the_config_alone(tiny_gpt2_dir, prompts, capsys, monkeypatch):
+def test_static_cache_is_refused_from_the_config_alone(cli, tiny_gpt2_dir, prompts, capsys, monkeypatch):
     from transformers import GPT2LMHeadModel
 
     monkeypatch.setattr(
         GPT2LMHeadModel, "_can_compile_fullgraph", False
     )  # as a model transformers cannot compile
-    assert one_line(tune_args(tiny_gpt2_dir, prompts, "--model.rollouts.cache", "static"), capsys) == (
+    assert cli.one_line(tune_args(tiny_gpt2_dir, prompts, "--model.rollouts.cache", "static")) == (
         "error: rollouts.cache: static / rollouts.compile: GPT2LMHeadModel does not support transformers' "
         "static cache and compiled decoding; use rollouts.cache: dynamic or auto"
     )
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_an_export_dir_in_use_by_a_running_tune_is_refused(prompts, tmp_path, capsys):
+def test_an_export_dir_in_use_by_a_running_tune_is_refused(cli, prompts, tmp_path, capsys):
     export = tmp_path / "export"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from cblight.runs import OutputLock; "
@@ -155,7 +139,7 @@ def test_an_export_dir_in_use_by_a_running_tune_is_refused(prompts, tmp_path, ca
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
-        line = one_line(tune_args("/does/not/exist", prompts, "--model.export.dir", str(export)), capsys)
+        line = cli.one_line(tune_args("/does/not/exist", prompts, "--model.export.dir", str(export)))
     finally:
         holder.kill()
         holder.wait()
@@ -256,7 +240,7 @@ def test_a_collapsing_tune_is_stopped_by_the_default_guard(peaky_gpt2_dir, promp
     """The paper's live teacher at a strong boost and a huge rate, no guard option given: stopped at the
     first validation, exit status 1, the guard's line names the band, nothing exported."""
     texts = tmp_path / "texts.txt"
-    texts.write_text("\n".join(PROMPTS * 3) + "\n")
+    texts.write_text("\n".join(RUN_PROMPTS * 3) + "\n")
     args = tune_args(
         peaky_gpt2_dir, prompts, "--model.boosting.k", "2", "--model.boosting.alpha", "-2",
         "--model.teacher.kind", "live", "--model.optimizer.lr", "0.3", "--model.export.dir", "export",
@@ -282,7 +266,7 @@ def test_the_guard_validates_the_final_model_when_its_last_validation_is_stale(
     collapsed model was exported, exit 0): the guard has Lightning validate the final model before the
     export, says so, and stops the export."""
     texts = tmp_path / "texts.txt"
-    texts.write_text("\n".join(PROMPTS * 3) + "\n")
+    texts.write_text("\n".join(RUN_PROMPTS * 3) + "\n")
     args = tune_args(
         peaky_gpt2_dir, prompts, "--model.boosting.k", "2", "--model.boosting.alpha", "-2",
         "--model.teacher.kind", "live", "--model.optimizer.lr", "0.3", "--model.export.dir", "export",
@@ -300,21 +284,21 @@ def test_the_guard_validates_the_final_model_when_its_last_validation_is_stale(
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_a_guard_with_nothing_to_look_at_and_impossible_bands_are_refused(prompts, capsys):
+def test_a_guard_with_nothing_to_look_at_and_impossible_bands_are_refused(cli, prompts, capsys):
     """The default guard with no validation (was: a warning, then an unguarded export), validation turned
     off, and bands typed as percents: one line each, before the model loads."""
     missing = "/does/not/exist"
-    line = one_line(tune_args(missing, prompts, guard=True), capsys)
+    line = cli.one_line(tune_args(missing, prompts, guard=True))
     assert line.startswith("error: the collapse guard (on by default)")
     assert line.endswith(f"(data.val_size 0): set data.val_size > 0 (e.g. 8), or {GUARD_OFF_FIX}")
     no_val = tune_args(
         missing, prompts, "--data.val_size", "2", "--trainer.limit_val_batches", "0", guard=True
     )
-    assert one_line(no_val, capsys).endswith(
+    assert cli.one_line(no_val).endswith(
         f"trainer.limit_val_batches 0 turns validation off: drop it, or {GUARD_OFF_FIX}"
     )
-    line = one_line(tune_args(missing, prompts, "--model.guard.min_distinct_ratio", "80"), capsys)
+    line = cli.one_line(tune_args(missing, prompts, "--model.guard.min_distinct_ratio", "80"))
     assert line == "error: model.guard.min_distinct_ratio must be a number in (0, 1] or null, got 80"
     for option, value, words in [("min_entropy_ratio", "60", "(0, 1]"), ("max_ppl_ratio", "0.5", ">= 1")]:
-        line = one_line(tune_args(missing, prompts, f"--model.guard.{option}", value), capsys)
+        line = cli.one_line(tune_args(missing, prompts, f"--model.guard.{option}", value))
         assert f"model.guard.{option} must be a" in line and words in line and line.endswith(value), line

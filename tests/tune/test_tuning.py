@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from cblight.batching import left_pad
-from cblight.boosting import log_softmax32
 from cblight.errors import BoostingError, ConfigError
 from cblight.models import load_causal_lm, load_tokenizer
 from cblight.options import Boosting, Sampling
@@ -17,7 +16,6 @@ from cblight.tune.coherence_tuning import disable_dropout
 from cblight.tune.divergences import divergence
 from cblight.tune.loss import (
     LossOptions,
-    Sampled,
     boosted_teacher,
     kl_scope,
     sampled_token_mask,
@@ -25,11 +23,9 @@ from cblight.tune.loss import (
 )
 from cblight.tune.preflight import check_shared_options
 from cblight.tune.rollouts import sample_sequences
+from tests.tune.tuning_helpers import SAMPLE_PROMPTS, reference_terms, sample_rollouts, with_early_eos
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-PROMPTS = ["The quick brown fox jumps over the lazy dog", "", "A journey of a thousand miles begins"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -122,66 +118,16 @@ def test_option_checks():
 # The teacher and the loss on a real (tiny) model, against a brute-force reference
 
 
-def _sample(model, tok, prompts, max_new_tokens=10, seed=0):
-    enc = Encoder(tok)
-    ids, mask = left_pad([enc.context(p) for p in prompts], tok.pad_token_id, "cpu")
-    torch.manual_seed(seed)
-    return sample_sequences(
-        model,
-        ids,
-        mask,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-
-
-def _with_early_eos(sampled: Sampled, eos: int) -> Sampled:
-    """Row 0 ends with an EOS after two sampled tokens (followed by junk that must be ignored)."""
-    seqs = sampled.sequences.clone()
-    seqs[0, sampled.prompt_width + 2] = eos
-    return Sampled(
-        seqs,
-        sampled.attention_mask,
-        sampled.prompt_width,
-        sampled_token_mask(seqs, sampled.prompt_width, eos),
-    )
-
-
-def _reference_terms(model, tok, sampled, k, alpha, teacher_model=None):
-    """Per-position (teacher log-probs as constants, student log-probs with gradient), one unpadded forward
-    per prefix and per short window."""
-    prefix = Encoder(tok).prefix
-    teacher_model = teacher_model or model
-    rows, cols = torch.nonzero(sampled.sampled, as_tuple=True)
-    students, teachers, long = [], [], []
-    for r, c in zip(rows.tolist(), cols.tolist()):
-        start = int((sampled.attention_mask[r] == 0).sum())
-        context = sampled.sequences[r, start:c].view(1, -1)
-        students.append(log_softmax32(model(input_ids=context).logits[0, -1]))
-        with torch.no_grad():
-            full = log_softmax32(teacher_model(input_ids=context).logits[0, -1])
-            if context.shape[1] - len(prefix) > k:
-                window = torch.tensor([prefix + sampled.sequences[r, c - k : c].tolist()])
-                short = log_softmax32(teacher_model(input_ids=window).logits[0, -1])
-                long.append(True)
-            else:
-                short = full
-                long.append(False)
-            teachers.append(torch.log_softmax((1 - alpha) * full + alpha * short, -1))
-    return torch.stack(teachers), torch.stack(students), torch.tensor(long)
-
-
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_kl_terms_match_brute_force(arch, tiny_gpt2_dir, tiny_llama_dir):
     path = tiny_gpt2_dir if arch == "gpt2" else tiny_llama_dir
     model, tok = load_causal_lm(str(path)), load_tokenizer(str(path))
-    sampled = _with_early_eos(_sample(model, tok, PROMPTS), tok.eos_token_id)
+    sampled = with_early_eos(sample_rollouts(model, tok, SAMPLE_PROMPTS), tok.eos_token_id)
     k, alpha = 3, -0.7
     terms = tuning_kl_terms(
         model, sampled, k=k, alpha=alpha, options=LossOptions(window_chunk_size=5), prefix=Encoder(tok).prefix
     )
-    teacher, student, long = _reference_terms(model, tok, sampled, k, alpha)
+    teacher, student, long = reference_terms(model, tok, sampled, k, alpha)
     ref_kl = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
     assert terms.kl.numel() == int(sampled.sampled.sum()) == len(ref_kl)
     assert torch.equal(terms.long, long) and long.any() and not long.all()
@@ -205,13 +151,13 @@ def test_teacher_carries_no_gradient(tiny_gpt2_dir):
         model.transformer.wte.weight.mul_(5)
     disable_dropout(model)  # the tiny GPT-2 has dropout 0.1, as GPT-2 does
     model.train()
-    sampled = _sample(model, tok, PROMPTS, max_new_tokens=8)
+    sampled = sample_rollouts(model, tok, SAMPLE_PROMPTS, max_new_tokens=8)
     k, alpha = 3, -0.5
     terms = tuning_kl_terms(model, sampled, k=k, alpha=alpha)
     (terms.loss_sum / terms.kl.numel() + terms.anchor).backward()
     ours = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    teacher, student, _ = _reference_terms(model, tok, sampled, k, alpha)
+    teacher, student, _ = reference_terms(model, tok, sampled, k, alpha)
     assert not teacher.requires_grad
     F.kl_div(student, teacher, log_target=True, reduction="batchmean").backward()
     for name, p in model.named_parameters():
@@ -226,9 +172,9 @@ def test_frozen_teacher_uses_the_other_model(tiny_gpt2_dir):
     frozen = load_causal_lm(str(tiny_gpt2_dir))
     with torch.no_grad():
         model.transformer.wte.weight.mul_(1.5)
-    sampled = _sample(model, tok, PROMPTS[:2], max_new_tokens=6)
+    sampled = sample_rollouts(model, tok, SAMPLE_PROMPTS[:2], max_new_tokens=6)
     terms = tuning_kl_terms(model, sampled, k=3, alpha=-0.3, teacher_model=frozen)
-    teacher, student, _ = _reference_terms(model, tok, sampled, 3, -0.3, teacher_model=frozen)
+    teacher, student, _ = reference_terms(model, tok, sampled, 3, -0.3, teacher_model=frozen)
     ref_kl = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
     assert torch.allclose(terms.kl, ref_kl, atol=1e-5, rtol=1e-4)
     assert terms.kl.min() > 0  # a different model: nonzero even where the context is short
@@ -239,12 +185,12 @@ def test_left_padded_sampling_matches_unpadded(tiny_gpt2_dir):
     prompt samples alone."""
     model, tok = load_causal_lm(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir))
     enc = Encoder(tok)
-    ids, mask = left_pad([enc.context(p) for p in PROMPTS], tok.pad_token_id, "cpu")
+    ids, mask = left_pad([enc.context(p) for p in SAMPLE_PROMPTS], tok.pad_token_id, "cpu")
     kw = {"max_new_tokens": 6, "eos_token_id": None, "pad_token_id": tok.pad_token_id, "top_k": 1}
     model.train()
     batch = sample_sequences(model, ids, mask, **kw)
     assert model.training  # sampling ran in eval mode and gave the training mode back
-    for i, p in enumerate(PROMPTS):
+    for i, p in enumerate(SAMPLE_PROMPTS):
         one = torch.tensor([enc.context(p)])
         alone = sample_sequences(model, one, torch.ones_like(one), **kw)
         mine = batch.sequences[i][batch.sampled[i]].tolist()
@@ -278,6 +224,6 @@ def test_sampling_ignores_the_models_own_generation_settings(tiny_gpt2_dir):
     all but the last 257 tokens, which must not leak into the tuning samples (they come from f)."""
     model, tok = load_causal_lm(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir))
     model.generation_config.suppress_tokens = list(range(50000))
-    sampled = _sample(model, tok, PROMPTS[:2], max_new_tokens=8)
+    sampled = sample_rollouts(model, tok, SAMPLE_PROMPTS[:2], max_new_tokens=8)
     assert (sampled.sequences[sampled.sampled] < 50000).any()
     assert model.generation_config.suppress_tokens == list(range(50000))  # given back

@@ -17,8 +17,8 @@ from cblight.cli import train_cli
 from cblight.errors import ConfigError
 from cblight.options import Boosting
 from cblight.tune.coherence_tuning import CoherenceTuning
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 WANDB = str(ROOT / "configs" / "logger" / "wandb.yaml")
 

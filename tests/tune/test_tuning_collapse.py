@@ -22,10 +22,15 @@ from cblight.tune.loss import LossOptions, tuning_kl_terms
 from cblight.tune.prompt_data import PromptDataModule
 from cblight.tune.teacher import EMA_KEY, TeacherOptions
 from cblight.tune.validation import SampleDiversity, next_token_entropy, sampled_tokens
-from tests.test_tuning import PROMPTS, _reference_terms, _sample, _with_early_eos
-from tests.test_tuning_module import PROMPTS as RUN_PROMPTS  # for Lightning runs: training and held-out
-from tests.test_tuning_module import _trainer
-from tests.test_tuning_module import _tuning as _module_tuning
+from tests.tune.tuning_helpers import (
+    RUN_PROMPTS,  # for Lightning runs: training and held-out
+    SAMPLE_PROMPTS,
+    reference_terms,
+    sample_rollouts,
+    tiny_trainer,
+    tiny_tuning,
+    with_early_eos,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -51,7 +56,7 @@ def test_trust_region_value_and_gradient_match_brute_force(teacher, tiny_gpt2_di
     initial = load_causal_lm(str(tiny_gpt2_dir)).eval().requires_grad_(False)
     with torch.no_grad():  # the student has moved away from the initial model, and is peaky
         model.transformer.wte.weight.mul_(4)
-    sampled = _with_early_eos(_sample(model, tok, PROMPTS), tok.eos_token_id)
+    sampled = with_early_eos(sample_rollouts(model, tok, SAMPLE_PROMPTS), tok.eos_token_id)
     k, alpha, beta = 3, -0.7, 0.4
     teacher_model = initial if teacher == "frozen" else None
     terms = tuning_kl_terms(
@@ -69,7 +74,7 @@ def test_trust_region_value_and_gradient_match_brute_force(teacher, tiny_gpt2_di
     ours = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
 
-    teachers, students, _ = _reference_terms(model, tok, sampled, k, alpha, teacher_model=teacher_model)
+    teachers, students, _ = reference_terms(model, tok, sampled, k, alpha, teacher_model=teacher_model)
     f0 = _per_prefix_log_probs(initial, sampled)
     kl = F.kl_div(students, teachers, log_target=True, reduction="none").sum(-1)
     trust = (students.exp() * (students - f0)).sum(-1)  # KL(f_θ || f_0), the definition
@@ -81,7 +86,7 @@ def test_trust_region_value_and_gradient_match_brute_force(teacher, tiny_gpt2_di
     assert terms.loss_sum.item() == pytest.approx(total, rel=1e-4)
     (kl + beta * trust).mean().backward()
     for name, p in model.named_parameters():
-        # as tests/test_tuning_divergences.py: 1e-3 relative is loose against float32 reordering (~1e-6) and
+        # as tests/tune/test_tuning_divergences.py: 1e-3 relative is loose against float32 reordering (~1e-6) and
         # far below a missing or mis-weighted penalty (its gradient is ~40% of the total here)
         assert torch.allclose(ours[name], p.grad, atol=1e-6, rtol=1e-3), name
 
@@ -115,7 +120,7 @@ def test_teacher_option_checks():
 
 
 # the tuning module's defaults with a learning rate at which a few steps move a tiny model visibly
-_tuning = partial(_module_tuning, optimizer=partial(torch.optim.Adam, lr=1e-2))
+_tuning = partial(tiny_tuning, optimizer=partial(torch.optim.Adam, lr=1e-2))
 
 
 def _weights(model):
@@ -140,7 +145,7 @@ def test_refreshed_live_teacher_is_a_snapshot_every_n_steps(tiny_gpt2_dir, tmp_p
     module.configure_model()
     initial = _weights(module.model)
     every = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
-    _trainer(4, tmp_path, [Record(), every]).fit(module, data())
+    tiny_trainer(4, tmp_path, [Record(), every]).fit(module, data())
     for name, value in seen[1][1].items():
         assert torch.equal(value, initial[name]), name  # step 1: still the initial weights
     for step, source in ((2, 2), (3, 2), (4, 4)):
@@ -151,7 +156,7 @@ def test_refreshed_live_teacher_is_a_snapshot_every_n_steps(tiny_gpt2_dir, tmp_p
     mid = tmp_path / "ckpt" / "epoch=0-step=3.ckpt"
     assert EMA_KEY in torch.load(mid, weights_only=True)
     resumed = _tuning(tiny_gpt2_dir, teacher=options)
-    _trainer(4, tmp_path).fit(resumed, data(), ckpt_path=str(mid))
+    tiny_trainer(4, tmp_path).fit(resumed, data(), ckpt_path=str(mid))
     for name, value in _weights(module.model).items():
         assert torch.equal(value, _weights(resumed.model)[name]), name
 
@@ -182,7 +187,7 @@ def test_sample_diversity_matches_hand_counts():
 def test_next_token_entropy_matches_per_prefix_calls(tiny_model_dir):
     model, tok = load_causal_lm(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir))
     model.train()
-    sampled = _with_early_eos(_sample(model, tok, PROMPTS), tok.eos_token_id)
+    sampled = with_early_eos(sample_rollouts(model, tok, SAMPLE_PROMPTS), tok.eos_token_id)
     ours = next_token_entropy(model, sampled)
     assert model.training  # measured in eval mode, the training mode given back
     ref = _per_prefix_log_probs(model.eval(), sampled)
@@ -278,7 +283,7 @@ def test_guard_stops_a_collapsing_run_and_keeps_its_last_good_checkpoint(peaky_g
         export=ExportOptions(dir=str(tmp_path / "export")),
     )
     data = PromptDataModule(prompts=RUN_PROMPTS, batch_size=4, val_size=2, val_texts_file=str(texts))
-    trainer = _trainer(12, tmp_path, [Record()], val_check_interval=2, check_val_every_n_epoch=None)
+    trainer = tiny_trainer(12, tmp_path, [Record()], val_check_interval=2, check_val_every_n_epoch=None)
     with caplog.at_level(logging.WARNING):
         trainer.fit(module, data)
     guard = next(c for c in trainer.callbacks if isinstance(c, CollapseGuard))
@@ -299,9 +304,9 @@ def test_guard_needs_what_it_checks(tiny_gpt2_dir, tmp_path):
     """A band set by hand must be checkable (the default band is checked where the run measures it)."""
     module = _tuning(tiny_gpt2_dir, guard=GuardOptions(max_ppl_ratio=1.4))
     with pytest.raises(ConfigError, match=r"guard\.max_ppl_ratio needs held-out human text"):
-        _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2, val_size=2))
+        tiny_trainer(2, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2, val_size=2))
     with pytest.raises(ConfigError, match=r"\(guard\.max_ppl_ratio\): set data\.val_size > 0"):
-        _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
+        tiny_trainer(2, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
 
 
 @pytest.mark.parametrize(
@@ -325,7 +330,7 @@ def test_default_guard_stops_a_collapsing_run_and_exports_a_healthy_one(
     )
     assert module.guard_options == GuardOptions(max_ppl_ratio=1.5, min_entropy_ratio=0.6)
     data = PromptDataModule(prompts=RUN_PROMPTS, batch_size=4, val_size=2, val_texts_file=str(texts))
-    trainer = _trainer(4, tmp_path, val_check_interval=2, check_val_every_n_epoch=None)
+    trainer = tiny_trainer(4, tmp_path, val_check_interval=2, check_val_every_n_epoch=None)
     with caplog.at_level(logging.WARNING):
         trainer.fit(module, data)
     guard = next(c for c in trainer.callbacks if isinstance(c, CollapseGuard))

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,8 +21,8 @@ from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
 from cblight.tune.loss import sampled_token_mask
 from cblight.tune.rollouts import RNG_KEY, RolloutSampler, sample_sequences
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKER_TIMEOUT_S = 240  # a healthy run takes ~20 s here; the old code hung forever at step 0
 
 
@@ -37,7 +36,7 @@ def _free_port() -> int:
 
 
 def test_ddp_with_the_shipped_config_matches_one_process(tiny_gpt2_dir, tmp_path, monkeypatch):
-    from tests.tuning_ddp_worker import run
+    from tests.tune.tuning_ddp_worker import run
 
     model_dir = tmp_path / "model"
     model, tok = load_causal_lm(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir))
@@ -88,7 +87,7 @@ def test_ddp_with_the_shipped_config_matches_one_process(tiny_gpt2_dir, tmp_path
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(ROOT),
         }
-        cmd = [sys.executable, str(ROOT / "tests" / "tuning_ddp_worker.py")]
+        cmd = [sys.executable, str(ROOT / "tests" / "tune" / "tuning_ddp_worker.py")]
         cmd += [str(model_dir), str(batch_file), str(prompts_file), str(tmp_path)]
         procs.append(
             subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -1,6 +1,6 @@
 """The divergences, the top-k teacher and the chunked loss of coherence tuning against brute-force
 references: explicit float64 sums over the vocabulary, TRL's ``generalized_jsd_loss`` formulation through
-``F.kl_div``, and per-prefix model calls (``tests.test_tuning._reference_terms``)."""
+``F.kl_div``, and per-prefix model calls (``tests.tune.tuning_helpers.reference_terms``)."""
 
 import math
 
@@ -13,7 +13,7 @@ from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
 from cblight.tune.divergences import divergence, restrict_to_teacher_top_k
 from cblight.tune.loss import LossOptions, tuning_kl_terms
-from tests.test_tuning import PROMPTS, _reference_terms, _sample, _with_early_eos
+from tests.tune.tuning_helpers import SAMPLE_PROMPTS, reference_terms, sample_rollouts, with_early_eos
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -144,7 +144,7 @@ def test_chunked_terms_and_gradients_match_brute_force(tiny_gpt2_dir, kind, beta
     model, tok = load_causal_lm(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir))
     with torch.no_grad():
         model.transformer.wte.weight.mul_(5)
-    sampled = _with_early_eos(_sample(model, tok, PROMPTS), tok.eos_token_id)
+    sampled = with_early_eos(sample_rollouts(model, tok, SAMPLE_PROMPTS), tok.eos_token_id)
     k, alpha, prefix = 3, -0.7, Encoder(tok).prefix
     options = {"divergence": kind, "beta": beta, "teacher_top_k": top_k}
 
@@ -159,7 +159,7 @@ def test_chunked_terms_and_gradients_match_brute_force(tiny_gpt2_dir, kind, beta
         if size == chunk:
             chunked = terms
     model.zero_grad()
-    teacher, student, long = _reference_terms(model, tok, sampled, k, alpha)
+    teacher, student, long = reference_terms(model, tok, sampled, k, alpha)
     ref = _reference_loss(teacher, student, kind, beta, top_k)
     ref.mean().backward()
     assert torch.equal(chunked.long, long)
@@ -180,14 +180,14 @@ def test_chunks_that_split_rows_with_a_separate_teacher(tiny_gpt2_dir):
     teacher_model = load_causal_lm(str(tiny_gpt2_dir))
     with torch.no_grad():
         model.transformer.wte.weight.mul_(1.5)
-    sampled = _sample(model, tok, PROMPTS, max_new_tokens=7)
+    sampled = sample_rollouts(model, tok, SAMPLE_PROMPTS, max_new_tokens=7)
     terms = [
         tuning_kl_terms(
             model, sampled, k=3, alpha=-0.3, options=LossOptions(chunk_size=size), teacher_model=teacher_model
         )
         for size in (2, 5, None)
     ]
-    teacher, student, _ = _reference_terms(model, tok, sampled, 3, -0.3, teacher_model=teacher_model)
+    teacher, student, _ = reference_terms(model, tok, sampled, 3, -0.3, teacher_model=teacher_model)
     ref = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
     for t in terms:
         assert torch.allclose(t.kl, ref.detach(), atol=1e-5, rtol=1e-4)

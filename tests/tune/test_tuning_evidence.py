@@ -4,11 +4,10 @@ row's numbers present."""
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 

@@ -14,9 +14,9 @@ import torch
 
 from cblight.tune.callbacks import RichStepProgressBar, StepProgressBar
 from cblight.tune.prompt_data import PromptDataModule
-from tests.test_tuning_module import PROMPTS, _tuning
+from tests.helpers import ROOT
+from tests.tune.tuning_helpers import RUN_PROMPTS, tiny_tuning
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -47,7 +47,7 @@ def _steps_logged(root: Path) -> list[int]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_within_seconds_and_leaves_a_resumable_checkpoint(signum, tiny_gpt2_dir, tmp_path):
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("\n".join(PROMPTS))
+    prompts.write_text("\n".join(RUN_PROMPTS))
     root = tmp_path / "run"
     proc = _train(tiny_gpt2_dir, prompts, root, "--trainer.max_steps", "10000")
     try:
@@ -82,7 +82,7 @@ def test_progress_bar_counts_steps_of_max_steps(rich, tiny_gpt2_dir):
     import lightning as L
     from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
-    module = _tuning(tiny_gpt2_dir)
+    module = tiny_tuning(tiny_gpt2_dir)
     trainer = L.Trainer(
         max_steps=3,
         accelerator="cpu",
@@ -93,7 +93,7 @@ def test_progress_bar_counts_steps_of_max_steps(rich, tiny_gpt2_dir):
             RichProgressBar() if rich else TQDMProgressBar()
         ],  # Lightning's default: rich if installed
     )
-    trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    trainer.fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
     bar = trainer.progress_bar_callback
     if rich:
         assert isinstance(bar, RichStepProgressBar)

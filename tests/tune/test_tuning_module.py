@@ -20,34 +20,9 @@ from cblight.tune.prompt_data import PromptDataError, PromptDataModule, PromptSt
 from cblight.tune.rollouts import RNG_KEY
 from cblight.tune.teacher import EMA_KEY, TeacherOptions
 from cblight.tune.validation import ValidationOptions
+from tests.tune.tuning_helpers import RUN_PROMPTS, tiny_trainer, tiny_tuning
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog",
-    "A journey of a thousand miles begins",
-    "Question: what is the capital of France? Answer:",
-    "She opened the door because the bell rang",
-    "Title: Markets rally. Summary:",
-    "This quote has a tone that is",
-]
-
-
-def _trainer(max_steps, tmp_path=None, callbacks=(), **kwargs):
-    return L.Trainer(
-        max_steps=max_steps,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=bool(callbacks),
-        callbacks=list(callbacks),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        num_sanity_val_steps=0,
-        **kwargs,
-    )
 
 
 @pytest.mark.parametrize("teacher", ["frozen", "live"])
@@ -69,7 +44,7 @@ def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, te
     )
     module.configure_model()  # what fit does first (Lightning's hook), to copy the initial model here
     initial = copy.deepcopy(module.model).eval()
-    held_out = [module.sampler.sample(module.model, PROMPTS, seed=100 + i) for i in range(2)]
+    held_out = [module.sampler.sample(module.model, RUN_PROMPTS, seed=100 + i) for i in range(2)]
 
     def held_out_kl():
         with torch.no_grad():
@@ -79,22 +54,10 @@ def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, te
         return float(torch.cat([t.kl for t in terms]).mean())
 
     before = held_out_kl()
-    _trainer(8).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=6))
+    tiny_trainer(8).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=6))
     after = held_out_kl()
     assert before > 0.01
     assert after < 0.8 * before, (before, after)
-
-
-def _tuning(path, **kwargs):
-    defaults = dict(
-        model=str(path),
-        boosting=Boosting(k=3, alpha=-0.5),
-        max_new_tokens=6,
-        optimizer=partial(torch.optim.Adam, lr=1e-3),
-        export=ExportOptions(enabled=False),
-        validation=ValidationOptions(log_samples_every_n_steps=0),
-    )
-    return CoherenceTuning(**{**defaults, **kwargs})
 
 
 def _weights(module):
@@ -104,15 +67,15 @@ def _weights(module):
 def test_resume_from_mid_run_checkpoint_matches_uninterrupted_run(tiny_gpt2_dir, tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    data = partial(PromptDataModule, prompts=PROMPTS, batch_size=4)
+    data = partial(PromptDataModule, prompts=RUN_PROMPTS, batch_size=4)
     every2 = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
-    full = _tuning(tiny_gpt2_dir)
-    _trainer(4, tmp_path, [every2]).fit(full, data())
+    full = tiny_tuning(tiny_gpt2_dir)
+    tiny_trainer(4, tmp_path, [every2]).fit(full, data())
     mid = tmp_path / "ckpt" / "epoch=0-step=2.ckpt"
     assert mid.exists()
 
-    resumed = _tuning(tiny_gpt2_dir)
-    _trainer(4, tmp_path).fit(resumed, data(), ckpt_path=str(mid))
+    resumed = tiny_tuning(tiny_gpt2_dir)
+    tiny_trainer(4, tmp_path).fit(resumed, data(), ckpt_path=str(mid))
     for name, value in _weights(full).items():
         assert torch.equal(value, _weights(resumed)[name]), name
 
@@ -121,8 +84,8 @@ def test_resume_from_mid_run_checkpoint_matches_uninterrupted_run(tiny_gpt2_dir,
     assert state[RNG_KEY]["world_size"] == 1 and len(state[RNG_KEY]["cpu"]) == 1
     del state[RNG_KEY]
     torch.save(state, tmp_path / "no_rng.ckpt")
-    reseeded = _tuning(tiny_gpt2_dir)
-    _trainer(4, tmp_path).fit(reseeded, data(), ckpt_path=str(tmp_path / "no_rng.ckpt"))
+    reseeded = tiny_tuning(tiny_gpt2_dir)
+    tiny_trainer(4, tmp_path).fit(reseeded, data(), ckpt_path=str(tmp_path / "no_rng.ckpt"))
     assert any(not torch.equal(v, _weights(reseeded)[n]) for n, v in _weights(full).items())
 
 
@@ -136,9 +99,9 @@ def test_checkpoint_reloads_with_its_option_objects(tiny_gpt2_dir, tmp_path):
         loss=LossOptions(divergence="jsd", beta=0.3, last_m=4),
         sampling=Sampling(do_sample=True, top_k=50, seed=7),
     )
-    module = _tuning(tiny_gpt2_dir, **options)
+    module = tiny_tuning(tiny_gpt2_dir, **options)
     every = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
-    _trainer(1, tmp_path, [every]).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    tiny_trainer(1, tmp_path, [every]).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
     ckpt = tmp_path / "ckpt" / "epoch=0-step=1.ckpt"
     saved = torch.load(ckpt, weights_only=True)
     assert saved["hyper_parameters"]["teacher"] == {
@@ -163,16 +126,16 @@ def test_checkpoint_reloads_with_its_option_objects(tiny_gpt2_dir, tmp_path):
 
 def test_k_must_fit_the_model_window(tiny_gpt2_dir):
     with pytest.raises(ConfigError, match=r"boosting\.k = 300 must be smaller than the model window"):
-        _tuning(tiny_gpt2_dir, boosting=Boosting(k=300, alpha=-0.5))
+        tiny_tuning(tiny_gpt2_dir, boosting=Boosting(k=300, alpha=-0.5))
 
 
 def test_hf_export_reloads_with_the_same_logits(tiny_model_dir, tmp_path):
-    module = _tuning(tiny_model_dir, export=ExportOptions(dir=str(tmp_path / "hf")))
-    _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    module = tiny_tuning(tiny_model_dir, export=ExportOptions(dir=str(tmp_path / "hf")))
+    tiny_trainer(2, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
     untouched = load_causal_lm(str(tiny_model_dir))
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
-    ids = tok(PROMPTS[0], return_tensors="pt")["input_ids"]
+    ids = tok(RUN_PROMPTS[0], return_tensors="pt")["input_ids"]
     module.model.eval()
     with torch.no_grad():
         ours, theirs = module.model(input_ids=ids).logits, reloaded(input_ids=ids).logits
@@ -184,11 +147,11 @@ def test_hf_export_reloads_with_the_same_logits(tiny_model_dir, tmp_path):
 
 
 def test_validation_logs_held_out_kl(peaky_gpt2_dir):
-    module = _tuning(
+    module = tiny_tuning(
         peaky_gpt2_dir, validation=ValidationOptions(against_initial=True, log_samples_every_n_steps=0)
     )
-    trainer = _trainer(2, val_check_interval=2, check_val_every_n_epoch=None)
-    trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=3, val_size=2))
+    trainer = tiny_trainer(2, val_check_interval=2, check_val_every_n_epoch=None)
+    trainer.fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=3, val_size=2))
     metrics = trainer.callback_metrics
     for name in ["val/tuning/kl", "val/tuning/kl_long", "val/tuning/kl_initial", "train/tuning/loss"]:
         assert name in metrics and torch.isfinite(metrics[name]), name
@@ -196,10 +159,10 @@ def test_validation_logs_held_out_kl(peaky_gpt2_dir):
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
-    plain, checkpointed = _tuning(tiny_gpt2_dir), _tuning(tiny_gpt2_dir, gradient_checkpointing=True)
+    plain, checkpointed = tiny_tuning(tiny_gpt2_dir), tiny_tuning(tiny_gpt2_dir, gradient_checkpointing=True)
     plain.configure_model(), checkpointed.configure_model()
     assert checkpointed.model.is_gradient_checkpointing and checkpointed.model.training
-    sampled = plain.sampler.sample(plain.model, PROMPTS[:3])
+    sampled = plain.sampler.sample(plain.model, RUN_PROMPTS[:3])
     grads = []
     for module in (plain, checkpointed):
         terms = module.kl_terms(sampled)
@@ -211,11 +174,11 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
 
 
 def test_bf16_mixed_precision_step(tiny_gpt2_dir):
-    module = _tuning(tiny_gpt2_dir)
+    module = tiny_tuning(tiny_gpt2_dir)
     module.configure_model()
     before = _weights(module)
-    trainer = _trainer(1, precision="bf16-mixed")
-    trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    trainer = tiny_trainer(1, precision="bf16-mixed")
+    trainer.fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
     assert torch.isfinite(trainer.callback_metrics["train/tuning/loss"])
     assert any(not torch.equal(v, _weights(module)[n]) for n, v in before.items())
     assert all(p.dtype == torch.float32 for p in module.model.parameters())
@@ -255,9 +218,9 @@ def test_read_prompts_formats(tmp_path):
 def test_bos_only_and_held_out_split():
     dm = PromptDataModule(bos_only=True, val_size=3)
     assert dm.train_prompts() == [""] and dm.val_prompts() == ["", "", ""]
-    dm = PromptDataModule(prompts=PROMPTS, val_size=2, seed=0)
+    dm = PromptDataModule(prompts=RUN_PROMPTS, val_size=2, seed=0)
     assert len(dm.val_prompts()) == 2 and set(dm.val_prompts()).isdisjoint(dm.train_prompts())
-    assert sorted(dm.val_prompts() + dm.train_prompts()) == sorted(PROMPTS)
+    assert sorted(dm.val_prompts() + dm.train_prompts()) == sorted(RUN_PROMPTS)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -316,10 +279,10 @@ def test_prompt_sources_that_yield_nothing(tmp_path):
 
 
 def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir):
-    module = _tuning(tiny_gpt2_dir, boosting=Boosting(k=8, alpha=-0.5), max_new_tokens=4)
+    module = tiny_tuning(tiny_gpt2_dir, boosting=Boosting(k=8, alpha=-0.5), max_new_tokens=4)
     calls = []
     module.sampler.sample = lambda *args, **kwargs: calls.append(args)  # must never be reached
-    trainer = _trainer(2)
+    trainer = tiny_trainer(2)
     with pytest.raises(ConfigError, match="identically zero"):
         trainer.fit(module, PromptDataModule(prompts=["Hi there"], batch_size=2))
     assert not calls and trainer.global_step == 0
@@ -328,7 +291,7 @@ def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir
     module.check_prompts(["one two three four five six seven"])  # 7 + 4 - 1 > 8
     with pytest.raises(ConfigError, match="max_steps"):
         L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False).fit(
-            module, PromptDataModule(prompts=PROMPTS)
+            module, PromptDataModule(prompts=RUN_PROMPTS)
         )
 
 
@@ -339,15 +302,15 @@ def test_a_run_that_takes_no_step_exports_nothing_and_says_so(tiny_gpt2_dir, tmp
 
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    data = partial(PromptDataModule, prompts=PROMPTS, batch_size=2)
+    data = partial(PromptDataModule, prompts=RUN_PROMPTS, batch_size=2)
     last = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    first = _tuning(tiny_gpt2_dir, export=ExportOptions(dir=str(tmp_path / "first")))
-    _trainer(2, tmp_path, [last]).fit(first, data())
+    first = tiny_tuning(tiny_gpt2_dir, export=ExportOptions(dir=str(tmp_path / "first")))
+    tiny_trainer(2, tmp_path, [last]).fit(first, data())
     assert (tmp_path / "first" / "config.json").exists()  # a run that took its steps exports
 
-    again = _tuning(tiny_gpt2_dir, export=ExportOptions(dir=str(tmp_path / "again")))
+    again = tiny_tuning(tiny_gpt2_dir, export=ExportOptions(dir=str(tmp_path / "again")))
     with caplog.at_level(logging.WARNING, logger="cblight.tune.export"):
-        _trainer(2, tmp_path).fit(again, data(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+        tiny_trainer(2, tmp_path).fit(again, data(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
     assert not (tmp_path / "again").exists()
     assert (
         "no optimizer step was taken in this run (it started at step 2 of max_steps 2): no export"
@@ -355,4 +318,4 @@ def test_a_run_that_takes_no_step_exports_nothing_and_says_so(tiny_gpt2_dir, tmp
     )
 
     with pytest.raises(ConfigError, match=r"trainer\.max_steps = 0 takes no optimizer step"):
-        _trainer(0, tmp_path).fit(_tuning(tiny_gpt2_dir), data())
+        tiny_trainer(0, tmp_path).fit(tiny_tuning(tiny_gpt2_dir), data())

@@ -26,8 +26,8 @@ from cblight.models import load_causal_lm, load_tokenizer
 from cblight.scoring import Encoder
 from cblight.tune.loss import sampled_token_mask
 from cblight.tune.rollouts import sample_sequences
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300  # a healthy 2-process run takes 20-40 s on 2 idle cores; a hang never ends
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog",
@@ -138,13 +138,13 @@ def _runs(
     model_dir: Path, tmp_path: Path, monkeypatch, *extra: str, strategies: tuple[str, ...] = ("ddp", "fsdp2")
 ) -> dict[str, list[dict]]:
     """One process (here) and 2-process ``strategies`` (subprocesses, at the same time) on the same batch."""
-    from tests.sharded_tuning_worker import run
-    from tests.tuning_ddp_worker import RolloutSampler
+    from tests.tune.sharded_tuning_worker import run
+    from tests.tune.tuning_ddp_worker import RolloutSampler
 
     batch = _presample(model_dir, tmp_path)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(PROMPTS) + "\n")
-    worker = [sys.executable, str(ROOT / "tests" / "sharded_tuning_worker.py")]
+    worker = [sys.executable, str(ROOT / "tests" / "tune" / "sharded_tuning_worker.py")]
     common = [str(model_dir), str(batch), str(prompts), str(tmp_path), *extra]
     procs = {s: _ranks([*worker, s, *common], tmp_path) for s in strategies}
     monkeypatch.chdir(tmp_path)

@@ -17,7 +17,7 @@ from cblight.tune.loss import tuning_kl_terms
 from cblight.tune.prompt_data import PromptDataModule
 from cblight.tune.teacher import EMA_KEY, TeacherOptions
 from cblight.tune.validation import ValidationOptions, human_text_nll
-from tests.test_tuning_module import PROMPTS, _trainer, _tuning
+from tests.tune.tuning_helpers import RUN_PROMPTS, tiny_trainer, tiny_tuning
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,13 +34,13 @@ class _Weights(Callback):
 
 def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_path):
     decay = 0.6
-    module = _tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="ema", ema_decay=decay))
+    module = tiny_tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="ema", ema_decay=decay))
     module.configure_model()  # fit's first hook, called here to read the starting weights
     start = {n: p.detach().clone() for n, p in module.model.named_parameters()}
     weights = _Weights()
     every = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1)
-    trainer = _trainer(3, tmp_path, [weights, every])
-    trainer.fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    trainer = tiny_trainer(3, tmp_path, [weights, every])
+    trainer.fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
     expected = dict(start)
     for after in weights.after:  # θ_ema ← d θ_ema + (1 - d) θ, step by step
         expected = {n: decay * expected[n] + (1 - decay) * after[n] for n in expected}
@@ -53,14 +53,14 @@ def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_pat
     # the EMA is in the checkpoint, and a new module resumes from it
     state = torch.load(tmp_path / "epoch=0-step=3.ckpt", weights_only=True)
     assert set(state[EMA_KEY]) == set(start)
-    fresh = _tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="ema", ema_decay=decay))
+    fresh = tiny_tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="ema", ema_decay=decay))
     fresh.configure_model()
     fresh.on_load_checkpoint(state)
     for name, p in fresh.teacher.model.named_parameters():
         assert torch.equal(p, module.teacher.model.get_parameter(name)), name
 
     # the KL terms use the EMA model as the teacher
-    sampled = module.sampler.sample(module.model, PROMPTS[:2])
+    sampled = module.sampler.sample(module.model, RUN_PROMPTS[:2])
     ours = module.kl_terms(sampled).kl
     ref = tuning_kl_terms(
         module.model, sampled, k=3, alpha=-0.5, teacher_model=copy.deepcopy(module.teacher.model)
@@ -71,7 +71,7 @@ def test_ema_teacher_is_the_moving_average_of_the_student(tiny_gpt2_dir, tmp_pat
 def test_lora_trains_adapters_and_exports_adapter_and_merged_models(tiny_model_dir, tmp_path):
     pytest.importorskip("peft")
     out = tmp_path / "hf"
-    module = _tuning(
+    module = tiny_tuning(
         tiny_model_dir,
         lora=LoraOptions(rank=4),
         optimizer=partial(torch.optim.Adam, lr=3e-2),
@@ -80,7 +80,7 @@ def test_lora_trains_adapters_and_exports_adapter_and_merged_models(tiny_model_d
     module.configure_model()
     trainable = [n for n, p in module.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
-    _trainer(2, tmp_path).fit(module, PromptDataModule(prompts=PROMPTS, batch_size=2))
+    tiny_trainer(2, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
 
     ids = torch.tensor([[5, 9, 13, 17, 21, 25]])
     module.model.eval()
@@ -101,7 +101,9 @@ def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir
         "The quick brown fox jumps over the lazy dog.",
         "A journey of a thousand miles begins with one step.",
     ]
-    module = _tuning(tiny_model_dir, validation=ValidationOptions(text_tokens=8, log_samples_every_n_steps=0))
+    module = tiny_tuning(
+        tiny_model_dir, validation=ValidationOptions(text_tokens=8, log_samples_every_n_steps=0)
+    )
     module.configure_model()
     nll, tokens = human_text_nll(module.model, module.tokenizer, texts, max_tokens=8)
     start = module.tokenizer.bos_token_id if module.encoder.prefix else module.tokenizer.eos_token_id
@@ -119,8 +121,8 @@ def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir
     # and through validation: val/tuning/ppl from the data module's held-out texts
     texts_file = tmp_path / "human.txt"
     texts_file.write_text("\n".join(texts))
-    trainer = _trainer(1, val_check_interval=1, check_val_every_n_epoch=None)
-    data = PromptDataModule(prompts=PROMPTS, batch_size=2, val_size=2, val_texts_file=str(texts_file))
+    trainer = tiny_trainer(1, val_check_interval=1, check_val_every_n_epoch=None)
+    data = PromptDataModule(prompts=RUN_PROMPTS, batch_size=2, val_size=2, val_texts_file=str(texts_file))
     trainer.fit(module, data)
     # the weights moved by one step since ref_nll: compare to a fresh computation, not to ref_nll
     nll_after, tokens_after = human_text_nll(module.model, module.tokenizer, texts, max_tokens=8)

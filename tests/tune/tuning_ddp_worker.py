@@ -1,4 +1,4 @@
-"""One process of the 2-process CPU DDP test (tests/test_tuning_ddp.py), run through train.py's CLI with the
+"""One process of the 2-process CPU DDP test (tests/tune/test_tuning_ddp.py), run through train.py's CLI with the
 shipped config (sample logging every 8 steps, so at step 0; CSV logger; checkpointing; export; AdamW;
 gradient clipping); also called in-process for the single-process reference. Each process tunes on its
 rows of one pre-sampled global batch instead of sampling."""
@@ -12,8 +12,8 @@ from lightning.pytorch import Callback
 from cblight.cli import train_cli
 from cblight.tune.loss import Sampled
 from cblight.tune.rollouts import RolloutSampler
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "coherence_tuning.yaml")
 
 
@@ -65,7 +65,7 @@ def run(model_dir: str, batch_file: str, prompts_file: str, out_dir: str, device
         "--trainer.strategy", "ddp" if devices > 1 else "auto",
         "--trainer.default_root_dir", str(Path(out_dir) / f"world{devices}"),
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-        "--trainer.callbacks+=tests.tuning_ddp_worker.Capture", f"--trainer.callbacks.out_dir={out_dir}",
+        "--trainer.callbacks+=tests.tune.tuning_ddp_worker.Capture", f"--trainer.callbacks.out_dir={out_dir}",
     ]  # fmt: skip
     return train_cli(args=args)
 
