@@ -321,7 +321,7 @@ def test_a_model_directory_without_its_tokenizer_files_is_named(cli, tiny_gpt2_d
     )
 
 
-def last_error_line(cli, argv: list[str], capsys) -> str:
+def last_error_line(cli, argv: list[str]) -> str:
     status, err, _ = cli(argv)
     assert status == 2 and err[-1].startswith("error: "), err
     return err[-1]

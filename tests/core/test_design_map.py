@@ -1,7 +1,8 @@
 """``docs/design.md`` stays true: its module table names every module, and its three run paths are the files
 the commands actually run through, functions called at import time included (measured by
-``tests/core/run_path_worker.py`` on a tiny model), and no longer than they were when import-time calls were first
-counted."""
+``tests/core/run_path_worker.py`` on a tiny model), and each path keeps docs/design.md's layer rules: a run
+passes through its own wing only, through no command but the ``cblight`` table and the CLI, and through its
+own task's spec only."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from tests.helpers import ROOT
 
 DESIGN = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
 PACKAGES_AS_A_WHOLE = ("data", "metrics", "served", "lmeval")  # listed as one row each
-# files a run passes through; before import-time calls were counted the paths were 23, 34 and 28 files long,
-# then 21, 29 and 28; sharding.py (the one home of building a model for the run's strategy, whole or FSDP2's
-# shards) joined all three
-LONGEST_PATH = {"evaluate": 22, "generate": 30, "tune": 29}
+WINGS = ("evaluate", "generate", "tune")
+# the command layer (docs/design.md, "Layers"): a run enters through the `cblight` table and the CLI only
+COMMANDS = ("cblight/demo.py", "cblight/contrast.py", "cblight/lmeval/", "custom_generate/")
+TASK = {"evaluate": "copa", "generate": "webtext", "tune": "webtext"}  # what run_path_worker.py runs
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,12 @@ def test_the_documented_run_path_is_the_real_one(kind, tmp_path, tiny_gpt2_dir):
     assert ran["status"] in (0, None)
     files = ran["files"]
     documented = documented_path(kind)
-    assert len(documented) <= LONGEST_PATH[kind], f"the {kind} run path grew to {len(documented)} files"
+    wings = [f for f in files if f.split("/")[1] in WINGS and f.split("/")[1] != kind]
+    assert not wings, f"cblight {kind} ran through another wing's files: {wings}"
+    commands = [f for f in files if f.startswith(COMMANDS)]
+    assert not commands, f"cblight {kind} ran through another command's files: {commands}"
+    tasks = [f for f in files if f.startswith("cblight/data/tasks/")]
+    assert tasks == [f"cblight/data/tasks/{TASK[kind]}.py"], f"cblight {kind} ran through task specs {tasks}"
     assert files == documented, (
         f"cblight {kind} ran through files docs/design.md does not list: {sorted(set(files) - set(documented))}; "
         f"listed but not run: {sorted(set(documented) - set(files))}"
