@@ -33,10 +33,11 @@ def tiny_llama_dir(tmp_path_factory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def peaky_gpt2_dir(tmp_path_factory):
     """A tiny GPT-2 whose scaled embeddings make its predictions peaked and context-dependent, so that
-    f_k and f_max differ measurably (a fresh random model is nearly uniform)."""
+    f_k and f_max differ measurably (a fresh random model is nearly uniform). Built once per session: the
+    tests only read it."""
     import torch
 
     from cblight.models import load_causal_lm
