@@ -37,7 +37,7 @@ And for next-token prediction, a ``k`` read off the input's structure: the token
 
 Every function takes log-probabilities (next-token rows ``[N, V]``) or log-likelihood sums (answers
 ``[N, C]``, a missing answer ``-inf`` in ``ll_full``) computed by a model, and returns tensors, so each
-rule is tested against a hand computation (tests/test_adaptive.py).
+rule is tested against a hand computation (tests/core/test_adaptive.py).
 """
 
 from __future__ import annotations

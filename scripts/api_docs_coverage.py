@@ -14,7 +14,7 @@ Three counts, over every callable an API page documents (Sphinx's ``py function`
 * **examples**: the pages that show an example, a code block with a ``>>>`` prompt (napoleon's
   ``Examples:`` section, or a fenced block on the page itself).
 
-``tests/test_docs.py`` holds the built site to ``PARAMETERS_FLOOR``, ``RETURNS_FLOOR`` and an example on
+``tests/commands/test_docs.py`` holds the built site to ``PARAMETERS_FLOOR``, ``RETURNS_FLOOR`` and an example on
 every page. Needs ``beautifulsoup4`` (a dependency of the docs extra's theme).
 """
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The documentation site (docs/, Sphinx + myst-parser + the PyData theme; docs/about.md says why).
 #   bash scripts/docs.sh          build strictly, then serve it at http://127.0.0.1:8000 (PORT=... to move it)
-#   bash scripts/docs.sh build    build strictly into docs/_build/html and stop (what tests/test_docs.py runs)
+#   bash scripts/docs.sh build    build strictly into docs/_build/html and stop (what tests/commands/test_docs.py runs)
 # Strict (-n -W): every Sphinx warning is an error (a link to a missing page or anchor, a page outside every
 # toctree, a docstring that does not parse, a reference to a cblight object the API reference lacks). Needs the docs extra (pip install -e ".[docs]"; scripts/setup.sh's test
 # profile installs it). Uses .venv/bin/python when there is one, else $PYTHON or python3.

@@ -4,7 +4,7 @@
 
 For every multiple-choice fixture file it runs the reference task class's ``standardize`` and
 ``get_contrast_ctx`` (authors' repo, ``tasks/<name>.py``) and stores the full context, the premise-free
-context, the choices as scored (``" " + choice``) and the label. ``tests/test_tasks.py`` checks cblight's
+context, the choices as scored (``" " + choice``) and the label. ``tests/data/test_tasks.py`` checks cblight's
 rendering against this file, so the test needs no copy of the authors' repo. Their heavy imports
 (``datasets``, ``best_download``, ``pytablewriter``, ``openai``, ``pandas``) are stubbed; their GPT-2
 tokenizer is the bundled one. Their file loaders are not run: the records are fed in the schema their

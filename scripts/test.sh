@@ -11,6 +11,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=
 if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest -q "$@"
 fi
-.venv/bin/python -m pytest -q
-.venv/bin/python -m pytest -q -m distributed
-exec .venv/bin/python -m pytest -q -m realmodel tests/realmodel
+# --durations: the slowest tests of each tier in the log, so CI shows where the time goes
+.venv/bin/python -m pytest -q --durations=25
+.venv/bin/python -m pytest -q --durations=25 -m distributed
+exec .venv/bin/python -m pytest -q --durations=25 -m realmodel tests/realmodel

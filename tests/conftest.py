@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-# evaluate.py options of every in-process test run: CPU, no progress bar in the test log
-EVAL_QUIET_CPU = ["--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"]
 
 
 @pytest.fixture(scope="session")
@@ -35,10 +33,11 @@ def tiny_llama_dir(tmp_path_factory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def peaky_gpt2_dir(tmp_path_factory):
     """A tiny GPT-2 whose scaled embeddings make its predictions peaked and context-dependent, so that
-    f_k and f_max differ measurably (a fresh random model is nearly uniform)."""
+    f_k and f_max differ measurably (a fresh random model is nearly uniform). Built once per session: the
+    tests only read it."""
     import torch
 
     from cblight.models import load_causal_lm
@@ -104,3 +103,34 @@ def fixture_hub(monkeypatch):
 
     monkeypatch.setattr(sources, "_hub_records", hub_records)
     return asked
+
+
+@pytest.fixture
+def cli(capsys):
+    """``cli(argv)``: ``cblight ARGV`` in this process, its (exit status, stderr lines, stdout);
+    ``cli.one_line(argv)`` / ``cli.last_error(argv)``: the one line of a refusal (exit status 2)."""
+    from tests.helpers import Command
+
+    return Command(capsys)
+
+
+class Loaded(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """A parse error comes before any model or tokenizer is opened. Every module that binds the loaders at
+    its import is imported first (so none keeps the stand-in after the test) and patched."""
+    import cblight.contrast as contrast
+    import cblight.evaluator as base
+    import cblight.generate.generation_evaluator as generation
+    import cblight.models as models
+    import cblight.tune.coherence_tuning as tuning
+
+    def load(*args, **kwargs):
+        raise Loaded("a model or tokenizer was loaded before the bad input was refused")
+
+    for module in (models, base, tuning, contrast, generation):
+        for name in ("load_causal_lm", "load_tokenizer"):
+            monkeypatch.setattr(module, name, load, raising=False)

@@ -3,7 +3,7 @@
 ```text block that follows it (so do the tutorials' blocks that show their output); the Figure 1 command
 prints the line the README shows.
 
-The tiny suite runs the same blocks on a tiny model (``tests/test_readme_commands.py``); only here are the
+The tiny suite runs the same blocks on a tiny model (``tests/commands/test_readme_commands.py``); only here are the
 printed lines compared. They are compared exactly: the same weights, inputs and seeds on CPU in float32 give
 the same scores and the same sampled tokens; a different CPU changes logits in their last digits, which can
 move a nucleus-sampling draw only if it falls within about 1e-6 of a token's boundary, once in about 1e4
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readme_commands import PYTHON_BLOCKS, README
+from tests.helpers import PYTHON_BLOCKS, README
 
 pytestmark = pytest.mark.realmodel
 ROOT = Path(__file__).resolve().parents[2]

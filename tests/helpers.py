@@ -1,0 +1,110 @@
+"""Shared by the tests (a module of helpers, not of tests): the checkout's paths and the argument lists of
+small runs that several test modules type."""
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+DEMO = ROOT / "cblight" / "assets" / "demo_data"
+README = ROOT / "README.md"
+# evaluate.py options of every in-process test run: CPU, no progress bar in the test log
+EVAL_QUIET_CPU = ["--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"]
+
+
+def copa_args(tiny: Path, out: Path, *extra: str) -> list[str]:
+    """``cblight evaluate`` of two COPA demo questions on the model ``tiny`` into ``out``, then ``extra``."""
+    return [
+        "evaluate",
+        "--model.model", str(tiny),
+        "--model.choice_alphas", "[0.0, -1.0]",
+        "--model.plots", "false",
+        "--model.output_dir", str(out),
+        "--data.tasks", "[copa]",
+        "--data.data_root", str(DEMO),
+        "--data.limit", "2",
+        *EVAL_QUIET_CPU,
+        *extra,
+    ]  # fmt: skip
+
+
+WEBTEXT = str(FIXTURES / "webtext")
+
+
+def generate_args(model: Path, out: Path, *extra: str) -> list[str]:
+    """``cblight generate`` with the WebText config on two fixture documents, 4 new tokens, into ``out``."""
+    return [
+        "generate", "-c", str(ROOT / "configs" / "webtext_generation.yaml"), "--model.model", str(model),
+        "--data.data_dirs", json.dumps({"webtext": WEBTEXT}), "--data.limit", "2",
+        "--model.max_new_tokens", "4", "--model.output_dir", str(out),
+        "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false", *extra,
+    ]  # fmt: skip
+
+
+class Outcome(NamedTuple):
+    """What one ``cblight`` command did: its exit status, its stderr lines and its stdout."""
+
+    status: int | str | None
+    err: list[str]
+    out: str
+
+
+class Command:
+    """``cblight ARGV`` typed in this process, as the console script runs it (``cblight.__main__.main``),
+    its output read from pytest's ``capsys`` (the ``cli`` fixture of tests/conftest.py)."""
+
+    def __init__(self, capsys):
+        self.capsys = capsys
+
+    def __call__(self, argv: list[str]) -> Outcome:
+        from cblight.__main__ import main
+
+        saved = list(sys.argv)
+        try:
+            status = main(argv)
+        except SystemExit as exc:
+            status = exc.code
+        finally:
+            sys.argv[:] = saved
+        captured = self.capsys.readouterr()
+        return Outcome(status, captured.err.strip().splitlines(), captured.out)
+
+    def one_line(self, argv: list[str]) -> str:
+        """The command must exit 2 with exactly one line on stderr, and that line is returned."""
+        status, err, _ = self(argv)
+        assert status == 2, err
+        assert len(err) == 1, "\n".join(err)
+        return err[0]
+
+    def last_error(self, argv: list[str]) -> str:
+        """A refusal found while running (after Lightning's start-up notes): exit 2, one ``error:`` line,
+        last; that line."""
+        status, err, _ = self(argv)
+        assert status == 2, err
+        assert [line for line in err if line.startswith("error:")] == err[-1:], "\n".join(err)
+        return err[-1]
+
+
+def python_blocks(path: Path, every: bool) -> list[tuple[str, list[str]]]:
+    """The ```python blocks of ``path`` that a ```text block follows, each with that block's lines (what the
+    code prints). Each is a program of its own: its imports, its model, its output directory. ``every``: each
+    python block must be followed by one (the README)."""
+    text = path.read_text(encoding="utf-8")
+    pairs = re.findall(r"```python\n(.*?)```\n+```text\n(.*?)```", text, re.S)
+    if every:
+        assert len(pairs) == text.count("```python\n"), f"a python block of {path.name} shows no output"
+    return [(code, printed.splitlines()) for code, printed in pairs]
+
+
+# The README's python blocks (each one shows what it prints), then the tutorials' that show their output
+PYTHON_BLOCKS = [
+    (f"{path.relative_to(ROOT)}:{i + 1}", code, printed)
+    for path, every in [
+        (README, True),
+        *((p, False) for p in sorted((ROOT / "docs" / "tutorials").glob("*.md"))),
+    ]
+    for i, (code, printed) in enumerate(python_blocks(path, every))
+]
