@@ -656,9 +656,8 @@ class TuneCLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         """Parse, check, build, fit: everything the run will write, read or refuse is checked here, once,
-        before the model loads (``cblight.tune.preflight.check_before_loading``); then the module is made
-        (it checks its own options and the checkpoint's config), the prompts' lengths are checked against
-        ``boosting.k`` (the tokenizer, no weights), and the objects are trusted from there on."""
+        before the model loads (``cblight.tune.preflight.check_before_loading``, which makes the module and
+        the data module once each); the objects are trusted from there on."""
         from cblight.tune.preflight import check_before_loading
 
         subcommand = self.config.get("subcommand")
@@ -672,19 +671,17 @@ class TuneCLI(LightningCLI):
             save_dir = args.get("save_dir") if args is not None else None
             if isinstance(save_dir, str) and not Path(save_dir).expanduser().is_absolute():
                 args["save_dir"] = str(Path(root) / save_dir)
-        datamodule, export_checked = check_before_loading(
+        self.model, self.datamodule = check_before_loading(
             config,
-            self._model_class,
             self._datamodule_class,
+            lambda: (super(TuneCLI, self).instantiate_classes(), self.model)[1],
             self.locks if _is_launching_process() else None,
             saved_config=lambda: yaml.safe_load(self._parser(subcommand).dump(config, skip_none=False)),
         )
-        super().instantiate_classes()
-        self.datamodule = datamodule
-        if datamodule is not None and hasattr(datamodule, "train_prompts"):
-            self.model.check_prompts(datamodule.train_prompts())
-        self.model.exporter.checked = export_checked
-        self.model.run_checked = True
+        if config.get("ckpt_path") is not None:  # an interrupted run found: resumed
+            (self.config_init[subcommand] if subcommand else self.config_init)["ckpt_path"] = config[
+                "ckpt_path"
+            ]
 
     def after_fit(self) -> None:
         """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would; one

@@ -103,10 +103,12 @@ def test_output_directories_are_checked_before_the_model_loads(prompts, tmp_path
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_prompt_and_guard_refusals_come_before_the_model_loads(prompts, tmp_path, capsys):
+def test_prompt_and_guard_refusals_come_before_the_model_loads(tiny_gpt2_dir, prompts, tmp_path, capsys):
+    """Refused with the module made (its options and the checkpoint's config checked) and before its
+    tokenizer or weights load (``no_loading``)."""
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
-    missing = "/does/not/exist"
+    missing = tiny_gpt2_dir
     n = len(PROMPTS)
     cases = [
         (
@@ -300,11 +302,11 @@ def test_the_guard_validates_the_final_model_when_its_last_validation_is_stale(
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_a_guard_with_nothing_to_look_at_and_impossible_bands_are_refused(prompts, capsys):
+def test_a_guard_with_nothing_to_look_at_and_impossible_bands_are_refused(tiny_gpt2_dir, prompts, capsys):
     """The default guard with no validation (was: a warning, then an unguarded export), validation turned
     off, and bands typed as percents: one line each, before the model loads."""
     missing = "/does/not/exist"
-    line = one_line(tune_args(missing, prompts, guard=True), capsys)
+    line = one_line(tune_args(tiny_gpt2_dir, prompts, guard=True), capsys)
     assert line.startswith("error: the collapse guard (on by default)")
     assert line.endswith(f"(data.val_size 0): set data.val_size > 0 (e.g. 8), or {GUARD_OFF_FIX}")
     no_val = tune_args(

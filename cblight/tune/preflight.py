@@ -1,18 +1,19 @@
 """What ``cblight tune`` refuses before the model loads, in one pass on the parsed config
-(``check_before_loading``): a run with no step limit (``check_max_steps``), what tuning asks of the shared
-option groups (``check_shared_options``), what FSDP2 cannot shard (``check_strategy``), every directory the
-run writes, an export it would overwrite, the prompts and guard bands the validation data cannot check
-(``check_validation_data``). The module's ``setup`` runs the same run checks for a ``Trainer.fit`` called from Python, and skips them
+(``check_before_loading``): a run with no step limit (``check_max_steps``), what FSDP2 cannot shard
+(``check_strategy``), every directory the run writes, an export it would overwrite, the prompts and guard
+bands the validation data cannot check (``check_validation_data``). What tuning asks of the shared option
+groups (``check_shared_options``) ``CoherenceTuning`` checks when it is made, with its other options; the
+module's ``setup`` runs the same run checks for a ``Trainer.fit`` called from Python, and skips them
 for a module that this pass checked. A refusal is one line and costs no model load.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from cblight.errors import ConfigError
@@ -193,45 +194,43 @@ def _plain(group: Any) -> dict[str, Any]:
 
 def check_before_loading(
     config: Any,
-    module_class: type,
     datamodule_class: type,
+    build: Callable[[], Any],
     locks: list[Any] | None,
     saved_config: Callable[[], dict[str, Any]],
-) -> Any:
-    """The one check pass of ``cblight tune``, on the parsed config before the module is made (the module
-    checks the checkpoint's config when it is made next): the step limit, the option groups, what the
-    strategy cannot shard, every directory the run writes (``trainer.default_root_dir``, the loggers'
-    ``save_dir``, ``model.export.dir``: creatable and writable), an export already in ``model.export.dir``
-    (refused unless ``export.overwrite``), the prompts (a source with none, ``data.val_size`` too large, a
-    batch larger than them) and what the guard needs. With ``locks`` (the launching process), the export
-    directory is locked for this run and the lock appended there, for the caller to release when the run
-    ends. A run of the same config that was interrupted resumes from its last checkpoint (``ckpt_path`` set
-    in ``config``).
+) -> tuple[Any, Any]:
+    """The one check pass of ``cblight tune``, before the model loads. From the parsed config: the step
+    limit, what the strategy cannot shard, every directory the run writes (``trainer.default_root_dir``, the
+    loggers' ``save_dir``, ``model.export.dir``: creatable and writable), an export already in
+    ``model.export.dir`` (refused unless ``export.overwrite``), a guard with validation turned off, and the
+    prompt data module, made here once. Then ``build`` makes the module (it checks its own options and the
+    checkpoint's config, no weights), and the prompts are read and checked: a source with none,
+    ``data.val_size`` too large, a batch larger than them, what the guard needs, a prompt too short for
+    ``boosting.k`` (with the tokenizer). The module and its exporter are then marked checked, so that
+    ``setup`` does not check again. With ``locks`` (the launching process), the export directory is locked
+    for this run and the lock appended there, for the caller to release when the run ends. A run of the same
+    config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
 
     Args:
         config: the parsed ``fit`` config (its ``ckpt_path`` is set when an interrupted run resumes).
-        module_class: the tuning module's class (its option groups' types).
         datamodule_class: the prompt data module's class, made here once from ``data``.
+        build: makes the module from the config (the parser's instantiation) and returns it.
         locks: where the launching process keeps its locks (``None`` in the processes a launcher started).
         saved_config: makes the config as ``config.yaml`` would hold it (``resume_interrupted_run``).
 
     Returns:
-        The data module (its prompts read and checked) and whether ``model.export.dir`` was checked here.
+        The module and the data module, checked.
     """
     from cblight.runs import OutputLock, check_output_dir
     from cblight.tune.export import check_export_dir
 
     trainer, model = config.get("trainer") or {}, config.get("model") or {}
     check_max_steps(_get(trainer, "max_steps"))
-    # The option groups, made here to refuse a bad one before the prompts are read (the parser makes them
-    # again for the module, with the module, after this pass: a bad group must not wait behind the prompts)
-    groups = {
-        name: type(parameter.default)(**_plain(_get(model, name)))
-        for name, parameter in inspect.signature(module_class.__init__).parameters.items()
-        if is_dataclass(parameter.default)
-    }
-    check_shared_options(groups["boosting"], groups["sampling"])
-    check_strategy(_get(trainer, "strategy", "auto"), groups["lora"], groups["rollouts"])
+    # read from the config, not made: the module makes its option groups, once, in ``build``
+    lora, rollouts, export = (
+        SimpleNamespace(**_plain(_get(model, name))) for name in ("lora", "rollouts", "export")
+    )
+    check_strategy(_get(trainer, "strategy", "auto"), lora, rollouts)
     root = Path(_get(trainer, "default_root_dir", ".")).expanduser()
     check_output_dir(root, "trainer.default_root_dir")
     loggers = _get(trainer, "logger")
@@ -239,7 +238,6 @@ def check_before_loading(
         save_dir = _get(_get(logger, "init_args"), "save_dir")
         if isinstance(save_dir, str):
             check_output_dir(Path(save_dir), "trainer.logger's save_dir")
-    export = groups["export"]
     export_checked = bool(export.enabled and export.dir)
     if export_checked:
         out = root / Path(export.dir).expanduser()
@@ -248,22 +246,26 @@ def check_before_loading(
         check_export_dir(out, export.overwrite)
         if locks is not None:
             locks.append(OutputLock(out, option="model.export.dir").acquire())
-
-    data = config.get("data")
-    datamodule = datamodule_class(**_plain(data)) if data is not None else None
-    guard = vars(groups["guard"])
-    if datamodule is not None and hasattr(datamodule, "train_prompts"):
-        datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
-        if hasattr(datamodule, "check_batch_size"):
-            datamodule.check_batch_size()
-        # a guard with nothing to look at is refused here; one that cannot check a band says so, once
-        check_validation_data(guard, datamodule, refuse_unguarded=True)
-    if any(v is not None for v in guard.values()) and _get(trainer, "limit_val_batches", 1) == 0:
+    guarded = any(v is not None for v in _plain(_get(model, "guard")).values())
+    if guarded and _get(trainer, "limit_val_batches", 1) == 0:
         raise ConfigError(
             "the collapse guard (on by default) checks the model at validation and trainer.limit_val_batches 0 "
             f"turns validation off: drop it, or switch the guard off ({GUARD_OFF})"
         )
+    data = config.get("data")
+    datamodule = datamodule_class(**_plain(data)) if data is not None else None
+
+    module = build()
+    if datamodule is not None and hasattr(datamodule, "train_prompts"):
+        prompts = datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
+        if hasattr(datamodule, "check_batch_size"):
+            datamodule.check_batch_size()
+        # a guard with nothing to look at is refused here; one that cannot check a band says so, once
+        check_validation_data(vars(module.guard_options), datamodule, refuse_unguarded=True)
+        module.check_prompts(prompts)  # the tokenizer alone: no weights
+    module.exporter.checked = export_checked
+    module.run_checked = True
 
     if config.get("ckpt_path") is None:
         resume_interrupted_run(config, saved_config, locks)
-    return datamodule, export_checked
+    return module, datamodule
