@@ -644,62 +644,52 @@ class TuneCLI(LightningCLI):
         super().__init__(*args, **kwargs)
 
     def add_core_arguments_to_parser(self, parser: Any) -> None:
-        # LightningCLI adds the trainer first; ours come first so that --help opens with them
+        # LightningCLI adds the trainer first; ours come first so that --help opens with them. The data
+        # module is made once, by the check pass (``instantiate_classes``), not by the parser.
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
-        parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
+        parser.add_class_arguments(
+            self._datamodule_class, "data", fail_untyped=False, instantiate=False, sub_configs=True
+        )
         parser.add_lightning_class_args(self.trainer_class, "trainer")
         parser.set_defaults({"trainer." + k: v for k, v in self.trainer_defaults.items() if k != "callbacks"})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        # Checked right after parsing: LightningCLI itself opens ckpt_path next, then builds everything.
+        # what LightningCLI reads next, right after parsing (ckpt_path), and the loggers' packages
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
         check_wandb_available(config.get("trainer", {}).get("logger"))
         check_wandb_mode(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
-        # tuning options otherwise read only after the model has loaded: the step limit, the prompt split
-        from cblight.tune.preflight import check_max_steps
-        from cblight.tune.prompt_data import check_split
 
-        check_max_steps(config.get("trainer", {}).get("max_steps"))
-        data = config.get("data") or {}
-        if data.get("task") is not None:
-            check_split(data["task"], data.get("split") or "train")
-
-    def before_instantiate_classes(self) -> None:
-        # Everything the run will write, read or refuse is checked here, before the model loads.
+    def instantiate_classes(self) -> None:
+        """Parse, check, build, fit: everything the run will write, read or refuse is checked here, once,
+        before the model loads (``cblight.tune.preflight.check_before_loading``, which makes the module and
+        the data module once each); the objects are trusted from there on."""
         from cblight.tune.preflight import check_before_loading
 
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
+        logger = config.get("trainer", {}).get("logger")
         # with trainer.default_root_dir set, every relative logger save_dir lives under it (as the model's
         # relative export.dir does), so that nothing of the run lands in the working directory
         root = config.get("trainer", {}).get("default_root_dir")
-        logger = config.trainer.get("logger") if root else None
-        for item in logger if isinstance(logger, list) else [logger]:
+        for item in (logger if isinstance(logger, list) else [logger]) if root else []:
             args = item.get("init_args") if hasattr(item, "get") else None
             save_dir = args.get("save_dir") if args is not None else None
             if isinstance(save_dir, str) and not Path(save_dir).expanduser().is_absolute():
                 args["save_dir"] = str(Path(root) / save_dir)
-        self._early_data = check_before_loading(
+        self.model, self.datamodule = check_before_loading(
             config,
-            self._model_class,
             self._datamodule_class,
+            lambda: (super(TuneCLI, self).instantiate_classes(), self.model)[1],
             self.locks if _is_launching_process() else None,
             saved_config=lambda: yaml.safe_load(self._parser(subcommand).dump(config, skip_none=False)),
         )
-
-    def instantiate_classes(self) -> None:
-        super().instantiate_classes()
-        if self._early_data is not None:  # its prompts are read and checked already: read them once
-            self.datamodule = self._early_data
-
-    def before_fit(self) -> None:
-        check = getattr(self.model, "check_prompts", None)
-        prompts = getattr(self.datamodule, "train_prompts", None)
-        if callable(check) and callable(prompts):
-            check(prompts())
+        if config.get("ckpt_path") is not None:  # an interrupted run found: resumed
+            (self.config_init[subcommand] if subcommand else self.config_init)["ckpt_path"] = config[
+                "ckpt_path"
+            ]
 
     def after_fit(self) -> None:
         """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would; one

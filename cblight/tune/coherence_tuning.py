@@ -191,6 +191,8 @@ class CoherenceTuning(L.LightningModule):
         self._log_dir: str | None = None
         self._step_start = 0.0
         self._step_tokens = 0
+        # set by ``cblight tune`` once its check pass has run: ``setup`` then trusts the run
+        self.run_checked = False
 
     # -- what is built, and where ---------------------------------------------------------------------
     @property
@@ -239,8 +241,6 @@ class CoherenceTuning(L.LightningModule):
             return
         trainer = self._trainer
         mesh = fsdp_mesh(trainer)
-        if trainer is not None:
-            check_strategy(trainer.strategy, self.lora_options, self.rollouts)
         model = build_causal_lm(self.model_name, self.load_options, mesh=mesh)
         self.rollouts.check_supported(type(model))  # a static cache or compiling asked of a model that cannot
         disable_dropout(model)
@@ -288,8 +288,9 @@ class CoherenceTuning(L.LightningModule):
         # trainer.log_dir broadcasts from rank 0: every process reads it here, once, and never again (a
         # collective that only rank 0 joins, as sample logging once did, hangs the run).
         self._log_dir = self.trainer.log_dir
-        if stage != "fit":
-            return
+        if stage != "fit" or self.run_checked:
+            return  # ``cblight tune`` checked the run before it made this module (cblight.tune.preflight)
+        # a ``Trainer.fit`` called from Python: the run's checks, once, before the model is built
         check_strategy(self.trainer.strategy, self.lora_options, self.rollouts)
         check_max_steps(self.trainer.max_steps)
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -297,7 +298,7 @@ class CoherenceTuning(L.LightningModule):
             self.check_prompts(datamodule.train_prompts())
         if hasattr(datamodule, "check_batch_size"):
             datamodule.check_batch_size()
-        check_validation_data(self.guard_options, datamodule)  # a data module without validation: no check
+        check_validation_data(vars(self.guard_options), datamodule)  # no validation in the data: no check
 
     def _synced(self) -> bool:
         """Whether FSDP2 shards the models over several processes: every process must then make the same

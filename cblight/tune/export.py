@@ -71,7 +71,7 @@ class Exporter(Callback):
     """Writes the tuned model with ``save_pretrained`` (tokenizer included) when ``fit`` ends, unless the run
     stopped early (a half-tuned model must not look like the result) or took no step. From ``setup`` on it
     holds the export directory's lock, and refuses a directory with an export in it (``overwrite``: replace
-    it).
+    it), unless ``cblight tune`` did both before the run (``checked``).
 
     Args:
         options: whether and where to export.
@@ -81,6 +81,8 @@ class Exporter(Callback):
         self.options = options
         self.first_step: int | None = None  # the global step this run's training started from
         self._lock: OutputLock | None = None
+        # set by ``cblight tune``, whose check pass checked and locked ``dir`` before the run started
+        self.checked = False
 
     def path(self, root: Path, log_dir: str | None) -> Path:
         """The export directory.
@@ -97,7 +99,7 @@ class Exporter(Callback):
         return Path(log_dir or root) / "hf_model"
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit" or not self.options.enabled:
+        if stage != "fit" or not self.options.enabled or self.checked:
             return
         log_dir = trainer.log_dir  # a collective (rank 0 broadcasts it): every process asks
         if not trainer.is_global_zero:

@@ -1,17 +1,19 @@
-"""What ``cblight tune`` refuses before the model loads: what tuning asks of the shared option groups
-(``check_shared_options``), a run with no step limit (``check_max_steps``), guard bands that
-the validation data cannot check (``check_validation_data``), what FSDP2 cannot shard (``check_strategy``)
-and, from a parsed config, every directory the run writes, an export it would overwrite, the prompts and a
-static cache the model cannot use (``check_before_loading``). A refusal is one line and costs no model load.
+"""What ``cblight tune`` refuses before the model loads, in one pass on the parsed config
+(``check_before_loading``): a run with no step limit (``check_max_steps``), what FSDP2 cannot shard
+(``check_strategy``), every directory the run writes, an export it would overwrite, the prompts and guard
+bands the validation data cannot check (``check_validation_data``). What tuning asks of the shared option
+groups (``check_shared_options``) ``CoherenceTuning`` checks when it is made, with its other options; the
+module's ``setup`` runs the same run checks for a ``Trainer.fit`` called from Python, and skips them
+for a module that this pass checked. A refusal is one line and costs no model load.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Callable
-from dataclasses import asdict, is_dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from cblight.errors import ConfigError
@@ -115,16 +117,23 @@ GUARD_OFF = "--model.guard.max_ppl_ratio null --model.guard.min_entropy_ratio nu
 
 
 def check_validation_data(
-    guard: GuardOptions, datamodule: Any, note: bool = True, refuse_unguarded: bool = False
+    bands: Mapping[str, Any], datamodule: Any, note: bool = True, refuse_unguarded: bool = False
 ) -> None:
     """A guard band set by hand must be checkable: any needs validation prompts, ``max_ppl_ratio`` held-out
     human text too. With ``refuse_unguarded`` (the command line, before the model loads) the default guard
     needs validation prompts as well: a guard that is on must look at the model it lets through. Otherwise
-    the default bands are checked where the run measures them; with ``note``, one line says which are not."""
-    if not guard.enabled or not hasattr(datamodule, "val_prompts"):
+    the default bands are checked where the run measures them; with ``note``, one line says which are not.
+
+    Args:
+        bands: the guard's bands by ``GuardOptions`` field (``None``: that band is off).
+        datamodule: the prompt data module (one without ``val_prompts`` is not checked).
+        note: say which default bands this run cannot check.
+        refuse_unguarded: refuse a guard that is on in a run without validation prompts.
+    """
+    if all(v is None for v in bands.values()) or not hasattr(datamodule, "val_prompts"):
         return
-    defaults = GuardOptions()
-    chosen = [k for k, v in vars(guard).items() if v is not None and v != getattr(defaults, k)]
+    defaults = {f.name: f.default for f in fields(GuardOptions)}
+    chosen = [k for k, v in bands.items() if v is not None and v != defaults.get(k)]
     texts = bool(datamodule.val_prompts()) and bool(datamodule.val_texts())
     if chosen and not datamodule.val_prompts():
         raise ConfigError(f"the guard checks validation (guard.{chosen[0]}): set data.val_size > 0")
@@ -142,7 +151,7 @@ def check_validation_data(
         return
     if not datamodule.val_prompts():
         log.warning("collapse guard: this run has no validation (data.val_size 0), so nothing is guarded")
-    elif guard.max_ppl_ratio is not None and not texts:
+    elif bands.get("max_ppl_ratio") is not None and not texts:
         log.warning(
             "collapse guard: guard.max_ppl_ratio is not checked: no held-out human text (a task source, or "
             "data.val_texts_file)"
@@ -175,6 +184,7 @@ def _get(group: Any, key: str, default: Any = None) -> Any:
 
 
 def _plain(group: Any) -> dict[str, Any]:
+    """A parsed option group as a plain mapping (read, not built: the module builds its groups once)."""
     if hasattr(group, "as_dict"):
         group = group.as_dict()
     if is_dataclass(group):
@@ -184,30 +194,43 @@ def _plain(group: Any) -> dict[str, Any]:
 
 def check_before_loading(
     config: Any,
-    module_class: type,
     datamodule_class: type,
+    build: Callable[[], Any],
     locks: list[Any] | None,
     saved_config: Callable[[], dict[str, Any]],
-) -> Any:
-    """What ``cblight tune`` checks of a parsed config before the model loads: every directory the run
-    writes (``trainer.default_root_dir``, the loggers' ``save_dir``, ``model.export.dir``: creatable and
-    writable), an export already in ``model.export.dir`` (refused unless ``export.overwrite``), the prompts
-    (a source with none, ``data.val_size`` too large), what the guard needs, and a static cache the model's
-    class cannot use (from its config). With ``locks`` (the launching process), the export directory is
-    locked for this run and the lock appended there, for the caller to release when the run ends. A run of
-    the same config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
-    Returns the data module, its prompts read."""
-    from cblight.models import checkpoint_config
+) -> tuple[Any, Any]:
+    """The one check pass of ``cblight tune``, before the model loads. From the parsed config: the step
+    limit, what the strategy cannot shard, every directory the run writes (``trainer.default_root_dir``, the
+    loggers' ``save_dir``, ``model.export.dir``: creatable and writable), an export already in
+    ``model.export.dir`` (refused unless ``export.overwrite``), a guard with validation turned off, and the
+    prompt data module, made here once. Then ``build`` makes the module (it checks its own options and the
+    checkpoint's config, no weights), and the prompts are read and checked: a source with none,
+    ``data.val_size`` too large, a batch larger than them, what the guard needs, a prompt too short for
+    ``boosting.k`` (with the tokenizer). The module and its exporter are then marked checked, so that
+    ``setup`` does not check again. With ``locks`` (the launching process), the export directory is locked
+    for this run and the lock appended there, for the caller to release when the run ends. A run of the same
+    config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
+
+    Args:
+        config: the parsed ``fit`` config (its ``ckpt_path`` is set when an interrupted run resumes).
+        datamodule_class: the prompt data module's class, made here once from ``data``.
+        build: makes the module from the config (the parser's instantiation) and returns it.
+        locks: where the launching process keeps its locks (``None`` in the processes a launcher started).
+        saved_config: makes the config as ``config.yaml`` would hold it (``resume_interrupted_run``).
+
+    Returns:
+        The module and the data module, checked.
+    """
     from cblight.runs import OutputLock, check_output_dir
     from cblight.tune.export import check_export_dir
 
     trainer, model = config.get("trainer") or {}, config.get("model") or {}
-    groups = {  # every option group checks itself when made: first, the cheapest refusals
-        name: type(parameter.default)(**_plain(_get(model, name)))
-        for name, parameter in inspect.signature(module_class.__init__).parameters.items()
-        if is_dataclass(parameter.default)
-    }
-    check_shared_options(groups["boosting"], groups["sampling"])  # what tuning asks of the shared groups
+    check_max_steps(_get(trainer, "max_steps"))
+    # read from the config, not made: the module makes its option groups, once, in ``build``
+    lora, rollouts, export = (
+        SimpleNamespace(**_plain(_get(model, name))) for name in ("lora", "rollouts", "export")
+    )
+    check_strategy(_get(trainer, "strategy", "auto"), lora, rollouts)
     root = Path(_get(trainer, "default_root_dir", ".")).expanduser()
     check_output_dir(root, "trainer.default_root_dir")
     loggers = _get(trainer, "logger")
@@ -215,34 +238,34 @@ def check_before_loading(
         save_dir = _get(_get(logger, "init_args"), "save_dir")
         if isinstance(save_dir, str):
             check_output_dir(Path(save_dir), "trainer.logger's save_dir")
-    export = groups["export"]
-    if export.enabled and export.dir:
+    export_checked = bool(export.enabled and export.dir)
+    if export_checked:
         out = root / Path(export.dir).expanduser()
         check_export_apart(out, root, loggers)
         check_output_dir(out, "model.export.dir")
         check_export_dir(out, export.overwrite)
         if locks is not None:
             locks.append(OutputLock(out, option="model.export.dir").acquire())
-
-    data = config.get("data")
-    datamodule = datamodule_class(**_plain(data)) if data is not None else None
-    if datamodule is not None and hasattr(datamodule, "train_prompts"):
-        datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
-        if hasattr(datamodule, "check_batch_size"):
-            datamodule.check_batch_size()
-        # said once, when the run starts; a guard with nothing to look at is refused here
-        check_validation_data(groups["guard"], datamodule, note=False, refuse_unguarded=True)
-    if groups["guard"].enabled and _get(trainer, "limit_val_batches", 1) == 0:
+    guarded = any(v is not None for v in _plain(_get(model, "guard")).values())
+    if guarded and _get(trainer, "limit_val_batches", 1) == 0:
         raise ConfigError(
             "the collapse guard (on by default) checks the model at validation and trainer.limit_val_batches 0 "
             f"turns validation off: drop it, or switch the guard off ({GUARD_OFF})"
         )
+    data = config.get("data")
+    datamodule = datamodule_class(**_plain(data)) if data is not None else None
 
-    rollouts = groups["rollouts"]
-    check_strategy(_get(trainer, "strategy", "auto"), groups["lora"], rollouts)
-    if rollouts.cache == "static" or rollouts.compile:
-        rollouts.check_config(checkpoint_config(_get(model, "model", "gpt2"), groups["load"]))
+    module = build()
+    if datamodule is not None and hasattr(datamodule, "train_prompts"):
+        prompts = datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
+        if hasattr(datamodule, "check_batch_size"):
+            datamodule.check_batch_size()
+        # a guard with nothing to look at is refused here; one that cannot check a band says so, once
+        check_validation_data(vars(module.guard_options), datamodule, refuse_unguarded=True)
+        module.check_prompts(prompts)  # the tokenizer alone: no weights
+    module.exporter.checked = export_checked
+    module.run_checked = True
 
     if config.get("ckpt_path") is None:
         resume_interrupted_run(config, saved_config, locks)
-    return datamodule
+    return module, datamodule

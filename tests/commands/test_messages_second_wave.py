@@ -178,14 +178,17 @@ def test_a_logger_whose_package_is_missing_is_one_line(cli, command, capsys, mon
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_a_tuning_batch_larger_than_the_prompts_is_refused_before_the_model_loads(cli, tmp_path, capsys):
+def test_a_tuning_batch_larger_than_the_prompts_is_refused_before_the_model_loads(
+    cli, tiny_gpt2_dir, tmp_path
+):
     """``--data.batch_size 1000000`` with 6 prompts (was: no step, no message, 23 GB in 250 s, then the
-    kernel's out-of-memory killer)."""
+    kernel's out-of-memory killer). Refused with the module made and before its tokenizer or weights load
+    (``no_loading``)."""
     from tests.tune.tuning_helpers import RUN_PROMPTS
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(RUN_PROMPTS) + "\n")
-    line = cli.one_line(tune_args("/no/such/model", prompts, "--data.batch_size", "1000000"))
+    line = cli.one_line(tune_args(tiny_gpt2_dir, prompts, "--data.batch_size", "1000000"))
     assert line == (
         f"error: data.batch_size = 1000000 is larger than the 6 training prompts of prompts_file '{prompts}': "
         "each step would sample 1000000 sequences from repeats of them; set --data.batch_size 6 or less, or give "

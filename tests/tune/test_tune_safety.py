@@ -87,10 +87,12 @@ def test_output_directories_are_checked_before_the_model_loads(cli, prompts, tmp
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_prompt_and_guard_refusals_come_before_the_model_loads(cli, prompts, tmp_path, capsys):
+def test_prompt_and_guard_refusals_come_before_the_model_loads(cli, tiny_gpt2_dir, prompts, tmp_path):
+    """Refused with the module made (its options and the checkpoint's config checked) and before its
+    tokenizer or weights load (``no_loading``)."""
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
-    missing = "/does/not/exist"
+    missing = tiny_gpt2_dir
     n = len(RUN_PROMPTS)
     cases = [
         (
@@ -284,11 +286,11 @@ def test_the_guard_validates_the_final_model_when_its_last_validation_is_stale(
 
 
 @pytest.mark.usefixtures("no_loading")
-def test_a_guard_with_nothing_to_look_at_and_impossible_bands_are_refused(cli, prompts, capsys):
+def test_a_guard_with_nothing_to_look_at_and_impossible_bands_are_refused(cli, tiny_gpt2_dir, prompts):
     """The default guard with no validation (was: a warning, then an unguarded export), validation turned
     off, and bands typed as percents: one line each, before the model loads."""
     missing = "/does/not/exist"
-    line = cli.one_line(tune_args(missing, prompts, guard=True))
+    line = cli.one_line(tune_args(tiny_gpt2_dir, prompts, guard=True))
     assert line.startswith("error: the collapse guard (on by default)")
     assert line.endswith(f"(data.val_size 0): set data.val_size > 0 (e.g. 8), or {GUARD_OFF_FIX}")
     no_val = tune_args(

@@ -310,3 +310,78 @@ def test_tuning_messages_name_the_fix(args, line, tmp_path):
     errors = [x for x in proc.stderr.strip().splitlines() if not x.startswith("Seed set")]
     assert errors == [line]
     assert not any(tmp_path.iterdir())  # no export, no logs
+
+
+def test_cblight_tune_checks_each_thing_once(tiny_gpt2_dir, tmp_path, monkeypatch):
+    """``cblight tune`` as docs/tuning.md runs it (webtext prompts, the default guard with validation, an
+    export directory), at a tiny size: every check runs once in the run, however many layers (the check
+    pass, the module, its callbacks) could ask, and the data module and each option group are made once."""
+    import collections
+    import functools
+    import sys
+
+    from cblight.cli import tune_cli
+    from cblight.options import Boosting, Sampling
+    from cblight.runs import OutputLock
+    from cblight.tune import export, preflight, prompt_data
+    from cblight.tune.callbacks import GuardOptions
+    from cblight.tune.export import ExportOptions
+    from cblight.tune.lora import LoraOptions
+    from cblight.tune.loss import LossOptions
+    from cblight.tune.rollouts import RolloutOptions, RolloutSampler
+    from cblight.tune.teacher import TeacherOptions
+    from cblight.tune.validation import ValidationOptions
+
+    calls: collections.Counter = collections.Counter()
+
+    def counted(name, fn):
+        @functools.wraps(fn)  # the parser reads the signature of what it builds
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    functions = {
+        "check_max_steps": preflight.check_max_steps,
+        "check_strategy": preflight.check_strategy,
+        "check_shared_options": preflight.check_shared_options,
+        "check_validation_data": preflight.check_validation_data,
+        "check_split": prompt_data.check_split,
+        "check_export_dir": export.check_export_dir,
+    }
+    for name, fn in functions.items():  # every module that imported it by name
+        for module in [m for m in list(sys.modules.values()) if m.__name__.startswith("cblight")]:
+            if getattr(module, name, None) is fn:
+                monkeypatch.setattr(module, name, counted(name, fn))
+    methods = {
+        "check_prompts": (RolloutSampler, "check_prompts"),
+        "check_batch_size": (prompt_data.PromptDataModule, "check_batch_size"),
+        "check_config": (RolloutOptions, "check_config"),
+        "PromptDataModule": (prompt_data.PromptDataModule, "__init__"),
+    }
+    groups = (Boosting, Sampling, RolloutOptions, TeacherOptions, LossOptions, LoraOptions, ValidationOptions)
+    for cls in (*groups, GuardOptions, ExportOptions):
+        methods[cls.__name__] = (cls, "__post_init__")
+    for name, (owner, attribute) in methods.items():
+        monkeypatch.setattr(owner, attribute, counted(name, getattr(owner, attribute)))
+    acquire = OutputLock.acquire
+
+    def export_lock(self):
+        calls[f"lock {self.option}"] += 1
+        return acquire(self)
+
+    monkeypatch.setattr(OutputLock, "acquire", export_lock)
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "-c", CONFIG, "--model.model", str(tiny_gpt2_dir), "--model.boosting.k", "3",
+        "--model.max_new_tokens", "5", "--model.export.dir", "tuned",
+        "--data.data_dir", str(ROOT / "tests" / "fixtures" / "webtext"), "--data.split", "test",
+        "--data.batch_size", "1", "--data.val_size", "1",
+        "--trainer.max_steps", "1", "--trainer.val_check_interval", "1", "--trainer.accelerator", "cpu",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+    ]  # fmt: skip
+    tune_cli(args)
+    assert (tmp_path / "tuned" / "config.json").is_file()  # the run went through: each check had its say
+    once = [*functions, *methods, "lock model.export.dir"]
+    assert {name: calls[name] for name in once} == dict.fromkeys(once, 1)
