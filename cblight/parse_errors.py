@@ -219,7 +219,7 @@ def _fault(
         return None
     bases, groups = _bases(hint), _groups(hint)
     if isinstance(value, str) and bases and not groups:
-        if class_named(value, bases) is not None or _fits(hint, value, text):
+        if class_named(value, bases) is not None or _parses_as(hint, value, text):
             return None
         close = closest(value, [c.__name__ for c in subclasses(bases)])
         mean = f"; did you mean {close}?" if close else ""
@@ -229,7 +229,7 @@ def _fault(
         said = _fault(parser, f"{key}[{n}]", lists[0], item, [], False, None)
         if said:
             return said
-    if _fits(hint, value, text):
+    if _parses_as(hint, value, text):
         return None
     if groups and len(_members(hint)) == 1:  # ``--model.teacher live``: a group of options given a value
         option, value = f"{'--' if typed else ''}{key}", text or str(value)
@@ -238,7 +238,9 @@ def _fault(
             return f"{option}: cannot read {value!r} as a config of its options ({why})"
         names = sorted(children)
         # the options that take such a value (a Literal's, a flag's true/false), else its string options
-        taking = [n for n in names if str not in _members(children[n]) and _fits(children[n], value, value)]
+        taking = [
+            n for n in names if str not in _members(children[n]) and _parses_as(children[n], value, value)
+        ]
         taking = taking or [n for n in names if children[n] is str]
         what = f"{option} is a group of options ({', '.join(names)}), not a value"
         if 1 <= len(taking) <= 3:
@@ -325,7 +327,8 @@ def _bases(hint: Any) -> list[type]:
     return [c for c in classes if not issubclass(c, _SCALARS)]
 
 
-def _fits(hint: Any, value: Any, text: str | None) -> bool:
+def _parses_as(hint: Any, value: Any, text: str | None) -> bool:
+    """Whether jsonargparse parses ``text`` (as typed) or ``value`` (from a config) as an option of type ``hint``."""
     check = ArgumentParser(exit_on_error=False)
     try:
         check.add_argument("--v", type=hint)
