@@ -328,7 +328,7 @@ def _bases(hint: Any) -> list[type]:
 
 
 def _parses_as(hint: Any, value: Any, text: str | None) -> bool:
-    """Whether jsonargparse parses ``text`` (as typed) or ``value`` (from a config) as an option of type ``hint``."""
+    """Whether jsonargparse parses ``text`` (as typed) or ``value`` (from a config) as a ``hint`` option."""
     check = ArgumentParser(exit_on_error=False)
     try:
         check.add_argument("--v", type=hint)
