@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 
-def bounded(name: str, base: type, words: str, test: Callable[[Any], bool]) -> type:
+def bounded(name: str, base: type, words: str, test: Callable[[Any], bool], module: str = __name__) -> type:
     """A constrained option type: a subclass of ``base`` (int, float or str) whose constructor refuses a value
     that fails ``test``, registered with jsonargparse (its public ``extend_base_type``), so that the parser
     enforces it on the command line and in YAML, and ``check_fields`` for a Python caller.
@@ -54,9 +54,16 @@ def bounded(name: str, base: type, words: str, test: Callable[[Any], bool]) -> t
         base: ``int``, ``float`` or ``str``; a bool is none of them, and an int type takes no fractional float.
         words: what a valid value is, as messages say it (``an integer >= 1``), kept as the type's ``words``.
         test: whether a value, converted to ``base``, is valid.
+        module: the module that binds the type to ``name`` (where pickle finds it: a value in a checkpoint's
+            hyperparameters); this one by default.
 
     Returns:
         The type, with the public attributes ``base`` and ``words``.
+
+    Examples:
+        >>> Even = bounded("Even", int, "an even integer", lambda v: v % 2 == 0)
+        >>> Even(4), Even.words
+        (4, 'an even integer')
     """
 
     def validate(cls: type, value: Any) -> None:
@@ -66,8 +73,7 @@ def bounded(name: str, base: type, words: str, test: Callable[[Any], bool]) -> t
 
     # created under another name, as jsonargparse refuses one that its own module defines (``PositiveInt``)
     created = extend_base_type(f"cblight_{name}", base, validate, words, {"base": base, "words": words})
-    # named, and pickled (a value in a checkpoint's hyperparameters), as this module's
-    created.__name__, created.__qualname__, created.__module__ = name, name, __name__
+    created.__name__, created.__qualname__, created.__module__ = name, name, module
     return created
 
 

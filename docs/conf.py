@@ -48,7 +48,10 @@ _EXTERNAL = (
     "lm_eval", "tokenizers", "huggingface_hub", "matplotlib", "filelock",
 )  # fmt: skip
 # (a dataclass field's ``tuple[PositiveInt, ...]`` reaches the resolver unparsed, as ``tuple[~jsonargparse...``)
-nitpick_ignore_regex = [(r"py:.*", rf"(tuple\[~?)?({'|'.join(_EXTERNAL)})(\..*)?")]
+nitpick_ignore_regex = [
+    (r"py:.*", rf"(tuple\[~?)?({'|'.join(_EXTERNAL)})(\..*)?"),
+    (r"py:.*", r"tuple\[~?cblight\.option_types\..*"),  # the same, for cblight's own (documented) types
+]
 
 # Code blocks: the copy button leaves out shell prompts and Python's >>> / ... prompts
 copybutton_prompt_text = r">>> |\.\.\. |\$ "

@@ -38,11 +38,18 @@ from cblight.scoring import Encoder, Scorer, empty_context_ids
 from cblight.sharding import SyncedForwards
 from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, sampled_logits
 
-__all__ = ["SampleDiversity", "ValidationOptions", "Validator", "next_token_entropy", "sampled_tokens"]
+__all__ = [
+    "AtLeastTwo",
+    "SampleDiversity",
+    "ValidationOptions",
+    "Validator",
+    "next_token_entropy",
+    "sampled_tokens",
+]
 
 
 #: A text cut for its perplexity keeps a token to predict after the first.
-AtLeastTwo = bounded("AtLeastTwo", int, "an integer >= 2", lambda v: v >= 2)
+AtLeastTwo = bounded("AtLeastTwo", int, "an integer >= 2", lambda v: v >= 2, module=__name__)
 
 
 @dataclass(frozen=True)
