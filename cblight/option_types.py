@@ -3,8 +3,8 @@
 An option is declared once, with a precise type: a ``Literal``, or one of the constrained types defined
 below with ``bounded`` (``PositiveInt``, ``NonNegativeInt``, ``PositiveFloat``, ``NonNegativeFloat``,
 ``ClosedUnitInterval``, ``OpenUnitInterval``, ``FiniteFloat``, ``PositiveFiniteFloat``,
-``PositiveUnitInterval``, ``RatioAtLeastOne``, ``NotEmptyStr``), each carrying its bound in words. jsonargparse enforces the declaration on the command line
-and in YAML; ``check_fields`` (a dataclass's ``__post_init__``) and ``check_arguments`` (a LightningModule's
+``PositiveUnitInterval``, ``RatioAtLeastOne``, ``NotEmptyStr``), each carrying its bound in words.
+jsonargparse enforces the declaration on the command line and in YAML; ``check_fields`` (a dataclass's ``__post_init__``) and ``check_arguments`` (a LightningModule's
 ``__init__``) enforce the same declaration for a Python caller. Both refuse with one line that names the
 option, what it accepts (``describe``) and the value given. Checks that involve two options together are
 written where the options live, once each.
