@@ -111,7 +111,7 @@ class ChoiceSweep(_ExampleTable):
             "char_lengths": _padded(char_lengths, c, 1.0),
         }
         for m in self.methods:
-            columns[f"method_{m}"] = _padded([scores[m] for scores in method_scores or ()], c, -math.inf)
+            columns[f"method_{m}"] = _padded([scores[m] for scores in method_scores], c, -math.inf)
         self.append(ids, columns)
 
     def compute(self) -> dict[str, torch.Tensor]:
