@@ -285,9 +285,13 @@ def load_split_records(
         raise MissingDataError(
             f"{task}: split {split!r} is not available on the Hub; pass data_dir/data_files"
         )
-    import datasets  # the one place the Hub is read
+    return _hub_records(task, split, source.hub[split])
 
-    hub = source.hub[split]
+
+def _hub_records(task: str, split: str, hub: HubSplit) -> list[SourceRecord]:
+    """The records of a Hub split, through ``datasets.load_dataset``; the one place the Hub is read."""
+    import datasets
+
     label = hub.path + (f" ({hub.name})" if hub.name else "")
     try:
         ds = datasets.load_dataset(hub.path, hub.name, split=hub.split)
