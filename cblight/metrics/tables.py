@@ -10,7 +10,7 @@
   for; ``ent4`` (nats), ``dist1``, ``dist2`` (percent), ``avg_len`` (words).
 * Summarisation appendix, ``SummarySuite`` / ``summary_table``: ``rouge1``, ``rouge2``, ``rougeL`` (percent).
 
-A suite is an ``nn.Module`` of torchmetrics (states synced across processes at ``compute``); the metric
+A suite is a torchmetrics ``MetricCollection`` (states synced across processes at ``compute``); the metric
 classes themselves return fractions, and only the suites scale to the paper's units.
 """
 
