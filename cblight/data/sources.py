@@ -238,8 +238,6 @@ def read_local(reader: Reader, path: Path, task: str) -> list[SourceRecord]:
             f"{task}: {path} is not UTF-8 text (byte {err.object[err.start : err.start + 1]!r} at offset "
             f"{err.start}); convert it, e.g. iconv -f latin1 -t utf-8 {path.name} > utf8-{path.name}"
         ) from None
-    except IsADirectoryError:
-        raise DataError(f"{task}: {path} is a directory, not a data file") from None
     except PermissionError:
         raise DataError(f"{task}: {path} cannot be read (permission denied)") from None
 
@@ -266,7 +264,7 @@ def load_split_records(
         if not root.is_dir():
             raise DataError(f"{task}: data_dir {root} is not a directory")
         patterns = local.files.get(split, ())
-        found = [sorted(root.glob(pattern)) for pattern in patterns]
+        found = [sorted(p for p in root.glob(pattern) if p.is_file()) for pattern in patterns]
         hint = f" {local.hint}" if local.hint else ""
         if local.combine and split in local.files:
             missing = [p for p, paths in zip(patterns, found, strict=True) if not paths]

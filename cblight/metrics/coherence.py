@@ -127,11 +127,10 @@ def generated_token_log_probs(
             # short context: windows only where more than k content tokens precede the target
             short = full.clone()
             w_rows, w_cols = windowed_positions(mask, k, wanted, n_prefix=len(prefix))
-            if w_rows.numel():
-                lp = windowed_log_probs(model, ids, w_rows, w_cols, k, prefix=prefix, chunk_size=chunk_size)
-                flat_index = torch.full((len(seqs), width), -1, dtype=torch.long, device=device)
-                flat_index[rows, tgt_cols] = torch.arange(rows.numel(), device=device)
-                short[flat_index[w_rows, w_cols]] = lp
+            lp = windowed_log_probs(model, ids, w_rows, w_cols, k, prefix=prefix, chunk_size=chunk_size)
+            flat_index = torch.full((len(seqs), width), -1, dtype=torch.long, device=device)
+            flat_index[rows, tgt_cols] = torch.arange(rows.numel(), device=device)
+            short[flat_index[w_rows, w_cols]] = lp
             counts = [len(gens[i]) for i in batch]
             for i, f, s in zip(batch, full.cpu().split(counts), short.cpu().split(counts)):
                 results[i] = (f, s)

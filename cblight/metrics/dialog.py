@@ -7,8 +7,8 @@ lower-casing, URL and markup cleaning, Twitter-style tokenisation, split contrac
 lower-case only; ``"none"``. Texts are then split on whitespace into words.
 
 * ``CorpusBLEU``, ``CorpusNIST``: cumulative BLEU-n / NIST-n as NIST's ``mteval-v14c.pl`` computes them
-  (``cblight.metrics.mteval``: its tokenisation, information weights, brevity penalty and smoothing,
-  multi-reference, corpus level), the numbers of the paper's Table 3.
+  (``mteval_words``, its tokenisation; ``cblight.metrics.ngrams``: its information weights, brevity
+  penalty and smoothing, multi-reference, corpus level), the numbers of the paper's Table 3.
 * ``NltkCorpusBLEU``, ``NltkCorpusNIST``: nltk's ``corpus_bleu`` / ``corpus_nist`` on the normalised
   words (no smoothing; NIST against each example's best single reference), for comparison only: on real
   DSTC7 responses they are up to 3.5 NIST points off the official values.
@@ -30,8 +30,7 @@ from typing import Any, Literal
 
 import torch
 
-from cblight.metrics.mteval import bleu_from_counts, mteval_nist, mteval_words
-from cblight.metrics.ngrams import bleu_from_stats, bleu_stats, corpus_nist, distinct_and_entropy
+from cblight.metrics import ngrams
 from cblight.metrics.ragged import PaperMetric, RaggedMetric, score_once
 from cblight.option_types import PositiveInt, check_arguments
 
@@ -163,6 +162,30 @@ def _orders(orders: Orders) -> list[int]:
     return list(orders)
 
 
+_PUNCTUATION = re.compile(r"([{-~\[-` -&(-+:-@/])")
+_BEFORE_PERIOD_COMMA = re.compile(r"([^0-9])([.,])")
+_AFTER_PERIOD_COMMA = re.compile(r"([.,])([^0-9])")
+_DIGIT_DASH = re.compile(r"([0-9])(-)")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def mteval_words(text: str) -> list[str]:
+    """The words ``mteval-v14c.pl`` scores for one segment written by DialoGPT's ``_write_xml``: the writer
+    blanks ``&`` and ``<``; mteval's default tokenisation then lower-cases A-Z, splits off the ASCII
+    punctuation ``{|}~[\\]^_`` `` !"#$%&()*+:;<=>?@/`` (not ``'`` or ``-``), a period or comma unless it sits
+    between digits, and a dash after a digit."""
+    # the XML writer blanks the two characters that would break its XML; the parser turns \r\n into \n
+    text = text.replace("&", " ").replace("<", " ").replace("\r\n", "\n").replace("\r", "\n")
+    # mteval's language-independent part (its <skipped> and &quot;-style entity rules cannot fire here)
+    text = text.replace("-\n", "").replace("\n", " ")
+    text = text.translate(_ASCII_LOWER)  # mteval's tr/A-Z/a-z/: ASCII only
+    text = _PUNCTUATION.sub(r" \1 ", f" {text} ")
+    text = _BEFORE_PERIOD_COMMA.sub(r"\1 \2 ", text)
+    text = _AFTER_PERIOD_COMMA.sub(r" \1 \2", text)
+    text = _DIGIT_DASH.sub(r"\1 \2 ", text)
+    return text.split()
+
+
 def _mteval_words(hyps: list[list[str]], refs: list[list[list[str]]]) -> tuple[list, list]:
     """The normalised words as ``mteval-v14c.pl`` tokenises the text ``dstc.py`` writes of them."""
     return [mteval_words(" ".join(h)) for h in hyps], [[mteval_words(" ".join(r)) for r in rs] for rs in refs]
@@ -195,7 +218,7 @@ class CorpusBLEU(PaperMetric):
     """
 
     higher_is_better = True
-    bleu = staticmethod(bleu_from_counts)
+    bleu = staticmethod(ngrams.bleu_from_counts)
     min_total = 0  # a segment's hypothesis n-grams per order as they are summed
 
     def __init__(
@@ -221,7 +244,7 @@ class CorpusBLEU(PaperMetric):
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
         hyps, refs = self.segments(*dialog_words(hypotheses, references, self.normalize))
         for hyp, ref_list in zip(hyps, refs):
-            matches, totals, ref_len = bleu_stats(hyp, ref_list, len(self.matches), self.min_total)
+            matches, totals, ref_len = ngrams.bleu_stats(hyp, ref_list, len(self.matches), self.min_total)
             self.matches += torch.tensor(matches, dtype=torch.long, device=self.device)
             self.totals += torch.tensor(totals, dtype=torch.long, device=self.device)
             self.hyp_len += len(hyp)
@@ -245,7 +268,7 @@ class NltkCorpusBLEU(CorpusBLEU):
         **kwargs: torchmetrics' ``Metric`` options.
     """
 
-    bleu = staticmethod(bleu_from_stats)
+    bleu = staticmethod(ngrams.bleu_from_stats)
     min_total = 1  # nltk's max(1, ·) sentence denominators
 
     def __init__(self, orders: Orders = (2, 4), normalize: Normalize = "dstc", **kwargs: Any):
@@ -287,7 +310,9 @@ class CorpusNIST(DialogCorpus):
 
         :meta private:
         """
-        scores = mteval_nist(*_mteval_words(hyps, cycle_references(refs, self.n_refs)), max(self.orders))
+        scores = ngrams.mteval_nist(
+            *_mteval_words(hyps, cycle_references(refs, self.n_refs)), max(self.orders)
+        )
         return [scores[n - 1] for n in self.orders]
 
     def compute(self) -> dict[str, torch.Tensor]:
@@ -309,7 +334,7 @@ class NltkCorpusNIST(CorpusNIST):
         super().__init__(orders, normalize, **kwargs)
 
     def nist(self, hyps: list[list[str]], refs: list[list[list[str]]]) -> list[float]:
-        return [corpus_nist(hyps, refs, n) for n in self.orders]
+        return [ngrams.corpus_nist(hyps, refs, n) for n in self.orders]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -353,8 +378,8 @@ class NGramDiversity(RaggedMetric):
     def compute(self) -> dict[str, torch.Tensor]:
         hyps = [h.split() for h in self.read_texts("hyps")]
         check_nonempty(len(hyps), "Distinct/Entropy")
-        out = {f"dist{n}": distinct_and_entropy(hyps, n)[0] for n in self.distinct_orders}
-        out.update({f"ent{n}": distinct_and_entropy(hyps, n)[1] for n in self.entropy_orders})
+        out = {f"dist{n}": ngrams.distinct_and_entropy(hyps, n)[0] for n in self.distinct_orders}
+        out.update({f"ent{n}": ngrams.distinct_and_entropy(hyps, n)[1] for n in self.entropy_orders})
         return {key: torch.tensor(value, dtype=torch.float64) for key, value in out.items()}
 
 

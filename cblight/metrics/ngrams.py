@@ -1,11 +1,22 @@
-"""n-gram statistics shared by BLEU, self-BLEU, NIST, Distinct-n and Entropy-n (paper Tables 2 and 3).
+"""n-gram statistics shared by BLEU, self-BLEU, NIST, Distinct-n and Entropy-n (paper Tables 2 and 3), and
+BLEU and NIST as nltk and as NIST's ``mteval-v14c.pl`` (the official DSTC7 evaluation) compute them.
 
-``bleu_stats`` is BLEU's per-segment statistics as both nltk's ``corpus_bleu`` and NIST's ``mteval-v14c.pl``
-define them (n-gram matches clipped by the largest count in any one reference, the reference length
-closest to the hypothesis with ties to the shorter); ``bleu_from_stats`` and ``corpus_nist`` follow nltk's
-``corpus_bleu`` / ``corpus_nist`` number for number (nltk's ``max(1, ·)`` sentence denominators, NIST's
-per-reference best match); the tests compare against nltk. ``cblight.metrics.mteval`` builds the official
-DSTC7 (``mteval-v14c.pl``) variants on the same pieces.
+``bleu_stats`` is BLEU's per-segment statistics as both define them (n-gram matches clipped by the largest
+count in any one reference, the reference length closest to the hypothesis with ties to the shorter).
+
+* nltk: ``bleu_from_stats`` and ``corpus_nist`` follow nltk's ``corpus_bleu`` / ``corpus_nist`` number for
+  number (nltk's ``max(1, ·)`` sentence denominators, NIST's per-reference best match); the tests compare
+  against nltk.
+* mteval, as DialoGPT's ``dstc/dstc.py`` runs it (without options: case-insensitive, default tokenisation,
+  ``cblight.metrics.dialog.mteval_words``; smoothed BLEU, closest-reference brevity penalty), the paper's
+  NIST-2/4 and BLEU-2/4, re-implemented from the script's definitions (Papineni et al. 2002 for BLEU,
+  Doddington 2002 for NIST). ``bleu_from_counts``: corpus sums of ``bleu_stats``; an order with no match
+  counts as ``1 / (2^k · #hypothesis n-grams)`` for its k-th such order, an order with no hypothesis n-gram
+  as precision 1; brevity penalty ``exp(min(0, 1 - ref/hyp))``, 0 for an empty corpus of hypotheses.
+  ``mteval_nist``: information weight ``info(w1..wn) = log2(count(w1..wn-1) / count(w1..wn))`` over all
+  reference segments (the unigram denominator is the number of reference words); per order the summed
+  weights of the clipped matches over the number of hypothesis n-grams, accumulated over orders; length
+  penalty ``exp(-β log²(hyp words / mean reference words))`` below 1 with β = ``log 2 / log² 1.5``.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 
 Tokens = Sequence[Hashable]
+Words = Sequence[str]
 
 
 def ngram_counts(tokens: Tokens, n: int) -> Counter:
@@ -94,6 +106,27 @@ def bleu_from_stats(
     return brevity_penalty(ref_len, hyp_len) * math.exp(math.fsum(lg / order for lg in logs))
 
 
+def bleu_from_counts(
+    matches: Sequence[int], totals: Sequence[int], hyp_length: int, ref_length: int, order: int
+) -> float:
+    """mteval's smoothed cumulative BLEU-``order`` from corpus sums of ``bleu_stats`` (see the module doc).
+
+    A hook of ``CorpusBLEU`` (its ``bleu``), not part of the metric's API:
+
+    :meta private:
+    """
+    log_sum, smooth = 0.0, 1
+    for n in range(order):
+        if totals[n] == 0:
+            continue  # log precision 0, as mteval
+        if matches[n] == 0:
+            smooth *= 2
+            log_sum += math.log(1 / (smooth * totals[n]))
+        else:
+            log_sum += math.log(matches[n] / totals[n])
+    return math.exp(log_sum / order) * brevity_penalty(ref_length, hyp_length)
+
+
 def nist_length_penalty(ratio: float) -> float:
     """Doddington (2002) eq. 3 of ``hyp words / reference words``: 1 from 1 up, 0.5 at two thirds."""
     if ratio >= 1:
@@ -129,6 +162,38 @@ def corpus_nist(hypotheses: Sequence[Tokens], references: Sequence[Sequence[Toke
         if denominator:
             precision += numerator / denominator
     return precision * nist_length_penalty(hyp_total / ref_total if ref_total else 0.0)
+
+
+def mteval_nist(
+    hypotheses: Sequence[Words], references: Sequence[Sequence[Words]], max_order: int
+) -> list[float]:
+    """Cumulative NIST-1..``max_order`` of a corpus whose examples all have the same number of references
+    (mteval's reference sets; see ``cblight.metrics.dialog.cycle_references``)."""
+    counts, ref_words = reference_ngrams(references, max_order)
+    if ref_words == 0:
+        raise ValueError("NIST of references without a single word: mteval divides by their length")
+
+    def info(gram: tuple) -> float:
+        """The information of an n-gram in bits (mteval's ``compute_ngram_info``). Perl reads the (n-1)-gram
+        string "0" as false: a bigram after the word "0" is weighed like a unigram, against all words."""
+        context = counts[gram[:-1]] if len(gram) > 1 and gram[:-1] != ("0",) else ref_words
+        return -math.log(counts[gram] / context) / math.log(2)
+
+    matched_info = [0.0] * max_order
+    hyp_ngrams = [0] * max_order
+    for hyp, refs in zip(hypotheses, references):
+        clip = max_reference_counts(refs, max_order)
+        for gram, count in ngrams_upto(hyp, max_order).items():
+            if gram in clip:
+                matched_info[len(gram) - 1] += info(gram) * min(count, clip[gram])
+        for n in range(1, max_order + 1):
+            hyp_ngrams[n - 1] += max(len(hyp) - n + 1, 0)
+    penalty = nist_length_penalty(hyp_ngrams[0] / (ref_words / len(references[0])))
+    scores, total = [], 0.0
+    for n in range(max_order):
+        total += matched_info[n] / max(hyp_ngrams[n], 1)
+        scores.append(total * penalty)
+    return scores
 
 
 def distinct_and_entropy(sequences: Sequence[Tokens], n: int) -> tuple[float, float, int]:

@@ -8,6 +8,7 @@ ROUGE-1.5.5 perl script behind the paper's numbers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,12 +27,12 @@ class ROUGE(PaperMetric):
     ``rouge-score``'s ``score_multi`` takes the best reference per type).
 
     Args:
-        rouge_types: ``rouge<n>`` (n >= 1) and ``rougeL`` (``rougeLsum`` needs a download and is refused).
+        rouge_types: ``rouge1`` .. ``rouge9`` and ``rougeL`` (``rougeLsum`` needs a download and is refused).
         use_stemmer: apply the Porter stemmer before matching.
         **kwargs: torchmetrics' ``Metric`` options.
 
     Raises:
-        ValueError: for no types, ``rougeLsum`` or an unknown type.
+        ValueError: for ``rougeLsum`` or an unknown type.
 
     Examples:
         >>> metric = ROUGE()
@@ -47,13 +48,11 @@ class ROUGE(PaperMetric):
         from rouge_score import rouge_scorer
 
         self.rouge_types = list(rouge_types)
-        if not self.rouge_types:
-            raise ValueError("rouge_types must name at least one ROUGE type")
         if "rougeLsum" in self.rouge_types:
             raise ValueError("rougeLsum needs nltk's punkt sentence splitter (a download); use rougeL")
-        for t in self.rouge_types:
-            if t != "rougeL" and not (t.startswith("rouge") and t[5:].isdigit() and int(t[5:]) >= 1):
-                raise ValueError(f"unknown ROUGE type {t!r}; use rouge<n> (n >= 1) or rougeL")
+        for t in self.rouge_types:  # the types rouge-score computes
+            if not re.fullmatch("rouge[1-9L]", t):
+                raise ValueError(f"unknown ROUGE type {t!r}; use rouge1 .. rouge9 or rougeL")
         self.scorer = rouge_scorer.RougeScorer(self.rouge_types, use_stemmer=use_stemmer)
         self.add_sums("fmeasure", size=len(self.rouge_types), dtype=torch.float64)
         self.add_sums("count")
@@ -64,14 +63,10 @@ class ROUGE(PaperMetric):
         if len(predictions) != len(references):
             raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
         for i, (pred, ref) in enumerate(zip(predictions, references)):
-            if not isinstance(pred, str):
-                raise TypeError(f"predictions[{i}] must be a string, got {type(pred).__name__}")
-            if isinstance(ref, str):
-                scores = self.scorer.score(ref, pred)
-            else:
-                if len(ref) == 0:
-                    raise ValueError(f"references[{i}] is empty: every prediction needs a reference")
-                scores = self.scorer.score_multi(list(ref), pred)
+            refs = [ref] if isinstance(ref, str) else list(ref)
+            if not refs:
+                raise ValueError(f"references[{i}] is empty: every prediction needs a reference")
+            scores = self.scorer.score_multi(refs, pred)  # of one reference: its scores
             self.fmeasure += torch.tensor(
                 [scores[t].fmeasure for t in self.rouge_types], dtype=torch.float64, device=self.device
             )

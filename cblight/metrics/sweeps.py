@@ -51,8 +51,6 @@ class _ExampleTable(Metric):
     def table(self) -> dict[str, torch.Tensor]:
         """The synced rows, one per distinct id (its first row), ordered by id."""
         cols = {name: dim_zero_cat(getattr(self, name)) for name in ("ids", *self.columns)}
-        if cols["ids"].numel() == 0:
-            raise ValueError(f"{type(self).__name__} has no examples")
         _, inverse = torch.unique(cols["ids"], return_inverse=True)
         rows = torch.arange(inverse.numel(), device=inverse.device)
         first = torch.full((int(inverse.max()) + 1,), inverse.numel(), device=inverse.device)
@@ -105,13 +103,6 @@ class ChoiceSweep(_ExampleTable):
         char_lengths: Sequence[Sequence[int]],
         method_scores: Sequence[dict[str, Sequence[float]]] | None = None,
     ) -> None:
-        if self.methods and (method_scores is None or len(method_scores) != len(ids)):
-            raise ValueError(f"ChoiceSweep with methods {self.methods} needs method_scores for every example")
-        for i, row in zip(ids, ll_full):
-            if len(row) > self.max_choices:
-                raise ValueError(
-                    f"example {i} has {len(row)} choices, more than max_choices={self.max_choices}"
-                )
         c = self.max_choices
         columns = {
             "labels": torch.tensor(list(labels), dtype=torch.long),
@@ -120,7 +111,7 @@ class ChoiceSweep(_ExampleTable):
             "char_lengths": _padded(char_lengths, c, 1.0),
         }
         for m in self.methods:
-            columns[f"method_{m}"] = _padded([scores[m] for scores in method_scores or ()], c, -math.inf)
+            columns[f"method_{m}"] = _padded([scores[m] for scores in method_scores], c, -math.inf)
         self.append(ids, columns)
 
     def compute(self) -> dict[str, torch.Tensor]:
@@ -179,9 +170,6 @@ class NextTokenSweep(_ExampleTable):
         super().__init__(columns, (len(ks), len(alphas)), **kwargs)
 
     def update(self, ids: Sequence[int], **columns: torch.Tensor) -> None:
-        missing = set(self.columns) - set(columns)
-        if missing:
-            raise ValueError(f"NextTokenSweep.update needs {sorted(missing)}")
         self.append(ids, columns)
 
     def compute(self) -> dict[str, torch.Tensor]:

@@ -10,7 +10,7 @@
   for; ``ent4`` (nats), ``dist1``, ``dist2`` (percent), ``avg_len`` (words).
 * Summarisation appendix, ``SummarySuite`` / ``summary_table``: ``rouge1``, ``rouge2``, ``rougeL`` (percent).
 
-A suite is an ``nn.Module`` of torchmetrics (states synced across processes at ``compute``); the metric
+A suite is a torchmetrics ``MetricCollection`` (states synced across processes at ``compute``); the metric
 classes themselves return fractions, and only the suites scale to the paper's units.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import nn
+from torchmetrics import Metric, MetricCollection
 
 from cblight.metrics.coherence import ContextSensitivity, generated_token_log_probs
 from cblight.metrics.dialog import CorpusBLEU, CorpusNIST, NGramDiversity, Normalize, ResponseLength
@@ -53,22 +53,23 @@ DIALOG_TITLES = {
 }
 
 
-class _Suite(nn.Module):
-    """Metrics computed together, reported as ``columns`` in the paper's units (``percent``: the columns
-    the paper prints in percent, of which the metric classes give fractions)."""
+class _Suite(MetricCollection):
+    """Metrics computed together (a ``MetricCollection``: each metric's states synced at ``compute``, its
+    values under their own keys, or the collection's key for a single value), reported as ``columns`` in
+    the paper's units (``percent``: the columns the paper prints in percent, of which the metric classes
+    give fractions)."""
 
     columns: tuple[str, ...] = ()
     percent: frozenset[str] = frozenset()
+
+    def __init__(self, metrics: dict[str, Metric]):
+        super().__init__(metrics, compute_groups=False)
 
     def report(self, values: Mapping[str, Any]) -> dict[str, float | None]:
         """``values`` in the paper's units: percent for ``percent``, else raw; ``None`` (printed
         "-") for a statistic undefined on this data, e.g. self-BLEU of one generation."""
         out = {c: float(values[c]) * (100 if c in self.percent else 1) for c in self.columns}
         return {c: None if math.isnan(v) else v for c, v in out.items()}
-
-    def reset(self) -> None:
-        for metric in self.children():
-            metric.reset()
 
     def score(self, *inputs: Any) -> dict[str, Any]:
         """The columns of one set of inputs in memory (the tables' functional forms)."""
@@ -88,12 +89,15 @@ class TextSuite(_Suite):
     percent = frozenset({"rep", "lr_50", "lr_100", "delta", "ltf"})
 
     def __init__(self, eos_token_id: int | None = None, self_bleu_samples: int | None = 1000, seed: int = 0):
-        super().__init__()
-        self.lr = LongRangeRepetition((50, 100))
-        self.zipf = ZipfCoefficient()
-        self.rep = RepetitionRate(eos_token_id=eos_token_id)
-        self.self_bleu = SelfBLEU(4, self_bleu_samples, seed)
-        self.sensitivity = ContextSensitivity()
+        super().__init__(
+            {
+                "lr": LongRangeRepetition((50, 100)),
+                "zipf": ZipfCoefficient(),
+                "rep": RepetitionRate(eos_token_id=eos_token_id),
+                "self_bleu4": SelfBLEU(4, self_bleu_samples, seed),
+                "sensitivity": ContextSensitivity(),
+            }
+        )
 
     def update(
         self,
@@ -102,15 +106,14 @@ class TextSuite(_Suite):
         short_log_probs: Sequence[torch.Tensor],
         ids: Sequence[int] | None = None,
     ) -> None:
+        # each metric takes the inputs its update names
         docs = as_token_lists(generations, "generations")
-        for metric in (self.lr, self.zipf, self.rep):
-            metric.update(docs)
-        self.self_bleu.update(docs, ids)
-        self.sensitivity.update(list(full_log_probs), list(short_log_probs))
+        super().update(
+            documents=docs, ids=ids, full_log_probs=full_log_probs, short_log_probs=short_log_probs
+        )
 
     def compute(self) -> dict[str, float | None]:
-        values = {**self.lr.compute(), **self.sensitivity.compute(), "self_bleu4": self.self_bleu.compute()}
-        return self.report({**values, "zipf": self.zipf.compute(), "rep": self.rep.compute()})
+        return self.report(super().compute())
 
 
 class DialogSuite(_Suite):
@@ -133,29 +136,24 @@ class DialogSuite(_Suite):
         n_refs: int | None = None,
     ):
         check_arguments(DialogSuite.__init__, locals())
-        super().__init__()
         official = resolve_meteor_route(meteor) == "official"
-        skipped = "meteor_nltk" if official else "meteor"
-        self.columns = tuple(c for c in DIALOG_TITLES if c != skipped)
-        self.nist = CorpusNIST((2, 4), normalize, n_refs)
-        self.bleu = CorpusBLEU((2, 4), normalize, n_refs)
-        self.meteor = Meteor(normalize, n_refs) if official else NltkMeteor(normalize, use_synonyms)
-        self.diversity = NGramDiversity((1, 2), (4,), normalize)
-        self.length = ResponseLength(normalize)
+        super().__init__(
+            {
+                "nist": CorpusNIST((2, 4), normalize, n_refs),
+                "bleu": CorpusBLEU((2, 4), normalize, n_refs),
+                "meteor": Meteor(normalize, n_refs) if official else NltkMeteor(normalize, use_synonyms),
+                "diversity": NGramDiversity((1, 2), (4,), normalize),
+                "avg_len": ResponseLength(normalize),
+            }
+        )
+        self.columns = tuple(c for c in DIALOG_TITLES if c != ("meteor_nltk" if official else "meteor"))
 
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
-        for metric in (self.nist, self.bleu, self.meteor):
-            metric.update(hypotheses, references)
-        self.diversity.update(hypotheses)
-        self.length.update(hypotheses)
+        super().update(hypotheses=hypotheses, references=references)
 
     def compute(self) -> dict[str, Any]:
-        values = {**self.nist.compute(), **self.bleu.compute()}
-        meteor = self.meteor.compute()
-        values.update(meteor if isinstance(meteor, dict) else {"meteor": meteor})
-        out: dict[str, Any] = self.report(
-            {**values, **self.diversity.compute(), "avg_len": self.length.compute()}
-        )
+        values = super().compute()
+        out: dict[str, Any] = self.report(values)
         if "meteor_synonyms" in values:
             out["meteor_synonyms"] = bool(values["meteor_synonyms"])
         return out
@@ -168,14 +166,13 @@ class SummarySuite(_Suite):
     percent = frozenset(columns)
 
     def __init__(self, use_stemmer: bool = True):
-        super().__init__()
-        self.rouge = ROUGE(use_stemmer=use_stemmer)
+        super().__init__({"rouge": ROUGE(use_stemmer=use_stemmer)})
 
     def update(self, predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> None:
-        self.rouge.update(predictions, references)
+        super().update(predictions=predictions, references=references)
 
     def compute(self) -> dict[str, float | None]:
-        return self.report(self.rouge.compute())
+        return self.report(super().compute())
 
 
 def generation_table(

@@ -37,16 +37,11 @@ def as_token_lists(documents: Any, name: str = "documents") -> list[list[int]]:
         )
     out = []
     for i, doc in enumerate(documents):
-        if isinstance(doc, torch.Tensor):
-            if doc.dim() != 1:
-                raise ValueError(
-                    f"{name}[{i}] must be a 1-D tensor of token ids, got shape {tuple(doc.shape)}"
-                )
+        if isinstance(doc, torch.Tensor) and doc.dim() == 1:
             doc = doc.tolist()
-        elif isinstance(doc, (int, str, bytes)) or not isinstance(doc, Sequence):
-            raise TypeError(
-                f"{name} must be a list of token-id sequences; {name}[{i}] is {type(doc).__name__}"
-            )
+        if isinstance(doc, int | str | bytes | torch.Tensor) or not isinstance(doc, Sequence):
+            kind = f"a {doc.dim()}-D tensor" if isinstance(doc, torch.Tensor) else type(doc).__name__
+            raise TypeError(f"{name} must be a list of token-id sequences; {name}[{i}] is {kind}")
         out.append([int(t) for t in doc])
     return out
 

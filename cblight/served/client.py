@@ -86,11 +86,10 @@ class _Retryable(Exception):
 def _server_message(err: urllib.error.HTTPError) -> str:
     try:
         body = err.read().decode("utf-8", errors="replace")
+        detail = json.loads(body)
     except (OSError, HTTPException):
         return ""
-    try:
-        detail = json.loads(body)
-    except ValueError:
+    except ValueError:  # not JSON: the body itself
         return body.strip()[:200]
     if isinstance(detail, dict):  # OpenAI's {"error": {"message": ...}}, FastAPI's {"detail": ...}
         detail = detail.get("error", detail.get("detail", detail))
@@ -138,9 +137,6 @@ class RequestCache:
         """Every cached ``(request, answer)``."""
         return [(json.loads(r), json.loads(a)) for r, a in self._query("SELECT request, answer FROM answers")]
 
-    def __len__(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM answers")[0][0])
-
 
 class CompletionClient:
     """Posts completion requests to ``options.base_url`` (see the module docstring)."""
@@ -165,9 +161,7 @@ class CompletionClient:
         if env and os.environ.get(env):
             headers["Authorization"] = f"Bearer {os.environ[env]}"
         data = None if body is None else json.dumps(body).encode("utf-8")
-        request = urllib.request.Request(
-            url, data=data, headers=headers, method="GET" if body is None else "POST"
-        )
+        request = urllib.request.Request(url, data=data, headers=headers)  # POST with data, else GET
         with self._count:
             self.requests_sent += 1
         try:

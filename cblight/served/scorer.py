@@ -70,25 +70,20 @@ def echoed_continuation(
     The generated tokens normally follow the prompt's in the list (``usage.completion_tokens`` of them);
     llama-cpp-python leaves them out for models without BOS, which the generated text (``text`` minus the
     prompt) tells apart."""
-    choices = answer.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise ServedModelError(f"{name}: the server's answer has no choices")
-    logprobs = choices[0].get("logprobs")
-    if not isinstance(logprobs, dict) or not logprobs.get("tokens"):
+    try:
+        choice = answer["choices"][0]
+        logprobs, generated = choice["logprobs"], int(answer["usage"]["completion_tokens"])
+        tokens, offsets, values = logprobs["tokens"], logprobs["text_offset"], logprobs["token_logprobs"]
+        if not tokens or len(offsets) != len(tokens) or len(values) != len(tokens):
+            raise ValueError
+    except (KeyError, IndexError, TypeError, ValueError):
         raise ServedModelError(
-            f"{name}: the server returned no prompt log-probs (does it support echo with logprobs?)"
-        )
-    tokens = list(logprobs["tokens"])
-    offsets = logprobs.get("text_offset")
-    values = logprobs.get("token_logprobs")
+            f"{name}: the server returned no prompt log-probs (choices[0].logprobs with tokens, text_offset "
+            "and token_logprobs, and usage.completion_tokens): does it support echo with logprobs?"
+        ) from None
     tops = logprobs.get("top_logprobs") or [None] * len(tokens)
-    if not isinstance(offsets, list) or not isinstance(values, list) or len(offsets) != len(tokens):
-        raise ServedModelError(f"{name}: the server's log-probs lack text_offset or token_logprobs")
-    generated = (answer.get("usage") or {}).get("completion_tokens")
-    if not isinstance(generated, int):
-        raise ServedModelError(f"{name}: the server's answer has no usage.completion_tokens")
     n_prompt = len(tokens) - generated
-    text = choices[0].get("text")
+    text = choice.get("text")
     listed = "".join(tokens[n_prompt:])
     if generated and prompt is not None and isinstance(text, str) and text.startswith(prompt):
         n_prompt = n_prompt if listed == text[len(prompt) :] else len(tokens)  # generated ones not listed

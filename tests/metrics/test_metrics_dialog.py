@@ -30,8 +30,7 @@ from cblight.metrics import (
     nltk_corpus_bleu,
     response_length,
 )
-from cblight.metrics.dialog import cycle_references, dialog_words
-from cblight.metrics.mteval import mteval_words
+from cblight.metrics.dialog import cycle_references, dialog_words, mteval_words
 from cblight.metrics.ngrams import nist_length_penalty
 
 OFFICIAL = Path(__file__).resolve().parents[1] / "fixtures" / "dstc7_official"

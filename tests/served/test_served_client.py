@@ -259,14 +259,14 @@ def test_an_interrupted_run_resumes_from_the_request_cache(stub, tmp_path):
     bodies = [{"prompt": i} for i in range(8)]
     with pytest.raises(ServedModelError, match="HTTP 400"):
         client.complete_many(bodies)
-    cached = len(cache)  # prompts 0-4, and 6 if the worker took it before the failure was seen
+    cached = len(cache.items())  # prompts 0-4, and 6 if the worker took it before the failure was seen
     assert cached in (5, 6)
     sent = server.completions()
     fail["on"] = None
     again = CompletionClient(options(server.url, concurrency=2), RequestCache(tmp_path / "requests.sqlite"))
     assert [a["n"] for a in again.complete_many(bodies)] == list(range(8))
     assert server.completions() - sent == 8 - cached  # only those never answered
-    assert len(RequestCache(tmp_path / "requests.sqlite")) == 8
+    assert len(RequestCache(tmp_path / "requests.sqlite").items()) == 8
 
 
 def test_a_corrupt_request_cache_is_one_error(tmp_path):
