@@ -91,13 +91,11 @@ def check_adaptive_rule(model_args: dict[str, Any], tasks: list[Any], manager: A
     before the model loads (as ``cblight evaluate --model.adaptive`` is): a multiple-choice task's scores
     take a multiple-choice rule, a ``generate_until`` task a per-token rule, a ``loglikelihood`` task both
     (its scores and its greedy flags)."""
-    from typing import get_args
-
-    from cblight.adaptive import CHOICE_RULES, TOKEN_RULES, RuleName
+    from cblight.adaptive import CHOICE_RULES, RULES, TOKEN_RULES, RuleName
     from cblight.option_types import describe
 
     rule = str(model_args.get("adaptive_rule", "auto"))
-    if rule not in get_args(RuleName):  # a name of no rule: not a rule of another kind of task
+    if rule not in RULES:  # a name of no rule: not a rule of another kind of task
         raise CblightError(f"adaptive_rule must be {describe(RuleName)}, got {rule!r}")
     if str(model_args.get("alpha")) != "adaptive" or rule == "auto":
         return

@@ -40,10 +40,10 @@ import logging
 from collections import defaultdict
 from typing import Any, Literal
 
-import lm_eval.models  # noqa: F401  (registers lm-eval's own models before ours)
 import torch
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from lm_eval.models.utils_hf import stop_sequences_criteria
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
@@ -92,6 +92,14 @@ class CblightLM(TemplateLM):
         trust_remote_code: allow the model's own code from the Hub.
     """
 
+    # lm-eval's HF backend's own tokenisation (its tok_encode; BOS, else EOS, as the empty context), so
+    # that with alpha=0 the numbers are those of --model hf; none of its add_bos_token or prefix overrides
+    add_bos_token = custom_prefix_token_id = None
+    eot_token_id = HFLM.eot_token_id
+    prefix_token_id = HFLM.prefix_token_id
+    tokenizer_name = HFLM.tokenizer_name
+    tok_encode = HFLM.tok_encode
+
     def __init__(
         self,
         pretrained: Any = "gpt2",
@@ -139,25 +147,22 @@ class CblightLM(TemplateLM):
             # lm-eval's model_args are flat key=value pairs (its hf model's spelling): one LoadOptions here
             load = LoadOptions(revision=revision, dtype=dtype, trust_remote_code=trust_remote_code)
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-            model = load_causal_lm(pretrained, load, device=device)
-            tok = tokenizer
+            self.model = load_causal_lm(pretrained, load, device=device)
+            self.tokenizer = tokenizer
             if isinstance(tokenizer, str | None):
-                tok = load_tokenizer(tokenizer or pretrained, load)
-            self.model_name = pretrained
+                self.tokenizer = load_tokenizer(tokenizer or pretrained, load)
+            name = pretrained
         else:
             if tokenizer is None or isinstance(tokenizer, str):
                 raise CblightError(
                     "a loaded model needs its tokenizer object: CblightLM(model, tokenizer=...)"
                 )
-            model, tok = pretrained, tokenizer
-            model.eval()
-            self.model_name = getattr(model.config, "_name_or_path", type(model).__name__)
-        self.model = model
-        self.tokenizer = tok
-        self.scorer = Scorer(model, tok, batch_size=batch_size, max_length=max_length)
-        self.prefix = self.scorer.encoder.prefix
+            self.model, self.tokenizer = pretrained.eval(), tokenizer
+            name = getattr(pretrained.config, "_name_or_path", type(pretrained).__name__)
+        self.scorer = Scorer(self.model, self.tokenizer, batch_size=batch_size, max_length=max_length)
+        self._device = self.scorer.device
         self._settings = {
-            "model": str(self.model_name),
+            "model": str(name),
             "alpha": self.alpha,
             "k": self.k,
             "short_context": self.short_context,
@@ -194,34 +199,8 @@ class CblightLM(TemplateLM):
         return self.adaptive if self.adaptive in TOKEN_RULES else "auto"  # per position: no split mean
 
     @property
-    def eot_token_id(self) -> int:
-        return self.tokenizer.eos_token_id
-
-    @property
-    def prefix_token_id(self) -> int:
-        """lm-eval's HF convention for an empty context: BOS, else EOS."""
-        bos = self.tokenizer.bos_token_id
-        return bos if bos is not None else self.tokenizer.eos_token_id
-
-    @property
     def max_length(self) -> int:
         return self.scorer.window
-
-    @property
-    def device(self) -> torch.device:
-        return self.scorer.device
-
-    @property
-    def tokenizer_name(self) -> str:
-        return self.tokenizer.name_or_path.replace("/", "__")
-
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
-        """lm-eval's HF ``tok_encode``: the tokenizer's own special tokens unless told otherwise, none when
-        the text already starts with the prefix token."""
-        options = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
-        if add_special_tokens is None and string.startswith(self.tokenizer.decode(self.prefix_token_id)):
-            options["add_special_tokens"] = False
-        return list(self.tokenizer.encode(string, **options))
 
     def get_model_info(self) -> dict[str, Any]:
         return {"cblight": dict(self._settings)}
@@ -269,7 +248,7 @@ class CblightLM(TemplateLM):
             return None
         rule = rule_for(self.short_context, request.task_name, self.premise_free_rule)
         if rule == "last_k":
-            return short_context_ids(ctx_ids, self.k, self.prefix), cont_ids
+            return short_context_ids(ctx_ids, self.k, self.scorer.encoder.prefix), cont_ids
         return self._encode(RULES[rule](context), continuation)
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -278,21 +257,18 @@ class CblightLM(TemplateLM):
         for req, (_, cont) in zip(requests, encoded):
             if not cont:
                 raise CblightError(f"{req.task_name}: continuation {req.args[1]!r} encodes to no tokens")
-        shorts: list[tuple[list[int], list[int]] | None] = []
-        if self.boosted:  # before any model call: a task without a rule fails at once
-            shorts = [self._short(req, ctx, cont) for req, (ctx, cont) in zip(requests, encoded)]
+        # every short context before any model call: a task without a rule fails at once
+        shorts = [self._short(req, *enc) for req, enc in zip(requests, encoded)] if self.boosted else []
         # blocks of requests in lm-eval's order (a question's choices stay together), with a progress bar
         block = 32 * self.scorer.rows_per_batch
-        out: list[tuple[float, bool]] = []
-        pairs: list[Pair] = []
-        for lo in tqdm(range(0, len(encoded), block), desc="cblight loglikelihood", disable=disable_tqdm):
-            if self.boosted:
-                pairs += self._pairs(encoded[lo : lo + block], shorts[lo : lo + block])
-            else:
-                out += self._plain(encoded[lo : lo + block])
+        blocks = [slice(lo, lo + block) for lo in range(0, len(encoded), block)]
+        progress = tqdm(blocks, desc="cblight loglikelihood", disable=disable_tqdm)
         if self.boosted:
+            pairs = [pair for b in progress for pair in self._pairs(encoded[b], shorts[b])]
             scores = boosted_scores(requests, pairs, self.alpha, choice_rule)
             out = [(score, greedy) for score, (_, _, greedy) in zip(scores, pairs)]
+        else:
+            out = [result for b in progress for result in self._plain(encoded[b])]
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
         return out
@@ -370,11 +346,10 @@ class CblightLM(TemplateLM):
         for indices in groups.values():
             kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], DEFAULT_MAX_GEN_TOKS)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
-            max_gen_toks = int(kwargs.pop("max_gen_toks"))
+            max_gen_toks = kwargs.pop("max_gen_toks")
             kwargs.pop("max_length", None)
-            if not kwargs.get("do_sample"):
+            if not kwargs["do_sample"]:  # lm-eval's greedy temperature 0.0 is no Sampling temperature
                 kwargs.pop("temperature", None)
-                kwargs["do_sample"] = False
             sampling = Sampling.from_generate_kwargs(kwargs)
             room = prompt_room(self.max_length, max_gen_toks, "max_gen_toks")
             rows = {i: self.tok_encode(requests[i].args[0])[-room:] for i in indices}

@@ -12,6 +12,7 @@ runs its rows, with logits kept only at continuation positions (``[rows, len(con
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 
 from cblight.adaptive import choice_alphas, token_alphas
 from cblight.boosting import AlphaGrid, boosted_log_probs, choice_scores, mix_log_probs
+from cblight.metrics.sweeps import padded
 from cblight.scoring import Scorer
 
 Item = tuple[Sequence[int], Sequence[int] | None, Sequence[int]]
@@ -85,12 +87,9 @@ def boosted_scores(
             tasks[req.task_name if rule else None][req.doc_id if rule else i].append(i)
     for questions in tasks.values():
         rows = [sorted(q, key=lambda i: requests[i].idx) for q in questions.values()]
-        width = max(len(r) for r in rows)
-        full = torch.full((len(rows), width), float("-inf"), dtype=torch.float64)
-        short = torch.zeros((len(rows), width), dtype=torch.float64)
-        for n, row in enumerate(rows):
-            full[n, : len(row)] = torch.tensor([pairs[i][0] for i in row], dtype=torch.float64)
-            short[n, : len(row)] = torch.tensor([pairs[i][1] for i in row], dtype=torch.float64)
+        width = max(len(r) for r in rows)  # a question's missing choices: no full score, never picked
+        full = padded([[pairs[i][0] for i in row] for row in rows], width, -math.inf)
+        short = padded([[pairs[i][1] for i in row] for row in rows], width, 0.0)
         alphas = choice_alphas(rule, full, short, AlphaGrid().values())[:, None] if rule else alpha
         for row, scores in zip(rows, choice_scores(full, short, alphas).tolist()):
             for i, score in zip(row, scores):

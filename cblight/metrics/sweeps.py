@@ -19,7 +19,7 @@ from torchmetrics.utilities import dim_zero_cat
 from cblight.boosting import choice_accuracy_curve
 
 
-def _padded(rows: Sequence[Sequence[float]], width: int, fill: float) -> torch.Tensor:
+def padded(rows: Sequence[Sequence[float]], width: int, fill: float) -> torch.Tensor:
     """``rows`` as a float64 ``[len(rows), width]`` table, each row padded with ``fill``."""
     out = torch.full((len(rows), width), fill, dtype=torch.float64)
     for i, row in enumerate(rows):
@@ -106,12 +106,12 @@ class ChoiceSweep(_ExampleTable):
         c = self.max_choices
         columns = {
             "labels": torch.tensor(list(labels), dtype=torch.long),
-            "ll_full": _padded(ll_full, c, -math.inf),
-            "ll_short": _padded(ll_short, c, 0.0),
-            "char_lengths": _padded(char_lengths, c, 1.0),
+            "ll_full": padded(ll_full, c, -math.inf),
+            "ll_short": padded(ll_short, c, 0.0),
+            "char_lengths": padded(char_lengths, c, 1.0),
         }
         for m in self.methods:
-            columns[f"method_{m}"] = _padded([scores[m] for scores in method_scores], c, -math.inf)
+            columns[f"method_{m}"] = padded([scores[m] for scores in method_scores], c, -math.inf)
         self.append(ids, columns)
 
     def compute(self) -> dict[str, torch.Tensor]:

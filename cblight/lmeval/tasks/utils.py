@@ -4,6 +4,7 @@ directory named by its ``--metadata`` key, e.g. ``--metadata '{"piqa_dir": "/dat
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +22,7 @@ def _docs(task: str, data_dir: str | Path) -> Any:
     spec = get_task(task)
     split = spec.report_split
     records = load_split_records(spec.name, split, spec.source, data_dir=data_dir)
-    rows = []
-    for i, record in enumerate(records):
-        ex = spec.render(record, i, RenderContext(split=split))
-        rows.append(
-            {
-                "idx": ex.idx,
-                "context": ex.context,
-                "premise_free": ex.premise_free,
-                "choices": list(ex.choices),
-                "label": ex.label,
-            }
-        )
+    rows = [asdict(spec.render(record, i, RenderContext(split=split))) for i, record in enumerate(records)]
     return datasets.DatasetDict({"validation": datasets.Dataset.from_list(rows)})
 
 
