@@ -51,7 +51,6 @@ from typing import Literal, get_args
 import torch
 
 from cblight.boosting import BoostForm, choice_predictions
-from cblight.option_types import check_arguments
 
 __all__ = [
     "AUTO",
@@ -346,9 +345,6 @@ def token_alphas(
     Returns:
         One alpha per row ``[N]``.
 
-    Raises:
-        ValueError: for a rule that is not a per-position rule.
-
     Examples:
         >>> import torch
         >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0]]), -1)
@@ -356,7 +352,6 @@ def token_alphas(
         >>> token_alphas("auto", full, short)  # auto is jsdist
         tensor([-0.3424])
     """
-    check_arguments(token_alphas, {"rule": rule})
     rule = AUTO["token"] if rule == "auto" else rule
     return {"jsd": jsd_alpha, "jsdist": jsdist_alpha, "cocoa": cocoa_alpha}[rule](full, short, form)
 
@@ -365,14 +360,26 @@ def token_alphas(
 # Multiple choice: rules over an answer set
 
 
+def _scores(
+    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Which answers a question has, and both experts' scores of them (per character with ``lengths``, as
+    the length-normalised eq. 2), float64, 0 at the missing ones."""
+    mask = ~torch.isneginf(ll_full)
+    scale = 1.0 if lengths is None else lengths.double().clamp_min(1)
+    full, short = (torch.where(mask, ll.double() / scale, 0.0) for ll in (ll_full, ll_short))
+    return mask, full, short
+
+
 def _normalised(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Log-softmax over each question's own answers (missing answers ``-inf``)."""
-    masked = torch.where(mask, scores, torch.full_like(scores, -math.inf))
-    return torch.log_softmax(masked, dim=-1)
+    return torch.log_softmax(torch.where(mask, scores, -math.inf), dim=-1)
 
 
-def _per_length(ll: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
-    return ll if lengths is None else ll / lengths.to(ll.dtype).clamp_min(1)
+def _centred(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each question's scores (0 at missing answers) minus the mean of its own answers, 0 at missing ones."""
+    count = mask.sum(-1, keepdim=True).clamp_min(1)
+    return torch.where(mask, scores - scores.sum(-1, keepdim=True) / count, 0.0)
 
 
 def choice_jsd(
@@ -397,10 +404,8 @@ def choice_jsd(
         >>> choice_jsd(ll_full, ll_short)  # the first question has two answers
         tensor([0.1083, 0.4449], dtype=torch.float64)
     """
-    mask = ~torch.isneginf(ll_full)
-    full = _normalised(_per_length(ll_full.double(), lengths), mask)
-    short = _normalised(_per_length(torch.where(mask, ll_short.double(), 0.0), lengths), mask)
-    return js_divergence(full, short)
+    mask, full, short = _scores(ll_full, ll_short, lengths)
+    return js_divergence(_normalised(full, mask), _normalised(short, mask))
 
 
 def choice_jsd_alpha(
@@ -454,13 +459,8 @@ def decorrelate_alpha(
         >>> decorrelate_alpha(ll_short - 1.0, ll_short)  # scores that are the prior: alpha -1 removes it
         -1.0
     """
-    mask = ~torch.isneginf(ll_full)
-    f = _per_length(ll_full.double(), lengths)
-    s = _per_length(torch.where(mask, ll_short.double(), 0.0), lengths)
-    f = torch.where(mask, f, 0.0)  # s is 0 there already
-    count = mask.sum(-1, keepdim=True).clamp_min(1).double()
-    fc = torch.where(mask, f - f.sum(-1, keepdim=True) / count, 0.0)
-    sc = torch.where(mask, s - s.sum(-1, keepdim=True) / count, 0.0)
+    mask, f, s = _scores(ll_full, ll_short, lengths)
+    fc, sc = _centred(f, mask), _centred(s, mask)
     var = float((sc * sc).sum())
     if var <= 1e-12:
         return 0.0
@@ -505,10 +505,9 @@ def same_prior_everywhere(ll_full: torch.Tensor, ll_short: torch.Tensor) -> bool
     premise-free context, as SST-2's labels): such a prior cannot tell one question's answer from another's,
     so it is a bias to calibrate away, never evidence. Scores within 1e-4 nats count as equal (the same
     text scored in different float32 batches differs by about 1e-5)."""
-    mask = ~torch.isneginf(ll_full)
+    mask, _, s = _scores(ll_full, ll_short, None)
     if ll_full.shape[0] < 2 or not bool((mask == mask[:1]).all()):
         return False
-    s = torch.where(mask, ll_short.double(), 0.0)
     return bool(((s - s[:1]).abs() <= 1e-4).all())
 
 
@@ -533,12 +532,8 @@ def prior_share(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Te
 
     Returns:
         The share in ``[0, 1]``; ``gated_alpha`` calibrates where it is at least ``PRIOR_SHARE``."""
-    mask = ~torch.isneginf(ll_full)
-    f = torch.where(mask, _per_length(ll_full.double(), lengths), 0.0)
-    s = torch.where(mask, _per_length(ll_short.double(), lengths), 0.0)[:1]
-    count = mask.sum(-1, keepdim=True).clamp_min(1).double()
-    m = torch.where(mask, f - f.sum(-1, keepdim=True) / count, 0.0).mean(0)
-    p = torch.where(mask[:1], s - s.sum(-1, keepdim=True) / count[:1], 0.0).reshape(-1)
+    mask, f, s = _scores(ll_full, ll_short, lengths)
+    m, p = _centred(f, mask).mean(0), _centred(s, mask)[0]
     mm, pp = float(m @ m), float(p @ p)
     if mm <= 1e-24 or pp <= 1e-12:  # no preference or no prior: nothing to explain, nothing to remove
         return 0.0
@@ -588,12 +583,9 @@ def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:
         tensor([[0, 1, 2],
                 [2, 0, 1]])
     """
-    mask = ~torch.isneginf(ll_full)
-    key = torch.where(mask, ll_short.double(), torch.full_like(ll_short.double(), -math.inf))
+    key = torch.where(~torch.isneginf(ll_full), ll_short.double(), -math.inf)
     order = torch.sort(key, dim=-1, descending=True, stable=True).indices
-    ranks = torch.empty_like(order)
-    ranks.scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
-    return ranks
+    return order.argsort(dim=-1)  # the inverse permutation: each answer's place in the order
 
 
 def balance_alpha(
@@ -620,9 +612,6 @@ def balance_alpha(
     Returns:
         The chosen alpha and the distance at every grid value ``[A]`` (float64).
 
-    Raises:
-        ValueError: for an empty grid or no questions.
-
     Examples:
         Two labels whose premise-free prior favours the first by 0.5 nats: at alpha 0 three of four
         predictions are the first label, at -0.5 two of four.
@@ -634,14 +623,9 @@ def balance_alpha(
         (-0.5, tensor([0.2500, 0.0000, 0.2500], dtype=torch.float64))
     """
     grid = torch.as_tensor(alphas, dtype=torch.float64).reshape(-1)
-    if grid.numel() == 0:
-        raise ValueError("the alpha grid is empty")
-    mask = ~torch.isneginf(ll_full)
-    n, c = ll_full.shape
-    if n == 0:
-        raise ValueError("no questions to balance")
+    c = ll_full.shape[1]
     ranks = prior_ranks(ll_short, ll_full)  # [N, C]
-    counts = mask.sum(-1)
+    counts = (~torch.isneginf(ll_full)).sum(-1)
     expected = torch.stack([((counts > r).double() / counts.clamp_min(1).double()).mean() for r in range(c)])
     preds = choice_predictions(ll_full, ll_short, grid, lengths)  # [A, N]
     pred_rank = ranks.unsqueeze(0).expand(grid.numel(), -1, -1).gather(-1, preds.unsqueeze(-1)).squeeze(-1)
@@ -673,9 +657,6 @@ def choice_alphas(
 
     Returns:
         One alpha per question ``[N]``, float64.
-
-    Raises:
-        ValueError: for a rule that is not a multiple-choice rule.
 
     Examples:
         >>> import torch

@@ -134,8 +134,6 @@ def windowed_log_probs(
     if rows.numel() == 0:
         shape = (0,) if gather_targets else (0, int(model.get_output_embeddings().weight.shape[0]))
         return torch.empty(shape, dtype=torch.float32, device=input_ids.device)
-    if int(cols.min()) < k:
-        raise ValueError("a windowed position needs at least k tokens before it")
     chunk_size = chunk_size or default_window_chunk(input_ids.device)
     offsets = torch.arange(-k, 0, device=input_ids.device)
     prefix_t = torch.as_tensor(list(prefix), dtype=torch.long, device=input_ids.device)

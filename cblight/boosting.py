@@ -151,7 +151,7 @@ def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | t
         The weighted sum, float32, of the experts' shape; all zeros when every weight is 0.
 
     Raises:
-        ValueError: when there are no experts, or not one weight per expert.
+        ValueError: when there is not one weight per expert.
 
     Examples:
         >>> import torch
@@ -160,14 +160,10 @@ def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | t
         >>> mix_log_probs([full, short], [1.0, -0.5])
         tensor([[ 0.7122, -1.2878, -1.2878]])
     """
-    if len(log_probs) != len(weights):
-        raise ValueError(f"{len(log_probs)} experts but {len(weights)} weights")
-    if not log_probs:
-        raise ValueError("product of experts needs at least one expert")
     total: torch.Tensor | None = None
     vetoed: Any = False  # -inf under a positively weighted expert
     forced: Any = False  # -inf under a negatively weighted expert
-    for lp, w in zip(log_probs, weights):
+    for lp, w in zip(log_probs, weights, strict=True):
         w = w.to(lp.device, torch.float32) if isinstance(w, torch.Tensor) else float(w)
         if isinstance(w, float) and w == 0.0:
             continue
@@ -229,15 +225,13 @@ def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[floa
         >>> product_of_experts([full, short], [1.0, -0.5]).exp()
         tensor([0.7870, 0.1065, 0.1065])
     """
-    if len(log_probs) == len(weights) and any(float(w) for w in weights):
-        lps = [lp.float() for lp, w in zip(log_probs, weights) if float(w)]
-        # one host sync for all experts, not one per expert
-        finite = torch.stack([torch.isfinite(lp).all() for lp in lps]).all()
-        if bool(finite):
-            # The usual case, no -inf to keep or force: the same sums and log-softmax as below, bit for bit,
-            # in a third of the passes (the coherence-tuning teacher mixes [positions, V] every step).
-            terms = [lp * float(w) for lp, w in zip(lps, (w for w in weights if float(w)), strict=True)]
-            return torch.log_softmax(sum(terms[1:], terms[0]), dim=-1)
+    active = [(lp.float(), float(w)) for lp, w in zip(log_probs, weights, strict=True) if float(w)]
+    # one host sync for all experts, not one per expert
+    if active and bool(torch.stack([torch.isfinite(lp).all() for lp, _ in active]).all()):
+        # The usual case, no -inf to keep or force: the same sums and log-softmax as below, bit for bit,
+        # in a third of the passes (the coherence-tuning teacher mixes [positions, V] every step).
+        terms = [lp * w for lp, w in active]
+        return torch.log_softmax(sum(terms[1:], terms[0]), dim=-1)
     return normalize_log_scores(mix_log_probs(log_probs, weights))
 
 
@@ -260,9 +254,6 @@ def boosted_log_probs(
     Returns:
         The boosted log-probabilities, float32, of the shape of ``full``.
 
-    Raises:
-        ValueError: when a row's full-context weight is not positive (generation form with ``alpha >= 1``).
-
     Examples:
         The next token after a context whose short version favours token 1: boosting takes mass from it.
 
@@ -279,10 +270,7 @@ def boosted_log_probs(
     if not isinstance(alpha, torch.Tensor):
         return product_of_experts([full, short], two_expert_weights(alpha, form))
     rows = alpha.to(full.device, torch.float32).view(-1, *([1] * (full.dim() - 1)))
-    w_full, w_short = two_expert_weights(rows, form)
-    if isinstance(w_full, torch.Tensor) and bool((w_full <= 0).any()):
-        raise ValueError("every row's full-context weight must be positive (generation form: alpha < 1)")
-    return normalize_log_scores(mix_log_probs([full, short], [w_full, w_short]))
+    return normalize_log_scores(mix_log_probs([full, short], two_expert_weights(rows, form)))
 
 
 def short_context_ids(ids: Sequence[int], k: PositiveInt, special_prefix: Sequence[int] = ()) -> list[int]:
@@ -322,18 +310,12 @@ def first_argmax(values: torch.Tensor) -> int:
     Returns:
         The flat index of the first largest value.
 
-    Raises:
-        ValueError: when the grid is empty.
-
     Examples:
         >>> import torch
         >>> first_argmax(torch.tensor([[0.1, 0.3], [0.3, 0.2]]))
         1
     """
-    flat = values.reshape(-1)
-    if flat.numel() == 0:
-        raise ValueError("cannot choose from an empty grid")
-    return int(flat.argmax())  # the first of equal maxima
+    return int(values.reshape(-1).argmax())  # the first of equal maxima
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -365,9 +347,6 @@ def next_token_alpha_sweep(
         target (ties to the lowest token id), ``log_prob`` is the target's log-probability under the
         normalised boosted model (for perplexity), ``rank`` is 1 + the number of tokens scored strictly higher.
 
-    Raises:
-        ValueError: when the grid is empty.
-
     Examples:
         >>> import torch
         >>> full = torch.log_softmax(torch.tensor([[2.0, 1.0, 0.0]]), -1)
@@ -378,8 +357,6 @@ def next_token_alpha_sweep(
         >>> sweep["rank"]
         tensor([[1, 1]])
     """
-    if alphas.numel() == 0:
-        raise ValueError("the alpha grid is empty")
     full = full.float()
     short = short.float()
     finite = bool(torch.isfinite(full).all()) and bool(torch.isfinite(short).all())
@@ -495,9 +472,6 @@ def choice_accuracy_curve(
     Returns:
         ``[A]`` accuracies, float64.
 
-    Raises:
-        ValueError: when the grid or the questions are empty.
-
     Examples:
         >>> import torch
         >>> ll_full = torch.tensor([[-2.0, -1.0], [-1.0, -3.0]])
@@ -505,10 +479,6 @@ def choice_accuracy_curve(
         >>> choice_accuracy_curve(ll_full, ll_short, torch.tensor([0, 0]), torch.tensor([0.0, -1.0]))
         tensor([0.5000, 0.5000], dtype=torch.float64)
     """
-    if alphas.numel() == 0:
-        raise ValueError("the alpha grid is empty")
-    if labels.numel() == 0:
-        raise ValueError("no examples to score")
     preds = choice_predictions(ll_full, ll_short, alphas.reshape(-1), lengths)
     return (preds == labels.view(1, -1).to(preds.device)).double().mean(dim=1)
 

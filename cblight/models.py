@@ -237,7 +237,7 @@ def load_causal_lm(
     name: str,
     load: LoadOptions = LoadOptions(),
     *,
-    device: str | None = None,
+    device: torch.device | str | None = None,
     device_map: str | dict | None = None,
 ) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` in eval mode, as ``load`` says (revision, dtype, remote code).
@@ -260,19 +260,19 @@ def load_causal_lm(
         ModelLoadError: the path holds no loadable model, a weights file is cut short, or the dtype is one
             the offline model cannot run in.
     """
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     check_dtype_supported(name, load)
     name = resolve_model_path(name, load.revision)
-    kwargs = {
-        "device_map": device_map,
-        "revision": load.revision,
-        "trust_remote_code": load.trust_remote_code,
-    }
-    from safetensors import SafetensorError
-
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=load.torch_dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            name,
+            dtype=load.torch_dtype,
+            device_map=device_map,
+            revision=load.revision,
+            trust_remote_code=load.trust_remote_code,
+        )
     except (OSError, ValueError, KeyError) as err:
         raise _explain("model", name, err) from err
     except SafetensorError as err:

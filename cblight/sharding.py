@@ -186,13 +186,7 @@ def _fill_from_checkpoint(model: torch.nn.Module, files: dict[str, Path], name: 
     from safetensors import safe_open
     from torch.distributed.tensor import DTensor
 
-    handles: dict[Path, Any] = {}
-
-    def open_file(file: Path) -> Any:
-        if file not in handles:
-            handles[file] = safe_open(str(file), framework="pt")
-        return handles[file]
-
+    handles = {file: safe_open(str(file), framework="pt") for file in set(files.values())}
     aliases: dict[int, list[str]] = {}
     for key, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers()]:
         aliases.setdefault(id(tensor), []).append(key)
@@ -209,9 +203,9 @@ def _fill_from_checkpoint(model: torch.nn.Module, files: dict[str, Path], name: 
         if isinstance(tensor, DTensor):
             local = tensor.to_local()
             if local.numel():
-                local.copy_(open_file(files[stored]).get_slice(stored)[_local_slice(tensor)])
+                local.copy_(handles[files[stored]].get_slice(stored)[_local_slice(tensor)])
         else:  # a buffer (small), or a parameter of a module left unsharded
-            tensor.copy_(open_file(files[stored]).get_tensor(stored))
+            tensor.copy_(handles[files[stored]].get_tensor(stored))
 
 
 def build_sharded_causal_lm(
@@ -291,9 +285,7 @@ def build_causal_lm(
         The model, in eval mode.
     """
     if mesh is None:
-        return load_causal_lm(
-            name, load, device=None if device is None else str(device), device_map=device_map
-        )
+        return load_causal_lm(name, load, device=device, device_map=device_map)
     if device_map is not None:
         raise ConfigError(
             "model.device_map places a whole model over devices of one process; under FSDP2 (trainer.strategy "

@@ -124,9 +124,8 @@ def cache_root() -> Path:
 
 def lookup(name: str) -> OfflineModel:
     """The registry entry of ``offline:<name>`` (or the bare ``<name>``); unknown names list the known."""
-    key = name[len(PREFIX) :] if name.startswith(PREFIX) else name
     try:
-        return OFFLINE_MODELS[key]
+        return OFFLINE_MODELS[name.removeprefix(PREFIX)]
     except KeyError:
         known = ", ".join(PREFIX + k for k in OFFLINE_MODELS)
         raise OfflineModelError(f"unknown offline model {name!r}; known: {known}") from None
@@ -236,14 +235,13 @@ def gguf_file(name: str, workdir: str | Path) -> Path:
     return gguf
 
 
-def convert(entry: OfflineModel, target: Path | None = None) -> Path:
-    """GGUF -> float32 Hugging Face directory at ``target`` (default: the cache), atomically."""
+def convert(entry: OfflineModel, target: Path) -> Path:
+    """GGUF -> float32 Hugging Face directory at ``target`` (in the cache, whose lock made its folder),
+    atomically."""
     if importlib.util.find_spec("gguf") is None:
         raise OfflineModelError(
             f"converting {PREFIX}{entry.name} needs the gguf package (transformers' GGUF reader): {PIP_EXTRA}"
         )
-    target = target or model_dir(entry)
-    target.parent.mkdir(parents=True, exist_ok=True)
     start = time.time()
     _say(f"converting {PREFIX}{entry.name}: {entry.title} -> {target} (once)")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{entry.name}.convert-") as tmp:

@@ -28,7 +28,7 @@ def tiny_gpt2_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory) -> Path:
-    from cblight.tiny import build_tiny_llama
+    from tests.helpers import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
 

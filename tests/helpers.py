@@ -1,5 +1,5 @@
-"""Shared by the tests (a module of helpers, not of tests): the checkout's paths and the argument lists of
-small runs that several test modules type."""
+"""Shared by the tests (a module of helpers, not of tests): the checkout's paths, the argument lists of
+small runs that several test modules type, and the tiny random Llama of the ``tiny_llama_dir`` fixture."""
 
 import json
 import re
@@ -42,6 +42,59 @@ def generate_args(model: Path, out: Path, *extra: str) -> list[str]:
         "--model.max_new_tokens", "4", "--model.output_dir", str(out),
         "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false", *extra,
     ]  # fmt: skip
+
+
+_LLAMA_CORPUS = (
+    "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. "
+    "Question: what is the capital of France? Answer: Paris. The answer is: yes. This quote has a tone that is "
+    "positive. Title: Markets rally. Summary: Stocks rose on Monday. Topic: Business. TL;DR: it was fine. "
+    "She opened the door because the bell rang, so he went home. Ballad metre is less regular than common metre."
+)
+
+
+def build_tiny_llama(
+    out_dir: str | Path, *, hidden_size: int = 32, num_layers: int = 2, seed: int = 0
+) -> Path:
+    """A random Llama (rotary positions, grouped-query attention) with a byte-level BPE tokenizer trained
+    on a short corpus, which starts every encoding with ``<s>`` as Llama's does (the tiny GPT-2 is
+    ``cblight.tiny``'s, which the demo uses too). Nothing is downloaded; it is written with
+    ``save_pretrained``, so the tests load it through ``from_pretrained``."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    core.train_from_iterator([_LLAMA_CORPUS] * 4, trainer=trainer)
+    core.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", core.token_to_id("<s>"))]
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
+    )
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    tok.model_max_length = 256
+    LlamaForCausalLM(config).save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return Path(out_dir)
 
 
 class Outcome(NamedTuple):
