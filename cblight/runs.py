@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -353,32 +353,28 @@ def run_evaluation(trainer: Any, model: Any, datamodule: Any, print_summary: boo
     return model.results
 
 
-def check_comparison(checkpoints: Mapping[str, str], check: Callable[[str], Any] | None = None) -> None:
-    """``--compare`` needs two or more checkpoints, each label a plain word (it names an output folder);
-    with ``check`` (the evaluator's ``check_checkpoint``: config and tokenizer, no weights), every
-    checkpoint must load, so that a missing last one stops the run before the first is evaluated."""
+def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
+    """Tuned vs boosted vs base: the parsed config's evaluation for every checkpoint, each into
+    ``<output_dir>/<label>/``, then one table in the evaluator's layout (Table 4 for scored tasks, Table 2
+    for generation) printed and written with every run's results to ``<output_dir>/results.json``.
+
+    Refused before the first run starts: fewer than two checkpoints, a label that is not a plain word (it
+    names an output folder), and a checkpoint that does not load (the evaluator's ``check_checkpoint``:
+    config and tokenizer, no weights), so that a missing last one stops the run before the first is
+    evaluated."""
+    from lightning.pytorch.utilities import rank_zero_info
+
     if len(checkpoints) < 2:
         raise ConfigError(f"--compare needs at least two checkpoints (label: path), got {dict(checkpoints)}")
     for label in checkpoints:
         if not label or "/" in label or label.startswith("."):
             raise ConfigError(f"--compare: {label!r} cannot name an output folder; use a plain word")
-    for label, path in checkpoints.items() if check is not None else ():
+    template = cli.model
+    for label, path in checkpoints.items():
         try:
-            check(path)
+            template.check_checkpoint(path)
         except CblightError as err:
             raise ConfigError(f"--compare {label}: {err}; nothing was evaluated") from None
-
-
-def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
-    """Tuned vs boosted vs base: the parsed config's evaluation for every checkpoint, each into
-    ``<output_dir>/<label>/``, then one table in the evaluator's layout (Table 4 for scored tasks, Table 2
-    for generation) printed and written with every run's results to ``<output_dir>/results.json``."""
-    from lightning.pytorch.utilities import rank_zero_info
-
-    from cblight.results import atomic_write_json
-
-    template = cli.model
-    check_comparison(checkpoints, template.check_checkpoint)
     base_dir = Path(template.output_dir)
     hparams = {k: v for k, v in template.hparams.items() if not k.startswith("_")}  # init args only
     first = next(iter(checkpoints.values()))
