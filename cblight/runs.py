@@ -221,24 +221,21 @@ def check_rerun(
     if path.is_file() and not overwrite and _holds_results(path.parent):
         try:
             recorded = json.loads(path.read_text(encoding="utf-8")).get("settings")
-        except (ValueError, UnicodeDecodeError, AttributeError):
+        except (ValueError, AttributeError):  # UnicodeDecodeError is a ValueError
             recorded = None  # an unreadable record is no run's: this run's replaces it
     changed: list[str] = []
     if isinstance(recorded, dict):
-        for key in dict.fromkeys([*recorded, *settings]):
-            if recorded.get(key) == settings.get(key):
-                continue
-            if key in resweep:
-                changed.append(key)
-                continue
-            raise OutputDirError(
-                f"model.output_dir {str(path.parent)!r} holds the results of a run with other settings ({key} "
-                f"{_shown(recorded.get(key))} there, {_shown(settings.get(key))} now): rerun with its settings "
-                "to resume it, choose another --model.output_dir, or pass --model.overwrite true to replace its "
-                "results"
-            )
+        changed = [k for k in dict.fromkeys([*recorded, *settings]) if recorded.get(k) != settings.get(k)]
+    if refused := [key for key in changed if key not in resweep]:
+        key = refused[0]
+        raise OutputDirError(
+            f"model.output_dir {str(path.parent)!r} holds the results of a run with other settings ({key} "
+            f"{_shown(recorded.get(key))} there, {_shown(settings.get(key))} now): rerun with its settings "
+            "to resume it, choose another --model.output_dir, or pass --model.overwrite true to replace its "
+            "results"
+        )
     atomic_write_json(path, {"settings": settings})
-    return changed
+    return changed  # only options of resweep differ here
 
 
 def forget_run_without_results(directory: str | Path) -> None:
