@@ -54,11 +54,11 @@ def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
     either the old file or the whole new one, and a failed write (disk full) leaves no temporary file
     behind."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one writer per process (rank) and file
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")  # each writer its own (ranks, hosts)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # 0o666 less the umask: the mode any new file gets (0644 under umask 022), not a private 0600
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        # 0o666 less the umask: the mode any new file gets (0644 under umask 022), not mkstemp's private 0600
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as err:
         raise write_failure(path, err) from None
     try:
