@@ -165,9 +165,7 @@ def pmi_scores(ll_full: torch.Tensor, ll_premise: torch.Tensor) -> torch.Tensor:
     )
 
 
-def calibration_prior(
-    ll_content_free: torch.Tensor, reduce: Literal["mean", "min"] = "mean"
-) -> torch.Tensor:
+def calibration_prior(ll_content_free: torch.Tensor, reduce: Literal["mean", "min"] = "mean") -> torch.Tensor:
     """``p_cf`` of Zhao et al. 2021 from the label log-likelihoods after each content-free input.
 
     ``ll_content_free`` is ``[P, C]``: ``log P(y | prompt(cf_i))`` for ``P`` content-free inputs and ``C``
