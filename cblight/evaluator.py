@@ -33,7 +33,7 @@ from lightning.pytorch import LightningModule
 from cblight.cache import RecordCache
 from cblight.errors import DataError
 from cblight.models import LoadOptions, check_loadable, load_tokenizer, model_label
-from cblight.results import write_run_results
+from cblight.results import atomic_write_json
 from cblight.runs import resolve_output_dir
 from cblight.sharding import SyncedForwards, build_causal_lm, fsdp_mesh, is_sharded
 
@@ -212,8 +212,19 @@ class Evaluator(LightningModule):
         Returns:
             The path of the written ``results.json``.
         """
-        run = {**self.model_settings, **settings}
-        return write_run_results(self.output_dir, run, summary, self.results, self._started)
+        from cblight import __version__
+
+        return atomic_write_json(
+            self.output_dir / "results.json",
+            {
+                "cblight_version": __version__,
+                **self.model_settings,
+                **settings,
+                "seconds": round(time.time() - self._started, 1),
+                "summary": summary,
+                "tasks": self.results,
+            },
+        )
 
     # -- comparisons (``--compare``, ``cblight.runs.run_comparison``) ------------------------------------------
     def check_checkpoint(self, path: str) -> Any:

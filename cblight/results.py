@@ -2,9 +2,9 @@
 
 Every file is written to a temporary name beside its destination and moved into place (``os.replace``),
 so a crash never leaves a half-written ``results.json``; a failed write (disk full, read-only file system)
-becomes one ``OutputWriteError`` line that says so. ``write_run_results`` writes a run's ``results.json``,
-``format_table`` the fixed-width tables every command prints, ``save_figure`` a matplotlib figure. The
-per-example cache that makes runs resumable is ``cblight.cache``.
+becomes one ``OutputWriteError`` line that says so. ``format_table`` writes the fixed-width tables every
+command prints, ``save_figure`` a matplotlib figure; ``results.json`` itself is ``Evaluator.write_results``.
+The per-example cache that makes runs resumable is ``cblight.cache``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import json
 import logging
 import math
 import os
-import tempfile
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,15 +54,13 @@ def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
     either the old file or the whole new one, and a failed write (disk full) leaves no temporary file
     behind."""
     path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")  # each writer its own (ranks, hosts)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        # 0o666 less the umask: the mode any new file gets (0644 under umask 022), not mkstemp's private 0600
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as err:
         raise write_failure(path, err) from None
-    # mkstemp makes the file 0600; a final file gets the mode any new file gets (0644 under umask 022)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
     try:
         try:
             write_all(fd, text.encode("utf-8") if isinstance(text, str) else text)
@@ -72,7 +68,7 @@ def atomic_write_text(path: str | Path, text: str | bytes) -> Path:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         if isinstance(err, OSError):
             raise write_failure(path, err) from None
         raise
@@ -93,20 +89,6 @@ def jsonable(value: Any) -> Any:
 
 def atomic_write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(jsonable(obj), indent=2, ensure_ascii=False) + "\n")
-
-
-def write_run_results(
-    output_dir: Path, settings: Mapping[str, Any], summary: str, tasks: Mapping[str, Any], started: float
-) -> Path:
-    """``<output_dir>/results.json`` of a run, atomically: cblight's version, the run's settings, its wall
-    time, the printed summary and every task's result."""
-    from cblight import __version__
-
-    seconds = round(time.time() - started, 1)
-    return atomic_write_json(
-        Path(output_dir) / "results.json",
-        {"cblight_version": __version__, **settings, "seconds": seconds, "summary": summary, "tasks": tasks},
-    )
 
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:

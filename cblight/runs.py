@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -221,24 +221,21 @@ def check_rerun(
     if path.is_file() and not overwrite and _holds_results(path.parent):
         try:
             recorded = json.loads(path.read_text(encoding="utf-8")).get("settings")
-        except (ValueError, UnicodeDecodeError, AttributeError):
+        except (ValueError, AttributeError):  # UnicodeDecodeError is a ValueError
             recorded = None  # an unreadable record is no run's: this run's replaces it
     changed: list[str] = []
     if isinstance(recorded, dict):
-        for key in dict.fromkeys([*recorded, *settings]):
-            if recorded.get(key) == settings.get(key):
-                continue
-            if key in resweep:
-                changed.append(key)
-                continue
-            raise OutputDirError(
-                f"model.output_dir {str(path.parent)!r} holds the results of a run with other settings ({key} "
-                f"{_shown(recorded.get(key))} there, {_shown(settings.get(key))} now): rerun with its settings "
-                "to resume it, choose another --model.output_dir, or pass --model.overwrite true to replace its "
-                "results"
-            )
+        changed = [k for k in dict.fromkeys([*recorded, *settings]) if recorded.get(k) != settings.get(k)]
+    if refused := [key for key in changed if key not in resweep]:
+        key = refused[0]
+        raise OutputDirError(
+            f"model.output_dir {str(path.parent)!r} holds the results of a run with other settings ({key} "
+            f"{_shown(recorded.get(key))} there, {_shown(settings.get(key))} now): rerun with its settings "
+            "to resume it, choose another --model.output_dir, or pass --model.overwrite true to replace its "
+            "results"
+        )
     atomic_write_json(path, {"settings": settings})
-    return changed
+    return changed  # only options of resweep differ here
 
 
 def forget_run_without_results(directory: str | Path) -> None:
@@ -353,32 +350,28 @@ def run_evaluation(trainer: Any, model: Any, datamodule: Any, print_summary: boo
     return model.results
 
 
-def check_comparison(checkpoints: Mapping[str, str], check: Callable[[str], Any] | None = None) -> None:
-    """``--compare`` needs two or more checkpoints, each label a plain word (it names an output folder);
-    with ``check`` (the evaluator's ``check_checkpoint``: config and tokenizer, no weights), every
-    checkpoint must load, so that a missing last one stops the run before the first is evaluated."""
+def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
+    """Tuned vs boosted vs base: the parsed config's evaluation for every checkpoint, each into
+    ``<output_dir>/<label>/``, then one table in the evaluator's layout (Table 4 for scored tasks, Table 2
+    for generation) printed and written with every run's results to ``<output_dir>/results.json``.
+
+    Refused before the first run starts: fewer than two checkpoints, a label that is not a plain word (it
+    names an output folder), and a checkpoint that does not load (the evaluator's ``check_checkpoint``:
+    config and tokenizer, no weights), so that a missing last one stops the run before the first is
+    evaluated."""
+    from lightning.pytorch.utilities import rank_zero_info
+
     if len(checkpoints) < 2:
         raise ConfigError(f"--compare needs at least two checkpoints (label: path), got {dict(checkpoints)}")
     for label in checkpoints:
         if not label or "/" in label or label.startswith("."):
             raise ConfigError(f"--compare: {label!r} cannot name an output folder; use a plain word")
-    for label, path in checkpoints.items() if check is not None else ():
+    template = cli.model
+    for label, path in checkpoints.items():
         try:
-            check(path)
+            template.check_checkpoint(path)
         except CblightError as err:
             raise ConfigError(f"--compare {label}: {err}; nothing was evaluated") from None
-
-
-def run_comparison(cli: Any, checkpoints: Mapping[str, str]) -> dict[str, Any]:
-    """Tuned vs boosted vs base: the parsed config's evaluation for every checkpoint, each into
-    ``<output_dir>/<label>/``, then one table in the evaluator's layout (Table 4 for scored tasks, Table 2
-    for generation) printed and written with every run's results to ``<output_dir>/results.json``."""
-    from lightning.pytorch.utilities import rank_zero_info
-
-    from cblight.results import atomic_write_json
-
-    template = cli.model
-    check_comparison(checkpoints, template.check_checkpoint)
     base_dir = Path(template.output_dir)
     hparams = {k: v for k, v in template.hparams.items() if not k.startswith("_")}  # init args only
     first = next(iter(checkpoints.values()))

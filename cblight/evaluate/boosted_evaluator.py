@@ -430,10 +430,9 @@ class ServedBackend:
         on the examples an earlier run had scored (the per-example cache) and the requests it had paid for
         (the request cache), neither asked again."""
         served = scorer if isinstance(scorer, ServedScorer) else None
-        client = served.client if served is not None else None
-        hits, sent = (client.cache_hits, client.requests_sent) if client is not None else (0, 0)
+        hits, sent = (served.client.cache_hits, served.client.requests_sent) if served else (0, 0)
         if resumed or hits:
-            where = f" ({client.cache.path})" if client is not None and client.cache is not None else ""
+            where = f" ({served.client.cache.path})" if served and served.client.cache is not None else ""
             rank_zero_info(
                 f"served model at {self.server.base_url}, resumed: {resumed} examples from the per-example "
                 f"cache, {hits} requests answered from the request cache{where}, {sent} requests sent (checks "

@@ -58,14 +58,13 @@ def _agnews_input(context: str) -> str:
 class MethodPrompts:
     """One task's strings for PMI_DC, contextual calibration and the noisy channel (module docstring).
 
-    ``domain_premise`` is the task-level premise; ``domain_rule`` replaces it where the premise depends on
-    the example. ``content_free(cf)`` renders the task's context around a content-free input (``None``:
+    ``domain_premise`` is the task-level premise, or where the premise depends on the example the rule that
+    gives it. ``content_free(cf)`` renders the task's context around a content-free input (``None``:
     calibration does not apply). ``channel_templates`` and ``channel_words`` are Min et al.'s (one word
     per answer, in the task's answer order); ``channel_input`` recovers ``x`` from a rendered context.
     """
 
-    domain_premise: str | None
-    domain_rule: Callable[[ChoiceExample], str] | None = None
+    domain_premise: str | Callable[[ChoiceExample], str]
     content_free: Callable[[str], str] | None = None
     channel_templates: tuple[str, ...] = ()
     channel_words: tuple[str, ...] = ()
@@ -94,9 +93,9 @@ def method_prompts() -> dict[str, MethodPrompts]:
         # Holtzman et al. 2021 (load_examples_storycloze)
         "storycloze": MethodPrompts(" The story continues:"),
         # Holtzman et al. 2021 (load_examples_hellaswag: the last word)
-        "hellaswag": MethodPrompts(None, domain_rule=_last_word),
+        "hellaswag": MethodPrompts(_last_word),
         # paper Table 10 = Holtzman et al. 2021 (the connector " because" / " so")
-        "copa": MethodPrompts(None, domain_rule=lambda example: example.premise_free),
+        "copa": MethodPrompts(lambda example: example.premise_free),
         # paper Table 10 = Holtzman et al. 2021
         "csqa": MethodPrompts(" the answer is:"),
         "openbookqa": MethodPrompts(" the answer is:"),
@@ -154,10 +153,8 @@ def domain_premise(task: str, example: ChoiceExample, overrides: dict[str, str] 
         raise DataError(
             f"{task}: no domain premise is defined; give one with --model.method_options.domain_premises"
         )
-    if prompts.domain_rule is not None:
-        return prompts.domain_rule(example)
-    assert prompts.domain_premise is not None
-    return prompts.domain_premise
+    premise = prompts.domain_premise
+    return premise if isinstance(premise, str) else premise(example)
 
 
 def channel_prefixes(task: str, template: int = 0) -> list[str]:

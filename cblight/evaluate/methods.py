@@ -165,7 +165,7 @@ def pmi_scores(ll_full: torch.Tensor, ll_premise: torch.Tensor) -> torch.Tensor:
     )
 
 
-def calibration_prior(ll_content_free: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
+def calibration_prior(ll_content_free: torch.Tensor, reduce: Literal["mean", "min"] = "mean") -> torch.Tensor:
     """``p_cf`` of Zhao et al. 2021 from the label log-likelihoods after each content-free input.
 
     ``ll_content_free`` is ``[P, C]``: ``log P(y | prompt(cf_i))`` for ``P`` content-free inputs and ``C``
@@ -175,18 +175,9 @@ def calibration_prior(ll_content_free: torch.Tensor, reduce: str = "mean") -> to
     to 1. The maximum is subtracted before exponentiating (a common factor, so the normalised result is
     unchanged) so that long answers' tiny probabilities do not underflow.
     """
-    if ll_content_free.dim() != 2 or ll_content_free.shape[0] == 0:
-        raise ValueError(
-            f"content-free log-likelihoods must be [inputs, labels], got {tuple(ll_content_free.shape)}"
-        )
     ll = ll_content_free.double()
     rows = torch.exp(ll - ll.max())
-    if reduce == "mean":
-        prior = rows.mean(dim=0)
-    elif reduce == "min":
-        prior = rows.min(dim=0).values
-    else:
-        raise ValueError(f"reduce must be 'mean' or 'min', got {reduce!r}")
+    prior = rows.mean(dim=0) if reduce == "mean" else rows.min(dim=0).values
     return prior / prior.sum()
 
 
@@ -197,10 +188,7 @@ def calibrated_scores(ll_full: torch.Tensor, prior: torch.Tensor) -> torch.Tenso
     ``p̂`` is ``ll_full`` normalised over the labels (``label_probs / np.sum(label_probs)`` in the
     reference); the argmax equals the reference's ``argmax(W p̂ + b)`` with ``b = 0``. ``[N, C]`` float64.
     """
-    full = ll_full.double()
-    if full.shape[-1] != prior.numel():
-        raise ValueError(f"{full.shape[-1]} labels but a prior over {prior.numel()}")
-    return torch.log_softmax(full, dim=-1) - torch.log(prior.double()).view(1, -1)
+    return torch.log_softmax(ll_full.double(), dim=-1) - torch.log(prior.double()).view(1, -1)
 
 
 def predictions(scores: torch.Tensor) -> torch.Tensor:
@@ -211,7 +199,7 @@ def predictions(scores: torch.Tensor) -> torch.Tensor:
 
 
 def calibrated_next_token(
-    full: torch.Tensor, content_free: torch.Tensor, top_n: int = 100, reduce: str = "min"
+    full: torch.Tensor, content_free: torch.Tensor, top_n: int = 100, reduce: Literal["min", "mean"] = "min"
 ) -> torch.Tensor:
     """Zhao et al. 2021's calibrated first-token prediction for LAMA (``run_lama.py``), ``[B]`` token ids.
 
@@ -221,8 +209,6 @@ def calibrated_next_token(
     vocabulary); over them ``p`` (the example) and ``p_cf`` (``reduce`` over the inputs: the reference's
     minimum) are renormalised, and the prediction is ``argmax(p − p_cf)``, i.e. ``W = I, b = −p_cf``.
     """
-    if full.dim() != 2:
-        raise ValueError(f"full must be [batch, vocab], got {tuple(full.shape)}")
     cf = content_free if content_free.dim() == 3 else content_free.unsqueeze(0).expand(full.shape[0], -1, -1)
     vocab = full.shape[-1]
     n = vocab if top_n <= 0 else min(top_n, vocab)
