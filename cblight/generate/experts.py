@@ -92,7 +92,7 @@ def window_log_probs(
     need = content > k
     if not bool(need.any()):
         return full
-    out: torch.Tensor | None = None
+    out = full  # cloned before its first row is replaced
     tail = input_ids[:, width - k :]
     for with_prefix in (True, False):
         rows = torch.nonzero(need & (info.has_prefix == with_prefix), as_tuple=True)[0]
@@ -105,10 +105,9 @@ def window_log_probs(
         lp = last_position_log_probs(model, windows)
         if rows.numel() == full.shape[0]:
             return lp  # every row has a window: no copy of f_max needed
-        if out is None:
+        if out is full:
             out = full.clone()
         out[rows] = lp
-    assert out is not None
     return out
 
 
@@ -118,10 +117,10 @@ def short_groups(
     """Left-padded ``(ids, mask)`` of each active anchored expert's short contexts ``prefix + row[anchor:]``
     (the separator or marker and what follows), in expert order, ready for ``CachedRows.prefill``."""
     rows, flags = input_ids.tolist(), info.has_prefix.tolist()
+    active = prompts.experts.active  # an adaptive rule's expert too, whatever its fixed weight
     groups = []
-    for (rule, weight), anchor in zip(prompts.experts.experts, info.anchors):
-        if weight != 0.0 and not isinstance(rule, LastTokens):
-            assert anchor is not None
+    for expert, anchor in zip(prompts.experts.experts, info.anchors):
+        if expert in active and anchor is not None:  # anchored: not LastTokens
             contexts = [
                 (list(prompts.prefix) if flag else []) + row[a:]
                 for row, a, flag in zip(rows, anchor.tolist(), flags)
