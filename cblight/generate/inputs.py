@@ -308,11 +308,8 @@ def prepare_prompts(
         if not row:
             raise BoostingError(f"prompt {i} is empty (use Encoder.context('') for BOS/EOS alone)")
         if room is not None and len(row) > room:  # fit_row refuses a room that holds no prompt token
-            marks = [
-                a
-                for (rule, _), a in zip(experts.experts, anchors_of(row, i))
-                if isinstance(rule, AfterMarker)
-            ]
+            found = anchors_of(row, i)
+            marks = [a for (rule, _), a in zip(experts.experts, found) if isinstance(rule, AfterMarker)]
             row = fit_row(row, room, prefix, keep_from=min(marks) if marks else None, index=i)
         fitted.append(row)
 
