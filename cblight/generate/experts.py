@@ -167,17 +167,13 @@ class CachedRows:
         self.groups = len(groups)
         self.rows = int(groups[0][0].shape[0])
         width = max(int(ids.shape[1]) for ids, _ in groups)
-        outs = []
-        for ids, mask in groups:
-            pos = positions_from_mask(mask)
-            outs.append((self._run(ids, mask, pos), mask, pos))
+        outs = [self._run(ids, mask, positions_from_mask(mask)) for ids, mask in groups]
         if len(outs) == 1:
-            cache = output_cache(outs[0][0])
+            cache = output_cache(outs[0])
         else:
-            cache = _merge_left_padded([output_cache(o) for o, _, _ in outs], width)
-        masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m, _ in outs]
-        self.mask = torch.cat(masks, dim=0)
-        self.next_pos = torch.cat([p[:, -1] + 1 for _, _, p in outs], dim=0)
+            cache = _merge_left_padded([output_cache(o) for o in outs], width)
+        self.mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m in groups])
+        self.next_pos = self.mask.sum(-1)  # a row's real tokens: the position of its next one
         if cache is None:
             ids = torch.cat(
                 [torch.nn.functional.pad(i, (width - i.shape[1], 0), value=self.pad_id) for i, _ in groups]
@@ -186,7 +182,7 @@ class CachedRows:
             self.cache = output_cache(out)
             return list(log_softmax32(out.logits[:, -1, :]).split(self.rows, dim=0))
         self.cache = cache
-        return [log_softmax32(o.logits[:, -1, :]) for o, _, _ in outs]
+        return [log_softmax32(o.logits[:, -1, :]) for o in outs]
 
     def step(self, tokens: torch.Tensor) -> list[torch.Tensor]:
         """Append ``tokens`` ``[N]`` to every group; returns the next ``log f`` ``[N, V]`` per group."""
