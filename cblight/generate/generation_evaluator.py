@@ -217,8 +217,7 @@ class BoostedGenerationEvaluator(Evaluator):
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
         fitted: dict[int, list[int]] = {}  # each prompt of the batch fitted once, for every row
-        batches = self.trainer.num_test_batches
-        total = batches[dataloader_idx] if isinstance(batches, list) and batches else "?"
+        total = self.trainer.num_test_batches[dataloader_idx]  # Lightning counts them before the first step
         for i, decoding in enumerate(task.rows, 1):
             if decoding is not None:
                 check_interrupt()
