@@ -167,7 +167,7 @@ def boosted_generate(
     prepared = prepare_prompts(
         tokenizer,
         prompts,
-        Boosting() if boosting is None else boosting,
+        boosting,
         room=room,
         attention_mask=attention_mask,
         device=input_device(model),

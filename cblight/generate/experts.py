@@ -92,7 +92,7 @@ def window_log_probs(
     need = content > k
     if not bool(need.any()):
         return full
-    out: torch.Tensor | None = None
+    out = full  # cloned before its first row is replaced
     tail = input_ids[:, width - k :]
     for with_prefix in (True, False):
         rows = torch.nonzero(need & (info.has_prefix == with_prefix), as_tuple=True)[0]
@@ -105,10 +105,9 @@ def window_log_probs(
         lp = last_position_log_probs(model, windows)
         if rows.numel() == full.shape[0]:
             return lp  # every row has a window: no copy of f_max needed
-        if out is None:
+        if out is full:
             out = full.clone()
         out[rows] = lp
-    assert out is not None
     return out
 
 
@@ -118,10 +117,10 @@ def short_groups(
     """Left-padded ``(ids, mask)`` of each active anchored expert's short contexts ``prefix + row[anchor:]``
     (the separator or marker and what follows), in expert order, ready for ``CachedRows.prefill``."""
     rows, flags = input_ids.tolist(), info.has_prefix.tolist()
+    active = prompts.experts.active  # an adaptive rule's expert too, whatever its fixed weight
     groups = []
-    for (rule, weight), anchor in zip(prompts.experts.experts, info.anchors):
-        if weight != 0.0 and not isinstance(rule, LastTokens):
-            assert anchor is not None
+    for expert, anchor in zip(prompts.experts.experts, info.anchors):
+        if expert in active and anchor is not None:  # anchored: not LastTokens
             contexts = [
                 (list(prompts.prefix) if flag else []) + row[a:]
                 for row, a, flag in zip(rows, anchor.tolist(), flags)
@@ -168,17 +167,13 @@ class CachedRows:
         self.groups = len(groups)
         self.rows = int(groups[0][0].shape[0])
         width = max(int(ids.shape[1]) for ids, _ in groups)
-        outs = []
-        for ids, mask in groups:
-            pos = positions_from_mask(mask)
-            outs.append((self._run(ids, mask, pos), mask, pos))
+        outs = [self._run(ids, mask, positions_from_mask(mask)) for ids, mask in groups]
         if len(outs) == 1:
-            cache = output_cache(outs[0][0])
+            cache = output_cache(outs[0])
         else:
-            cache = _merge_left_padded([output_cache(o) for o, _, _ in outs], width)
-        masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m, _ in outs]
-        self.mask = torch.cat(masks, dim=0)
-        self.next_pos = torch.cat([p[:, -1] + 1 for _, _, p in outs], dim=0)
+            cache = _merge_left_padded([output_cache(o) for o in outs], width)
+        self.mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, m in groups])
+        self.next_pos = self.mask.sum(-1)  # a row's real tokens: the position of its next one
         if cache is None:
             ids = torch.cat(
                 [torch.nn.functional.pad(i, (width - i.shape[1], 0), value=self.pad_id) for i, _ in groups]
@@ -187,7 +182,7 @@ class CachedRows:
             self.cache = output_cache(out)
             return list(log_softmax32(out.logits[:, -1, :]).split(self.rows, dim=0))
         self.cache = cache
-        return [log_softmax32(o.logits[:, -1, :]) for o, _, _ in outs]
+        return [log_softmax32(o.logits[:, -1, :]) for o in outs]
 
     def step(self, tokens: torch.Tensor) -> list[torch.Tensor]:
         """Append ``tokens`` ``[N]`` to every group; returns the next ``log f`` ``[N, V]`` per group."""

@@ -44,7 +44,6 @@ from cblight.metrics.coherence import generated_token_log_probs
 from cblight.metrics.dialog_meteor import MeteorRoute, resolve_meteor_route
 from cblight.models import LoadOptions, checkpoint_window, load_causal_lm, model_window
 from cblight.option_types import NonNegativeInt, PositiveInt, check_arguments
-from cblight.options import Boosting
 from cblight.runs import check_interrupt
 from cblight.scoring import Encoder
 from cblight.truncation import fit_example
@@ -190,9 +189,7 @@ class BoostedGenerationEvaluator(Evaluator):
                     self._signature(task, decoding),
                     RECORD_FIELDS,
                 )
-                pending = pending or any(
-                    cached.get(ex.idx, {}).get("input") != digest(ex.input_key()) for ex in split.examples
-                )
+                pending = pending or not all(_current(cached, ex) for ex in split.examples)
         # FSDP2 builds the model in configure_model, after this: a window the config does not name is read
         # from it there
         if window is None and pending and not self.synced.enabled:  # the config names none: the model's
@@ -220,8 +217,7 @@ class BoostedGenerationEvaluator(Evaluator):
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self._tasks[dataloader_idx]
         fitted: dict[int, list[int]] = {}  # each prompt of the batch fitted once, for every row
-        batches = self.trainer.num_test_batches
-        total = batches[dataloader_idx] if isinstance(batches, list) and batches else "?"
+        total = self.trainer.num_test_batches[dataloader_idx]  # Lightning counts them before the first step
         for i, decoding in enumerate(task.rows, 1):
             if decoding is not None:
                 check_interrupt()
@@ -253,14 +249,9 @@ class BoostedGenerationEvaluator(Evaluator):
         the task's room so far, by example id (filled here, once per prompt)."""
         key = (task.split.name, decoding.slug if decoding is not None else "human")
         cached = self._cached[key]
-        have = {
-            ex.idx: cached[ex.idx]
-            for ex in batch
-            if cached.get(ex.idx, {}).get("input") == digest(ex.input_key())
-        }
-        todo = [ex for ex in batch if ex.idx not in have and (decoding is not None or ex.human)]
+        todo = [ex for ex in batch if not _current(cached, ex) and (decoding is not None or ex.human)]
         if not todo:
-            return [have[ex.idx] for ex in batch if ex.idx in have]
+            return [cached[ex.idx] for ex in batch if _current(cached, ex)]
         # work to do means setup saw it and knew the room (from the config, or the model it loaded)
         assert task.room is not None
         fitted.update(
@@ -276,12 +267,11 @@ class BoostedGenerationEvaluator(Evaluator):
             # seeded by the run's seed, the row and the batch's example ids: a rerun draws the same samples,
             # and each process (holding other examples under DDP) other ones
             key_text = f"{self.hparams.seed}|{decoding.slug}|{','.join(str(ex.idx) for ex in todo)}"
-            boosting = decoding.boosting_for(task.kind)
             try:
                 prepared = prepare_prompts(
                     self.tokenizer,
                     prompts,
-                    Boosting() if boosting is None else boosting,
+                    decoding.boosting_for(task.kind),
                     device=input_device(self.model),
                 )
                 out = generate_prepared(
@@ -331,9 +321,8 @@ class BoostedGenerationEvaluator(Evaluator):
             for r, (full, short) in zip(scored, log_probs):
                 r["lp_full"] = [round(x, 6) for x in full.tolist()]
                 r["lp_short"] = [round(x, 6) for x in short.tolist()]
-        self._store(key, fresh)
-        have.update((rec["id"], rec) for rec in fresh)
-        return [have[ex.idx] for ex in batch if ex.idx in have]
+        self._store(key, fresh)  # into ``cached`` too
+        return [cached[ex.idx] for ex in batch if _current(cached, ex)]
 
     # -- report (rank 0 writes every file, atomically: ``cblight.generate.report``) --------------------------
     def on_test_epoch_end(self) -> None:
@@ -381,6 +370,11 @@ class BoostedGenerationEvaluator(Evaluator):
         return {} if hparams.get("metrics_model") else {"metrics_model": first}
 
     comparison_table = staticmethod(comparison_table)  # type: ignore[assignment]
+
+
+def _current(cached: Mapping[int, Mapping[str, Any]], example: GenerationExample) -> bool:
+    """Whether ``cached`` holds a record of ``example`` made from its present input."""
+    return cached.get(example.idx, {}).get("input") == digest(example.input_key())
 
 
 def show_progress(trainer: Any, text: str) -> None:

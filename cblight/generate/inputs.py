@@ -56,6 +56,15 @@ def last_occurrence(row: Sequence[int], pattern: Sequence[int], start: int = 0) 
     return -1
 
 
+def _pattern(tokenizer: Any, rule: Any) -> list[int] | None:
+    """The tokens an anchored rule's short context starts with (``None`` for ``LastTokens``)."""
+    if isinstance(rule, AfterSeparator):
+        return separator_ids(tokenizer, rule.separator)
+    if isinstance(rule, AfterMarker):
+        return marker_ids(tokenizer, rule.marker)
+    return None
+
+
 def _anchor(row: Sequence[int], rule: Any, pattern: Sequence[int], n_prefix: int, index: int) -> int:
     """Where the short context of ``rule`` starts in ``row`` (a clear error when it cannot)."""
     if isinstance(rule, AfterSeparator):
@@ -220,7 +229,7 @@ class PreparedPrompts:
 def prepare_prompts(
     tokenizer: Any,
     prompts: Prompts,
-    boosting: Boosting | Experts,
+    boosting: Boosting | Experts | None,
     *,
     room: int | None = None,
     attention_mask: torch.Tensor | None = None,
@@ -233,7 +242,7 @@ def prepare_prompts(
         tokenizer: the model's tokenizer.
         prompts: strings, token-id lists, or an ``input_ids`` tensor (with its ``attention_mask`` when
             padded).
-        boosting: the ``Boosting`` or ``Experts`` the batch is decoded with.
+        boosting: the ``Boosting`` or ``Experts`` the batch is decoded with (``None``: the base model).
         room: the most tokens a prompt may keep, usually the window minus ``max_new_tokens``; longer ones
             are cut from the left (the special prefix kept) or, with a marker, just before it. ``None``: no
             cutting.
@@ -259,7 +268,7 @@ def prepare_prompts(
         tensor([[1, 1, 1, 1, 1],
                 [0, 0, 0, 0, 1]])
     """
-    experts = as_experts(boosting)
+    experts = as_experts(Boosting() if boosting is None else boosting)
     enc = Encoder(tokenizer)
     prefix = list(enc.prefix)
     if isinstance(prompts, torch.Tensor):
@@ -285,14 +294,7 @@ def prepare_prompts(
     if not rows:
         raise BoostingError("no prompts to generate from")
 
-    patterns = [
-        separator_ids(tokenizer, rule.separator)
-        if isinstance(rule, AfterSeparator)
-        else marker_ids(tokenizer, rule.marker)
-        if isinstance(rule, AfterMarker)
-        else None
-        for rule, _ in experts.experts
-    ]
+    patterns = [_pattern(tokenizer, rule) for rule, _ in experts.experts]
 
     def anchors_of(row: list[int], index: int) -> list[int | None]:
         n_prefix = len(prefix) if has_prefix(row, prefix) else 0
@@ -306,11 +308,8 @@ def prepare_prompts(
         if not row:
             raise BoostingError(f"prompt {i} is empty (use Encoder.context('') for BOS/EOS alone)")
         if room is not None and len(row) > room:  # fit_row refuses a room that holds no prompt token
-            marks = [
-                a
-                for (rule, _), a in zip(experts.experts, anchors_of(row, i))
-                if isinstance(rule, AfterMarker)
-            ]
+            found = anchors_of(row, i)
+            marks = [a for (rule, _), a in zip(experts.experts, found) if isinstance(rule, AfterMarker)]
             row = fit_row(row, room, prefix, keep_from=min(marks) if marks else None, index=i)
         fitted.append(row)
 

@@ -92,6 +92,7 @@ class TaskTable:
         return block
 
 
+@dataclass
 class GenerationReport:
     """The files of a generation run (rank 0 writes them) and its summary.
 
@@ -103,19 +104,11 @@ class GenerationReport:
         log_samples: generations per row logged as a W&B table (when W&B logs).
     """
 
-    def __init__(
-        self,
-        output_dir: Path,
-        decodings: Sequence[Decoding],
-        grid: DecodingGrid | None,
-        plots: bool,
-        log_samples: int,
-    ):
-        self.output_dir = output_dir
-        self.decodings = list(decodings)
-        self.grid = grid
-        self.plots = plots
-        self.log_samples = log_samples
+    output_dir: Path
+    decodings: Sequence[Decoding]
+    grid: DecodingGrid | None
+    plots: bool
+    log_samples: int
 
     def write_task_files(
         self,

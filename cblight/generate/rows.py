@@ -88,8 +88,7 @@ class Decoding:
         s = self.sampling
         if not s.do_sample:
             return Sampling(do_sample=False, num_beams=s.num_beams or 1, seed=seed)
-        top_k = 0 if s.top_k is None else s.top_k
-        return Sampling(True, s.temperature, s.top_p, top_k, s.num_beams or 1, seed)
+        return replace(s, top_k=0 if s.top_k is None else s.top_k, num_beams=s.num_beams or 1, seed=seed)
 
     def describe(self) -> dict[str, Any]:
         """The row's settings for ``results.json``, flat: name, mode (``plain`` without boosting), k, alpha
@@ -190,17 +189,11 @@ def _from_dict(cls: type, value: Any) -> Any:
     """``value`` as a ``cls`` when it comes as a dict (its nested options and lists too)."""
     if not isinstance(value, dict):
         return value
-    nested = {"boosting": Boosting, "sampling": Sampling}
-    return cls(
-        **{
-            k: nested[k](**v)
-            if k in nested and isinstance(v, dict)
-            else tuple(v)
-            if isinstance(v, list)
-            else v
-            for k, v in value.items()
-        }
-    )
+    value = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    for key, nested in (("boosting", Boosting), ("sampling", Sampling)):
+        if isinstance(value.get(key), dict):
+            value[key] = nested(**value[key])
+    return cls(**value)
 
 
 #: The name of a kind, as ``results.json`` gives each task's ``table``.

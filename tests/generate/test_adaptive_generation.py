@@ -102,6 +102,29 @@ def test_adaptive_greedy_decoding_matches_brute_force(sharp_lm, rule, form, deco
     assert min(a for row in out.alphas for a in row) < -0.05  # the rule acted
 
 
+@pytest.mark.parametrize("decoder", ["fused", "processor"])
+def test_adaptive_rule_with_an_anchored_short_context(sharp_lm, decoder):
+    """Marker mode: the short context is the marker and the text after it, decoded with the rule's alpha
+    although the expert's fixed weight (alpha = 0) is 0."""
+    from cblight.generate.inputs import last_occurrence, marker_ids
+
+    model, tok = sharp_lm
+    prompt = "The quick brown fox jumps over the lazy dog. TL;DR:"
+    boosting = Boosting("marker", adaptive="jsd")
+    out = boosted_generate(
+        model, tok, [prompt], boosting, max_new_tokens=STEPS, decoder=decoder, do_sample=False
+    )
+    enc = Encoder(tok)
+    ids, prefix = enc.context(prompt), list(enc.prefix)
+    at = last_occurrence(ids, marker_ids(tok, " TL;DR:"), len(prefix))
+    assert out.alphas is not None and len(out.tokens[0]) == STEPS
+    for token, alpha in zip(out.tokens[0], out.alphas[0]):
+        full, short = log_probs(model, ids), log_probs(model, prefix + ids[at:])
+        assert alpha == pytest.approx(adacad("next_token")(full, short), abs=1e-4)
+        assert token == int(torch.argmax(full + alpha * short))
+        ids = ids + [token]
+
+
 def test_cocoa_rule_and_custom_generate_agree_with_boosted_generate(sharp_lm):
     model, tok = sharp_lm
     rows = [tok(p)["input_ids"] for p in PROMPTS]
