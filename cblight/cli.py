@@ -243,15 +243,16 @@ def quiet_library_notices() -> None:
 
 
 # the command whose CLIParser reads the configs: set by the two functions that build one, before they do
-_COMMAND: ContextVar[str] = ContextVar("cblight_command", default="evaluate")
+_COMMAND: ContextVar[tuple[str, Sequence[str]]] = ContextVar("cblight_command", default=("evaluate", ()))
 
 
 class CLIParser(OneLineErrors, LightningArgumentParser):
     """LightningCLI's parser with cblight's one-line parse errors (``cblight.parse_errors``); a config file's
     options, read once by jsonargparse, are checked for the command that runs (``check_config_command``)."""
 
-    def check_config(self, path: str, config: dict[str, Any], args: list[str]) -> None:
-        check_config_command(config, path, args, _COMMAND.get())
+    def check_config(self, path: str, config: dict[str, Any]) -> None:
+        command, args = _COMMAND.get()
+        check_config_command(config, path, args, command)
 
 
 class LoggerSaveConfigCallback(SaveConfigCallback):
@@ -549,7 +550,7 @@ def build_evaluate_cli(
     nested_help(argv, default_class, prog or _prog())
     quiet_library_notices()
     check_flow_mappings(argv)
-    _COMMAND.set("generate" if default_class == GENERATOR else "evaluate")
+    _COMMAND.set(("generate" if default_class == GENERATOR else "evaluate", argv))
     check_loggers_installed(argv)
     return EvaluateCLI(
         LightningModule,
@@ -711,7 +712,7 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
 
     args = join_negative_values(sys.argv[1:] if args is None else list(args))
     check_flow_mappings(args)
-    _COMMAND.set("tune")
+    _COMMAND.set(("tune", args))
     tune_nested_help(args, prog or _prog())
     check_loggers_installed(args)
     quiet_library_notices()
