@@ -4,28 +4,24 @@ option, what its declared type accepts (``cblight.option_types.describe``) and t
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 import re
 import sys
-import types
 import typing
-from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
 import yaml
 from jsonargparse import ArgumentParser
 
-from cblight.option_types import FiniteFloat, describe
+from cblight.option_types import FiniteFloat, bases, describe, members, option_at, option_keys, options_of
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
 __all__ = ["OneLineErrors", "Parser", "config_options"]
 
 _FILE: ContextVar[str | None] = ContextVar("cblight_config_file", default=None)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
-_SCALARS = (int, float, str, bytes, bool, list, tuple, dict, set, os.PathLike)
 
 
 class OneLineErrors:
@@ -54,7 +50,7 @@ class OneLineErrors:
 
     def declare(self, owner: Any, prefix: str | None) -> None:
         """Keep the types of the options ``owner``'s signature declares (under ``prefix``)."""
-        for name, hint in _options(owner, function=not inspect.isclass(owner)).items():
+        for name, hint in options_of(owner, function=not inspect.isclass(owner)).items():
             vars(self).setdefault("declared", {})[f"{prefix}.{name}" if prefix else name] = hint
 
     def add_subclass_arguments(self, base: Any, nested_key: str, *args: Any, **kwargs: Any) -> Any:
@@ -177,7 +173,7 @@ def _fault(
             inner.append(deeper)
         if m := re.match(r'Parser key "([^"]+)":\s*(.*)', text):
             full = f"{key}.{m[1]}" if key else m[1]
-            typed = _declared(parser, full) if hint is None else _option(hint, m[1])
+            typed = _declared(parser, full) if hint is None else option_at(hint, m[1])
             given = [_load(t[13:]) for d, t in inner if d == indent + 2 and t.startswith("Given value: ")]
             below = [re.match(r'Parser key "([^".]+)', t) for _, t in inner]
             child = next((b[1] for b in below if b), None)
@@ -199,8 +195,7 @@ def _fault(
             dashes = "--" if f"NestedArg(key='{m[1]}'" in whole else ""
             return _unknown(parser, hint, f"{key}{within}.{m[1]}", dashes, prog, usage, f"{key}{within}")
         elif m := re.match(r"Expected a dot import path string: (.*)", text):
-            bases = _bases(hint)
-            close = closest(m[1], [c.__name__ for c in subclasses(bases)])
+            close = closest(m[1], [c.__name__ for c in subclasses(bases(hint))])
             mean = f"; did you mean {close}?" if close else ""
             return f"{key}: no class {m[1]!r} can be imported{mean} (a class name or a dotted path)"
     return None
@@ -225,9 +220,7 @@ def _value_fault(key: str, hint: Any, inline: str, inner: list[tuple[int, str]])
     if isinstance(value, list):  # the item at fault, with the type of the list's items
         for n, item in enumerate(value):
             if any(str(item) == g or repr(item) == g for g in got):
-                items = [
-                    a for m in _members(hint) if typing.get_origin(m) is list for a in typing.get_args(m)
-                ]
+                items = [a for m in members(hint) if typing.get_origin(m) is list for a in typing.get_args(m)]
                 key, value, hint = f"{key}[{n}]", item, items[0] if items else hint
                 break
     if value is None and given == "":  # ``--model.adaptive ""``: YAML reads it as null
@@ -245,7 +238,7 @@ def _group_value(key: str, hint: Any, value: str) -> str:
     if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
         why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
         return f"{key}: cannot read {value!r} as a config of its options ({why})"
-    children = _options(hint)
+    children = options_of(hint)
     names = sorted(children)
     taking = [
         n
@@ -262,15 +255,15 @@ def _group_value(key: str, hint: Any, value: str) -> str:
 def _unknown(parser: Any, hint: Any, key: str, dashes: str, prog: str, usage: str, prefix: str = "") -> str:
     if key in getattr(parser, "positionals", []):
         return f"unknown option --{key}: {key.upper()} is a positional argument, given without an option name: usage: {usage}"
-    keys = _keys(prefix, hint) if hint is not None else set()
+    keys = option_keys(prefix, hint) if hint is not None else set()
     for name, declared in getattr(parser, "declared", {}).items():
         if name not in ("help", "config", "print_config") and not name.endswith(".help"):
             try:  # a class path's default class has the options
-                default = parser.get_default(name) if _bases(declared) else None
+                default = parser.get_default(name) if bases(declared) else None
             except KeyError:
                 default = None
             named = class_named(default.get("class_path", ""), []) if hasattr(default, "get") else None
-            keys |= {name} | _keys(name, named or declared)
+            keys |= {name} | option_keys(name, named or declared)
     found = closest_keys(key, keys)
     if found and found[0] in getattr(parser, "positionals", []):
         return _unknown(parser, None, found[0], dashes, prog, usage).replace(f"--{found[0]}:", f"--{key}:")
@@ -279,61 +272,14 @@ def _unknown(parser: Any, hint: Any, key: str, dashes: str, prog: str, usage: st
     return f"unknown option {dashes}{key} ({prog} --help lists the options)"
 
 
-def _keys(prefix: str, hint: Any, depth: int = 3) -> set[str]:
-    """The option keys under ``prefix``, an option of type ``hint``: its fields' and their fields'."""
-    found = set()
-    for name, inner in _options(hint).items() if depth else ():
-        key = f"{prefix}.{name}" if prefix else name
-        found |= {key} | _keys(key, inner, depth - 1)
-    return found
-
-
 def _declared(parser: Any, key: str) -> Any:
     """The declared type of ``key``: its own declaration, else its field in the nearest declared group."""
     declared, parts = getattr(parser, "declared", {}), key.split(".")
     for n in range(len(parts), 0, -1):
         if declared.get(".".join(parts[:n])) is not None:
             hint = declared[".".join(parts[:n])]
-            return _option(hint, ".".join(parts[n:])) if n < len(parts) else hint
+            return option_at(hint, ".".join(parts[n:])) if n < len(parts) else hint
     return None
-
-
-def _option(hint: Any, key: str) -> Any:
-    for part in key.split("."):
-        hint = _options(hint).get(part)
-    return hint
-
-
-def _options(hint: Any, function: bool = False) -> dict[str, Any]:
-    """The options under a value of type ``hint``: a dataclass's or a class's (its ``__init__``), or a
-    ``function``'s parameters."""
-    for member in [hint] if function else _members(hint):
-        member = typing.get_args(member)[0] if typing.get_origin(member) is list else member
-        if function or (
-            inspect.isclass(member) and not issubclass(member, _SCALARS) and member.__module__ != "typing"
-        ):
-            try:
-                function = function or not dataclasses.is_dataclass(member)
-                hints = typing.get_type_hints(
-                    member.__init__ if inspect.isclass(member) and function else member
-                )
-                params = inspect.signature(member).parameters
-            except Exception:  # an annotation that does not resolve here, or no signature: untyped
-                continue
-            kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-            return {n: hints.get(n) for n, p in params.items() if p.kind not in kinds}
-    return {}
-
-
-def _members(hint: Any) -> list[Any]:
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    return [a for a in (typing.get_args(hint) if union else (hint,)) if a not in (None, type(None))]
-
-
-def _bases(hint: Any) -> list[type]:
-    """The classes a class path names a subclass of (``Callable[..., C]``: C)."""
-    found = [typing.get_args(m)[-1] if typing.get_origin(m) is Callable else m for m in _members(hint)]
-    return [c for c in found if inspect.isclass(c) and not issubclass(c, _SCALARS)]
 
 
 def _load(text: str) -> Any:
