@@ -177,11 +177,7 @@ def fits(hint: Any, value: Any) -> bool:
 
 
 def _is_float(hint: Any) -> bool:
-    kept = (
-        [a for a in typing.get_args(hint) if a is not type(None)]
-        if typing.get_origin(hint) in (Union, types.UnionType)
-        else [hint]
-    )
+    kept = members(hint)
     return len(kept) == 1 and (kept[0] is float or (_restricted(kept[0]) and kept[0].base is float))
 
 

@@ -88,12 +88,16 @@ class OneLineErrors:
         if os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true" or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
         parser = getattr(ex, "subcommand_parser", None) or self
-        print(f"error: {one_line(parser, message)}", file=sys.stderr)
-        raise SystemExit(2)
+        _refuse(one_line(parser, message))
 
 
 class Parser(OneLineErrors, ArgumentParser):
     """jsonargparse's ``ArgumentParser`` with one-line errors (``auto_cli(..., parser_class=Parser)``)."""
+
+
+def _refuse(line: str) -> NoReturn:
+    print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def config_options(path: str, text: str) -> dict[str, Any]:
@@ -103,19 +107,11 @@ def config_options(path: str, text: str) -> dict[str, Any]:
     except yaml.MarkedYAMLError as bad:
         mark, ctx = bad.problem_mark, bad.context_mark
         at = f" ({bad.context} that starts at line {ctx.line + 1}, column {ctx.column + 1})" if ctx else ""
-        print(
-            f"error: {path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{at}",
-            file=sys.stderr,
-        )
-        raise SystemExit(2) from None
+        _refuse(f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{at}")
     if not isinstance(content, dict):
         kinds = {list: "a list", str: "a string", bool: "true or false", type(None): "an empty file"}
         got = kinds.get(type(content), "a number")
-        print(
-            f"error: {path}: the config file must be a mapping of options (key: value), got {got}",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
+        _refuse(f"{path}: the config file must be a mapping of options (key: value), got {got}")
     return content
 
 
