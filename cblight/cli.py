@@ -16,7 +16,6 @@ and exit status 2. Logs go to CSV by default; ``configs/logger/wandb.yaml`` is a
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import importlib
 import importlib.util
@@ -25,7 +24,6 @@ import logging
 import os
 import re
 import sys
-import types
 import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -243,15 +241,16 @@ def quiet_library_notices() -> None:
 
 
 # the command whose CLIParser reads the configs: set by the two functions that build one, before they do
-_COMMAND: ContextVar[str] = ContextVar("cblight_command", default="evaluate")
+_COMMAND: ContextVar[tuple[str, Sequence[str]]] = ContextVar("cblight_command", default=("evaluate", ()))
 
 
 class CLIParser(OneLineErrors, LightningArgumentParser):
     """LightningCLI's parser with cblight's one-line parse errors (``cblight.parse_errors``); a config file's
     options, read once by jsonargparse, are checked for the command that runs (``check_config_command``)."""
 
-    def check_config(self, path: str, config: dict[str, Any], args: list[str]) -> None:
-        check_config_command(config, path, args, _COMMAND.get())
+    def check_config(self, path: str, config: dict[str, Any]) -> None:
+        command, args = _COMMAND.get()
+        check_config_command(config, path, args, command)
 
 
 class LoggerSaveConfigCallback(SaveConfigCallback):
@@ -485,30 +484,13 @@ def evaluate_help(default_class: str) -> str:
     return "\n".join(lines)
 
 
-def _option_classes(hint: Any) -> list[type]:
-    """The classes with options of their own in an option's type (a dataclass, an ``AlphaGrid``, a list of
-    them); numbers, strings, flags and ``Literal`` choices have none."""
-    import typing
-
-    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    found: list[type] = []
-    for member in members:
-        if typing.get_origin(member) in (list, tuple):
-            found += _option_classes(typing.get_args(member)[0]) if typing.get_args(member) else []
-        elif typing.get_origin(member) is collections.abc.Callable or (
-            inspect.isclass(member) and not issubclass(member, (str, int, float, bool, type(None), Path))
-        ):  # a class path: its init args
-            found.append(member)
-    return found
-
-
 def help_target(cls: type, arg: str, prog: str) -> list[type]:
     """The classes whose options ``--model.X.help`` asks for (``X`` an option of ``cls``), or one line
     refusing an option that does not exist or takes a plain value (jsonargparse said "expected one argument"
     or "unrecognized arguments")."""
     import typing
 
-    from cblight.option_types import describe
+    from cblight.option_types import bases, describe, members
     from cblight.suggest import closest
 
     key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
@@ -518,7 +500,10 @@ def help_target(cls: type, arg: str, prog: str) -> list[type]:
         mean = f"; did you mean --model.{close}?" if close else ""
         raise ConfigError(f"unknown option --model.{key}{mean} ({prog} --help lists the options)")
     hint = typing.get_type_hints(cls.__init__).get(key)
-    classes = _option_classes(hint)
+    # the classes with options of their own (a dataclass, an AlphaGrid, a class path; in a list too)
+    lists = (list, tuple)
+    items = [(typing.get_args(m) or (m,))[0] if typing.get_origin(m) in lists else m for m in members(hint)]
+    classes = [c for item in items for c in bases(item)]
     if not classes:
         raise ConfigError(
             f"--model.{key} takes a value ({describe(hint)}), not options of its own, so it has no .help: "
@@ -549,7 +534,7 @@ def build_evaluate_cli(
     nested_help(argv, default_class, prog or _prog())
     quiet_library_notices()
     check_flow_mappings(argv)
-    _COMMAND.set("generate" if default_class == GENERATOR else "evaluate")
+    _COMMAND.set(("generate" if default_class == GENERATOR else "evaluate", argv))
     check_loggers_installed(argv)
     return EvaluateCLI(
         LightningModule,
@@ -711,7 +696,7 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
 
     args = join_negative_values(sys.argv[1:] if args is None else list(args))
     check_flow_mappings(args)
-    _COMMAND.set("tune")
+    _COMMAND.set(("tune", args))
     tune_nested_help(args, prog or _prog())
     check_loggers_installed(args)
     quiet_library_notices()

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
+import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -36,11 +38,16 @@ __all__ = [
     "PositiveInt",
     "PositiveUnitInterval",
     "RatioAtLeastOne",
+    "bases",
     "bounded",
     "check_arguments",
     "check_fields",
     "describe",
     "fits",
+    "members",
+    "option_at",
+    "option_keys",
+    "options_of",
 ]
 
 
@@ -170,11 +177,7 @@ def fits(hint: Any, value: Any) -> bool:
 
 
 def _is_float(hint: Any) -> bool:
-    kept = (
-        [a for a in typing.get_args(hint) if a is not type(None)]
-        if typing.get_origin(hint) in (Union, types.UnionType)
-        else [hint]
-    )
+    kept = members(hint)
     return len(kept) == 1 and (kept[0] is float or (_restricted(kept[0]) and kept[0].base is float))
 
 
@@ -208,3 +211,56 @@ def check_arguments(
     for name, value in values.items():
         if name in hints and name != "return" and not fits(hints[name], value):
             _refuse(error, name, hints[name], value)
+
+
+# the types whose values are plain (no options of their own, no class path)
+_PLAIN = (int, float, str, bytes, bool, list, tuple, dict, set, os.PathLike)
+
+
+def option_keys(prefix: str, hint: Any, depth: int = 3) -> set[str]:
+    """The option keys under ``prefix``, an option of type ``hint``: its fields' and their fields'."""
+    found = set()
+    for name, inner in options_of(hint).items() if depth else ():
+        key = f"{prefix}.{name}" if prefix else name
+        found |= {key} | option_keys(key, inner, depth - 1)
+    return found
+
+
+def option_at(hint: Any, key: str) -> Any:
+    """The type of the option ``key`` (dotted) under a value of type ``hint``; None where it has none."""
+    for part in key.split("."):
+        hint = options_of(hint).get(part)
+    return hint
+
+
+def options_of(hint: Any, function: bool = False) -> dict[str, Any]:
+    """The options under a value of type ``hint``: a dataclass's or a class's (its ``__init__``), or a
+    ``function``'s parameters."""
+    for member in [hint] if function else members(hint):
+        member = typing.get_args(member)[0] if typing.get_origin(member) is list else member
+        if function or (
+            inspect.isclass(member) and not issubclass(member, _PLAIN) and member.__module__ != "typing"
+        ):
+            try:
+                function = function or not dataclasses.is_dataclass(member)
+                hints = typing.get_type_hints(
+                    member.__init__ if inspect.isclass(member) and function else member
+                )
+                params = inspect.signature(member).parameters
+            except Exception:  # an annotation that does not resolve here, or no signature: untyped
+                continue
+            kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            return {n: hints.get(n) for n, p in params.items() if p.kind not in kinds}
+    return {}
+
+
+def members(hint: Any) -> list[Any]:
+    """The types a ``hint`` admits other than None: a union's members, else the type itself."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return [a for a in (typing.get_args(hint) if union else (hint,)) if a not in (None, type(None))]
+
+
+def bases(hint: Any) -> list[type]:
+    """The classes a class path names a subclass of (``Callable[..., C]``: C)."""
+    found = [typing.get_args(m)[-1] if typing.get_origin(m) is Callable else m for m in members(hint)]
+    return [c for c in found if inspect.isclass(c) and not issubclass(c, _PLAIN)]

@@ -1,87 +1,67 @@
-"""A command line that does not parse, said in one line (every case: docs/errors.md): the parser records each
-option's declared type; a failed parse is read again against them, else jsonargparse's first line is said."""
+"""A command line that does not parse, said in one line (every case: docs/errors.md): jsonargparse's own report,
+passed to the parser's ``error``, names the key at fault; its innermost fault becomes one line that names the
+option, what its declared type accepts (``cblight.option_types.describe``) and the fix."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import enum
 import inspect
 import os
 import re
 import sys
-import types
 import typing
-from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
 import yaml
 from jsonargparse import ArgumentParser
 
-from cblight.option_types import FiniteFloat, describe
+from cblight.option_types import FiniteFloat, bases, describe, members, option_at, option_keys, options_of
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
 __all__ = ["OneLineErrors", "Parser", "config_options"]
 
-# the parser called, the command line, and each config file's options as read (path as typed: options)
-_PARSING: ContextVar[tuple[Any, list[str], dict[str, Any]] | None] = ContextVar(
-    "cblight_parsing", default=None
-)
 _FILE: ContextVar[str | None] = ContextVar("cblight_config_file", default=None)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonargparse reads a config
-_NOT_OPTIONS = ("help", "config", "print_config")
-_SCALARS = (int, float, str, bytes, bool, list, tuple, dict, set, os.PathLike, enum.Enum)
 
 
 class OneLineErrors:
     """Mixin of a jsonargparse ``ArgumentParser`` (put it first): a parse error becomes one line. It keeps
-    ``declared`` (option key: type), ``required_params`` (name: positional?) and ``subcommands``."""
-
-    @property
-    def declared(self) -> dict[str, Any]:
-        return self.__dict__.setdefault("_declared", {})
-
-    def _declare(self, owner: Any, prefix: str | None, kw: dict[str, Any], function: bool = False) -> None:
-        for name, (hint, required) in _params(owner).items():
-            if name not in (kw.get("skip") or ()):
-                self.declared[f"{prefix}.{name}" if prefix else name] = hint
-            if required and function:
-                self.__dict__.setdefault("required_params", {})[name] = kw.get("as_positional", False)
+    ``declared`` (option key: type) and ``positionals`` (the names of its positional arguments)."""
 
     def add_argument(self, *args: Any, **kwargs: Any) -> Any:
         action = super().add_argument(*args, **kwargs)  # type: ignore[misc]
         # jsonargparse gives a parser's argument groups this method too: the parser keeps the declaration
-        declared = vars(getattr(self, "parser", self)).setdefault("_declared", {})
-        if kwargs.get("type") is not None or action.dest not in declared:
-            declared[action.dest] = kwargs.get("type")
+        owner = vars(getattr(self, "parser", self))
+        if kwargs.get("type") is not None or action.dest not in owner.setdefault("declared", {}):
+            owner["declared"][action.dest] = kwargs.get("type")
+        if args and not str(args[0]).startswith("-"):
+            owner.setdefault("positionals", []).append(action.dest.rpartition(".")[2])
         return action
 
     def add_class_arguments(self, cls: Any, nested_key: str | None = None, *args: Any, **kwargs: Any) -> Any:
-        self._declare(cls, nested_key, kwargs)
+        self.declare(cls, nested_key)
         return super().add_class_arguments(cls, nested_key, *args, **kwargs)  # type: ignore[misc]
 
-    def add_subclass_arguments(self, base: Any, nested_key: str, *args: Any, **kwargs: Any) -> Any:
-        self.declared[nested_key] = typing.Union[base] if isinstance(base, tuple) else base  # noqa: UP007
-        return super().add_subclass_arguments(base, nested_key, *args, **kwargs)  # type: ignore[misc]
+    def add_function_arguments(
+        self, fn: Any, nested_key: str | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        self.declare(fn, nested_key)
+        return super().add_function_arguments(fn, nested_key, *args, **kwargs)  # type: ignore[misc]
 
-    def add_function_arguments(self, fn: Any, nested_key: str | None = None, *a: Any, **kw: Any) -> Any:
-        self._declare(fn, nested_key, kw, function=True)
-        return super().add_function_arguments(fn, nested_key, *a, **kw)  # type: ignore[misc]
+    def declare(self, owner: Any, prefix: str | None) -> None:
+        """Keep the types of the options ``owner``'s signature declares (under ``prefix``)."""
+        for name, hint in options_of(owner, function=not inspect.isclass(owner)).items():
+            vars(self).setdefault("declared", {})[f"{prefix}.{name}" if prefix else name] = hint
+
+    def add_subclass_arguments(self, base: Any, nested_key: str, *args: Any, **kwargs: Any) -> Any:
+        action = super().add_subclass_arguments(base, nested_key, *args, **kwargs)  # type: ignore[misc]
+        union = typing.Union[base] if isinstance(base, tuple) else base  # noqa: UP007
+        vars(self).setdefault("declared", {})[nested_key] = union
+        return action
 
     def add_subcommands(self, *args: Any, **kwargs: Any) -> Any:
         self.subcommands = super().add_subcommands(*args, **kwargs)  # type: ignore[misc]
         return self.subcommands
-
-    def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        argv = list(map(str, sys.argv[1:] if args is None else args))
-        token = _PARSING.set(
-            (self, argv, (_PARSING.get() or (0, 0, {}))[2])
-        )  # a subcommand's: the same files
-        try:
-            return super().parse_args(args, *rest, **kwargs)  # type: ignore[misc]
-        finally:
-            _PARSING.reset(token)
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
         token = _FILE.set(str(path))  # as typed: jsonargparse passes its base name on, from the file's folder
@@ -94,30 +74,21 @@ class OneLineErrors:
         path, token = _FILE.get(), _FILE.set(None)
         try:
             if path is not None:  # a config file's one read, jsonargparse's: what is wrong with it said first
-                _, argv, configs = _PARSING.get() or (self, [], {})
-                configs[path] = config_options(path, args[0] if args else kwargs.get("content"))
-                self.check_config(path, configs[path], argv)
+                self.check_config(path, config_options(path, args[0] if args else kwargs.get("content")))
             return super().parse_string(*args, **kwargs)  # type: ignore[misc]
         finally:
             _FILE.reset(token)
 
-    def check_config(self, path: str, config: dict[str, Any], args: list[str]) -> None:
-        """Checks of a config file's options ``config`` before they are parsed (``args``: the command line);
-        none here, a command's parser adds its own (``cblight.cli.CLIParser``)."""
+    def check_config(self, path: str, config: dict[str, Any]) -> None:
+        """Checks of a config file's options ``config`` before they are parsed; none here, a command's parser
+        adds its own (``cblight.cli.CLIParser``)."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         # jsonargparse's inner parsers raise (the outer one reports), and its debug mode wants the traceback
         if os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true" or not self.exit_on_error:  # type: ignore[attr-defined]
             super().error(message, ex)  # type: ignore[misc]
-        missing = re.match(r'Parser key "config": (File does not exist: .*)', message)
-        if missing:  # a config file that does not exist (jsonargparse's words)
-            _refuse(f"-c/--config: {missing[1]}")
-        parser, argv, _ = _PARSING.get() or (self, [], {})
-        said = None  # on a declaration this reading does not follow: jsonargparse's own words
-        with contextlib.suppress(Exception):
-            said = _first_fault(parser, list(argv))
-        lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [message]
-        _refuse(said or (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]))
+        parser = getattr(ex, "subcommand_parser", None) or self
+        _refuse(one_line(parser, message))
 
 
 class Parser(OneLineErrors, ArgumentParser):
@@ -144,200 +115,167 @@ def config_options(path: str, text: str) -> dict[str, Any]:
     return content
 
 
-def _first_fault(parser: Any, argv: list[str]) -> str | None:
-    given: set[str] = set()
-    subcommand, i = None, 0
-    while i < len(argv):
-        token, i = argv[i], i + 1
-        name, eq, text = token.lstrip("-").partition("=")
-        if not token.startswith("-") or re.fullmatch(r"-[\d.]+", token):  # an argument, not an option
-            choices = list((getattr(parser, "subcommands", None) and parser.subcommands.choices) or [])
-            if choices and subcommand is None and token not in choices:
-                mean = f"; did you mean {closest(token, choices)!r}?" if closest(token, choices) else ""
-                return f"unknown subcommand {token!r}{mean} (choose from {', '.join(choices)})"
-            if choices and subcommand is None:
-                subcommand, parser = token, parser.subcommands.choices[token]
-            elif set(_needed(parser, True)) - given:
-                given.add(next(n for n in _needed(parser, True) if n not in given))
-            else:
-                return f"unexpected argument {token!r}: options are written --name value ({_prog(parser)} --help lists them)"
-            continue
-        if not eq and i < len(argv) and not argv[i].startswith("--") and argv[i] != "-c":
-            text, i = argv[i], i + 1
-        if name in ("h", "help") or name.endswith(".help") or name.startswith("no_"):
-            continue
-        if name in _needed(parser, True):
-            return _positional(parser, name, name)
-        typed = name not in ("c", "config")
-        config = (
-            {name: _load(text)} if typed else ((_PARSING.get() or (0, 0, {}))[2].get(text) or _load(text))
-        )
-        for key, value in (config if isinstance(config, dict) else {}).items():
-            said = _fault(parser, "", None, value, str(key).split("."), typed, text if typed else None)
-            if said:
-                return said
-            given.add(str(key))
-    if getattr(parser, "subcommands", None) is not None and subcommand is None:
-        return f"a subcommand is needed: {' or '.join(parser.subcommands.choices)} ({_prog(parser)} --help lists them)"
-    for name in [n for n in _needed(parser, True) if n not in given]:
-        return f"{_prog(parser)} needs its argument {name.upper()}: usage: {_usage(parser)} ({_prog(parser)} --help)"
-    for name in [n for n in _needed(parser, False) if n not in given]:
-        return f"--{name} is required ({_prog(parser)} --help lists the options)"
-    return None
+def one_line(parser: Any, message: str) -> str:
+    """jsonargparse's ``message`` for a failed parse by ``parser``, as one line naming the option and the fix."""
+    prog = str(getattr(parser, "prog", "")).replace(" [options]", "").removesuffix(" fit")
+    positionals = getattr(parser, "positionals", [])
+    usage = " ".join([prog, *(n.upper() for n in positionals), "[options]"])
+    first = message.strip().splitlines()[0] if message.strip() else message
+    if m := re.match(r'Parser key "config": (File does not exist: .*)', first):
+        return f"-c/--config: {m[1]}"
+    if m := re.match(r"unrecognized arguments: (\S+)", first):
+        if not m[1].startswith("-"):
+            return (
+                f"unexpected argument {m[1]!r}: options are written --name value ({prog} --help lists them)"
+            )
+        return _unknown(parser, None, m[1].partition("=")[0].lstrip("-"), "--", prog, usage)
+    if m := re.match(r"Option '(.+)' is not accepted|Group '(.+)' does not accept option '(.+)'", first):
+        return _unknown(parser, None, m[1] or f"{m[2]}.{m[3]}", "", prog, usage)
+    if m := re.match(r"Subcommand '(.+)' does not accept option '(.+)'", first):
+        sub = getattr(parser, "subcommands", None)
+        return _unknown(sub.choices[m[1]] if sub else parser, None, m[2], "", prog, usage)
+    if m := re.match(r"argument \S+: invalid choice: '(.*)' \(choose from (.*)\)", first):
+        choices = re.findall(r"'([^']*)'", m[2])
+        mean = f"; did you mean {closest(m[1], choices)!r}?" if closest(m[1], choices) else ""
+        return f"unknown subcommand {m[1]!r}{mean} (choose from {', '.join(choices)})"
+    if m := re.match(r'expected "\w+" to be one of \{(.*)\}', first):
+        return f"a subcommand is needed: {' or '.join(m[1].split(','))} ({prog} --help lists them)"
+    if m := re.match(r"the following arguments are required: ([^,\s]+)", first):
+        command, _, name = m[1].rpartition(".")
+        sub = getattr(parser, "subcommands", None)
+        if command and sub is not None and command in sub.choices:
+            return one_line(sub.choices[command], f"the following arguments are required: {name}")
+        if name in positionals:
+            return f"{prog} needs its argument {name.upper()}: usage: {usage} ({prog} --help)"
+        return f"--{m[1]} is required ({prog} --help lists the options)"
+    lines = [(len(line) - len(line.lstrip(" -")), line.strip(" -")) for line in message.splitlines()]
+    said = (
+        _fault(parser, [x for x in lines if x[1]], "", None, prog, usage, message)
+        if first.startswith("Parser key")
+        else None
+    )
+    return said or " ".join(line for _, line in lines[:2] if line) if first.endswith(":") else said or first
 
 
 def _fault(
-    parser: Any, key: str, hint: Any, value: Any, rest: list[str], typed: bool, text: str | None
+    parser: Any, lines: list[tuple[int, str]], key: str, hint: Any, prog: str, usage: str, whole: str
 ) -> str | None:
-    """The first fault in ``value`` given for the option ``key`` + ``rest`` (of type ``hint``; ``text``: as
-    typed), walked one option at a time: the dotted key's, then those of a mapping given."""
-    prefix = f"{key}." if key else ""
-    if hint is None:  # a group of the parser's options (``data.tasks``), or the parser itself
-        names = {k[len(prefix) :].split(".")[0] for k in parser.declared if k.startswith(prefix)}
-        children = {name: parser.declared.get(prefix + name) for name in names}
-    else:  # a dataclass's fields, or those of the class its value, the command line or its default names
-        named = value if isinstance(value, Mapping) and "class_path" in value else _class_given(parser, key)
-        children = _children(hint, named) or {}
-    items: dict[Any, Any] = {rest[0]: value} if rest else {}
-    if not rest and isinstance(value, Mapping) and children:  # its options, ``init_args``' among them
-        inner = value.get("init_args") if isinstance(value.get("init_args"), Mapping) else {}
-        items, typed, text = {**{f"init_args.{k}": v for k, v in inner.items()}, **value}, False, None
-    for name, item in items.items():
-        within, _, option = str(name).rpartition(".")
-        if option in ("class_path", "init_args", "dict_kwargs") and not rest:
-            continue
-        if option not in children:  # said as the first option under it (``modle: {model: ...}``)
-            leaf = ".".join([prefix + str(name), *rest[1:]])
-            while isinstance(item, Mapping) and item:
-                leaf, item = f"{leaf}.{next(iter(item))}", item[next(iter(item))]
-            near = {".".join(filter(None, (key, within, c))) for c in children if c not in _NOT_OPTIONS}
-            return _unknown(parser, leaf, typed, near)
-        said = _fault(parser, prefix + str(name), children[option], item, rest[1:], typed, text)
-        if said or rest:
-            return said
-    if items:
-        return None
-    bases, groups = _bases(hint), _groups(hint)
-    if isinstance(value, str) and bases and not groups:
-        if class_named(value, bases) is not None or _parses_as(hint, value, text):
-            return None
-        close = closest(value, [c.__name__ for c in subclasses(bases)])
-        mean = f"; did you mean {close}?" if close else ""
-        return f"{key}: no class {value!r} can be imported{mean} (a class name or a dotted path)"
-    lists = [a for m in _members(hint) if typing.get_origin(m) is list for a in typing.get_args(m)]
-    for n, item in enumerate(value if isinstance(value, list) and lists else []):
-        said = _fault(parser, f"{key}[{n}]", lists[0], item, [], False, None)
-        if said:
-            return said
-    if _parses_as(hint, value, text):
-        return None
-    if groups and len(_members(hint)) == 1:  # ``--model.teacher live``: a group of options given a value
-        option, value = f"{'--' if typed else ''}{key}", text or str(value)
-        if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
-            why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
-            return f"{option}: cannot read {value!r} as a config of its options ({why})"
-        names = sorted(children)
-        # the options that take such a value (a Literal's, a flag's true/false), else its string options
-        taking = [
-            n for n in names if str not in _members(children[n]) and _parses_as(children[n], value, value)
-        ]
-        taking = taking or [n for n in names if children[n] is str]
-        what = f"{option} is a group of options ({', '.join(names)}), not a value"
-        if 1 <= len(taking) <= 3:
-            return f"{what}; did you mean {' or '.join(f'{option}.{n} {value}' for n in taking)}?"
-        return f"{what}; set one of them, e.g. {option}.{names[0]} VALUE" if names else what
-    if isinstance(text, str) and not text.strip():  # ``--model.adaptive ""``: YAML reads it as null
-        none = type(None) in typing.get_args(hint)
-        what = "leave the option out, or write null" if none else "leave the option out for its default"
-        return f"{key} must be {describe(hint)}, got an empty value ({what})"
-    special = isinstance(value, str) and value.lower().lstrip("+-.") in ("nan", "inf")
-    shown = repr(float(value)) if special else repr(value)
-    finite = shown in ("nan", "inf", "-inf") and hint is float  # jsonargparse reads no such float from text
-    return f"{key} must be {describe(FiniteFloat if finite else hint)}, got {shown}"
-
-
-def _unknown(parser: Any, key: str, typed: bool, near: set[str]) -> str:
-    dashes = "--" if typed else ""
-    keys: set[str] = set(near)  # every key the parser accepts: its declarations and their groups' options
-    todo = [(k, h, _class_given(parser, k)) for k, h in parser.declared.items() if k not in _NOT_OPTIONS]
-    while todo:
-        key_, hint, value = todo.pop()
-        keys.add(key_)
-        todo += [(f"{key_}.{c}", h, None) for c, h in (_children(hint, value) or {}).items()]
-    found = closest_keys(key, keys)
-    if found and found[0] in _needed(parser, True):
-        return _positional(parser, key, found[0])
-    if found:
-        return f"unknown option {dashes}{key}; did you mean {' or '.join(dashes + k for k in found)}?"
-    return f"unknown option {dashes}{key} ({_prog(parser)} --help lists the options)"
-
-
-def _positional(parser: Any, option: str, name: str) -> str:
-    return f"unknown option --{option}: {name.upper()} is a positional argument, given without an option name: usage: {_usage(parser)}"
-
-
-def _needed(parser: Any, positional: bool) -> list[str]:
-    return [n for n, p in getattr(parser, "required_params", {}).items() if p == positional]
-
-
-def _params(owner: Any) -> dict[str, tuple[Any, bool]]:
-    function = owner.__init__ if inspect.isclass(owner) else owner
-    try:
-        hints = typing.get_type_hints(function)
-    except Exception:  # an annotation that does not resolve here: untyped
-        hints = {}
-    params = list(inspect.signature(function).parameters.values())[inspect.isclass(owner) :]
-    kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    return {p.name: (hints.get(p.name), p.default is p.empty) for p in params if p.kind not in kinds}
-
-
-def _children(hint: Any, value: Any) -> dict[str, Any] | None:
-    """The options under a value of type ``hint``: a dataclass's fields, or the class ``value`` names."""
-    groups = _groups(hint)
-    named = value.get("class_path") if hasattr(value, "get") else value
-    cls = groups[0] if groups else class_named(named, _bases(hint)) if isinstance(named, str) else None
-    return {name: h for name, (h, _) in _params(cls).items()} if cls is not None else None
-
-
-def _class_given(parser: Any, key: str) -> Any:
-    """The class given for a subclass option ``key`` (``--model NAME``), else its default."""
-    argv = (_PARSING.get() or (None, [], {}))[1]
-    named = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == f"--{key}" and argv[i + 1][:1] != "{"]
-    if named or not _bases(parser.declared.get(key)):
-        return named[-1] if named else None
-    with contextlib.suppress(KeyError):  # an option without a default
-        return parser.get_default(key)
+    """The innermost fault of jsonargparse's report ``lines`` (indent, text) under the option ``key``."""
+    for i, (indent, text) in enumerate(lines):
+        inner = []
+        for deeper in lines[i + 1 :]:
+            if deeper[0] <= indent:
+                break
+            inner.append(deeper)
+        if m := re.match(r'Parser key "([^"]+)":\s*(.*)', text):
+            full = f"{key}.{m[1]}" if key else m[1]
+            typed = _declared(parser, full) if hint is None else option_at(hint, m[1])
+            given = [_load(t[13:]) for d, t in inner if d == indent + 2 and t.startswith("Given value: ")]
+            below = [re.match(r'Parser key "([^".]+)', t) for _, t in inner]
+            child = next((b[1] for b in below if b), None)
+            items = given[0] if given and isinstance(given[0], list) else []
+            n = next((n for n, item in enumerate(items) if isinstance(item, dict) and child in item), None)
+            sub = full if n is None else f"{full}[{n}]"  # the item of a list at fault
+            said = _fault(parser, inner, sub, typed, prog, usage, whole) or _value_fault(
+                full, typed, m[2], inner
+            )
+            if said:
+                return said
+        elif m := re.match(r"Problem with given class_path '(.+)':", text):
+            said = _fault(parser, inner, key, class_named(m[1], []), prog, usage, whole)
+            if said:
+                return said
+        elif m := re.search(r"Option '(.+)' is not accepted(?:. Got value: .*class_path='([^']+)')?", text):
+            within = ".init_args" if "'init_args'" in whole or m[2] else ""
+            hint = class_named(m[2], []) if m[2] else hint
+            dashes = "--" if f"NestedArg(key='{m[1]}'" in whole else ""
+            return _unknown(parser, hint, f"{key}{within}.{m[1]}", dashes, prog, usage, f"{key}{within}")
+        elif m := re.match(r"Expected a dot import path string: (.*)", text):
+            close = closest(m[1], [c.__name__ for c in subclasses(bases(hint))])
+            mean = f"; did you mean {close}?" if close else ""
+            return f"{key}: no class {m[1]!r} can be imported{mean} (a class name or a dotted path)"
     return None
 
 
-def _members(hint: Any) -> list[Any]:
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    return [a for a in (typing.get_args(hint) if union else (hint,)) if a not in (None, type(None))]
+def _value_fault(key: str, hint: Any, inline: str, inner: list[tuple[int, str]]) -> str | None:
+    """``key`` given a value its type ``hint`` refuses: said with what the type accepts, and the value."""
+    texts = [t for _, t in inner]
+    given = next((t[len("Given value: ") :] for t in texts if t.startswith("Given value:")), None)
+    found = (
+        re.search(r"Got value: (.*)|^Not of type \w+: (?:.*?: )?(.+?)(?: is not .*)?$", t) for t in texts
+    )
+    got = [m[1] or m[2] for m in found if m]
+    if "Unable to load config" in inline or any("Unable to load config" in t for t in texts):
+        return _group_value(
+            key, hint, re.search(r"Unable to load config ['\"](.*)['\"]", inline or texts[0])[1]
+        )
+    if given is None and not got:
+        return None
+    value = _load(given if given is not None else got[-1] or "")
+    value = _load(value) if given is None and isinstance(value, str) else value  # a repr: '0' is 0
+    if isinstance(value, list):  # the item at fault, with the type of the list's items
+        for n, item in enumerate(value):
+            if any(str(item) == g or repr(item) == g for g in got):
+                items = [a for m in members(hint) if typing.get_origin(m) is list for a in typing.get_args(m)]
+                key, value, hint = f"{key}[{n}]", item, items[0] if items else hint
+                break
+    if value is None and given == "":  # ``--model.adaptive ""``: YAML reads it as null
+        none = type(None) in typing.get_args(hint)
+        what = "leave the option out, or write null" if none else "leave the option out for its default"
+        return f"{key} must be {describe(hint)}, got an empty value ({what})"
+    special = isinstance(value, float | str) and str(value).lower().lstrip("+-.") in ("nan", "inf")
+    shown = repr(float(str(value).replace(".", "", 1))) if special else repr(value)
+    finite = special and hint is float  # jsonargparse reads no such float from text
+    return f"{key} must be {describe(FiniteFloat if finite else hint)}, got {shown}"
 
 
-def _groups(hint: Any) -> list[type]:
-    """Groups of options (``--model.boosting.alpha``)."""
-    return [m for m in _members(hint) if dataclasses.is_dataclass(m) and inspect.isclass(m)]
+def _group_value(key: str, hint: Any, value: str) -> str:
+    """A group of options (a dataclass) given a value: its options named, and those that take the value."""
+    if value.endswith((".yaml", ".yml", ".json", ".jsonnet")) or os.sep in value:  # meant as a file
+        why = "no such file" if not os.path.exists(value) else "not a mapping of its options"
+        return f"{key}: cannot read {value!r} as a config of its options ({why})"
+    children = options_of(hint)
+    names = sorted(children)
+    taking = [
+        n
+        for n in names
+        if typing.get_origin(children[n]) is typing.Literal and _load(value) in typing.get_args(children[n])
+    ]
+    taking += [n for n in names if children[n] is bool and isinstance(_load(value), bool)]
+    what = f"{key} is a group of options ({', '.join(names)}), not a value"
+    if taking:
+        return f"{what}; did you mean {' or '.join(f'{key}.{n} {value}' for n in taking)}?"
+    return f"{what}; set one of them, e.g. {key}.{names[0]} VALUE" if names else what
 
 
-def _bases(hint: Any) -> list[type]:
-    """The classes a class path names a subclass of (``Callable[..., C]``: C)."""
-    found = [typing.get_args(m)[-1] if typing.get_origin(m) is Callable else m for m in _members(hint)]
-    classes = [c for c in found if inspect.isclass(c) and not dataclasses.is_dataclass(c)]
-    return [c for c in classes if not issubclass(c, _SCALARS)]
+def _unknown(parser: Any, hint: Any, key: str, dashes: str, prog: str, usage: str, prefix: str = "") -> str:
+    if key in getattr(parser, "positionals", []):
+        return f"unknown option --{key}: {key.upper()} is a positional argument, given without an option name: usage: {usage}"
+    keys = option_keys(prefix, hint) if hint is not None else set()
+    for name, declared in getattr(parser, "declared", {}).items():
+        if name not in ("help", "config", "print_config") and not name.endswith(".help"):
+            try:  # a class path's default class has the options
+                default = parser.get_default(name) if bases(declared) else None
+            except KeyError:
+                default = None
+            named = class_named(default.get("class_path", ""), []) if hasattr(default, "get") else None
+            keys |= {name} | option_keys(name, named or declared)
+    found = closest_keys(key, keys)
+    if found and found[0] in getattr(parser, "positionals", []):
+        return _unknown(parser, None, found[0], dashes, prog, usage).replace(f"--{found[0]}:", f"--{key}:")
+    if found:
+        return f"unknown option {dashes}{key}; did you mean {dashes}{found[0]}?"
+    return f"unknown option {dashes}{key} ({prog} --help lists the options)"
 
 
-def _parses_as(hint: Any, value: Any, text: str | None) -> bool:
-    """Whether jsonargparse parses ``text`` (as typed) or ``value`` (from a config) as a ``hint`` option."""
-    check = ArgumentParser(exit_on_error=False)
-    try:
-        check.add_argument("--v", type=hint)
-    except Exception:  # a type jsonargparse does not take as an option's type: nothing to say
-        return True
-    with contextlib.suppress(Exception, SystemExit):
-        check.parse_args([f"--v={text}"]) if text is not None else check.parse_object({"v": value})
-        return True
-    return False
+def _declared(parser: Any, key: str) -> Any:
+    """The declared type of ``key``: its own declaration, else its field in the nearest declared group."""
+    declared, parts = getattr(parser, "declared", {}), key.split(".")
+    for n in range(len(parts), 0, -1):
+        if declared.get(".".join(parts[:n])) is not None:
+            hint = declared[".".join(parts[:n])]
+            return option_at(hint, ".".join(parts[n:])) if n < len(parts) else hint
+    return None
 
 
 def _load(text: str) -> Any:
@@ -345,13 +283,3 @@ def _load(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-
-
-def _prog(parser: Any) -> str:
-    """The command as typed: not argparse's ``cblight data [options] peek``, nor ``cblight tune fit``."""
-    prog = str(getattr(parser, "prog", "") or "").replace(" [options]", "")
-    return prog[: -len(" fit")] if prog.startswith("cblight tune") and prog.endswith(" fit") else prog
-
-
-def _usage(parser: Any) -> str:
-    return " ".join([_prog(parser), *(n.upper() for n in _needed(parser, True)), "[options]"])

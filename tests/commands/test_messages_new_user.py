@@ -263,17 +263,17 @@ DOTTED = [
     (["--model.lora_rnk", "8"], "unknown option --model.lora_rnk; did you mean --model.lora.rank?"),
     (
         ["--model.teacher", "live"],
-        "--model.teacher is a group of options (ema_decay, kind, refresh_every, trust_region), not a value; did "
-        "you mean --model.teacher.kind live?",
+        "model.teacher is a group of options (ema_decay, kind, refresh_every, trust_region), not a value; did "
+        "you mean model.teacher.kind live?",
     ),
     (
         ["--model.teacher", "teacher.yaml"],
-        "--model.teacher: cannot read 'teacher.yaml' as a config of its options (no such file)",
+        "model.teacher: cannot read 'teacher.yaml' as a config of its options (no such file)",
     ),
     (
         ["--model.export", "false"],
-        "--model.export is a group of options (dir, enabled, overwrite), not a value; did you mean "
-        "--model.export.enabled false or --model.export.overwrite false?",
+        "model.export is a group of options (dir, enabled, overwrite), not a value; did you mean "
+        "model.export.enabled false or model.export.overwrite false?",
     ),
 ]
 
