@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up .venv (see setup.sh) and run the tests offline: the tiny-model suite, then the distributed tier
 # (2 CPU processes: FSDP2 and DDP against one process, the 2-node torchrun launch, sharded evaluate and
-# generate), then the real-model tier (pretrained SmolLM2 from the offline zoo's wheels, converted once).
+# generate, the documentation's multi-GPU commands), then the real-model tier (pretrained SmolLM2 and
+# Gemma-3 from the offline zoo's wheels, converted once, also by the documentation's `cblight zoo` commands).
 # Extra arguments go to pytest instead (one run, e.g. `bash scripts/test.sh -k evaluate` or
 # `bash scripts/test.sh -m distributed`).
 set -euo pipefail

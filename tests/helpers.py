@@ -3,6 +3,7 @@ small runs that several test modules type, and the tiny random Llama of the ``ti
 
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -161,3 +162,50 @@ PYTHON_BLOCKS = [
     ]
     for i, (code, printed) in enumerate(python_blocks(path, every))
 ]
+
+
+# The README, then the pages its former sections moved to (in the order a later command may read what an
+# earlier one wrote: the tuning tutorial's resume command reads the checkpoint its first command saved).
+SOURCES = [
+    README,
+    *(
+        ROOT / "docs" / page
+        for page in (
+            "getting-started.md",
+            "evaluate.md",
+            "tutorials/reproduce-tables.md",
+            "tutorials/generate.md",
+            "tutorials/tune.md",
+            "tutorials/lmeval.md",
+            "results.md",
+            "development.md",
+        )
+    ),
+]
+# the documentation's commands that convert a real model: the real-model tier runs them as written (it
+# converts the same models), the tiny suite's tests/commands/test_readme_commands.py skips them
+REAL_MODEL_TIER = (("cblight", "zoo", "convert"), ("cblight", "zoo", "path"))
+
+
+def readme_commands(sources: list[Path] = SOURCES) -> list[list[str]]:
+    """The runnable commands of ``sources`` as argument lists, comments dropped, in order, each once."""
+    found: list[list[str]] = []
+    for source in sources:
+        for block in re.findall(r"```bash\n(.*?)```", source.read_text(encoding="utf-8"), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                tokens = shlex.split(line, comments=True)
+                if _runnable(tokens) and tokens not in found:
+                    found.append(tokens)
+    return found
+
+
+def _runnable(tokens: list[str]) -> bool:
+    if len(tokens) < 2:
+        return False
+    if tokens[0] == "cblight":
+        return True
+    if tokens[0] == "python":
+        return tokens[1] in ("evaluate.py", "train.py") or (
+            tokens[1] == "-m" and len(tokens) > 2 and tokens[2].split(".")[0] == "cblight"
+        )
+    return tokens[0] == "bash" and tokens[1].startswith("scripts/")

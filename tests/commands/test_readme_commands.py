@@ -18,7 +18,8 @@ adapted by generic rules (``Adapter``) and nothing command-specific:
   when the fixture lacks it (LAMA's 40 relation folders, a selection split);
 * size: tiny limits appended (``--data.limit 2``, 6 new tokens, 2 tuning steps of 2 sequences, k = 4 for
   tuning so that its short sequences stay longer than k); ``--trainer.devices N`` (N > 1, GPUs) becomes 2
-  CPU processes, run as a subprocess (Lightning's DDP launcher re-runs the command);
+  CPU processes, run as a subprocess (Lightning's DDP launcher re-runs the command) in the distributed tier
+  (``-m distributed``);
 * ``bash scripts/X.sh`` runs the command the script ends with (``exec .venv/bin/python ...``) with this
   interpreter: the set-up step it runs first would rebuild ``.venv``, which is the test's own environment.
 
@@ -47,30 +48,11 @@ import pytest
 import yaml
 
 from cblight.errors import CblightError
-from tests.helpers import (
-    PYTHON_BLOCKS,
-    README,
-    ROOT,
-)
+from tests.helpers import PYTHON_BLOCKS, README, REAL_MODEL_TIER, ROOT, readme_commands
 
-# The README, then the pages its former sections moved to (in the order a later command may read what an
-# earlier one wrote: the tuning tutorial's resume command reads the checkpoint its first command saved).
-SOURCES = [
-    README,
-    *(
-        ROOT / "docs" / page
-        for page in (
-            "getting-started.md",
-            "evaluate.md",
-            "tutorials/reproduce-tables.md",
-            "tutorials/generate.md",
-            "tutorials/tune.md",
-            "tutorials/lmeval.md",
-            "results.md",
-            "development.md",
-        )
-    ),
-]
+# in-process runs of a tiny model: one thread (see the fixture; the 2-process commands are their own processes)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 FIXTURES = ROOT / "tests" / "fixtures"
 DEMO_DATA = ROOT / "cblight" / "assets" / "demo_data"
 
@@ -85,6 +67,14 @@ SKIPPED: dict[tuple[str, ...], str] = {
         "it scores through a served model: tests/realmodel/test_served_real.py runs this very line against "
         "a llama-cpp-python server it starts (the model name, tokenizer and base_url substituted)"
     ),
+    **{
+        head: (
+            "it converts a real model (minutes): tests/realmodel/test_readme_real.py runs it as written, in "
+            "the tier that converts the same models into the same cache (converted once per CI run); the "
+            "conversion itself is tested on a fake GGUF by tests/core/test_zoo.py"
+        )
+        for head in REAL_MODEL_TIER
+    },
 }  # fmt: skip
 
 MODEL_KEYS = {"model", "tokenizer", "metrics_model", "pretrained"}  # keys whose value names a checkpoint
@@ -111,30 +101,6 @@ LIMITS = {
     ],
 }  # fmt: skip
 CONFIG_LIMITS = {"every_n_train_steps": 1}  # inside lists (callbacks), where an option cannot reach
-
-
-def readme_commands(sources: list[Path] = SOURCES) -> list[list[str]]:
-    """The runnable commands of ``sources`` as argument lists, comments dropped, in order, each once."""
-    found: list[list[str]] = []
-    for source in sources:
-        for block in re.findall(r"```bash\n(.*?)```", source.read_text(encoding="utf-8"), re.S):
-            for line in block.replace("\\\n", " ").splitlines():
-                tokens = shlex.split(line, comments=True)
-                if _runnable(tokens) and tokens not in found:
-                    found.append(tokens)
-    return found
-
-
-def _runnable(tokens: list[str]) -> bool:
-    if len(tokens) < 2:
-        return False
-    if tokens[0] == "cblight":
-        return True
-    if tokens[0] == "python":
-        return tokens[1] in ("evaluate.py", "train.py") or (
-            tokens[1] == "-m" and len(tokens) > 2 and tokens[2].split(".")[0] == "cblight"
-        )
-    return tokens[0] == "bash" and tokens[1].startswith("scripts/")
 
 
 def _option_value(tokens: list[str], name: str) -> str | None:
@@ -419,6 +385,23 @@ def distinct_runs(commands: list[list[str]], readme: int) -> list[list[str]]:
 RUNS = distinct_runs(COMMANDS, len(readme_commands([README])))
 
 
+def _is_ddp(tokens: list[str]) -> bool:
+    """``--trainer.devices N`` (N > 1): the command runs as 2 CPU processes (``Adapter.command``)."""
+    value = _option_value(tokens, "--trainer.devices")
+    return value is not None and value.isdigit() and int(value) > 1
+
+
+def _run_params(runs: list[list[str]]) -> list:
+    """One parameter per command; a multi-process one (``--trainer.devices N``) belongs to the distributed
+    tier (``-m distributed``, the run of the multi-process tests), not to the tiny suite."""
+    return [
+        pytest.param(
+            tokens, id=" ".join(tokens)[:90], marks=[pytest.mark.distributed] if _is_ddp(tokens) else []
+        )
+        for tokens in runs
+    ]
+
+
 def test_the_readme_has_the_commands_this_file_was_written_for():
     """The extraction itself: a change of the README's format must not quietly leave nothing to run."""
     programs = {" ".join(c[:2]) for c in COMMANDS}
@@ -454,7 +437,7 @@ def workdir(tmp_path_factory, tiny_gpt2_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tokens", RUNS, ids=[" ".join(c)[:90] for c in RUNS])
+@pytest.mark.parametrize("tokens", _run_params(RUNS))
 def test_readme_command_runs(tokens, workdir, monkeypatch):
     skip = next((why for head, why in SKIPPED.items() if tuple(tokens[: len(head)]) == head), None)
     if skip:

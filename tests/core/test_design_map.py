@@ -10,6 +10,8 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -45,14 +47,31 @@ def test_every_module_is_in_the_module_table():
     assert not missing, f"docs/design.md's module table lacks {missing}"
 
 
-@pytest.mark.parametrize("kind", ["evaluate", "generate", "tune"])
-def test_the_documented_run_path_is_the_real_one(kind, tmp_path, tiny_gpt2_dir):
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "core" / "run_path_worker.py"), str(tmp_path), kind, str(tiny_gpt2_dir)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    ran = json.loads(done.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory, tiny_gpt2_dir) -> Iterator[dict[str, tuple[subprocess.Popen, Path]]]:
+    """The three measured runs, each a fresh process (its imports are the command's), started together: a
+    run is mostly one busy thread, so the three overlap on a machine of two cores or more. Their output goes
+    to files (a pipe nobody reads yet could fill and stall a run)."""
+    procs = {}
+    for kind in WINGS:
+        out = tmp_path_factory.mktemp(f"path-{kind}")
+        with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:
+            procs[kind] = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "core" / "run_path_worker.py"), str(out), kind, str(tiny_gpt2_dir)],
+                cwd=out, stdout=stdout, stderr=stderr,
+            ), out  # fmt: skip
+    yield procs
+    for proc, _ in procs.values():
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("kind", WINGS)
+def test_the_documented_run_path_is_the_real_one(kind, workers):
+    proc, out = workers[kind]
+    assert proc.wait(timeout=900) == 0, (out / "stderr").read_text()[-3000:]
+    stdout = (out / "stdout").read_text()
+    ran = json.loads(stdout.strip().splitlines()[-1])
     assert ran["status"] in (0, None)
     files = ran["files"]
     documented = documented_path(kind)

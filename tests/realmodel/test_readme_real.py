@@ -9,6 +9,10 @@ the same scores and the same sampled tokens; a different CPU changes logits in t
 move a nucleus-sampling draw only if it falls within about 1e-6 of a token's boundary, once in about 1e4
 runs of the generation block's 80 draws. Lightning's model summary and progress bar come between the lines
 (the tuning block's), so the README's lines must appear in order, not alone.
+
+The documentation's ``cblight zoo convert``/``path`` commands run here, as written, rather than in the tiny
+suite: they convert real models, which this tier converts anyway into the same cache, so each model is
+converted once per CI run.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import PYTHON_BLOCKS, README
+from tests.helpers import PYTHON_BLOCKS, README, REAL_MODEL_TIER, Command, readme_commands
 
 pytestmark = pytest.mark.realmodel
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,3 +90,25 @@ def test_readme_figure1_command_prints_what_the_readme_shows(smollm2_dir, tmp_pa
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert shows_in_order(expected, done.stdout.splitlines()), done.stdout[-3000:]
+
+
+# the commands the tiny suite leaves to this tier, as written
+ZOO_COMMANDS = [
+    c for c in readme_commands() if any(tuple(c[: len(head)]) == head for head in REAL_MODEL_TIER)
+]
+
+
+def test_the_tiny_suite_leaves_the_zoo_commands_to_this_tier():
+    assert {tuple(c[:3]) for c in ZOO_COMMANDS} == set(REAL_MODEL_TIER)
+
+
+@pytest.mark.parametrize("tokens", ZOO_COMMANDS, ids=[" ".join(c) for c in ZOO_COMMANDS])
+def test_readme_zoo_command_prints_the_converted_directory(tokens, capsys):
+    """``cblight zoo convert NAME`` / ``cblight zoo path NAME`` as the documentation shows them: exit 0, and
+    the one line on stdout is the verified conversion in the zoo's cache."""
+    from cblight import zoo
+
+    status, err, out = Command(capsys)(tokens[1:])
+    assert status in (0, None), "\n".join(err[-20:])
+    assert out.strip().splitlines() == [str(zoo.model_dir(zoo.lookup(tokens[-1])))]
+    assert (Path(out.strip()) / zoo.MANIFEST).is_file()  # a finished conversion (resolve verified it)
