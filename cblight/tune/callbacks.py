@@ -298,14 +298,16 @@ class CollapseGuard(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        step, last = trainer.global_step, trainer.max_steps
-        if last is None or last < 1 or step < last or self.validated_step == step:
+        # without validation (said when the run started) there is nothing to run: ``unchecked`` says so again
+        step = trainer.global_step
+        if step < trainer.max_steps or self.validated_step == step or not trainer.enable_validation:
             return
-        if not trainer.enable_validation:
-            return  # nothing to validate with (said when the run started): ``unchecked`` says it again
         trainer.should_stop = True  # Lightning validates before it stops (its loop's should-stop rule)
         self._final = True
-        if not _validates_now(trainer):
+        # the trainer's own schedule (``val_check_interval`` in steps) may validate after this batch anyway
+        every, loop = trainer.val_check_batch, trainer.fit_loop.epoch_loop
+        done = loop.total_batch_idx if trainer.check_val_every_n_epoch is None else loop.batch_idx
+        if not (isinstance(every, int) and every >= 1 and (done + 1) % every == 0):
             before = "none" if self.validated_step is None else f"step {self.validated_step}"
             rank_zero_info(
                 f"collapse guard: validating the final model (step {step}; last validation: {before}) before "
@@ -352,16 +354,12 @@ class CollapseGuard(Callback):
             return
         trainer.should_stop = True
         self.reason = reason
-        if self.good_checkpoint is not None and Path(self.good_checkpoint).is_dir():  # FSDP2's shards
+        if self.good_checkpoint is not None:
+            shards = Path(self.good_checkpoint).is_dir()  # FSDP2's distributed checkpoint
+            load = "cblight.sharding.consolidate_checkpoint(...)" if shards else "..."
             keep = (
                 f"the last good checkpoint is {self.good_checkpoint} (step {self.good_step}); export it with "
-                "CoherenceTuning.load_from_checkpoint(cblight.sharding.consolidate_checkpoint(...))"
-                ".export_pretrained(DIR)"
-            )
-        elif self.good_checkpoint is not None:
-            keep = (
-                f"the last good checkpoint is {self.good_checkpoint} (step {self.good_step}); export it with "
-                f"CoherenceTuning.load_from_checkpoint(...).export_pretrained(DIR)"
+                f"CoherenceTuning.load_from_checkpoint({load}).export_pretrained(DIR)"
             )
         elif trainer.checkpoint_callback is None:
             keep = "checkpointing is off, so no good checkpoint was kept"
@@ -375,26 +373,15 @@ class CollapseGuard(Callback):
             log.warning(message)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "good_checkpoint": self.good_checkpoint,
-            "good_step": self.good_step,
-            "validated_step": self.validated_step,
-        }
+        return {key: getattr(self, key) for key in _GUARD_STATE}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.good_checkpoint = state_dict.get("good_checkpoint")
-        self.good_step = state_dict.get("good_step")
-        self.validated_step = state_dict.get("validated_step")
+        for key in _GUARD_STATE:
+            setattr(self, key, state_dict.get(key))
 
 
-def _validates_now(trainer: Trainer) -> bool:
-    """Whether the trainer's own schedule (``val_check_interval`` in steps) validates after this batch anyway."""
-    every = trainer.val_check_batch
-    if not isinstance(every, int) or every < 1:
-        return False
-    loop = trainer.fit_loop.epoch_loop
-    done = loop.total_batch_idx if trainer.check_val_every_n_epoch is None else loop.batch_idx
-    return (done + 1) % every == 0
+# What a checkpoint keeps of the guard
+_GUARD_STATE = ("good_checkpoint", "good_step", "validated_step")
 
 
 class StepProgressBar(TQDMProgressBar):

@@ -230,8 +230,10 @@ class CoherenceTuning(L.LightningModule):
 
     @property
     def synced(self) -> SyncedForwards:
-        """The phases of synced forward calls (enabled when FSDP2 shards the models over processes)."""
-        return SyncedForwards(self._synced(), self.device)
+        """The phases of synced forward calls, enabled when FSDP2 shards the models over several processes:
+        every process must then make the same forward calls (``cblight.sharding.SyncedForwards``)."""
+        trainer = self._trainer
+        return SyncedForwards(is_sharded(trainer) and trainer.world_size > 1, self.device)
 
     def configure_model(self) -> None:
         """Build the model for the run's strategy (whole, or under FSDP2 sharded over the processes, no
@@ -242,20 +244,20 @@ class CoherenceTuning(L.LightningModule):
         trainer = self._trainer
         mesh = fsdp_mesh(trainer)
         model = build_causal_lm(self.model_name, self.load_options, mesh=mesh)
-        self.rollouts.check_supported(type(model))  # a static cache or compiling asked of a model that cannot
         disable_dropout(model)
         model.train()
         if self.hparams.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         teacher, validation = self.teacher_options, self.validation_options
         needed = teacher.kind == "frozen" or validation.against_initial or bool(teacher.trust_region)
-        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+        datamodule = getattr(trainer, "datamodule", None)
         guarded = self.guard_options.enabled and not (
             hasattr(datamodule, "val_prompts") and not datamodule.val_prompts()
         )  # nothing to guard without validation: no initial model kept for it
 
-        def copy_of_initial() -> torch.nn.Module:
-            # under FSDP2 a second sharded build from the checkpoint (the initial weights, no whole copy)
+        def frozen_student() -> torch.nn.Module:
+            # under FSDP2 a second sharded build from the checkpoint (the initial weights, no whole copy);
+            # else a copy of ``model`` as it is when called (the initial model, or with LoRA the student)
             if mesh is not None:
                 return build_causal_lm(self.model_name, self.load_options, mesh=mesh).requires_grad_(False)
             return frozen_copy(model)
@@ -266,9 +268,9 @@ class CoherenceTuning(L.LightningModule):
             model = apply_lora(model, self.lora_options)
             initial = AdaptersDisabled(model) if needed or guarded else None
         elif needed or guarded:
-            initial = copy_of_initial()
+            initial = frozen_student()
         self.model = model
-        self.teacher = Teacher(teacher, model, initial, copy_of_initial if mesh is not None else None)
+        self.teacher = Teacher(teacher, initial, frozen_student)
         self.validator = Validator(validation, self.tokenizer)
 
     # -- checks ---------------------------------------------------------------------------------------
@@ -280,7 +282,7 @@ class CoherenceTuning(L.LightningModule):
             prompts: the training prompts.
 
         Raises:
-            ConfigError: there are no prompts, or none is long enough.
+            ConfigError: no prompt is long enough.
         """
         self.sampler.check_prompts(prompts, self.boosting.k)
 
@@ -296,15 +298,8 @@ class CoherenceTuning(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if hasattr(datamodule, "train_prompts"):
             self.check_prompts(datamodule.train_prompts())
-        if hasattr(datamodule, "check_batch_size"):
             datamodule.check_batch_size()
-        check_validation_data(vars(self.guard_options), datamodule)  # no validation in the data: no check
-
-    def _synced(self) -> bool:
-        """Whether FSDP2 shards the models over several processes: every process must then make the same
-        forward calls (``cblight.sharding.SyncedForwards``)."""
-        trainer = self._trainer
-        return is_sharded(trainer) and trainer.world_size > 1
+        check_validation_data(self.guard_options, datamodule)  # no validation in the data: no check
 
     # -- optimisation ---------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
@@ -366,7 +361,7 @@ class CoherenceTuning(L.LightningModule):
         squares = torch.stack(
             [g.float().square().sum() for g in local] or [torch.zeros((), device=self.device)]
         ).sum()
-        if self._synced():
+        if self.synced.enabled:
             squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
         self.log("train/tuning/grad_norm", squares.sqrt(), batch_size=1)
 
@@ -383,7 +378,7 @@ class CoherenceTuning(L.LightningModule):
         # 1. sample from the current model (this process's random state advances)
         with self._diverged_at_sampling():
             sampled = self.sampler.sample(
-                self.model, prompts, self.device, rank=self.global_rank, synced=self._synced()
+                self.model, prompts, self.device, rank=self.global_rank, synced=self.synced.enabled
             )
         # 2-3. the boosted teacher at every position in scope (no gradient) and the divergence to it
         terms = self.kl_terms(sampled)
@@ -418,8 +413,8 @@ class CoherenceTuning(L.LightningModule):
         except RuntimeError as err:
             if "probability tensor contains either" not in str(err):
                 raise
-            optimizer = self.trainer.optimizers[0] if self._trainer is not None else None
-            lr = optimizer.param_groups[0].get("lr") if optimizer is not None else None
+            optimizers = self.trainer.optimizers
+            lr = optimizers[0].param_groups[0].get("lr") if optimizers else None
             raise TuningDivergedError(
                 f"tuning diverged by step {self.global_step}: the model's next-token probabilities are no longer "
                 "finite (its weights or their outputs overflowed); lower the learning rate "
@@ -472,7 +467,7 @@ class CoherenceTuning(L.LightningModule):
                 self.model,
                 self.teacher.initial,
                 lambda model: self.sampler.sample(
-                    model, prompts, self.device, synced=self._synced(), seed=seed
+                    model, prompts, self.device, synced=self.synced.enabled, seed=seed
                 ),
                 self.kl_terms,
                 same_initial=self.teacher.options.kind == "frozen",
@@ -501,7 +496,7 @@ class CoherenceTuning(L.LightningModule):
             ema = self.teacher.state_dict(self.model)
             if ema is not None:
                 checkpoint[EMA_KEY] = ema
-        world = self.trainer.world_size if self._trainer is not None else 1
+        world = self.trainer.world_size
         rng = self.sampler.state_dict(world, lambda t: self.all_gather(t.to(self.device)).cpu())
         if rng is not None:
             checkpoint[RNG_KEY] = rng

@@ -184,14 +184,12 @@ class Exporter(Callback):
 
         root = Path(trainer.default_root_dir) if trainer is not None else Path(".")
         out = Path(out_dir) if out_dir is not None else self.path(root, log_dir)
-        weights, is_zero = None, True
+        weights, is_zero = None, trainer is None or trainer.is_global_zero
         if is_sharded(trainer):
             weights = full_state_dict(model)
-            is_zero = trainer.is_global_zero
         elif trainer is not None:
             state = trainer.strategy.lightning_module_state_dict()
             weights = {name[len("model.") :]: t for name, t in state.items() if name.startswith("model.")}
-            is_zero = trainer.is_global_zero
         if is_zero and hasattr(model, "merge_and_unload"):  # LoRA (peft; refused under FSDP2)
             model.save_pretrained(out / "adapter")  # the adapter alone, then the merged model
             tokenizer.save_pretrained(out / "adapter")

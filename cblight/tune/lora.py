@@ -15,8 +15,6 @@ weights shared, which is what lets a model that fits one device only once be tun
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,13 +91,8 @@ class AdaptersDisabled:
     def __init__(self, peft_model: Any):
         object.__setattr__(self, "peft_model", peft_model)
 
-    @contextmanager
-    def _base(self) -> Iterator[None]:
-        with self.peft_model.disable_adapter():
-            yield
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with self._base():
+        with self.peft_model.disable_adapter():
             return self.peft_model(*args, **kwargs)
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
@@ -112,7 +105,7 @@ class AdaptersDisabled:
         Returns:
             What the model's ``generate`` returns (the token ids).
         """
-        with self._base():
+        with self.peft_model.disable_adapter():
             return self.peft_model.generate(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:

@@ -198,16 +198,9 @@ def boosted_teacher(
 
     Returns:
         ``[N, V]`` float32 log-probabilities of the teacher.
-
-    Raises:
-        ValueError: ``short_log_probs`` has not one row per long position.
     """
     full = full_log_probs.detach().float()
     teacher = full.clone()
-    if short_log_probs.shape[0] != int(long.sum()):
-        raise ValueError(
-            f"{short_log_probs.shape[0]} short-context rows for {int(long.sum())} long positions"
-        )
     if short_log_probs.shape[0]:
         short = short_log_probs.detach().float()
         at_long = full[long]
@@ -283,20 +276,17 @@ class KLTerms:
             and ``trust_sum``, summed over the processes.
         """
         kl, long = self.kl.detach(), self.long
-        local = torch.stack(
-            [
-                torch.tensor(float(kl.numel()), device=device),
-                long.sum().float(),
-                sampled.sum().float(),
-                kl.sum(),
-                (kl * long).sum(),
-                (self.gap * long).sum(),
-                self.trust.sum(),
-            ]
-        ).to(device, torch.float64)
-        total = reduce(local, reduce_op="sum")
-        names = ["count", "long", "sampled_tokens", "kl_sum", "kl_long_sum", "gap_long_sum", "trust_sum"]
-        return dict(zip(names, total.tolist(), strict=True))
+        local = {
+            "count": torch.tensor(float(kl.numel()), device=device),
+            "long": long.sum().float(),
+            "sampled_tokens": sampled.sum().float(),
+            "kl_sum": kl.sum(),
+            "kl_long_sum": (kl * long).sum(),
+            "gap_long_sum": (self.gap * long).sum(),
+            "trust_sum": self.trust.sum(),
+        }
+        total = reduce(torch.stack(list(local.values())).to(device, torch.float64), reduce_op="sum")
+        return dict(zip(local, total.tolist(), strict=True))
 
 
 def default_loss_chunk(vocab_size: int) -> int:
@@ -468,7 +458,7 @@ def tuning_kl_terms(
         if differentiable:
             (chunk_grad,) = torch.autograd.grad(objective.sum(), z)
             grad[r, c - 1 - offset] = chunk_grad
-    total = (kl + trust_region * trust).sum() if penalised else kl.sum()
+    total = (kl + trust_region * trust).sum()  # trust is zero without a trust region
     if differentiable:
         loss_sum = _InjectedGradient.apply(logits, grad, total)
         anchor = logits.sum() * 0.0 if logits.numel() else loss_sum * 0.0

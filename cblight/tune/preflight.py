@@ -10,7 +10,7 @@ for a module that this pass checked. A refusal is one line and costs no model lo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -63,22 +63,15 @@ def check_shared_options(boosting: Boosting, sampling: Sampling) -> None:
         )
 
 
-def _strategy_name(strategy: Any) -> str:
-    """A strategy as a name: its class's, its ``class_path``'s last part, or the string Lightning takes."""
-    if isinstance(strategy, str):
-        return strategy
-    class_path = _get(strategy, "class_path")
-    if isinstance(class_path, str):
-        return class_path.rpartition(".")[2]
-    return type(strategy).__name__
-
-
-def check_strategy(strategy: Any, lora: Any, rollouts: Any = None) -> None:
+def check_strategy(strategy: Any, lora: Any, rollouts: Any) -> None:
     """What a strategy cannot tune, refused in one line (``strategy``: a Lightning strategy, its name, or a
     parsed ``trainer.strategy``): Lightning's FSDP1 and DeepSpeed, which cblight does not shard with (FSDP2
     does: ``-c configs/fsdp.yaml``); and under FSDP2, LoRA (its adapters are not sharded) and the static
     KV cache or a compiled decode step (sharded sampling runs transformers' dynamic cache, synced)."""
-    name = _strategy_name(strategy)
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
+    class_path = _get(strategy, "class_path")
+    if isinstance(class_path, str):
+        name = class_path.rpartition(".")[2]
     if name.startswith(_UNTESTED_SHARDING):
         raise ConfigError(
             f"trainer.strategy {name}: cblight tune shards models with FSDP2 (Lightning's "
@@ -87,13 +80,13 @@ def check_strategy(strategy: Any, lora: Any, rollouts: Any = None) -> None:
         )
     if name not in _FSDP2:
         return
-    if lora is not None and lora.rank:
+    if lora.rank:
         raise ConfigError(
             f"lora.rank = {lora.rank} under FSDP2 (trainer.strategy {name}): LoRA adapters are not sharded; "
             "tune with LoRA on one device or with DDP (--trainer.strategy ddp), where the initial model is the "
             "base model with its adapters disabled, not a copy"
         )
-    if rollouts is not None and (rollouts.cache == "static" or rollouts.compile):
+    if rollouts.cache == "static" or rollouts.compile:
         raise ConfigError(
             f"rollouts.cache: static / rollouts.compile under FSDP2 (trainer.strategy {name}): sharded sampling "
             "runs transformers' dynamic KV cache with synced steps; use rollouts.cache: dynamic or auto"
@@ -116,58 +109,50 @@ def check_max_steps(max_steps: int | None) -> None:
 GUARD_OFF = "--model.guard.max_ppl_ratio null --model.guard.min_entropy_ratio null"
 
 
-def check_validation_data(
-    bands: Mapping[str, Any], datamodule: Any, note: bool = True, refuse_unguarded: bool = False
-) -> None:
+def check_validation_data(guard: GuardOptions, datamodule: Any, refuse_unguarded: bool = False) -> None:
     """A guard band set by hand must be checkable: any needs validation prompts, ``max_ppl_ratio`` held-out
     human text too. With ``refuse_unguarded`` (the command line, before the model loads) the default guard
     needs validation prompts as well: a guard that is on must look at the model it lets through. Otherwise
-    the default bands are checked where the run measures them; with ``note``, one line says which are not.
+    the default bands are checked where the run measures them, and one line says which are not.
 
     Args:
-        bands: the guard's bands by ``GuardOptions`` field (``None``: that band is off).
+        guard: the guard's bands.
         datamodule: the prompt data module (one without ``val_prompts`` is not checked).
-        note: say which default bands this run cannot check.
         refuse_unguarded: refuse a guard that is on in a run without validation prompts.
     """
-    if all(v is None for v in bands.values()) or not hasattr(datamodule, "val_prompts"):
+    if not guard.enabled or not hasattr(datamodule, "val_prompts"):
         return
-    defaults = {f.name: f.default for f in fields(GuardOptions)}
-    chosen = [k for k, v in bands.items() if v is not None and v != defaults.get(k)]
-    texts = bool(datamodule.val_prompts()) and bool(datamodule.val_texts())
-    if chosen and not datamodule.val_prompts():
+    defaults = {f.name: f.default for f in fields(guard)}
+    chosen = [k for k, v in vars(guard).items() if v is not None and v != defaults[k]]
+    validated = bool(datamodule.val_prompts())
+    texts = validated and bool(datamodule.val_texts())
+    if chosen and not validated:
         raise ConfigError(f"the guard checks validation (guard.{chosen[0]}): set data.val_size > 0")
     if "max_ppl_ratio" in chosen and not texts:
         raise ConfigError(
             "guard.max_ppl_ratio needs held-out human text: a task source (data.task) with "
             "data.val_size > 0, or data.val_texts_file"
         )
-    if refuse_unguarded and not datamodule.val_prompts():
+    if refuse_unguarded and not validated:
         raise ConfigError(
             "the collapse guard (on by default) checks the model at validation and this run has none "
             f"(data.val_size 0): set data.val_size > 0 (e.g. 8), or switch the guard off ({GUARD_OFF})"
         )
-    if not note:
-        return
-    if not datamodule.val_prompts():
+    if not validated:
         log.warning("collapse guard: this run has no validation (data.val_size 0), so nothing is guarded")
-    elif bands.get("max_ppl_ratio") is not None and not texts:
+    elif guard.max_ppl_ratio is not None and not texts:
         log.warning(
             "collapse guard: guard.max_ppl_ratio is not checked: no held-out human text (a task source, or "
             "data.val_texts_file)"
         )
 
 
-def check_export_apart(out: Path, root: Path, loggers: Any) -> None:
+def check_export_apart(out: Path, root: Path, save_dirs: list[Path]) -> None:
     """Refuse an export directory that holds the run's own files: ``trainer.default_root_dir`` itself, or a
     directory above a logger's ``save_dir`` (the run's logs and checkpoints would land in the export, and
     the export check would take them for an earlier run's files)."""
     resolved = out.expanduser().resolve()
-    inside: list[tuple[str, Path]] = [("trainer.default_root_dir", root)]
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
-        save_dir = _get(_get(logger, "init_args"), "save_dir")
-        if isinstance(save_dir, str):
-            inside.append(("trainer.logger's save_dir", Path(save_dir)))
+    inside = [("trainer.default_root_dir", root), *(("trainer.logger's save_dir", d) for d in save_dirs)]
     for option, path in inside:
         path = path.expanduser().resolve()
         if path == resolved or resolved in path.parents:
@@ -233,15 +218,16 @@ def check_before_loading(
     check_strategy(_get(trainer, "strategy", "auto"), lora, rollouts)
     root = Path(_get(trainer, "default_root_dir", ".")).expanduser()
     check_output_dir(root, "trainer.default_root_dir")
-    loggers = _get(trainer, "logger")
+    loggers, save_dirs = _get(trainer, "logger"), []
     for logger in loggers if isinstance(loggers, list) else [loggers]:
         save_dir = _get(_get(logger, "init_args"), "save_dir")
         if isinstance(save_dir, str):
+            save_dirs.append(Path(save_dir))
             check_output_dir(Path(save_dir), "trainer.logger's save_dir")
     export_checked = bool(export.enabled and export.dir)
     if export_checked:
         out = root / Path(export.dir).expanduser()
-        check_export_apart(out, root, loggers)
+        check_export_apart(out, root, save_dirs)
         check_output_dir(out, "model.export.dir")
         check_export_dir(out, export.overwrite)
         if locks is not None:
@@ -256,12 +242,11 @@ def check_before_loading(
     datamodule = datamodule_class(**_plain(data)) if data is not None else None
 
     module = build()
-    if datamodule is not None and hasattr(datamodule, "train_prompts"):
+    if hasattr(datamodule, "train_prompts"):
         prompts = datamodule.train_prompts()  # an empty source, or val_size >= the prompts, is refused here
-        if hasattr(datamodule, "check_batch_size"):
-            datamodule.check_batch_size()
+        datamodule.check_batch_size()
         # a guard with nothing to look at is refused here; one that cannot check a band says so, once
-        check_validation_data(vars(module.guard_options), datamodule, refuse_unguarded=True)
+        check_validation_data(module.guard_options, datamodule, refuse_unguarded=True)
         module.check_prompts(prompts)  # the tokenizer alone: no weights
     module.exporter.checked = export_checked
     module.run_checked = True

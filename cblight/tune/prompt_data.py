@@ -256,13 +256,10 @@ class PromptDataModule(L.LightningDataModule):
         """
         if self.bos_only:
             return [""]
-        if self.task is not None:
-            return self._task_prompts()
         if self.prompt_list is not None:
             return [p for p in self.prompt_list if p.strip()]
-        return read_prompts(self.prompts_file, self.text_field)
-
-    def _task_prompts(self) -> list[str]:
+        if self.task is None:
+            return read_prompts(self.prompts_file, self.text_field)
         from cblight.data.registry import RenderContext, get_task
         from cblight.data.sources import load_split_records
 

@@ -68,9 +68,10 @@ class RolloutOptions:
                 "static cache's fixed shapes)"
             )
 
-    def check_supported(self, model_class: type) -> None:
-        """Refuse ``cache: static`` or ``compile: true`` for a model class transformers cannot compile (its
-        ``_can_compile_fullgraph``, a class attribute: checked from the config alone, before any weights).
+    def _check_compilable(self, model_class: type) -> None:
+        """Refuse a model class transformers cannot compile (its ``_can_compile_fullgraph``, a class
+        attribute: checked from the config alone, before any weights) for ``cache: static`` or
+        ``compile: true``, which the caller asked for.
 
         Args:
             model_class: the transformers model class.
@@ -78,16 +79,14 @@ class RolloutOptions:
         Raises:
             ConfigError: the static cache or compilation was asked for and the class does not support it.
         """
-        if (self.cache == "static" or self.compile) and not getattr(
-            model_class, "_can_compile_fullgraph", False
-        ):
+        if not getattr(model_class, "_can_compile_fullgraph", False):
             raise ConfigError(
                 f"rollouts.cache: static / rollouts.compile: {model_class.__name__} does not support "
                 "transformers' static cache and compiled decoding; use rollouts.cache: dynamic or auto"
             )
 
     def check_config(self, config: Any) -> None:
-        """``check_supported`` for the model class of a checkpoint's config, before any weights load (a model
+        """``_check_compilable`` for the model class of a checkpoint's config, before any weights load (a model
         of remote code is checked once it loads).
 
         Args:
@@ -101,7 +100,7 @@ class RolloutOptions:
             from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
             if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:
-                self.check_supported(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)])
+                self._check_compilable(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)])
 
     def resolve(self, model: Any, device: torch.device, sharded: bool = False) -> tuple[bool, bool]:
         """The decoding these options give for a model on a device.
@@ -120,7 +119,7 @@ class RolloutOptions:
                 support it.
         """
         if self.cache == "static" or self.compile:
-            self.check_supported(type(model))
+            self._check_compilable(type(model))
             return True, bool(self.compile)
         if self.cache == "dynamic":
             return False, False
@@ -318,12 +317,10 @@ class RolloutSampler:
         Returns:
             Its token ids (BOS/EOS alone for an empty prompt).
         """
-        ids = self.encoder.context(text)
+        ids, prefix = self.encoder.context(text), self.encoder.prefix
         if len(ids) <= self.max_prompt_tokens:
             return ids
-        prefix = self.encoder.prefix
-        keep = self.max_prompt_tokens - len(prefix)
-        return prefix + ids[len(ids) - keep :] if prefix else ids[-self.max_prompt_tokens :]
+        return prefix + ids[len(ids) - (self.max_prompt_tokens - len(prefix)) :]
 
     def check_prompts(self, prompts: Sequence[str], k: int) -> None:
         """Refuse prompts with which no sampled sequence can be longer than ``k`` (``f_k`` would equal ``f_max``
@@ -335,10 +332,8 @@ class RolloutSampler:
             k: the teacher's short context (``boosting.k``).
 
         Raises:
-            ConfigError: there are no prompts, or none is long enough.
+            ConfigError: no prompt is long enough.
         """
-        if not prompts:
-            raise ConfigError("the prompt data module yields no prompts")
         # the last sampled token of a prompt has ``prompt - prefix + max_new_tokens - 1`` content tokens before
         # it; boosting changes nothing unless that exceeds k (f_k == f_max otherwise)
         new, longest, seen = self.max_new_tokens, 0, 0
@@ -356,8 +351,6 @@ class RolloutSampler:
 
     # -- sampling -----------------------------------------------------------------------------------------
     def _generate(self, model: Any, prompts: Sequence[str], device: torch.device, synced: bool) -> Sampled:
-        if not prompts:
-            raise ConfigError("the prompt data module yielded an empty batch")
         ids, mask = left_pad([self.prompt_ids(p) for p in prompts], self.pad_id, device)
         if self.decoding is None:  # (static cache, compiled) for this run, logged once
             self.decoding = self.rollouts.resolve(model, torch.device(device), synced)

@@ -104,26 +104,21 @@ class Teacher:
 
     Args:
         options: the teacher's kind and EMA decay.
-        student: the model being tuned (with its LoRA adapters, if any): the EMA starts from it.
         initial: the initial model: ``frozen_copy`` of the model taken before any adapters were added, its
             sharded build under FSDP2, or with LoRA the student with its adapters disabled; required by the
             frozen teacher.
-        copy_student: makes the EMA's (or the snapshot's) starting copy of the student (default:
-            ``frozen_copy(student)``; under FSDP2 a sharded build of the initial weights).
+        copy_student: makes the EMA's (or the snapshot's) starting copy of the student, with its LoRA
+            adapters if any (``frozen_copy(student)``; under FSDP2 a sharded build of the initial weights).
     """
 
     def __init__(
-        self,
-        options: TeacherOptions,
-        student: torch.nn.Module,
-        initial: Any | None,
-        copy_student: Callable[[], torch.nn.Module] | None = None,
+        self, options: TeacherOptions, initial: Any | None, copy_student: Callable[[], torch.nn.Module]
     ):
         self.options = options
         self.initial = initial
         self.model = initial if options.kind == "frozen" else None  # the live teacher: the student itself
         if options.kind == "ema" or options.snapshot:
-            self.model = copy_student() if copy_student is not None else frozen_copy(student)
+            self.model = copy_student()
 
     def to(self, device: torch.device) -> None:
         """Move the copies to a device (Lightning moves only registered submodules).
@@ -170,10 +165,8 @@ class Teacher:
             The EMA's (or the live teacher's snapshot's) weights of those parameters, on the CPU, by name;
             ``None`` for the frozen and live teachers, which training does not change.
         """
-        if not (self.options.kind == "ema" or self.options.snapshot) or self.model is None:
-            return None
-        trainable = {n for n, p in student.named_parameters() if p.requires_grad}
-        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if n in trainable}
+        weights = self._trained(student)
+        return {n: p.detach().cpu().clone() for n, p in weights.items()} if weights else None
 
     def load_state_dict(self, ema: dict[str, Any] | None) -> None:
         """Restore the EMA's (or the snapshot's) weights from a checkpoint.
@@ -184,11 +177,13 @@ class Teacher:
         if ema is not None and self.model is not None:
             self.model.load_state_dict(ema, strict=False)  # the trainable parameters only
 
-    def _sharded_entries(self, student: torch.nn.Module) -> dict[str, torch.Tensor]:
+    def _trained(self, student: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The EMA's (or the snapshot's) parameters that training changes, by name: the student's trainable
+        ones (none for the frozen and live teachers)."""
         if not (self.options.kind == "ema" or self.options.snapshot) or self.model is None:
             return {}
         trainable = {n for n, p in student.named_parameters() if p.requires_grad}
-        return {f"{EMA_KEY}.{n}": p for n, p in self.model.named_parameters() if n in trainable}
+        return {n: p for n, p in self.model.named_parameters() if n in trainable}
 
     def sharded_state(self, student: torch.nn.Module) -> dict[str, torch.Tensor]:
         """Under FSDP2: the EMA's (or snapshot's) shards of the student's trainable parameters, which
@@ -201,7 +196,7 @@ class Teacher:
         Returns:
             The shards, detached, by ``EMA_KEY.<name>``; empty for the frozen and live teachers.
         """
-        return {key: p.detach() for key, p in self._sharded_entries(student).items()}
+        return {f"{EMA_KEY}.{n}": p.detach() for n, p in self._trained(student).items()}
 
     def load_sharded_state(self, student: torch.nn.Module, path: str | Path) -> None:
         """Under FSDP2: read the EMA's shards (``sharded_state``) back from a distributed checkpoint, each
@@ -213,8 +208,6 @@ class Teacher:
         """
         import torch.distributed.checkpoint as dcp
 
-        entries = self._sharded_entries(student)
-        if not entries:
-            return
-        state = {"state_dict": {key: p.detach() for key, p in entries.items()}}
-        dcp.load(state, checkpoint_id=str(path))  # in place, into the EMA's own shards
+        entries = self.sharded_state(student)
+        if entries:
+            dcp.load({"state_dict": entries}, checkpoint_id=str(path))  # in place, into the EMA's own shards

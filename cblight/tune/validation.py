@@ -154,29 +154,22 @@ class _ModelStats(torch.nn.Module):
     """One model's validation statistics: next-token entropy and diversity of its samples, perplexity of
     the held-out human texts."""
 
-    def __init__(self, eos_token_id: int | None):
+    def __init__(self, tokenizer: Any, max_tokens: int):
         super().__init__()
+        self.tokenizer, self.max_tokens = tokenizer, max_tokens
         self.entropy = MeanMetric()
-        self.diversity = SampleDiversity(eos_token_id)
+        self.diversity = SampleDiversity(tokenizer.eos_token_id)
         self.nll = SumMetric()
         self.tokens = SumMetric()
 
-    def update(
-        self,
-        model: Any,
-        sampled: Sampled,
-        texts: Sequence[str],
-        tokenizer: Any,
-        max_tokens: int,
-        synced: SyncedForwards,
-    ) -> None:
+    def update(self, model: Any, sampled: Sampled, texts: Sequence[str], synced: SyncedForwards) -> None:
         """Entropy and diversity of ``model``'s samples ``sampled``, and the likelihood of ``texts`` (cut to
         ``max_tokens``); under FSDP2 each model call in a phase of ``synced`` (a process may hold no
         sampled position, or fewer texts)."""
         with synced.phase(model, calls=1):
             self.entropy.update(next_token_entropy(model, sampled))
         with synced.phase(model):
-            nll, tokens = human_text_nll(model, tokenizer, texts, max_tokens)
+            nll, tokens = human_text_nll(model, self.tokenizer, texts, self.max_tokens)
         self.diversity.update(sampled_tokens(sampled))
         self.nll.update(nll)
         self.tokens.update(tokens)
@@ -217,8 +210,8 @@ class Validator(torch.nn.Module):
         self.kl_initial = MeanMetric()
         self.top1_initial = MeanMetric()
         # the current model's statistics, and once the initial model's (the guard's reference)
-        self.current = _ModelStats(tokenizer.eos_token_id)
-        self.initial = _ModelStats(tokenizer.eos_token_id)
+        self.current = _ModelStats(tokenizer, options.text_tokens)
+        self.initial = _ModelStats(tokenizer, options.text_tokens)
         self.reference: dict[str, float] | None = None  # the initial model's values, once measured
 
     def validation_batch(
@@ -254,7 +247,7 @@ class Validator(torch.nn.Module):
         with torch.no_grad():
             terms = kl_terms(sampled, None)
         self.kl.update(terms.kl)
-        self.kl_long.update(terms.kl[terms.long] if bool(terms.long.any()) else terms.kl.new_zeros(0))
+        self.kl_long.update(terms.kl[terms.long])
         logged: dict[str, Metric] = {"val/tuning/kl": self.kl, "val/tuning/kl_long": self.kl_long}
         if initial is not None:
             with torch.no_grad():
@@ -263,10 +256,9 @@ class Validator(torch.nn.Module):
             self.top1_initial.update(scored.agree.float())
             logged["val/tuning/kl_initial"] = self.kl_initial
             logged["val/tuning/top1_initial"] = self.top1_initial
-        cut = self.options.text_tokens
-        self.current.update(model, sampled, texts, self.tokenizer, cut, synced)
+        self.current.update(model, sampled, texts, synced)
         if self.reference is None and initial is not None:  # once: the guard's reference values
-            self.initial.update(initial, sample(initial), texts, self.tokenizer, cut, synced)
+            self.initial.update(initial, sample(initial), texts, synced)
         return logged
 
     def epoch_values(self) -> dict[str, torch.Tensor]:
@@ -296,7 +288,7 @@ class Validator(torch.nn.Module):
             loggers: the trainer's loggers (W&B ones get the table).
             log_dir: where ``samples.jsonl`` goes (``None``: no file).
         """
-        samples = sampled_tokens(sampled)[: min(self.options.num_logged_samples, len(prompts))]
+        samples = sampled_tokens(sampled)[: self.options.num_logged_samples]
         decode = self.tokenizer.decode
         rows = [[int(step), prompts[i], decode(x, skip_special_tokens=False)] for i, x in enumerate(samples)]
         from lightning.pytorch.loggers import WandbLogger
