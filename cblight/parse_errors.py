@@ -158,9 +158,17 @@ def one_line(parser: Any, message: str) -> str:
 
 
 def _fault(
-    parser: Any, lines: list[tuple[int, str]], key: str, hint: Any, prog: str, usage: str, whole: str
+    parser: Any,
+    lines: list[tuple[int, str]],
+    key: str,
+    hint: Any,
+    prog: str,
+    usage: str,
+    whole: str,
+    values: Any = None,
 ) -> str | None:
-    """The innermost fault of jsonargparse's report ``lines`` (indent, text) under the option ``key``."""
+    """The innermost fault of jsonargparse's report ``lines`` (indent, text) under the option ``key``;
+    ``values``: the mapping ``key`` was given, whose entries a fault inside one of them may not repeat."""
     for i, (indent, text) in enumerate(lines):
         inner = []
         for deeper in lines[i + 1 :]:
@@ -176,13 +184,15 @@ def _fault(
             items = given[0] if given and isinstance(given[0], list) else []
             n = next((n for n, item in enumerate(items) if isinstance(item, dict) and child in item), None)
             sub = full if n is None else f"{full}[{n}]"  # the item of a list at fault
-            said = _fault(parser, inner, sub, typed, prog, usage, whole) or _value_fault(
-                full, typed, m[2], inner
+            # a fault in one item of a list names no value: the list is the entry of the enclosing mapping
+            own = given[0] if given else values.get(m[1]) if isinstance(values, dict) else None
+            said = _fault(parser, inner, sub, typed, prog, usage, whole, own) or _value_fault(
+                full, typed, m[2], inner, own
             )
             if said:
                 return said
         elif m := re.match(r"Problem with given class_path '(.+)':", text):
-            said = _fault(parser, inner, key, class_named(m[1], []), prog, usage, whole)
+            said = _fault(parser, inner, key, class_named(m[1], []), prog, usage, whole, values)
             if said:
                 return said
         elif m := re.search(r"Option '(.+)' is not accepted(?:. Got value: .*class_path='([^']+)')?", text):
@@ -197,8 +207,11 @@ def _fault(
     return None
 
 
-def _value_fault(key: str, hint: Any, inline: str, inner: list[tuple[int, str]]) -> str | None:
-    """``key`` given a value its type ``hint`` refuses: said with what the type accepts, and the value."""
+def _value_fault(
+    key: str, hint: Any, inline: str, inner: list[tuple[int, str]], own: Any = None
+) -> str | None:
+    """``key`` given a value its type ``hint`` refuses: said with what the type accepts, and the value
+    (``own``: the value as the enclosing mapping gave it, where jsonargparse names only the item at fault)."""
     texts = [t for _, t in inner]
     given = next((t[len("Given value: ") :] for t in texts if t.startswith("Given value:")), None)
     found = (
@@ -213,10 +226,17 @@ def _value_fault(key: str, hint: Any, inline: str, inner: list[tuple[int, str]])
         return None
     value = _load(given if given is not None else got[-1] or "")
     value = _load(value) if given is None and isinstance(value, str) else value  # a repr: '0' is 0
+    if given is None and isinstance(own, list) and not isinstance(value, list):
+        value = own  # the list it is an item of, to name the item
     if isinstance(value, list):  # the item at fault, with the type of the list's items
         for n, item in enumerate(value):
             if any(str(item) == g or repr(item) == g for g in got):
-                items = [a for m in members(hint) if typing.get_origin(m) is list for a in typing.get_args(m)]
+                items = [
+                    a
+                    for m in members(hint)
+                    if typing.get_origin(m) in (list, tuple)
+                    for a in typing.get_args(m)
+                ]
                 key, value, hint = f"{key}[{n}]", item, items[0] if items else hint
                 break
     if value is None and given == "":  # ``--model.adaptive ""``: YAML reads it as null

@@ -137,7 +137,7 @@ def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, ca
     line = refused(
         [*args, "--model.grid", "{alphas: [.nan], ks: [8]}", "--data.tasks", "[webtext]"], tmp_path, capsys
     )
-    assert line == "error: model.grid.alphas must be a list, each a finite number, got [nan]"
+    assert line == "error: model.grid.alphas[0] must be a finite number, got nan"
 
 
 @pytest.mark.parametrize(
