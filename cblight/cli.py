@@ -490,7 +490,7 @@ def help_target(cls: type, arg: str, prog: str) -> list[type]:
     or "unrecognized arguments")."""
     import typing
 
-    from cblight.option_types import bases, describe, members
+    from cblight.option_types import bases, describe, item_type, members
     from cblight.suggest import closest
 
     key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
@@ -501,9 +501,7 @@ def help_target(cls: type, arg: str, prog: str) -> list[type]:
         raise ConfigError(f"unknown option --model.{key}{mean} ({prog} --help lists the options)")
     hint = typing.get_type_hints(cls.__init__).get(key)
     # the classes with options of their own (a dataclass, an AlphaGrid, a class path; in a list too)
-    lists = (list, tuple)
-    items = [(typing.get_args(m) or (m,))[0] if typing.get_origin(m) in lists else m for m in members(hint)]
-    classes = [c for item in items for c in bases(item)]
+    classes = [c for m in members(hint) for c in bases(item_type(m))]
     if not classes:
         raise ConfigError(
             f"--model.{key} takes a value ({describe(hint)}), not options of its own, so it has no .help: "

@@ -44,6 +44,7 @@ __all__ = [
     "check_fields",
     "describe",
     "fits",
+    "item_type",
     "members",
     "option_at",
     "option_keys",
@@ -237,7 +238,7 @@ def options_of(hint: Any, function: bool = False) -> dict[str, Any]:
     """The options under a value of type ``hint``: a dataclass's or a class's (its ``__init__``), or a
     ``function``'s parameters."""
     for member in [hint] if function else members(hint):
-        member = typing.get_args(member)[0] if typing.get_origin(member) is list else member
+        member = item_type(member)
         if function or (
             inspect.isclass(member) and not issubclass(member, _PLAIN) and member.__module__ != "typing"
         ):
@@ -252,6 +253,12 @@ def options_of(hint: Any, function: bool = False) -> dict[str, Any]:
             kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
             return {n: hints.get(n) for n, p in params.items() if p.kind not in kinds}
     return {}
+
+
+def item_type(hint: Any) -> Any:
+    """The type of a list's or tuple's items (``tuple[X, ...]``: X); any other type itself."""
+    args = typing.get_args(hint)
+    return args[0] if typing.get_origin(hint) in (list, tuple) and args else hint
 
 
 def members(hint: Any) -> list[Any]:

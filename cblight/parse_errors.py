@@ -15,7 +15,16 @@ from typing import Any, NoReturn
 import yaml
 from jsonargparse import ArgumentParser
 
-from cblight.option_types import FiniteFloat, bases, describe, members, option_at, option_keys, options_of
+from cblight.option_types import (
+    FiniteFloat,
+    bases,
+    describe,
+    item_type,
+    members,
+    option_at,
+    option_keys,
+    options_of,
+)
 from cblight.suggest import class_named, closest, closest_keys, subclasses
 
 __all__ = ["OneLineErrors", "Parser", "config_options"]
@@ -231,12 +240,7 @@ def _value_fault(
     if isinstance(value, list):  # the item at fault, with the type of the list's items
         for n, item in enumerate(value):
             if any(str(item) == g or repr(item) == g for g in got):
-                items = [
-                    a
-                    for m in members(hint)
-                    if typing.get_origin(m) in (list, tuple)
-                    for a in typing.get_args(m)
-                ]
+                items = [item_type(m) for m in members(hint) if item_type(m) is not m]
                 key, value, hint = f"{key}[{n}]", item, items[0] if items else hint
                 break
     if value is None and given == "":  # ``--model.adaptive ""``: YAML reads it as null
