@@ -46,7 +46,6 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from lm_eval.models.utils_hf import stop_sequences_criteria
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from cblight.adaptive import AUTO, CHOICE_RULES, TOKEN_RULES, RuleName
@@ -148,9 +147,8 @@ class CblightLM(TemplateLM):
             load = LoadOptions(revision=revision, dtype=dtype, trust_remote_code=trust_remote_code)
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
             self.model = load_causal_lm(pretrained, load, device=device)
-            self.tokenizer = tokenizer
-            if isinstance(tokenizer, str | None):
-                self.tokenizer = load_tokenizer(tokenizer or pretrained, load)
+            loads = isinstance(tokenizer, str | None)
+            self.tokenizer = load_tokenizer(tokenizer or pretrained, load) if loads else tokenizer
             name = pretrained
         else:
             if tokenizer is None or isinstance(tokenizer, str):
@@ -202,6 +200,11 @@ class CblightLM(TemplateLM):
     def max_length(self) -> int:
         return self.scorer.window
 
+    @property
+    def batch_size(self) -> int:
+        """The windows per ``_loglikelihood_tokens`` call of ``loglikelihood_rolling``."""
+        return self.scorer.rows_per_batch
+
     def get_model_info(self) -> dict[str, Any]:
         return {"cblight": dict(self._settings)}
 
@@ -215,11 +218,8 @@ class CblightLM(TemplateLM):
         if db is None:
             return
         stamp = json.dumps(self._settings, sort_keys=True)
-        old = db.get(CACHE_STAMP_KEY)
-        if old is None:
-            db[CACHE_STAMP_KEY] = stamp
-            db.commit()
-        elif old != stamp:
+        old = db.setdefault(CACHE_STAMP_KEY, stamp)  # lm-eval's cache database commits every write
+        if old != stamp:
             raise CblightError(
                 f"the --use_cache database was written by model cblight with {old}, not {stamp}; "
                 "use a different --use_cache path for each alpha / k / short_context"
@@ -305,24 +305,8 @@ class CblightLM(TemplateLM):
         """Token-level requests ``((context, continuation), context_ids, continuation_ids)``, unboosted."""
         return self._plain([(list(ctx), list(cont)) for _, ctx, cont in requests])
 
-    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
-        """Perplexity windows exactly as lm-eval's HF backend cuts them; never boosted."""
-        windows = [  # (request, (context, continuation))
-            (i, make_disjoint_window(window))
-            for i, req in enumerate(requests)
-            for window in get_rolling_token_windows(
-                token_list=self.tok_encode(req.args[0]),
-                prefix_token=self.prefix_token_id,
-                max_seq_len=self.max_length,
-                context_len=1,
-            )
-        ]
-        totals = [0.0] * len(requests)
-        for (owner, _), (ll, _) in zip(windows, self._plain([window for _, window in windows])):
-            totals[owner] += ll
-        for req, total in zip(requests, totals):
-            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
-        return totals
+    # perplexity windows through lm-eval's HF backend's own loop (windows, batches, sums); never boosted
+    loglikelihood_rolling = HFLM.loglikelihood_rolling
 
     # -- generation ------------------------------------------------------------------------------------
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
