@@ -194,7 +194,13 @@ def _stamp(directory: Path) -> tuple[float, ...]:
 
 
 def resolve(name: str) -> Path:
-    """The converted Hugging Face directory of ``offline:<name>``, converting it first when needed."""
+    """The directory of a model's conversion, converted now if needed (an existing one is verified first).
+
+    That is the converted Hugging Face directory of ``offline:<name>``.
+
+    Args:
+        name: ``offline:<name>`` or ``<name>``.
+    """
     entry = lookup(name)
     target = model_dir(entry)
     if target.is_dir() and _VERIFIED.get(str(target)) == _stamp(target):
@@ -314,21 +320,12 @@ def list_models() -> str:
     return "\n".join(lines)
 
 
-def path_command(name: str) -> str:
-    """The directory of a model's conversion, converted now if needed (an existing one is verified first).
-
-    Args:
-        name: ``offline:<name>`` or ``<name>``.
-    """
-    return str(resolve(name))
-
-
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``cblight zoo list|convert|path`` (the arguments come from ``sys.argv`` unless given)."""
     from cblight.runs import run_subcommands
 
     return run_subcommands(
-        {"list": list_models, "convert": path_command, "path": path_command},
+        {"list": list_models, "convert": resolve, "path": resolve},
         argv,
         prog,
         __doc__.split("\n\n")[0],
