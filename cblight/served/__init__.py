@@ -7,10 +7,4 @@
 from cblight.served.client import CompletionClient, RequestCache, ServedModelError, ServerOptions
 from cblight.served.scorer import ServedScorer
 
-__all__ = [
-    "CompletionClient",
-    "RequestCache",
-    "ServedModelError",
-    "ServedScorer",
-    "ServerOptions",
-]
+__all__ = ["CompletionClient", "RequestCache", "ServedModelError", "ServedScorer", "ServerOptions"]
