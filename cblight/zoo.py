@@ -325,10 +325,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from cblight.runs import run_subcommands
 
     return run_subcommands(
-        {"list": list_models, "convert": resolve, "path": resolve},
-        argv,
-        prog,
-        __doc__.split("\n\n")[0],
+        {"list": list_models, "convert": resolve, "path": resolve}, argv, prog, __doc__.split("\n\n")[0]
     )
 
 

@@ -283,9 +283,7 @@ class CblightLM(TemplateLM):
         return [out[i] for i in range(len(encoded))]
 
     def _pairs(
-        self,
-        encoded: list[tuple[list[int], list[int]]],
-        shorts: list[tuple[list[int], list[int]] | None],
+        self, encoded: list[tuple[list[int], list[int]]], shorts: list[tuple[list[int], list[int]] | None]
     ) -> list[Pair]:
         """``(ll_full, ll_short, is_greedy)`` per request (``ll_short`` ``None``: not boosted). Where the short
         request continues with the same tokens (nearly always) both are scored as a pair, with the greedy
