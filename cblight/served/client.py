@@ -257,11 +257,10 @@ class CompletionClient:
             return []
         with ThreadPoolExecutor(max_workers=min(self.options.concurrency, len(unique))) as pool:
             futures = {pool.submit(self.complete, body): key for key, body in unique.items()}
-            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f.exception() for f in done if f.exception() is not None]
             if failed:
-                for future in pending:
-                    future.cancel()  # those already running finish (and are cached) before the raise
+                pool.shutdown(cancel_futures=True)  # those already running finish (and are cached) first
                 raise failed[0]
         answers = {futures[f]: f.result() for f in done}
         return [answers[RequestCache.key(body)] for body in bodies]
