@@ -40,7 +40,7 @@ class _ExampleTable(Metric):
         for name in ("ids", *self.columns):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
-    def append(self, ids: Sequence[int], columns: dict[str, Any]) -> None:
+    def update(self, ids: Sequence[int], **columns: Any) -> None:
         self.ids.append(torch.tensor(list(ids), dtype=torch.long, device=self.device))
         for name in self.columns:
             value = torch.as_tensor(columns[name])
@@ -112,7 +112,7 @@ class ChoiceSweep(_ExampleTable):
         }
         for m in self.methods:
             columns[f"method_{m}"] = padded([scores[m] for scores in method_scores], c, -math.inf)
-        self.append(ids, columns)
+        super().update(ids, **columns)
 
     def compute(self) -> dict[str, torch.Tensor]:
         rows = self.table()
@@ -168,9 +168,6 @@ class NextTokenSweep(_ExampleTable):
             *(self.adaptive_columns if adaptive else ()),
         )
         super().__init__(columns, (len(ks), len(alphas)), **kwargs)
-
-    def update(self, ids: Sequence[int], **columns: torch.Tensor) -> None:
-        self.append(ids, columns)
 
     def compute(self) -> dict[str, torch.Tensor]:
         rows = self.table()
