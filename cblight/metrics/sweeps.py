@@ -29,7 +29,8 @@ def padded(rows: Sequence[Sequence[float]], width: int, fill: float) -> torch.Te
 
 class _ExampleTable(Metric):
     """A metric whose state is a table of per-example rows keyed by an integer id: ``columns`` (one
-    ``cat`` state each, beside ``ids``) and the shape of the grid its ``compute`` sweeps."""
+    ``cat`` state each, beside ``ids``; ``update(ids, **columns)`` appends rows) and the shape of the grid
+    its ``compute`` sweeps."""
 
     full_state_update = False
     higher_is_better = True
