@@ -122,8 +122,6 @@ class RecordCache:
         self.check()
         self.problems = []
         out: dict[int, dict[str, Any]] = {}
-        if not self.dir.is_dir():
-            return out
         for shard in sorted(self.dir.glob("rank*.jsonl")):
             kept: list[str] = []
             bad: list[str] = []

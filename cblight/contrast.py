@@ -22,7 +22,7 @@ import torch
 from cblight.boosting import boosted_log_probs, short_context_ids
 from cblight.errors import ConfigError
 from cblight.models import DTypeName, LoadOptions, load_causal_lm, load_tokenizer
-from cblight.option_types import FiniteFloat, PositiveInt, check_arguments
+from cblight.option_types import FiniteFloat, PositiveInt
 from cblight.runs import exit_on_bad_input
 from cblight.scoring import Encoder, Scorer
 
@@ -69,9 +69,8 @@ def contrast(
     alpha: FiniteFloat = -0.5,
     top: PositiveInt = 5,
 ) -> Contrast:
-    """Top tokens and the target's rank under ``f_max``, ``f_k`` and the boosted mix (Figure 1)."""
-    check_arguments(contrast, locals())
-    check_texts(context, target)
+    """Top tokens and the target's rank under ``f_max``, ``f_k`` and the boosted mix (Figure 1), for inputs
+    ``contrast_command`` (or the demo) has checked."""
     scorer = Scorer(model, tokenizer, batch_size=2)
     enc = scorer.encoder
     ctx, target_id, n_target = contrast_ids(enc, context, target)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cblight.option_types import PositiveInt, check_arguments
+from cblight.option_types import PositiveInt
 
 REALDATA = Path(__file__).parent / "assets" / "realdata"
 FIGURE1_CONTEXT = ' Ballad metre is "less regular and more conversational" than common metre'
@@ -233,7 +233,6 @@ def demo(
     from cblight.models import load_causal_lm, load_tokenizer
     from cblight.runs import check_output_dir
 
-    check_arguments(demo, locals())
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
     out = Path(output_dir or f"outputs/demo/{model}")

@@ -43,18 +43,14 @@ def list_tasks(kind: TaskKind | None = None) -> str:
         lines.append(f"{name:<15}{spec.kind:<17}{report:<22}{chosen:<34}{source}")
         lines += [f"    prompt: {spec.prompt}", f"    short context: {spec.premise_free}"]
         local = spec.source.local
-        if local is None:
-            lines.append("    local files: none (Hub only)")
-        else:
-            where = f"data_root/{name}/ (or data_dirs.{name}, or data_files per split)"
-            lines.append(f"    local files in {where}:")
-            for split, patterns in local.files.items():
-                names = list(dict.fromkeys(patterns))
-                shown = (", " if local.combine else " or ").join(names[:3])
-                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-                lines.append(f"      {split + ':':<12}{'all of ' if local.combine else ''}{shown}{more}")
-            if local.hint:
-                lines.append(f"      ({local.hint})")
+        lines.append(f"    local files in data_root/{name}/ (or data_dirs.{name}, or data_files per split):")
+        for split, patterns in local.files.items():
+            names = list(dict.fromkeys(patterns))
+            shown = (", " if local.combine else " or ").join(names[:3])
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            lines.append(f"      {split + ':':<12}{'all of ' if local.combine else ''}{shown}{more}")
+        if local.hint:
+            lines.append(f"      ({local.hint})")
         if spec.aliases:
             lines.append(f"    also named: {', '.join(spec.aliases)}")
     return "\n".join(lines)

@@ -144,8 +144,7 @@ class EvalDataModule(LightningDataModule):
         self.data_dirs = {self._own_task(k): v for k, v in (data_dirs or {}).items()}
         self.data_files = {self._own_task(k): dict(v) for k, v in (data_files or {}).items()}
         for spec in self.specs:  # an unknown split in data_files would quietly read the Hub copy instead
-            local = spec.source.local.files if spec.source.local else {}
-            named = (spec.report_split, spec.selection_split, *spec.source.hub, *local)
+            named = (spec.report_split, spec.selection_split, *spec.source.hub, *spec.source.local.files)
             known = [n for n in dict.fromkeys(named) if n]
             unknown = [split for split in self.data_files.get(spec.name, {}) if split not in known]
             if unknown:

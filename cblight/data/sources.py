@@ -221,11 +221,12 @@ class LocalFiles:
 
 @dataclass(frozen=True)
 class DataSource:
-    """Hub splits (logical split name -> ``HubSplit``) and the local layout of a benchmark; ``hub_refusal``,
-    when not empty, says why the hub copy cannot be loaded (e.g. a loading script) and what to do."""
+    """The local layout of a benchmark (every task reads local files) and its Hub splits (logical split name
+    -> ``HubSplit``); ``hub_refusal``, when not empty, says why the hub copy cannot be loaded (e.g. a loading
+    script) and what to do."""
 
+    local: LocalFiles
     hub: Mapping[str, HubSplit] = field(default_factory=dict)
-    local: LocalFiles | None = None
     hub_refusal: str = ""
 
 
@@ -252,8 +253,6 @@ def load_split_records(
 ) -> list[SourceRecord]:
     """Raw records of ``split``: from ``data_file``, else from ``data_dir``, else from the Hub."""
     local = source.local
-    if local is None and (data_file is not None or data_dir is not None):
-        raise DataError(f"{task}: this task has no local file reader; remove its data_dir/data_files")
     if data_file is not None:
         path = Path(data_file).expanduser()
         if not path.is_file():

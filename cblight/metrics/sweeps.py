@@ -29,7 +29,8 @@ def padded(rows: Sequence[Sequence[float]], width: int, fill: float) -> torch.Te
 
 class _ExampleTable(Metric):
     """A metric whose state is a table of per-example rows keyed by an integer id: ``columns`` (one
-    ``cat`` state each, beside ``ids``) and the shape of the grid its ``compute`` sweeps."""
+    ``cat`` state each, beside ``ids``; ``update(ids, **columns)`` appends rows) and the shape of the grid
+    its ``compute`` sweeps."""
 
     full_state_update = False
     higher_is_better = True
@@ -40,7 +41,7 @@ class _ExampleTable(Metric):
         for name in ("ids", *self.columns):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
-    def append(self, ids: Sequence[int], columns: dict[str, Any]) -> None:
+    def update(self, ids: Sequence[int], **columns: Any) -> None:
         self.ids.append(torch.tensor(list(ids), dtype=torch.long, device=self.device))
         for name in self.columns:
             value = torch.as_tensor(columns[name])
@@ -112,7 +113,7 @@ class ChoiceSweep(_ExampleTable):
         }
         for m in self.methods:
             columns[f"method_{m}"] = padded([scores[m] for scores in method_scores], c, -math.inf)
-        self.append(ids, columns)
+        super().update(ids, **columns)
 
     def compute(self) -> dict[str, torch.Tensor]:
         rows = self.table()
@@ -168,9 +169,6 @@ class NextTokenSweep(_ExampleTable):
             *(self.adaptive_columns if adaptive else ()),
         )
         super().__init__(columns, (len(ks), len(alphas)), **kwargs)
-
-    def update(self, ids: Sequence[int], **columns: torch.Tensor) -> None:
-        self.append(ids, columns)
 
     def compute(self) -> dict[str, torch.Tensor]:
         rows = self.table()

@@ -71,6 +71,9 @@ class _Suite(MetricCollection):
         out = {c: float(values[c]) * (100 if c in self.percent else 1) for c in self.columns}
         return {c: None if math.isnan(v) else v for c, v in out.items()}
 
+    def compute(self) -> dict[str, Any]:
+        return self.report(super().compute())
+
     def score(self, *inputs: Any) -> dict[str, Any]:
         """The columns of one set of inputs in memory (the tables' functional forms)."""
         self.update(*inputs)
@@ -112,9 +115,6 @@ class TextSuite(_Suite):
             documents=docs, ids=ids, full_log_probs=full_log_probs, short_log_probs=short_log_probs
         )
 
-    def compute(self) -> dict[str, float | None]:
-        return self.report(super().compute())
-
 
 class DialogSuite(_Suite):
     """Table 3's columns, accumulated batch by batch: ``update(hypotheses, references)``.
@@ -151,9 +151,8 @@ class DialogSuite(_Suite):
     def update(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> None:
         super().update(hypotheses=hypotheses, references=references)
 
-    def compute(self) -> dict[str, Any]:
-        values = super().compute()
-        out: dict[str, Any] = self.report(values)
+    def report(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = super().report(values)
         if "meteor_synonyms" in values:
             out["meteor_synonyms"] = bool(values["meteor_synonyms"])
         return out
@@ -167,12 +166,6 @@ class SummarySuite(_Suite):
 
     def __init__(self, use_stemmer: bool = True):
         super().__init__({"rouge": ROUGE(use_stemmer=use_stemmer)})
-
-    def update(self, predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> None:
-        super().update(predictions=predictions, references=references)
-
-    def compute(self) -> dict[str, float | None]:
-        return self.report(super().compute())
 
 
 def generation_table(

@@ -39,9 +39,6 @@ def test_list_names_the_local_files_of_every_task(capsys):
     assert set(blocks) == set(all_tasks())
     for name, spec in all_tasks().items():
         block = blocks[name]
-        if spec.source.local is None:
-            assert "local files: none (Hub only)" in block, name
-            continue
         assert f"local files in data_root/{name}/" in block, name
         for split, patterns in spec.source.local.files.items():
             assert f"{split}:" in block and patterns[0] in block, (name, split)
