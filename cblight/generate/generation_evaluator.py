@@ -190,12 +190,6 @@ class BoostedGenerationEvaluator(Evaluator):
                     RECORD_FIELDS,
                 )
                 pending = pending or not all(_current(cached, ex) for ex in split.examples)
-        # FSDP2 builds the model in configure_model, after this: a window the config does not name is read
-        # from it there
-        if window is None and pending and not self.synced.enabled:  # the config names none: the model's
-            if self.model is None:
-                self._load_model()
-            window = model_window(self.model)
         if window is not None:  # the one budget check, before the model loads where the config says
             self._fit_rooms(window)
         if pending and self.model is None and not self.synced.enabled:
@@ -207,8 +201,9 @@ class BoostedGenerationEvaluator(Evaluator):
             task.room = prompt_room(window, task.max_new_tokens, "model.max_new_tokens")
 
     def configure_model(self) -> None:
-        """The model under FSDP2 (``Evaluator.configure_model``), and the prompt room from its window where
-        ``setup``, which runs before, found none in the checkpoint's config."""
+        """The model under FSDP2 (``Evaluator.configure_model``), and the prompt room from the model's window
+        where ``setup``, which Lightning runs just before, found none in the checkpoint's config (the model
+        ``setup`` loaded, or under FSDP2 the one built here)."""
         super().configure_model()
         if self.model is not None and any(task.room is None for task in self._tasks):
             self._fit_rooms(model_window(self.model))
