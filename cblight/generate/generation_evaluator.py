@@ -24,14 +24,13 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.batching import input_device
-from cblight.cache import RecordCache, digest
+from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
 from cblight.errors import CblightError, ConfigError
@@ -332,15 +331,17 @@ class BoostedGenerationEvaluator(Evaluator):
             self.log_dict(table.metrics(self._key(name)), sync_dist=True)  # the suites are synced: one value
             result = self.results[name] = table.result(self.decodings)
             if self.trainer.is_global_zero:
-                records = partial(self._generations, task)
-                report.write_task_files(table, result, records, self.loggers, self._key(name))
+                caches = {d.slug: self._caches[(name, d.slug)] for d in self.decodings}
+                report.write_task_files(table, result, caches, self.loggers, self._key(name))
             blocks.append(table.printed(result))
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
             text = "\n\n".join(blocks)
             metrics_model = self.hparams.metrics_model or self.model_name
             path = self.write_results({"metrics_model": metrics_model, "seed": self.hparams.seed}, text)
-            self.summary = report.summary(self.model_name, text, path)
+            self.summary = (
+                f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
+            )
 
     def _table(self, task: GenerationTask) -> TaskTable:
         """The task's table from its rows' suites (computed across processes, then reset)."""
@@ -353,11 +354,6 @@ class BoostedGenerationEvaluator(Evaluator):
         human = values[-1] if task.rows[-1] is None else None
         columns = list(self.suites[f"{task.split.name}__0"].columns)
         return TaskTable(task.split, task.kind, task.max_new_tokens, columns, rows, human)
-
-    def _generations(self, task: GenerationTask, decoding: Decoding) -> dict[int, dict[str, Any]]:
-        """A row's cached records, every rank's shard."""
-        directory = self.output_dir / "cache" / task.split.name / decoding.slug
-        return RecordCache(directory, self._signature(task, decoding)).load()
 
     # -- comparisons of several checkpoints (``--compare``) ------------------------------------------------
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
