@@ -252,48 +252,40 @@ class BoostedGenerationEvaluator(Evaluator):
             (ex.idx, fit_example(self.tokenizer, ex, task.room)) for ex in todo if ex.idx not in fitted
         )
         prompts = [fitted[ex.idx] for ex in todo]
+        alphas = None  # with an adaptive rule, each row's alpha at each of its tokens
         if decoding is None:
             enc = Encoder(self.tokenizer)
             tokens = [enc.body(ex.human or "")[: task.max_new_tokens] for ex in todo]
             texts = [self.tokenizer.decode(t) for t in tokens]
-            alphas: list[list[float] | None] = [None] * len(todo)
         else:
             # seeded by the run's seed, the row and the batch's example ids: a rerun draws the same samples,
             # and each process (holding other examples under DDP) other ones
             key_text = f"{self.hparams.seed}|{decoding.slug}|{','.join(str(ex.idx) for ex in todo)}"
             try:
+                sampling = decoding.generate_sampling(zlib.crc32(key_text.encode("utf-8")))
                 prepared = prepare_prompts(
-                    self.tokenizer,
-                    prompts,
-                    decoding.boosting_for(task.kind),
-                    device=input_device(self.model),
+                    self.tokenizer, prompts, decoding.boosting_for(task.kind), device=input_device(self.model)
                 )
                 out = generate_prepared(
-                    self.model,
-                    self.tokenizer,
-                    prepared,
-                    decoding.generate_sampling(zlib.crc32(key_text.encode("utf-8"))),
-                    max_new_tokens=task.max_new_tokens,
+                    self.model, self.tokenizer, prepared, sampling, max_new_tokens=task.max_new_tokens
                 )
             except CblightError as err:
                 raise type(err)(f"decoding {decoding.name!r}: {err}") from None
-            prompts, tokens, texts = out.prompts.rows, out.tokens, out.texts
-            alphas = out.alphas or [None] * len(todo)
+            tokens, texts, alphas = out.tokens, out.texts, out.alphas
         fresh = []
-        for ex, prompt, row_tokens, text, row_alphas in zip(todo, prompts, tokens, texts, alphas):
-            # what the metrics and generations/*.jsonl need; with an adaptive rule, each token's alpha
+        for j, ex in enumerate(todo):
+            # what the metrics and generations/*.jsonl need
             record: dict[str, Any] = {
                 "id": ex.idx,
                 "input": digest(ex.input_key()),
                 "prompt": ex.prompt,
-                "context": list(prompt),
-                "tokens": list(row_tokens),
-                "text": text,
+                "context": list(prompts[j]),
+                "tokens": list(tokens[j]),
+                "text": texts[j],
             }
-            if row_alphas is not None:
-                record["alphas"] = [round(a, 6) for a in row_alphas]
-            record.update(task.kind.record_extras(text, task.split))
-            fresh.append(record)
+            if alphas is not None:
+                record["alphas"] = [round(a, 6) for a in alphas[j]]
+            fresh.append({**record, **task.kind.record_extras(texts[j], task.split)})
         scored = task.kind.to_score(fresh)
         if scored:
             name = self.hparams.metrics_model
