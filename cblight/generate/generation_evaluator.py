@@ -166,9 +166,7 @@ class BoostedGenerationEvaluator(Evaluator):
                     f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator"
                 )
             max_new = self.hparams.max_new_tokens or spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-            human = self.hparams.human and any(
-                isinstance(ex, GenerationExample) and ex.human for ex in split.examples
-            )
+            human = self.hparams.human and any(ex.human for ex in split.examples)
             task = GenerationTask(
                 split, kind_of(split), max_new, [*self.decodings, *([None] if human else [])]
             )

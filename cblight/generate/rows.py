@@ -41,8 +41,6 @@ from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, Tex
 from cblight.option_types import FiniteFloat, NotEmptyStr, PositiveInt, check_fields
 from cblight.options import Boosting, Mode, Sampling
 
-GridMode = Literal["auto", "last_k", "response", "marker"]
-
 
 @dataclass(frozen=True)
 class Decoding:
@@ -138,7 +136,7 @@ class DecodingGrid:
 
     alphas: tuple[FiniteFloat, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
     ks: tuple[PositiveInt, ...] = (8, 16, 32, 64)
-    mode: GridMode = "auto"
+    mode: Literal["auto", "last_k", "response", "marker"] = "auto"
     sampling: Sampling = field(default_factory=Sampling)
 
     def __post_init__(self) -> None:
@@ -279,6 +277,6 @@ def kind_of(split: TaskSplit) -> TableKind:
     output), ``DIALOG`` (examples with turns), else ``TEXT``."""
     if split.task.output_sentences:
         return SUMMARY
-    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
+    if any(ex.turns for ex in split.examples):
         return DIALOG
     return TEXT
