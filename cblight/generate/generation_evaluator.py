@@ -4,7 +4,8 @@ The evaluator reads top to bottom:
 
 1. set-up: each task's kind of table (``cblight.generate.rows``: text, dialog or summary) and its rows (plain
    sampling, nucleus, beam search and boosted rows), a metric suite per row, the caches, and the token
-   budget, checked once (``prompt_room``) from the checkpoint's config before the model loads;
+   budget, checked once (``prompt_room``) from the checkpoint's config before the model loads (a config that
+   names no window: from the model, at the first batch with work to do);
 2. each test batch: its prompts fitted to the budget once (``cblight.truncation.fit_example``), then decoded
    once per row (``generate_prepared``, ``boosted_generate`` without its checks); the records update the
    row's suite through the kind (Table 2's columns for WebText, with perplexity, LTF and delta under the base
@@ -187,23 +188,13 @@ class BoostedGenerationEvaluator(Evaluator):
                     RECORD_FIELDS,
                 )
                 pending = pending or not all(_current(cached, ex) for ex in split.examples)
-        if window is not None:  # the one budget check, before the model loads where the config says
-            self._fit_rooms(window)
+        # the one budget check, before the model loads where the config names the window (else in the first
+        # batch with work to do, from the model loaded here or, under FSDP2, built in configure_model)
+        if window is not None:
+            for task in self._tasks:
+                task.room = prompt_room(window, task.max_new_tokens, "model.max_new_tokens")
         if pending and self.model is None and not self.synced.enabled:
             self._load_model()
-
-    def _fit_rooms(self, window: int) -> None:
-        """Each task's prompt room beside its ``max_new_tokens`` in a window of ``window`` tokens."""
-        for task in self._tasks:
-            task.room = prompt_room(window, task.max_new_tokens, "model.max_new_tokens")
-
-    def configure_model(self) -> None:
-        """The model under FSDP2 (``Evaluator.configure_model``), and the prompt room from the model's window
-        where ``setup``, which Lightning runs just before, found none in the checkpoint's config (the model
-        ``setup`` loaded, or under FSDP2 the one built here)."""
-        super().configure_model()
-        if self.model is not None and any(task.room is None for task in self._tasks):
-            self._fit_rooms(model_window(self.model))
 
     # -- one batch -----------------------------------------------------------------------------------------
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -244,8 +235,8 @@ class BoostedGenerationEvaluator(Evaluator):
         todo = [ex for ex in batch if not _current(cached, ex) and (decoding is not None or ex.human)]
         if not todo:
             return [cached[ex.idx] for ex in batch if _current(cached, ex)]
-        # work to do means setup saw it and knew the room (from the config, or the model it loaded)
-        assert task.room is not None
+        if task.room is None:  # the checkpoint's config names no window: the model's
+            task.room = prompt_room(model_window(self.model), task.max_new_tokens, "model.max_new_tokens")
         fitted.update(
             (ex.idx, fit_example(self.tokenizer, ex, task.room)) for ex in todo if ex.idx not in fitted
         )
