@@ -225,8 +225,7 @@ def save_figure3(
             ax.plot(alphas, ys, marker="o", label=f"k = {k}" if k is not None else "boosted")
         if result.get("human"):
             ax.axhline(result["human"][col], color="black", linestyle="--", linewidth=1, label="human")
-        ax.set_title(col)
-        ax.set_xlabel("alpha")
+        ax.set(title=col, xlabel="alpha")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(columns) :]:
         ax.axis("off")
