@@ -168,8 +168,11 @@ class BoostedGenerationEvaluator(Evaluator):
                 )
             max_new = self.hparams.max_new_tokens or spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
             human = self.hparams.human and any(ex.human for ex in split.examples)
+            # the one budget check, before the model loads where the config names the window (else in the
+            # first batch with work to do, from the model loaded here or, under FSDP2, built in configure_model)
+            room = None if window is None else prompt_room(window, max_new, "model.max_new_tokens")
             task = GenerationTask(
-                split, kind_of(split), max_new, [*self.decodings, *([None] if human else [])]
+                split, kind_of(split), max_new, [*self.decodings, *([None] if human else [])], room
             )
             self._tasks.append(task)
             for i, decoding in enumerate(task.rows):
@@ -188,11 +191,6 @@ class BoostedGenerationEvaluator(Evaluator):
                     RECORD_FIELDS,
                 )
                 pending = pending or not all(_current(cached, ex) for ex in split.examples)
-        # the one budget check, before the model loads where the config names the window (else in the first
-        # batch with work to do, from the model loaded here or, under FSDP2, built in configure_model)
-        if window is not None:
-            for task in self._tasks:
-                task.room = prompt_room(window, task.max_new_tokens, "model.max_new_tokens")
         if pending and self.model is None and not self.synced.enabled:
             self._load_model()
 
@@ -326,15 +324,13 @@ class BoostedGenerationEvaluator(Evaluator):
 
     def _table(self, task: GenerationTask) -> TaskTable:
         """The task's table from its rows' suites (computed across processes, then reset)."""
-        values = []
-        for i in range(len(task.rows)):
-            suite = self.suites[f"{task.split.name}__{i}"]
-            values.append(suite.compute())
+        suites = [self.suites[f"{task.split.name}__{i}"] for i in range(len(task.rows))]
+        values = [suite.compute() for suite in suites]
+        for suite in suites:
             suite.reset()
         rows = [(d.name, d.slug, v) for d, v in zip(self.decodings, values)]
         human = values[-1] if task.rows[-1] is None else None
-        columns = list(self.suites[f"{task.split.name}__0"].columns)
-        return TaskTable(task.split, task.kind, task.max_new_tokens, columns, rows, human)
+        return TaskTable(task.split, task.kind, task.max_new_tokens, list(suites[0].columns), rows, human)
 
     # -- comparisons of several checkpoints (``--compare``) ------------------------------------------------
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:
