@@ -275,11 +275,10 @@ class BoostedGenerationEvaluator(Evaluator):
             fresh.append({**record, **task.kind.record_extras(texts[j], task.split)})
         scored = task.kind.to_score(fresh)
         if scored:
+            # the model itself unless another is named (loaded here, once): setup, seeing work to do, loaded it
             name = self.hparams.metrics_model
             own = name is None or name == self.model_name
-            if own and self.model is None:
-                self._load_model()
-            elif not own and self._metrics_lm is None:
+            if not own and self._metrics_lm is None:
                 self._metrics_lm = load_causal_lm(name, self.load).to(self.device)
             metrics_lm = self.model if own else self._metrics_lm
             log_probs = generated_token_log_probs(
