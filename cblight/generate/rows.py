@@ -6,8 +6,8 @@ A ``Decoding`` is one row: a name, a ``Boosting`` (what to mix) and a ``Sampling
 loads. ``resolve_decodings`` turns the options of a run into its rows.
 
 A ``TableKind`` (``TEXT``, ``DIALOG``, ``SUMMARY``; ``kind_of`` picks a task's) declares, as data, what
-differs between the tables while the generation evaluator runs the same loop for all, as evaluate's task kinds do
-(``cblight.evaluate.task_scoring``):
+differs between the tables while the generation evaluator runs the same loop for all, as evaluate's task
+kinds do (``cblight.evaluate.task_scoring``):
 
 * ``mode``: the short context of a row whose boosting mode is ``auto`` (``Decoding.boosting_for``): the last
   ``k`` tokens for text, the turn separator plus the response for dialog, `` TL;DR:`` plus the summary for
@@ -263,7 +263,7 @@ class TableKind:
 
 
 #: Table 2 (WebText): the generated tokens and their log-probabilities under the base LM.
-TEXT = TableKind("text", "last_k", TextSuite, ("eos_token_id", "self_bleu_samples"))
+TEXT = TableKind("text", "last_k", TextSuite, suite_options=("eos_token_id", "self_bleu_samples"))
 #: Table 3 (DSTC7): each response, stripped, against the example's references; the paper's headers.
 DIALOG = TableKind(
     "dialog", "response", DialogSuite, ("meteor",), lambda r: r["text"].strip(), titles=DIALOG_TITLES
