@@ -74,11 +74,6 @@ class BoostedGeneration:
         return self.sequences[:, self.prompt_width :]
 
 
-# The boosting options are fields of ``Boosting``: given loose, they are refused with the fix rather than
-# passed to ``generate`` (which would ignore or misread them).
-_BOOSTING_KEYS = tuple(f.name for f in fields(Boosting))
-
-
 def boosted_generate(
     model: Any,
     tokenizer: Any,
@@ -151,7 +146,9 @@ def boosted_generate(
         (torch.Size([2, 10]), [5, 5], 2)
     """
     check_arguments(boosted_generate, locals(), BoostingError)
-    loose = [k for k in _BOOSTING_KEYS if k in generate_kwargs]
+    # the boosting options (fields of ``Boosting``) given loose are refused with the fix rather than passed to
+    # ``generate``, which would ignore or misread them
+    loose = [f.name for f in fields(Boosting) if f.name in generate_kwargs]
     if loose:
         raise BoostingError(
             f"boosted_generate takes boosting=Boosting({loose[0]}=...), not {loose[0]}= on its own"
@@ -165,12 +162,7 @@ def boosted_generate(
         )
     room = prompt_room(model_window(model, max_length), max_new_tokens)
     prepared = prepare_prompts(
-        tokenizer,
-        prompts,
-        boosting,
-        room=room,
-        attention_mask=attention_mask,
-        device=input_device(model),
+        tokenizer, prompts, boosting, room=room, attention_mask=attention_mask, device=input_device(model)
     )
     return generate_prepared(
         model,
@@ -245,8 +237,7 @@ def generate_prepared(
                 torch.manual_seed(int(sampling.seed))
             out = model.generate(**kwargs)
     finally:
-        if was_training:
-            model.train()
+        model.train(was_training)
 
     eos = generate_kwargs.get("eos_token_id", getattr(model.generation_config, "eos_token_id", None))
     eos = set() if eos is None else {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}

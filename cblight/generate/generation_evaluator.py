@@ -4,7 +4,8 @@ The evaluator reads top to bottom:
 
 1. set-up: each task's kind of table (``cblight.generate.rows``: text, dialog or summary) and its rows (plain
    sampling, nucleus, beam search and boosted rows), a metric suite per row, the caches, and the token
-   budget, checked once (``prompt_room``) from the checkpoint's config before the model loads;
+   budget, checked once (``prompt_room``) from the checkpoint's config before the model loads (a config that
+   names no window: from the model, at the first batch with work to do);
 2. each test batch: its prompts fitted to the budget once (``cblight.truncation.fit_example``), then decoded
    once per row (``generate_prepared``, ``boosted_generate`` without its checks); the records update the
    row's suite through the kind (Table 2's columns for WebText, with perplexity, LTF and delta under the base
@@ -24,14 +25,13 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from cblight.batching import input_device
-from cblight.cache import RecordCache, digest
+from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, GenerationExample
 from cblight.errors import CblightError, ConfigError
@@ -167,11 +167,12 @@ class BoostedGenerationEvaluator(Evaluator):
                     f"{spec.name} is a {spec.kind} task; evaluate it with configs for BoostedEvaluator"
                 )
             max_new = self.hparams.max_new_tokens or spec.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-            human = self.hparams.human and any(
-                isinstance(ex, GenerationExample) and ex.human for ex in split.examples
-            )
+            human = self.hparams.human and any(ex.human for ex in split.examples)
+            # the one budget check, before the model loads where the config names the window (else in the
+            # first batch with work to do, from the model loaded here or, under FSDP2, built in configure_model)
+            room = None if window is None else prompt_room(window, max_new, "model.max_new_tokens")
             task = GenerationTask(
-                split, kind_of(split), max_new, [*self.decodings, *([None] if human else [])]
+                split, kind_of(split), max_new, [*self.decodings, *([None] if human else [])], room
             )
             self._tasks.append(task)
             for i, decoding in enumerate(task.rows):
@@ -190,28 +191,8 @@ class BoostedGenerationEvaluator(Evaluator):
                     RECORD_FIELDS,
                 )
                 pending = pending or not all(_current(cached, ex) for ex in split.examples)
-        # FSDP2 builds the model in configure_model, after this: a window the config does not name is read
-        # from it there
-        if window is None and pending and not self.synced.enabled:  # the config names none: the model's
-            if self.model is None:
-                self._load_model()
-            window = model_window(self.model)
-        if window is not None:  # the one budget check, before the model loads where the config says
-            self._fit_rooms(window)
         if pending and self.model is None and not self.synced.enabled:
             self._load_model()
-
-    def _fit_rooms(self, window: int) -> None:
-        """Each task's prompt room beside its ``max_new_tokens`` in a window of ``window`` tokens."""
-        for task in self._tasks:
-            task.room = prompt_room(window, task.max_new_tokens, "model.max_new_tokens")
-
-    def configure_model(self) -> None:
-        """The model under FSDP2 (``Evaluator.configure_model``), and the prompt room from its window where
-        ``setup``, which runs before, found none in the checkpoint's config."""
-        super().configure_model()
-        if self.model is not None and any(task.room is None for task in self._tasks):
-            self._fit_rooms(model_window(self.model))
 
     # -- one batch -----------------------------------------------------------------------------------------
     def test_step(self, batch: list[GenerationExample], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -252,61 +233,52 @@ class BoostedGenerationEvaluator(Evaluator):
         todo = [ex for ex in batch if not _current(cached, ex) and (decoding is not None or ex.human)]
         if not todo:
             return [cached[ex.idx] for ex in batch if _current(cached, ex)]
-        # work to do means setup saw it and knew the room (from the config, or the model it loaded)
-        assert task.room is not None
+        if task.room is None:  # the checkpoint's config names no window: the model's
+            task.room = prompt_room(model_window(self.model), task.max_new_tokens, "model.max_new_tokens")
         fitted.update(
             (ex.idx, fit_example(self.tokenizer, ex, task.room)) for ex in todo if ex.idx not in fitted
         )
         prompts = [fitted[ex.idx] for ex in todo]
+        alphas = None  # with an adaptive rule, each row's alpha at each of its tokens
         if decoding is None:
             enc = Encoder(self.tokenizer)
             tokens = [enc.body(ex.human or "")[: task.max_new_tokens] for ex in todo]
             texts = [self.tokenizer.decode(t) for t in tokens]
-            alphas: list[list[float] | None] = [None] * len(todo)
         else:
             # seeded by the run's seed, the row and the batch's example ids: a rerun draws the same samples,
             # and each process (holding other examples under DDP) other ones
             key_text = f"{self.hparams.seed}|{decoding.slug}|{','.join(str(ex.idx) for ex in todo)}"
             try:
+                sampling = decoding.generate_sampling(zlib.crc32(key_text.encode("utf-8")))
                 prepared = prepare_prompts(
-                    self.tokenizer,
-                    prompts,
-                    decoding.boosting_for(task.kind),
-                    device=input_device(self.model),
+                    self.tokenizer, prompts, decoding.boosting_for(task.kind), device=input_device(self.model)
                 )
                 out = generate_prepared(
-                    self.model,
-                    self.tokenizer,
-                    prepared,
-                    decoding.generate_sampling(zlib.crc32(key_text.encode("utf-8"))),
-                    max_new_tokens=task.max_new_tokens,
+                    self.model, self.tokenizer, prepared, sampling, max_new_tokens=task.max_new_tokens
                 )
             except CblightError as err:
                 raise type(err)(f"decoding {decoding.name!r}: {err}") from None
-            prompts, tokens, texts = out.prompts.rows, out.tokens, out.texts
-            alphas = out.alphas or [None] * len(todo)
+            tokens, texts, alphas = out.tokens, out.texts, out.alphas
         fresh = []
-        for ex, prompt, row_tokens, text, row_alphas in zip(todo, prompts, tokens, texts, alphas):
-            # what the metrics and generations/*.jsonl need; with an adaptive rule, each token's alpha
+        for j, ex in enumerate(todo):
+            # what the metrics and generations/*.jsonl need
             record: dict[str, Any] = {
                 "id": ex.idx,
                 "input": digest(ex.input_key()),
                 "prompt": ex.prompt,
-                "context": list(prompt),
-                "tokens": list(row_tokens),
-                "text": text,
+                "context": list(prompts[j]),
+                "tokens": list(tokens[j]),
+                "text": texts[j],
             }
-            if row_alphas is not None:
-                record["alphas"] = [round(a, 6) for a in row_alphas]
-            record.update(task.kind.record_extras(text, task.split))
-            fresh.append(record)
+            if alphas is not None:
+                record["alphas"] = [round(a, 6) for a in alphas[j]]
+            fresh.append({**record, **task.kind.record_extras(texts[j], task.split)})
         scored = task.kind.to_score(fresh)
         if scored:
+            # the model itself unless another is named (loaded here, once): setup, seeing work to do, loaded it
             name = self.hparams.metrics_model
             own = name is None or name == self.model_name
-            if own and self.model is None:
-                self._load_model()
-            elif not own and self._metrics_lm is None:
+            if not own and self._metrics_lm is None:
                 self._metrics_lm = load_causal_lm(name, self.load).to(self.device)
             metrics_lm = self.model if own else self._metrics_lm
             log_probs = generated_token_log_probs(
@@ -337,32 +309,27 @@ class BoostedGenerationEvaluator(Evaluator):
             self.log_dict(table.metrics(self._key(name)), sync_dist=True)  # the suites are synced: one value
             result = self.results[name] = table.result(self.decodings)
             if self.trainer.is_global_zero:
-                records = partial(self._generations, task)
-                report.write_task_files(table, result, records, self.loggers, self._key(name))
+                caches = {d.slug: self._caches[(name, d.slug)] for d in self.decodings}
+                report.write_task_files(table, result, caches, self.loggers, self._key(name))
             blocks.append(table.printed(result))
         self.trainer.strategy.barrier()
         if self.trainer.is_global_zero and self.results:
             text = "\n\n".join(blocks)
             metrics_model = self.hparams.metrics_model or self.model_name
             path = self.write_results({"metrics_model": metrics_model, "seed": self.hparams.seed}, text)
-            self.summary = report.summary(self.model_name, text, path)
+            self.summary = (
+                f"Generation with coherence boosting, {self.model_name}\n\n{text}\n\nresults: {path}"
+            )
 
     def _table(self, task: GenerationTask) -> TaskTable:
         """The task's table from its rows' suites (computed across processes, then reset)."""
-        values = []
-        for i in range(len(task.rows)):
-            suite = self.suites[f"{task.split.name}__{i}"]
-            values.append(suite.compute())
+        suites = [self.suites[f"{task.split.name}__{i}"] for i in range(len(task.rows))]
+        values = [suite.compute() for suite in suites]
+        for suite in suites:
             suite.reset()
         rows = [(d.name, d.slug, v) for d, v in zip(self.decodings, values)]
         human = values[-1] if task.rows[-1] is None else None
-        columns = list(self.suites[f"{task.split.name}__0"].columns)
-        return TaskTable(task.split, task.kind, task.max_new_tokens, columns, rows, human)
-
-    def _generations(self, task: GenerationTask, decoding: Decoding) -> dict[int, dict[str, Any]]:
-        """A row's cached records, every rank's shard."""
-        directory = self.output_dir / "cache" / task.split.name / decoding.slug
-        return RecordCache(directory, self._signature(task, decoding)).load()
+        return TaskTable(task.split, task.kind, task.max_new_tokens, list(suites[0].columns), rows, human)
 
     # -- comparisons of several checkpoints (``--compare``) ------------------------------------------------
     def comparison_overrides(self, hparams: Mapping[str, Any], first: str) -> dict[str, Any]:

@@ -215,15 +215,11 @@ class PreparedPrompts:
             raise BoostingError(f"generate produced {n_rows} rows for {batch} prompts (not a multiple)")
         rep = n_rows // batch
 
-        def expand(t: torch.Tensor) -> torch.Tensor:
-            return t.repeat_interleave(rep, dim=0).to(device)
+        def expand(t: Any) -> Any:  # a [B] tensor (or None: a LastTokens expert has no anchors)
+            return None if t is None else t.repeat_interleave(rep, dim=0).to(device)
 
         info = self.info
-        return RowInfo(
-            expand(info.content_start),
-            expand(info.has_prefix),
-            tuple(None if a is None else expand(a) for a in info.anchors),
-        )
+        return RowInfo(expand(info.content_start), expand(info.has_prefix), tuple(map(expand, info.anchors)))
 
 
 def prepare_prompts(

@@ -8,7 +8,7 @@ checkpoints' runs (Table 2's layout).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,7 @@ class GenerationReport:
         self,
         table: TaskTable,
         result: dict[str, Any],
-        records: Callable[[Decoding], Mapping[int, Mapping[str, Any]]],
+        caches: Mapping[str, Any],
         loggers: Sequence[Any],
         key: str,
     ) -> None:
@@ -125,14 +125,16 @@ class GenerationReport:
         Args:
             table: the task's computed table.
             result: its entry of ``results.json``, changed in place.
-            records: a row's cached records by example id, from every rank's shard (read one row at a time).
+            caches: each row's ``cblight.cache.RecordCache`` by its file-safe name (read one row at a time,
+                from every rank's shard).
             loggers: the run's loggers (W&B's get the sample tables).
             key: the task part of the logged names.
         """
         name = table.split.name
         files: dict[str, str] = {}
+        wandb = [lg for lg in loggers if hasattr(lg, "log_table")] if self.log_samples else []  # WandbLogger
         for decoding in self.decodings:
-            cached = records(decoding)
+            cached = caches[decoding.slug].load()
             rows = [
                 {k: v for k, v in cached[i].items() if k in GENERATION_FIELDS}
                 for i in sorted(cached)
@@ -141,34 +143,20 @@ class GenerationReport:
             path = self.output_dir / "generations" / name / f"{decoding.slug}.jsonl"
             files[decoding.name] = str(atomic_write_jsonl(path, rows).relative_to(self.output_dir))
             if decoding.boosting is not None and decoding.boosting.adaptive is not None:
-                result.setdefault("adaptive", {})[decoding.name] = alpha_statistics(
-                    decoding.boosting.adaptive, rows
+                # the rule, token count and summary of the per-token alphas (docs/adaptive.md); NaN for none
+                alphas = torch.tensor([a for r in rows for a in r.get("alphas", [])], dtype=torch.float64)
+                stats = {"rule": decoding.boosting.adaptive, "tokens": len(alphas), **summary(alphas)}
+                result.setdefault("adaptive", {})[decoding.name] = stats
+            samples = [[r["id"], r["prompt"][-500:], r["text"]] for r in rows[: self.log_samples]]
+            for logger in wandb:
+                logger.log_table(
+                    key=f"test/{key}/{decoding.slug}/samples", columns=["id", "prompt", "text"], data=samples
                 )
-            if self.log_samples:
-                for logger in loggers:
-                    if hasattr(logger, "log_table"):  # WandbLogger
-                        logger.log_table(
-                            key=f"test/{key}/{decoding.slug}/samples",
-                            columns=["id", "prompt", "text"],
-                            data=[[r["id"], r["prompt"][-500:], r["text"]] for r in rows[: self.log_samples]],
-                        )
         result["files"] = files
         if self.plots and self.grid is not None:
             plot = self.output_dir / "plots" / f"{name}_figure3.png"
             save_figure3(plot, table.split.task.title, self.grid, self.decodings, result)
             files["figure3"] = str(plot.relative_to(self.output_dir))
-
-    @staticmethod
-    def summary(model_name: str, text: str, path: Path) -> str:
-        """What the command prints: a title, every task's printed table (``text``), where ``results.json`` is."""
-        return f"Generation with coherence boosting, {model_name}\n\n{text}\n\nresults: {path}"
-
-
-def alpha_statistics(rule: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """An adaptive row's rule, token count and ``cblight.adaptive.summary`` of its per-token alphas over a
-    task's generations (docs/adaptive.md); NaN where there is no alpha."""
-    values = [a for r in rows for a in r.get("alphas", [])]
-    return {"rule": rule, "tokens": len(values), **summary(torch.tensor(values, dtype=torch.float64))}
 
 
 def comparison_table(runs: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -237,8 +225,7 @@ def save_figure3(
             ax.plot(alphas, ys, marker="o", label=f"k = {k}" if k is not None else "boosted")
         if result.get("human"):
             ax.axhline(result["human"][col], color="black", linestyle="--", linewidth=1, label="human")
-        ax.set_title(col)
-        ax.set_xlabel("alpha")
+        ax.set(title=col, xlabel="alpha")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(columns) :]:
         ax.axis("off")

@@ -5,9 +5,9 @@ A ``Decoding`` is one row: a name, a ``Boosting`` (what to mix) and a ``Sampling
 ``generate`` draws after mixing), both checked when they are made, so a bad row is refused before any model
 loads. ``resolve_decodings`` turns the options of a run into its rows.
 
-A ``TableKind`` (``TEXT``, ``DIALOG``, ``SUMMARY``; ``kind_of`` picks a task's) is what differs between the
-tables while the generation evaluator runs the same loop for all, as evaluate's task kinds do
-(``cblight.evaluate.task_scoring``):
+A ``TableKind`` (``TEXT``, ``DIALOG``, ``SUMMARY``; ``kind_of`` picks a task's) declares, as data, what
+differs between the tables while the generation evaluator runs the same loop for all, as evaluate's task
+kinds do (``cblight.evaluate.task_scoring``):
 
 * ``mode``: the short context of a row whose boosting mode is ``auto`` (``Decoding.boosting_for``): the last
   ``k`` tokens for text, the turn separator plus the response for dialog, `` TL;DR:`` plus the summary for
@@ -23,10 +23,10 @@ tables while the generation evaluator runs the same loop for all, as evaluate's 
 from __future__ import annotations
 
 import re
-from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar, Literal
+from operator import itemgetter
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -40,8 +40,6 @@ from cblight.metrics.dialog_meteor import MeteorRoute
 from cblight.metrics.tables import DIALOG_TITLES, DialogSuite, SummarySuite, TextSuite
 from cblight.option_types import FiniteFloat, NotEmptyStr, PositiveInt, check_fields
 from cblight.options import Boosting, Mode, Sampling
-
-GridMode = Literal["auto", "last_k", "response", "marker"]
 
 
 @dataclass(frozen=True)
@@ -138,7 +136,7 @@ class DecodingGrid:
 
     alphas: tuple[FiniteFloat, ...] = (-0.4, -0.2, -0.1, -0.05, -0.025)
     ks: tuple[PositiveInt, ...] = (8, 16, 32, 64)
-    mode: GridMode = "auto"
+    mode: Literal["auto", "last_k", "response", "marker"] = "auto"
     sampling: Sampling = field(default_factory=Sampling)
 
     def __post_init__(self) -> None:
@@ -202,14 +200,29 @@ TableName = Literal["text", "dialog", "summary"]
 Record = dict[str, Any]
 
 
-class TableKind(ABC):
-    """One kind of generation table (see the module docstring); the kinds hold no state, one object each."""
+@dataclass(frozen=True)
+class TableKind:
+    """One kind of generation table (see the module docstring): what differs between the tables, as data.
 
-    name: ClassVar[TableName]
-    mode: ClassVar[Mode]
-    titles: ClassVar[Mapping[str, str]] = {}
+    Args:
+        name: the kind's name, ``results.json``'s ``table``.
+        mode: the short context of a row whose boosting mode is ``auto``.
+        suite: the metric suite of a row (``cblight.metrics.tables``).
+        suite_options: the options of ``new_suite`` the suite takes.
+        hypothesis: what of a record a reference-based suite scores; ``None``: Table 2's suite, which scores
+            the generated tokens and their ``log p_full`` / ``log p_short`` under the base LM.
+        sentences: a record keeps the first ``output_sentences`` of its text (the task spec's) as ``summary``.
+        titles: the printed column headers (default: the column names).
+    """
 
-    @abstractmethod
+    name: TableName
+    mode: Mode
+    suite: Callable[..., nn.Module]
+    suite_options: tuple[str, ...] = ()
+    hypothesis: Callable[[Record], str] | None = None
+    sentences: bool = False
+    titles: Mapping[str, str] = field(default_factory=dict)
+
     def new_suite(
         self, *, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute
     ) -> nn.Module:
@@ -221,39 +234,25 @@ class TableKind(ABC):
             self_bleu_samples: hypotheses sampled for Table 2's self-BLEU (``None``: all).
             meteor: Table 3's METEOR route (``cblight.metrics.dialog_meteor``).
         """
+        options = {"eos_token_id": eos_token_id, "self_bleu_samples": self_bleu_samples, "meteor": meteor}
+        return self.suite(**{name: options[name] for name in self.suite_options})
 
     def record_extras(self, text: str, split: TaskSplit) -> Record:
         """The fields a fresh record of ``split`` carries beyond its generated (or human) ``text``, for this
-        table's metrics (none here)."""
-        return {}
+        table's metrics (a summary's first sentences)."""
+        return {"summary": first_sentences(text, split.task.output_sentences)} if self.sentences else {}
 
     def to_score(self, records: Sequence[Record]) -> list[Record]:
-        """Those of a batch's fresh ``records`` whose tokens need their log-probabilities under the base LM
-        (none here)."""
-        return []
+        """Those of a batch's fresh ``records`` whose tokens need their log-probabilities under the base LM:
+        Table 2's, except a record without tokens (EOS at once), which has nothing to score."""
+        return [r for r in records if r["tokens"]] if self.hypothesis is None else []
 
-    @abstractmethod
     def update(self, suite: Any, records: Sequence[Record], examples: Sequence[GenerationExample]) -> None:
         """Feed a batch's ``records`` of one row (``to_score``'s with ``lp_full`` and ``lp_short``) to the
         row's ``suite``; ``examples`` are the records' examples, in order (their references)."""
-
-
-class TextTable(TableKind):
-    """Table 2 (WebText): the suite scores the generated tokens, and their ``log p_full`` / ``log p_short``
-    under the base LM; a record without tokens (EOS at once) has nothing to score and is left out."""
-
-    name = "text"
-    mode = "last_k"
-
-    def new_suite(
-        self, *, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute
-    ) -> nn.Module:
-        return TextSuite(eos_token_id=eos_token_id, self_bleu_samples=self_bleu_samples)
-
-    def to_score(self, records: Sequence[Record]) -> list[Record]:
-        return [r for r in records if r["tokens"]]
-
-    def update(self, suite: Any, records: Sequence[Record], examples: Sequence[GenerationExample]) -> None:
+        if self.hypothesis is not None:
+            suite.update([self.hypothesis(r) for r in records], [list(ex.references) for ex in examples])
+            return
         kept = self.to_score(records)  # the scored ones: a generation without tokens is in no column
         suite.update(
             [r["tokens"] for r in kept],
@@ -263,43 +262,14 @@ class TextTable(TableKind):
         )
 
 
-class DialogTable(TableKind):
-    """Table 3 (DSTC7): each response, stripped, against the example's references; the paper's headers."""
-
-    name = "dialog"
-    mode = "response"
-    titles = DIALOG_TITLES
-
-    def new_suite(
-        self, *, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute
-    ) -> nn.Module:
-        return DialogSuite(meteor=meteor)
-
-    def update(self, suite: Any, records: Sequence[Record], examples: Sequence[GenerationExample]) -> None:
-        suite.update([r["text"].strip() for r in records], [list(ex.references) for ex in examples])
-
-
-class SummaryTable(TableKind):
-    """The summarisation table: ROUGE of the first sentences of each generation (3 for CNN/DM, 2 for XSum:
-    the task spec's ``output_sentences``), kept in the record as ``summary``."""
-
-    name = "summary"
-    mode = "marker"
-
-    def new_suite(
-        self, *, eos_token_id: int | None, self_bleu_samples: int | None, meteor: MeteorRoute
-    ) -> nn.Module:
-        return SummarySuite()
-
-    def record_extras(self, text: str, split: TaskSplit) -> Record:
-        return {"summary": first_sentences(text, split.task.output_sentences)}
-
-    def update(self, suite: Any, records: Sequence[Record], examples: Sequence[GenerationExample]) -> None:
-        suite.update([r["summary"] for r in records], [list(ex.references) for ex in examples])
-
-
-#: The three kinds, one object each.
-TEXT, DIALOG, SUMMARY = TextTable(), DialogTable(), SummaryTable()
+#: Table 2 (WebText): the generated tokens and their log-probabilities under the base LM.
+TEXT = TableKind("text", "last_k", TextSuite, suite_options=("eos_token_id", "self_bleu_samples"))
+#: Table 3 (DSTC7): each response, stripped, against the example's references; the paper's headers.
+DIALOG = TableKind(
+    "dialog", "response", DialogSuite, ("meteor",), lambda r: r["text"].strip(), titles=DIALOG_TITLES
+)
+#: The summarisation table: ROUGE of the first sentences of each generation (3 for CNN/DM, 2 for XSum).
+SUMMARY = TableKind("summary", "marker", SummarySuite, hypothesis=itemgetter("summary"), sentences=True)
 
 
 def kind_of(split: TaskSplit) -> TableKind:
@@ -307,6 +277,6 @@ def kind_of(split: TaskSplit) -> TableKind:
     output), ``DIALOG`` (examples with turns), else ``TEXT``."""
     if split.task.output_sentences:
         return SUMMARY
-    if any(isinstance(ex, GenerationExample) and ex.turns for ex in split.examples):
+    if any(ex.turns for ex in split.examples):
         return DIALOG
     return TEXT
