@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, is_dataclass
@@ -59,10 +58,8 @@ from cblight.tune.preflight import (
     check_validation_data,
 )
 from cblight.tune.rollouts import RNG_KEY, RolloutOptions, RolloutSampler, seed_of
-from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy
+from cblight.tune.teacher import EMA_KEY, Teacher, TeacherOptions, frozen_copy, local_shard
 from cblight.tune.validation import ValidationOptions, Validator
-
-log = logging.getLogger(__name__)
 
 OptimizerCallable = Callable[[Iterable], torch.optim.Optimizer]
 LRSchedulerCallable = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
@@ -186,8 +183,6 @@ class CoherenceTuning(L.LightningModule):
         self.teacher: Teacher | None = None
         self.validator: Validator | None = None
         self.exporter = Exporter(export)
-        self._tokenizer: Any = None
-        self._sampler: RolloutSampler | None = None
         self._log_dir: str | None = None
         self._step_start = 0.0
         self._step_tokens = 0
@@ -195,38 +190,34 @@ class CoherenceTuning(L.LightningModule):
         self.run_checked = False
 
     # -- what is built, and where ---------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def tokenizer(self) -> Any:
         """The tokenizer, loaded on first use."""
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.tokenizer_name, self.load_options)
-        return self._tokenizer
+        return load_tokenizer(self.tokenizer_name, self.load_options)
 
     @property
     def encoder(self) -> Encoder:
         """The tokenizer's conventions (its special prefix, BOS for Llama)."""
         return self.sampler.encoder
 
-    @property
+    @functools.cached_property
     def sampler(self) -> RolloutSampler:
         """The rollout sampler, made on first use; ``boosting.k`` is checked against the window the
         tokenizer's special prefix leaves."""
-        if self._sampler is None:
-            encoder = Encoder(self.tokenizer)
-            room = self.window - len(encoder.prefix)
-            if self.boosting.k >= room:
-                raise ConfigError(
-                    f"boosting.k = {self.boosting.k} must be smaller than the model window of {room} tokens"
-                )
-            self._sampler = RolloutSampler(
-                encoder,
-                self.sampling,
-                self.hparams.max_new_tokens,
-                self.hparams.max_prompt_tokens,
-                self.window,
-                self.rollouts,
+        encoder = Encoder(self.tokenizer)
+        room = self.window - len(encoder.prefix)
+        if self.boosting.k >= room:
+            raise ConfigError(
+                f"boosting.k = {self.boosting.k} must be smaller than the model window of {room} tokens"
             )
-        return self._sampler
+        return RolloutSampler(
+            encoder,
+            self.sampling,
+            self.hparams.max_new_tokens,
+            self.hparams.max_prompt_tokens,
+            self.window,
+            self.rollouts,
+        )
 
     @property
     def synced(self) -> SyncedForwards:
@@ -249,11 +240,13 @@ class CoherenceTuning(L.LightningModule):
         if self.hparams.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         teacher, validation = self.teacher_options, self.validation_options
-        needed = teacher.kind == "frozen" or validation.against_initial or bool(teacher.trust_region)
         datamodule = getattr(trainer, "datamodule", None)
         guarded = self.guard_options.enabled and not (
             hasattr(datamodule, "val_prompts") and not datamodule.val_prompts()
         )  # nothing to guard without validation: no initial model kept for it
+        needed = (
+            guarded or teacher.kind == "frozen" or validation.against_initial or bool(teacher.trust_region)
+        )
 
         def frozen_student() -> torch.nn.Module:
             # under FSDP2 a second sharded build from the checkpoint (the initial weights, no whole copy);
@@ -264,11 +257,9 @@ class CoherenceTuning(L.LightningModule):
 
         initial: Any = None
         if self.lora_options.rank:
-            # the initial model is the base model with the adapters switched off: no second copy
             model = apply_lora(model, self.lora_options)
-            initial = AdaptersDisabled(model) if needed or guarded else None
-        elif needed or guarded:
-            initial = frozen_student()
+        if needed:  # with LoRA the base model with the adapters switched off: no second copy
+            initial = AdaptersDisabled(model) if self.lora_options.rank else frozen_student()
         self.model = model
         self.teacher = Teacher(teacher, initial, frozen_student)
         self.validator = Validator(validation, self.tokenizer)
@@ -354,10 +345,7 @@ class CoherenceTuning(L.LightningModule):
         Args:
             optimizer: the optimizer about to step (unused).
         """
-        from torch.distributed.tensor import DTensor
-
-        grads = [p.grad.detach() for p in self.parameters() if p.grad is not None]
-        local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+        local = [local_shard(p.grad.detach()) for p in self.parameters() if p.grad is not None]
         squares = torch.stack(
             [g.float().square().sum() for g in local] or [torch.zeros((), device=self.device)]
         ).sum()
@@ -377,9 +365,7 @@ class CoherenceTuning(L.LightningModule):
         prompts = batch["prompts"]
         # 1. sample from the current model (this process's random state advances)
         with self._diverged_at_sampling():
-            sampled = self.sampler.sample(
-                self.model, prompts, self.device, rank=self.global_rank, synced=self.synced.enabled
-            )
+            sampled = self.sampler.sample(self.model, prompts, self.device, synced=self.synced.enabled)
         # 2-3. the boosted teacher at every position in scope (no gradient) and the divergence to it
         terms = self.kl_terms(sampled)
         sums = terms.global_sums(sampled.sampled, self.device, self.trainer.strategy.reduce)

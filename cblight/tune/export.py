@@ -71,7 +71,7 @@ class Exporter(Callback):
     """Writes the tuned model with ``save_pretrained`` (tokenizer included) when ``fit`` ends, unless the run
     stopped early (a half-tuned model must not look like the result) or took no step. From ``setup`` on it
     holds the export directory's lock, and refuses a directory with an export in it (``overwrite``: replace
-    it), unless ``cblight tune`` did both before the run (``checked``).
+    it), unless ``cblight tune`` did both before the run (the module's ``run_checked``, with ``dir`` set).
 
     Args:
         options: whether and where to export.
@@ -81,8 +81,6 @@ class Exporter(Callback):
         self.options = options
         self.first_step: int | None = None  # the global step this run's training started from
         self._lock: OutputLock | None = None
-        # set by ``cblight tune``, whose check pass checked and locked ``dir`` before the run started
-        self.checked = False
 
     def path(self, root: Path, log_dir: str | None) -> Path:
         """The export directory.
@@ -99,7 +97,8 @@ class Exporter(Callback):
         return Path(log_dir or root) / "hf_model"
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit" or not self.options.enabled or self.checked:
+        # ``cblight tune``'s check pass (``run_checked``) checked and locked a ``dir`` set before the run
+        if stage != "fit" or not self.options.enabled or (pl_module.run_checked and self.options.dir):
             return
         log_dir = trainer.log_dir  # a collective (rank 0 broadcasts it): every process asks
         if not trainer.is_global_zero:
@@ -184,17 +183,12 @@ class Exporter(Callback):
 
         root = Path(trainer.default_root_dir) if trainer is not None else Path(".")
         out = Path(out_dir) if out_dir is not None else self.path(root, log_dir)
-        weights, is_zero = None, trainer is None or trainer.is_global_zero
-        if is_sharded(trainer):
-            weights = full_state_dict(model)
-        elif trainer is not None:
-            state = trainer.strategy.lightning_module_state_dict()
-            weights = {name[len("model.") :]: t for name, t in state.items() if name.startswith("model.")}
-        if is_zero and hasattr(model, "merge_and_unload"):  # LoRA (peft; refused under FSDP2)
-            model.save_pretrained(out / "adapter")  # the adapter alone, then the merged model
-            tokenizer.save_pretrained(out / "adapter")
-            model, weights = copy.deepcopy(model).merge_and_unload(), None
-        if is_zero:
+        weights = full_state_dict(model) if is_sharded(trainer) else None  # None: the model's own
+        if trainer is None or trainer.is_global_zero:
+            if hasattr(model, "merge_and_unload"):  # LoRA (peft; refused under FSDP2)
+                model.save_pretrained(out / "adapter")  # the adapter alone, then the merged model
+                tokenizer.save_pretrained(out / "adapter")
+                model = copy.deepcopy(model).merge_and_unload()
             out.mkdir(parents=True, exist_ok=True)
             model.save_pretrained(out, state_dict=weights)
             tokenizer.save_pretrained(out)

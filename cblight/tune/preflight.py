@@ -189,11 +189,11 @@ def check_before_loading(
     loggers' ``save_dir``, ``model.export.dir``: creatable and writable), an export already in
     ``model.export.dir`` (refused unless ``export.overwrite``), a guard with validation turned off, and the
     prompt data module, made here once. Then ``build`` makes the module (it checks its own options and the
-    checkpoint's config, no weights), and the prompts are read and checked: a source with none,
+    checkpoint's config and tokenizer, no weights), and the prompts are read and checked: a source with none,
     ``data.val_size`` too large, a batch larger than them, what the guard needs, a prompt too short for
-    ``boosting.k`` (with the tokenizer). The module and its exporter are then marked checked, so that
-    ``setup`` does not check again. With ``locks`` (the launching process), the export directory is locked
-    for this run and the lock appended there, for the caller to release when the run ends. A run of the same
+    ``boosting.k``. The module is then marked checked (``run_checked``), so that neither its ``setup`` nor
+    its exporter's checks again. With ``locks`` (the launching process), the export directory is locked for
+    this run and the lock appended there, for the caller to release when the run ends. A run of the same
     config that was interrupted resumes from its last checkpoint (``ckpt_path`` set in ``config``).
 
     Args:
@@ -224,8 +224,7 @@ def check_before_loading(
         if isinstance(save_dir, str):
             save_dirs.append(Path(save_dir))
             check_output_dir(Path(save_dir), "trainer.logger's save_dir")
-    export_checked = bool(export.enabled and export.dir)
-    if export_checked:
+    if export.enabled and export.dir:  # else the exporter checks and locks it (its ``setup``)
         out = root / Path(export.dir).expanduser()
         check_export_apart(out, root, save_dirs)
         check_output_dir(out, "model.export.dir")
@@ -248,7 +247,6 @@ def check_before_loading(
         # a guard with nothing to look at is refused here; one that cannot check a band says so, once
         check_validation_data(module.guard_options, datamodule, refuse_unguarded=True)
         module.check_prompts(prompts)  # the tokenizer alone: no weights
-    module.exporter.checked = export_checked
     module.run_checked = True
 
     if config.get("ckpt_path") is None:

@@ -344,14 +344,7 @@ class PromptDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
-        stream = PromptStream(
-            self.train_prompts(),
-            self.batch_size,
-            rank=rank,
-            world_size=world,
-            seed=self.seed,
-            start=self._next_batch,
-        )
+        stream = PromptStream(self.train_prompts(), self.batch_size, rank, world, self.seed, self._next_batch)
         return DataLoader(stream, batch_size=None)
 
     def val_dataloader(self) -> list[Any]:

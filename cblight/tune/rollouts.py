@@ -28,7 +28,7 @@ from cblight.errors import ConfigError
 from cblight.option_types import check_fields
 from cblight.options import Sampling
 from cblight.scoring import Encoder
-from cblight.tune.loss import Sampled, sampled_token_mask
+from cblight.tune.loss import Sampled, eval_mode, sampled_token_mask
 
 log = logging.getLogger(__name__)
 
@@ -207,20 +207,18 @@ def sample_sequences(
     # generate() fills every option we leave unset from the model's own generation config (a chat model's
     # temperature 0.6 / top_p 0.9 / repetition penalty...): hide it, so the samples come from f itself.
     own_config = model.generation_config
-    was_training = model.training
     model.generation_config = GenerationConfig(bos_token_id=own_config.bos_token_id)
-    model.eval()
     try:
-        sequences = model.generate(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            position_ids=positions_from_mask(prompt_mask),
-            generation_config=config,
-            synced_gpus=synced_gpus,
-        )
+        with eval_mode(model):
+            sequences = model.generate(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                position_ids=positions_from_mask(prompt_mask),
+                generation_config=config,
+                synced_gpus=synced_gpus,
+            )
     finally:
         model.generation_config = own_config
-        model.train(was_training)
     width = prompt_ids.shape[1]
     new = sequences.shape[1] - width
     mask = torch.cat([prompt_mask, prompt_mask.new_ones((prompt_mask.shape[0], new))], dim=1)
@@ -380,7 +378,6 @@ class RolloutSampler:
         model: Any,
         prompts: Sequence[str],
         device: torch.device | str = "cpu",
-        rank: int = 0,
         synced: bool = False,
         seed: int | None = None,
     ) -> Sampled:
@@ -390,7 +387,6 @@ class RolloutSampler:
             model: the model sampled from.
             prompts: the batch's prompts.
             device: where the model is.
-            rank: this process's rank, which seeds the state when sampling starts outside ``fit``.
             synced: the model is sharded over processes (every process steps until all are done).
             seed: sample from this seed instead (validation), leaving the tuning random state alone.
 
@@ -399,7 +395,7 @@ class RolloutSampler:
         """
         device = torch.device(device)
         if self._rng is None and seed is None:  # outside fit (e.g. a direct call): start from the seed
-            self._rng = _rng_state(device, self.seed + rank)
+            self._rng = _rng_state(device, self.seed)
         with torch.random.fork_rng(devices=_devices(device)):
             if seed is not None:
                 torch.manual_seed(seed)

@@ -89,7 +89,7 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
+def local_shard(tensor: torch.Tensor) -> torch.Tensor:
     """This process's shard of a DTensor (FSDP2), or the tensor itself."""
     from torch.distributed.tensor import DTensor
 
@@ -145,7 +145,7 @@ class Teacher:
         if not (ema or (self.options.snapshot and step % int(self.options.refresh_every or 1) == 0)):
             return
         pairs = [  # under FSDP2 each process updates its own shards
-            (_local(t), _local(s))
+            (local_shard(t), local_shard(s))
             for t, s in zip(self.model.parameters(), student.parameters(), strict=True)
             if s.requires_grad
         ]

@@ -36,7 +36,7 @@ from cblight.metrics.text_stats import ends_in_repetition
 from cblight.option_types import NonNegativeInt, bounded, check_fields
 from cblight.scoring import Encoder, Scorer, empty_context_ids
 from cblight.sharding import SyncedForwards
-from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, sampled_logits
+from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, eval_mode, sampled_logits
 
 __all__ = [
     "AtLeastTwo",
@@ -136,12 +136,8 @@ def next_token_entropy(model: Any, sampled: Sampled) -> torch.Tensor:
     rows, cols = torch.nonzero(sampled.sampled, as_tuple=True)
     if not rows.numel():
         return torch.zeros(0)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         logits, offset = sampled_logits(model, sampled, slice(None), int(cols.min()))
-    finally:
-        model.train(was_training)
     step = default_loss_chunk(logits.shape[-1])
     pieces = []
     for lo in range(0, int(rows.numel()), step):
@@ -214,6 +210,7 @@ class Validator(torch.nn.Module):
         self.initial = _ModelStats(tokenizer, options.text_tokens)
         self.reference: dict[str, float] | None = None  # the initial model's values, once measured
 
+    @torch.no_grad()
     def validation_batch(
         self,
         model: Any,
@@ -221,13 +218,13 @@ class Validator(torch.nn.Module):
         sample: Callable[[Any], Sampled],
         kl_terms: Callable[[Sampled, Any | None], KLTerms],
         same_initial: bool,
-        texts: Sequence[str] = (),
-        synced: SyncedForwards | None = None,
+        texts: Sequence[str],
+        synced: SyncedForwards,
     ) -> dict[str, Metric]:
-        """One validation batch: ``sample(model)`` draws the held-out samples (fixed seeds), ``kl_terms``
-        scores them under the run's teacher (``None``) and the boosted ``initial`` model (``same_initial``:
-        the teacher is it); entropy, diversity and, with ``texts``, perplexity follow, and once, the same of
-        the initial model on its own samples.
+        """One validation batch, no gradient: ``sample(model)`` draws the held-out samples (fixed seeds),
+        ``kl_terms`` scores them under the run's teacher (``None``) and the boosted ``initial`` model
+        (``same_initial``: the teacher is it); entropy, diversity and, with ``texts``, perplexity follow, and
+        once, the same of the initial model on its own samples.
 
         Args:
             model: the model being tuned.
@@ -242,16 +239,13 @@ class Validator(torch.nn.Module):
             The KL metrics to log, by name (``val/tuning/kl``, ``kl_long``, and with ``initial``
             ``kl_initial`` and ``top1_initial``).
         """
-        synced = synced or SyncedForwards()
         sampled = sample(model)
-        with torch.no_grad():
-            terms = kl_terms(sampled, None)
+        terms = kl_terms(sampled, None)
         self.kl.update(terms.kl)
         self.kl_long.update(terms.kl[terms.long])
         logged: dict[str, Metric] = {"val/tuning/kl": self.kl, "val/tuning/kl_long": self.kl_long}
         if initial is not None:
-            with torch.no_grad():
-                scored = terms if same_initial else kl_terms(sampled, initial)
+            scored = terms if same_initial else kl_terms(sampled, initial)
             self.kl_initial.update(scored.kl)
             self.top1_initial.update(scored.agree.float())
             logged["val/tuning/kl_initial"] = self.kl_initial
@@ -318,9 +312,6 @@ def human_text_nll(
         return 0.0, 0
     vocab = int(model.get_output_embeddings().weight.shape[0])
     rows = max(1, (1 << 26) // (vocab * (max_tokens + len(start))))
-    was_training = model.training
-    try:
+    with eval_mode(model):
         scores = Scorer(model, tokenizer, batch_size=rows, share_context=False).score_choices(groups)
-    finally:
-        model.train(was_training)
     return -sum(s[0].log_prob for s in scores), sum(s[0].num_tokens for s in scores)
