@@ -39,7 +39,6 @@ __all__ = [
     "BoostForm",
     "binomial_stderr",
     "boosted_log_probs",
-    "choice_accuracy",
     "choice_accuracy_curve",
     "choice_predictions",
     "choice_scores",
@@ -481,35 +480,6 @@ def choice_accuracy_curve(
     """
     preds = choice_predictions(ll_full, ll_short, alphas.reshape(-1), lengths)
     return (preds == labels.view(1, -1).to(preds.device)).double().mean(dim=1)
-
-
-def choice_accuracy(
-    ll_full: torch.Tensor,
-    ll_short: torch.Tensor,
-    labels: torch.Tensor,
-    alpha: float,
-    lengths: torch.Tensor | None = None,
-) -> float:
-    """Accuracy at one alpha (e.g. 0 for ``f_max``, -1 for PMI), whether or not it is on the grid.
-
-    Args:
-        ll_full: ``[N, C]`` each answer's log-likelihood after the full context.
-        ll_short: ``[N, C]`` the same after the premise-free context.
-        labels: ``[N]`` the correct choice of each question.
-        alpha: the boosting coefficient.
-        lengths: ``[N, C]`` answer lengths in characters, for length normalisation.
-
-    Returns:
-        The share of questions answered correctly.
-
-    Examples:
-        >>> import torch
-        >>> ll_full = torch.tensor([[-2.0, -1.0], [-1.0, -3.0]])
-        >>> ll_short = torch.tensor([[-1.0, -3.0], [-2.0, -1.0]])
-        >>> choice_accuracy(ll_full, ll_short, torch.tensor([1, 0]), alpha=0.0)
-        1.0
-    """
-    return float(choice_accuracy_curve(ll_full, ll_short, labels, torch.tensor([alpha]), lengths)[0])
 
 
 def binomial_stderr(accuracy: float, n: int) -> float:

@@ -25,11 +25,11 @@ from typing import Any, Literal, Protocol
 import torch
 
 from cblight.batching import (
-    accepts_kwarg,
     cache_argument,
     input_device,
     last_position_log_probs,
     left_pad,
+    logits_to_keep,
     output_cache,
     positions_from_mask,
     right_pad,
@@ -395,9 +395,7 @@ class Scorer:
         ids, mask = left_pad([g.context for g in groups], self.pad_id, device)
         conts = [c for g in groups for c in g.continuations]
         need_tail = any(len(c) > 1 for c in conts)
-        kwargs: dict[str, Any] = {"position_ids": positions_from_mask(mask)}
-        if accepts_kwarg(self.model, "logits_to_keep"):
-            kwargs["logits_to_keep"] = 1
+        kwargs = {"position_ids": positions_from_mask(mask), **logits_to_keep(self.model, 1)}
         out = self.model(input_ids=ids, attention_mask=mask, use_cache=need_tail, **kwargs)
         first = log_softmax32(out.logits[:, -1, :])  # [G, V]: the first continuation token of each group
         row_group = torch.tensor(

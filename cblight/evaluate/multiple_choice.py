@@ -184,11 +184,9 @@ class MultipleChoice(TaskScoring):
         )
 
     # -- selection and report ------------------------------------------------------------------------------
-    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
-        info = self._selection_info(split, out)
+    def best(self, out: dict[str, torch.Tensor]) -> dict[str, Any]:
         best = first_argmax(out["acc"])
-        info.update(alpha_star=self.alphas[best], acc=float(out["acc"][best]), curve=out["acc"].tolist())
-        return info
+        return {"alpha_star": self.alphas[best], "acc": float(out["acc"][best]), "curve": out["acc"].tolist()}
 
     def report(
         self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
@@ -203,7 +201,7 @@ class MultipleChoice(TaskScoring):
         report: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
         for name, pred in preds.items():
             report.update(accuracy(pred == labels, f"acc_{name}"))
-        best = self.select(split, out)  # the report split's own best alpha: the oracle
+        best = self.best(out)  # the report split's own best alpha: the oracle
         report.update(oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
         if selection is not None:
             alpha = selection["alpha_star"]
@@ -214,29 +212,14 @@ class MultipleChoice(TaskScoring):
             adaptive = choice_alphas(self.adaptive, full, short, self.alphas, lengths)
             preds["adaptive"] = choice_predictions(full, short, adaptive.view(-1, 1), lengths)
             report.update(accuracy(preds["adaptive"] == labels, "acc_adaptive"))
-            report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
+            info = report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
             if self.adaptive == "gated":  # what the gate read, so a fallback to the base model is visible
                 gain, stderr = context_gain(full, short, lengths)
                 same = same_prior_everywhere(full, short)
                 share = prior_share(full, short, lengths) if same else None  # the gate of a fixed label set
-                report["adaptive"]["gate"] = {
-                    "context_gain": gain,
-                    "stderr": stderr,
-                    "same_prior": same,
-                    "prior_share": share,
-                }
-        result = {
-            "kind": "multiple_choice",
-            "title": split.task.title,
-            "length_normalize": self.length_normalize,
-            "report": report,
-            "selection": {k: v for k, v in (selection or {}).items() if k != "curve"} or None,
-            "sweep": {
-                "alphas": self.alphas,
-                "report_acc": best["curve"],
-                "selection_acc": selection["curve"] if selection else None,
-            },
-        }
+                info["gate"] = dict(context_gain=gain, stderr=stderr, same_prior=same, prior_share=share)
+        sweep = {"alphas": self.alphas, "report_acc": best["curve"]}
+        result = self._result(split, report, selection, sweep, length_normalize=self.length_normalize)
         rows = []
         for i, idx in enumerate(out["ids"].tolist()):
             ex = split.by_idx[idx]

@@ -18,12 +18,7 @@ import torch
 from torch import nn
 
 from cblight.adaptive import NEXT_TOKEN_UNIT, summary, token_alphas, unit_k
-from cblight.boosting import (
-    binomial_stderr,
-    boosted_log_probs,
-    first_argmax,
-    next_token_alpha_sweep,
-)
+from cblight.boosting import boosted_log_probs, first_argmax, next_token_alpha_sweep
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
@@ -181,17 +176,15 @@ class NextToken(TaskScoring):
         )
 
     # -- selection and report ------------------------------------------------------------------------------
-    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
-        info = self._selection_info(split, out)
+    def best(self, out: dict[str, torch.Tensor]) -> dict[str, Any]:
         ki, ai = divmod(first_argmax(out["acc"]), len(self.alphas))
-        info.update(
-            k_star=self.ks[ki],
-            alpha_star=self.alphas[ai],
-            acc=float(out["acc"][ki, ai]),
-            curve=out["acc"].tolist(),
-            ppl=out["ppl"].tolist(),
-        )
-        return info
+        return {
+            "k_star": self.ks[ki],
+            "alpha_star": self.alphas[ai],
+            "acc": float(out["acc"][ki, ai]),
+            "curve": out["acc"].tolist(),
+            "ppl": out["ppl"].tolist(),
+        }
 
     def report(
         self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
@@ -205,7 +198,7 @@ class NextToken(TaskScoring):
         }
         if "calibrate" in self.methods:  # Table 5's "Zhao et al." row
             report.update(accuracy(out["calibrated_correct"], "acc_calibrate"))
-        best = self.select(split, out)  # the report split's own best (k, alpha): the oracle
+        best = self.best(out)  # the report split's own best (k, alpha): the oracle
         report.update(oracle_k=best["k_star"], oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
         if self.adaptive is not None:  # no labels: k from the input, alpha from the rule
             alpha, correct, log_prob = (out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob"))
@@ -226,30 +219,16 @@ class NextToken(TaskScoring):
                 "k_mean": float(k.mean()),
                 "k_sd": float(k.std(unbiased=False)),
             }
-        ki = ai = None
         if selection is not None:
             ki, ai = self.ks.index(selection["k_star"]), self.alphas.index(selection["alpha_star"])
-            acc = float(out["acc"][ki, ai])
             report.update(
                 k_star=selection["k_star"],
                 alpha_star=selection["alpha_star"],
-                acc=acc,
-                acc_stderr=binomial_stderr(acc, n),
+                **accuracy(out["boosted_correct"][:, ki, ai], "acc"),
                 ppl=float(out["ppl"][ki, ai]),
             )
-        result = {
-            "kind": "next_token",
-            "title": split.task.title,
-            "report": report,
-            "selection": {k: v for k, v in (selection or {}).items() if k not in ("curve", "ppl")} or None,
-            "sweep": {
-                "ks": self.ks,
-                "alphas": self.alphas,
-                "report_acc": out["acc"].tolist(),
-                "report_ppl": out["ppl"].tolist(),
-                "selection_acc": selection["curve"] if selection else None,
-            },
-        }
+        sweep = {"ks": self.ks, "alphas": self.alphas, "report_acc": best["curve"], "report_ppl": best["ppl"]}
+        result = self._result(split, report, selection, sweep)
         rows = []
         for i, idx in enumerate(out["ids"].tolist()):
             target = int(out["target"][i])
@@ -264,10 +243,8 @@ class NextToken(TaskScoring):
                 "short_log_prob": out["short_log_prob"][i].tolist(),  # log f_k(target), one per k
             }
             if "calibrate" in self.methods:
-                pred = int(out["calibrated_pred"][i])
-                row.update(
-                    pred_calibrate=self.decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
-                )
+                row["pred_calibrate"] = self.decode([int(out["calibrated_pred"][i])])
+                row["correct_calibrate"] = bool(out["calibrated_correct"][i])
             if self.adaptive is not None:
                 row.update(
                     k_adaptive=int(out["adaptive_k"][i]),
@@ -276,7 +253,7 @@ class NextToken(TaskScoring):
                     correct_adaptive=bool(correct[i]),
                     **({"adaptive_rank": int(rank[i])} if rank is not None else {}),
                 )
-            if ki is not None and ai is not None:
+            if selection is not None:
                 row.update(
                     k_star=self.ks[ki],
                     short_rank_k_star=int(out["short_rank"][i, ki]),

@@ -131,9 +131,17 @@ class TaskScoring(ABC):
         return True
 
     # -- selection and report ------------------------------------------------------------------------------
-    @abstractmethod
     def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
         """alpha* (and k*) on the selection split, from the sweep's ``compute()`` output."""
+        info: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
+        if split.sampled_indices is not None:
+            info["indices"] = split.sampled_indices
+        return {**info, **self.best(out)}
+
+    @abstractmethod
+    def best(self, out: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The best grid point of a sweep's ``compute()`` output (ties to the first), its accuracy and the
+        accuracy curve: alpha* (and k*) on the selection split, the oracle on the reported one."""
 
     @abstractmethod
     def report(
@@ -141,12 +149,25 @@ class TaskScoring(ABC):
     ) -> tuple[dict[str, Any], Rows]:
         """The report split's result (``results.json``) and per-example prediction rows."""
 
-    @staticmethod
-    def _selection_info(split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
-        info: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
-        if split.sampled_indices is not None:
-            info["indices"] = split.sampled_indices
-        return info
+    def _result(
+        self,
+        split: TaskSplit,
+        report: dict[str, Any],
+        selection: dict[str, Any] | None,
+        sweep: Any,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """The split's entry of ``results.json``: ``extra`` settings, its report, the selection without its
+        curves, and the reported sweep beside the selection split's accuracy curve."""
+        chosen = {k: v for k, v in (selection or {}).items() if k not in ("curve", "ppl")}
+        return {
+            "kind": self.kind,
+            "title": split.task.title,
+            **extra,
+            "report": report,
+            "selection": chosen or None,
+            "sweep": {**sweep, "selection_acc": selection["curve"] if selection else None},
+        }
 
 
 def accuracy(correct: torch.Tensor, key: str) -> dict[str, float]:
