@@ -111,13 +111,9 @@ class Evaluator(LightningModule):
         return SyncedForwards(is_sharded(trainer) and trainer.world_size > 1, self.device)
 
     def _load_model(self) -> None:
-        device_map = self.hparams.device_map
+        device_map, mesh = self.hparams.device_map, fsdp_mesh(self._trainer)
         model = build_causal_lm(
-            self.model_name,
-            self.load,
-            mesh=fsdp_mesh(self._trainer),
-            device=self.device,
-            device_map=device_map,
+            self.model_name, self.load, mesh=mesh, device=self.device, device_map=device_map
         )
         if device_map is not None:
             self._sharded_lm = model

@@ -193,9 +193,7 @@ def calibrated_scores(ll_full: torch.Tensor, prior: torch.Tensor) -> torch.Tenso
 
 def predictions(scores: torch.Tensor) -> torch.Tensor:
     """The best choice of each row, ties to the first (the reference's ``np.argmax``): ``[N]``."""
-    best = scores.max(dim=-1, keepdim=True).values
-    hit = scores == best
-    return torch.where(hit, torch.arange(scores.shape[-1]).view(1, -1), scores.shape[-1]).min(dim=-1).values
+    return scores.argmax(dim=-1)  # torch.argmax returns the first of equal maxima
 
 
 def calibrated_next_token(

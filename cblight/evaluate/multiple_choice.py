@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
 from cblight.adaptive import choice_alphas, context_gain, prior_share, same_prior_everywhere, summary
@@ -22,7 +21,7 @@ from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
 from cblight.evaluate.method_prompts import channel_prefixes, domain_premise, method_prompts
 from cblight.evaluate.methods import METHOD_FIELDS, PREMISE_METHODS, fixed_labels, method_scores, predictions
-from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
+from cblight.evaluate.task_scoring import Record, Rows, Sweep, TaskScoring, accuracy
 from cblight.metrics.sweeps import ChoiceSweep
 from cblight.scoring import TextScorer
 
@@ -59,7 +58,7 @@ class MultipleChoice(TaskScoring):
         )
         self._cf: list[list[float]] | None = None
 
-    def _record_has_shape(self, record: dict[str, Any], example: Example) -> bool:
+    def _record_has_shape(self, record: Record, example: Example) -> bool:
         n = len(example.choices) if isinstance(example, ChoiceExample) else -1
         return all(
             isinstance(record[f], list) and len(record[f]) == n
@@ -91,12 +90,8 @@ class MultipleChoice(TaskScoring):
         return digest(repr(self._groups(method, ex)))
 
     def score(
-        self,
-        scorer: TextScorer,
-        split: TaskSplit,
-        examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]],
-    ) -> list[dict[str, Any]]:
+        self, scorer: TextScorer, split: TaskSplit, examples: Sequence[Example], previous: dict[int, Record]
+    ) -> list[Record]:
         choices = [ex for ex in examples if isinstance(ex, ChoiceExample)]
         groups: list[tuple[str, Sequence[str]]] = []
         names: list[str] = []
@@ -125,7 +120,7 @@ class MultipleChoice(TaskScoring):
         scores = scorer.score_text(groups, names) if groups else []
         if need_cf:
             self._cf = [[s.log_prob for s in row] for row in scores[len(scores) - len(self.content_free) :]]
-        records: dict[int, dict[str, Any]] = {}
+        records: dict[int, Record] = {}
         for ex in choices:  # the cached record of the same input keeps its valid parts
             old = previous.get(ex.idx) or {}
             old = old if old.get("input") == self.input_digest(ex) else {}
@@ -174,7 +169,7 @@ class MultipleChoice(TaskScoring):
             info["channel"]["label_prefixes"] = self.channel
         return info
 
-    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
+    def update(self, sweep: Any, records: Sequence[Record]) -> None:
         sweep.update(
             *(
                 [r[field] for r in records]
@@ -184,12 +179,12 @@ class MultipleChoice(TaskScoring):
         )
 
     # -- selection and report ------------------------------------------------------------------------------
-    def best(self, out: dict[str, torch.Tensor]) -> dict[str, Any]:
+    def best(self, out: Sweep) -> dict[str, Any]:
         best = first_argmax(out["acc"])
         return {"alpha_star": self.alphas[best], "acc": float(out["acc"][best]), "curve": out["acc"].tolist()}
 
     def report(
-        self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
+        self, split: TaskSplit, out: Sweep, selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
         full, short = out["ll_full"], out["ll_short"]
         lengths = out["char_lengths"] if self.length_normalize else None

@@ -23,7 +23,7 @@ from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
 from cblight.evaluate.methods import calibrated_next_token
-from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
+from cblight.evaluate.task_scoring import Record, Rows, Sweep, TaskScoring, accuracy
 from cblight.metrics.sweeps import NextTokenSweep
 from cblight.scoring import Scorer
 
@@ -64,7 +64,7 @@ class NextToken(TaskScoring):
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
 
-    def _record_has_shape(self, record: dict[str, Any], example: Example) -> bool:
+    def _record_has_shape(self, record: Record, example: Example) -> bool:
         per_k = ("short_log_prob", "short_rank", "boosted_correct", "boosted_log_prob", "boosted_rank")
         return all(isinstance(record[f], list) and len(record[f]) == len(self.ks) for f in per_k) and all(
             isinstance(row, list) and len(row) == len(self.alphas) for f in per_k[2:] for row in record[f]
@@ -77,7 +77,7 @@ class NextToken(TaskScoring):
         assert isinstance(ex, NextTokenExample)
         return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
 
-    def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
+    def missing(self, record: Record | None, ex: Example) -> list[str]:
         stale = super().missing(record, ex) or (
             self.adaptive is not None
             and record is not None
@@ -86,12 +86,8 @@ class NextToken(TaskScoring):
         return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
     def score(
-        self,
-        scorer: Scorer,
-        split: TaskSplit,
-        examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]],
-    ) -> list[dict[str, Any]]:
+        self, scorer: Scorer, split: TaskSplit, examples: Sequence[Example], previous: dict[int, Record]
+    ) -> list[Record]:
         enc = scorer.encoder
         passages = [ex for ex in examples if isinstance(ex, NextTokenExample)]
         contexts, targets = [], []
@@ -169,14 +165,14 @@ class NextToken(TaskScoring):
             "adaptive_grid_log_prob": grid["log_prob"].tolist(),
         }
 
-    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
+    def update(self, sweep: Any, records: Sequence[Record]) -> None:
         sweep.update(
             [r["id"] for r in records],
             **{name: torch.tensor([r[name] for r in records]) for name in sweep.columns},
         )
 
     # -- selection and report ------------------------------------------------------------------------------
-    def best(self, out: dict[str, torch.Tensor]) -> dict[str, Any]:
+    def best(self, out: Sweep) -> dict[str, Any]:
         ki, ai = divmod(first_argmax(out["acc"]), len(self.alphas))
         return {
             "k_star": self.ks[ki],
@@ -187,7 +183,7 @@ class NextToken(TaskScoring):
         }
 
     def report(
-        self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
+        self, split: TaskSplit, out: Sweep, selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
         n = int(out["ids"].numel())
         report: dict[str, Any] = {
