@@ -145,8 +145,7 @@ def windowed_log_probs(
     pieces: list[torch.Tensor] = []
     with torch.no_grad():
         for lo in range(0, rows.numel(), chunk_size):
-            r = rows[lo : lo + chunk_size]
-            c = cols[lo : lo + chunk_size]
+            r, c = rows[lo : lo + chunk_size], cols[lo : lo + chunk_size]
             windows = input_ids[r.view(-1, 1), c.view(-1, 1) + offsets.view(1, -1)]  # [n, k]
             if prefix_t.numel():
                 windows = torch.cat([prefix_t.view(1, -1).expand(windows.shape[0], -1), windows], dim=1)

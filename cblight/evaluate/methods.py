@@ -102,8 +102,6 @@ def fixed_labels(split: TaskSplit) -> tuple[str, ...] | None:
 def not_applicable(method: str, split: TaskSplit) -> str | None:
     """Why ``method`` cannot score ``split`` (``None`` when it can)."""
     task, kind = split.task.name, split.task.kind
-    if method == "boost":
-        return None
     if kind == "next_token":
         if method == "calibrate" and all(
             isinstance(ex, NextTokenExample) and ex.template for ex in split.examples

@@ -170,13 +170,9 @@ class MultipleChoice(TaskScoring):
         return info
 
     def update(self, sweep: Any, records: Sequence[Record]) -> None:
-        sweep.update(
-            *(
-                [r[field] for r in records]
-                for field in ("id", "label", "ll_full", "ll_short", "char_lengths")
-            ),
-            method_scores=[method_scores(self.methods, r) for r in records] if self.methods else None,
-        )
+        columns = ([r[f] for r in records] for f in ("id", "label", "ll_full", "ll_short", "char_lengths"))
+        scores = [method_scores(self.methods, r) for r in records] if self.methods else None
+        sweep.update(*columns, method_scores=scores)
 
     # -- selection and report ------------------------------------------------------------------------------
     def best(self, out: Sweep) -> dict[str, Any]:

@@ -78,10 +78,8 @@ class NextToken(TaskScoring):
         return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
 
     def missing(self, record: Record | None, ex: Example) -> list[str]:
-        stale = super().missing(record, ex) or (
-            self.adaptive is not None
-            and record is not None
-            and record.get("adaptive_rule") != self.adaptive_key
+        stale = super().missing(record, ex) or (  # a record is missing, or scored under another rule
+            self.adaptive is not None and record.get("adaptive_rule") != self.adaptive_key
         )
         return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
@@ -108,9 +106,8 @@ class NextToken(TaskScoring):
             s_lp = short.gather(1, tgt[:, None]).squeeze(1)
             per_k["short_log_prob"].append(s_lp)
             per_k["short_rank"].append((short > s_lp[:, None]).sum(-1) + 1)
-            sweep = next_token_alpha_sweep(full, short, tgt, torch.tensor(self.alphas), "next_token")
-            for name in ("correct", "log_prob", "rank"):
-                per_k[f"boosted_{name}"].append(sweep[name].int() if name == "correct" else sweep[name])
+            for name, column in next_token_alpha_sweep(full, short, tgt, torch.tensor(self.alphas)).items():
+                per_k[f"boosted_{name}"].append(column.int() if name == "correct" else column)
         calibrated = None
         if "calibrate" in self.methods:  # one pass per relation template and content-free input, kept
             new = sorted({ex.template for ex in passages} - set(self._cf))
@@ -166,10 +163,8 @@ class NextToken(TaskScoring):
         }
 
     def update(self, sweep: Any, records: Sequence[Record]) -> None:
-        sweep.update(
-            [r["id"] for r in records],
-            **{name: torch.tensor([r[name] for r in records]) for name in sweep.columns},
-        )
+        columns = {name: torch.tensor([r[name] for r in records]) for name in sweep.columns}
+        sweep.update([r["id"] for r in records], **columns)
 
     # -- selection and report ------------------------------------------------------------------------------
     def best(self, out: Sweep) -> dict[str, Any]:

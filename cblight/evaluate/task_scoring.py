@@ -62,13 +62,7 @@ class TaskScoring(ABC):
     def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
         self.methods = list(methods)
         self.adaptive = adaptive
-        self._options: MethodOptions | None = run.method_options
-
-    @property
-    def options(self) -> MethodOptions:
-        """The comparison methods' options: the run's, or their defaults (built only where a method runs, so
-        that a run without comparison methods never calls into ``cblight.evaluate.methods``)."""
-        return self._options or MethodOptions()
+        self.options: MethodOptions = run.method_options or MethodOptions()  # the run's, or the defaults
 
     @property
     def content_free(self) -> list[str]:
@@ -111,8 +105,9 @@ class TaskScoring(ABC):
     # -- the cache ---------------------------------------------------------------------------------------
     def missing(self, record: Record | None, example: Example) -> list[str]:
         """The parts of ``record`` to (re)compute for ``example``: ``boost`` (everything, for a new or
-        changed example: another input, or not as many values as the example and grid need; a row of another
-        shape is recomputed, never read) or the methods whose inputs changed; empty when it is complete."""
+        changed example: another input, or not as many values as the example and grid need, which each kind's
+        ``_record_has_shape`` checks; a row of another shape is recomputed, never read) or the methods whose
+        inputs changed; empty when it is complete."""
         if (
             record is None
             or record.get("input") != self.input_digest(example)
@@ -125,10 +120,6 @@ class TaskScoring(ABC):
     @staticmethod
     def input_digest(example: Example) -> str:
         return digest(example.input_key())
-
-    def _record_has_shape(self, record: Record, example: Example) -> bool:
-        """Whether a cached record holds one value per choice (or per k and alpha) of this run's grid."""
-        return True
 
     # -- selection and report ------------------------------------------------------------------------------
     def select(self, split: TaskSplit, out: Sweep) -> dict[str, Any]:
