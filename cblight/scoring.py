@@ -398,9 +398,8 @@ class Scorer:
         kwargs = {"position_ids": positions_from_mask(mask), **logits_to_keep(self.model, 1)}
         out = self.model(input_ids=ids, attention_mask=mask, use_cache=need_tail, **kwargs)
         first = log_softmax32(out.logits[:, -1, :])  # [G, V]: the first continuation token of each group
-        row_group = torch.tensor(
-            [gi for gi, g in enumerate(groups) for _ in g.continuations], dtype=torch.long, device=device
-        )
+        group_of_row = [gi for gi, g in enumerate(groups) for _ in g.continuations]
+        row_group = torch.tensor(group_of_row, dtype=torch.long, device=device)
         first_rows = first.index_select(0, row_group)
         first_tok = torch.tensor([c[0] for c in conts], dtype=torch.long, device=device)
         tok_lp = first_rows.gather(1, first_tok[:, None])
@@ -418,12 +417,9 @@ class Scorer:
             # padding after a short continuation would otherwise run past the position table when a
             # long context shares the batch (masked, but still an embedding lookup)
             pos = torch.where(tail_mask.bool(), pos, ctx_len.view(-1, 1) - 1)
+            past = {cache_argument(self.model): cache}
             out2 = self.model(
-                input_ids=tail_ids,
-                attention_mask=full_mask,
-                position_ids=pos,
-                use_cache=False,
-                **{cache_argument(self.model): cache},
+                input_ids=tail_ids, attention_mask=full_mask, position_ids=pos, use_cache=False, **past
             )
             tail_targets, _ = right_pad([c[1:] for c in conts], self.pad_id, device)
             lp = log_softmax32(out2.logits)
@@ -462,10 +458,8 @@ class Scorer:
         """
         ids, mask = right_pad(rows, self.pad_id, self.device)
         logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        index = torch.tensor(
-            [[s + min(j, n - 1) for j in range(max(lengths))] for s, n in zip(starts, lengths)],
-            device=logits.device,
-        )
+        positions = [[s + min(j, n - 1) for j in range(max(lengths))] for s, n in zip(starts, lengths)]
+        index = torch.tensor(positions, device=logits.device)
         return log_softmax32(logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1])))
 
     def _score_rows(self, groups: list[_Group]) -> list[list[ContinuationScore]]:
@@ -477,9 +471,8 @@ class Scorer:
             [len(c) for c in conts],
         )
         targets, _ = right_pad(conts, self.pad_id, lp.device)
-        return self._collect(
-            groups, conts, lp.gather(-1, targets[..., None]).squeeze(-1), lp.argmax(-1) == targets
-        )
+        tok_lp = lp.gather(-1, targets[..., None]).squeeze(-1)
+        return self._collect(groups, conts, tok_lp, lp.argmax(-1) == targets)
 
     # -- next-token distributions ------------------------------------------------------------------------
     def cut_context(self, ids: Sequence[int]) -> list[int]:

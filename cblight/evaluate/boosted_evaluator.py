@@ -306,11 +306,9 @@ class BoostedEvaluator(Evaluator):
             if len(self.methods) > 1:
                 result["methods"] = kind.describe(split, self.methods[1:])
             self.results[split.name] = result
-            logged = {
-                f"test/{self._key(split.name)}/{k}": float(v)
-                for k, v in result["report"].items()
-                if type(v) in (int, float)  # not the split's name, the rule's summary, a bool
-            }
+            key = f"test/{self._key(split.name)}"
+            # the report's numbers: not the split's name, the rule's summary, a bool
+            logged = {f"{key}/{k}": float(v) for k, v in result["report"].items() if type(v) in (int, float)}
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             if self.trainer.is_global_zero:
                 written = write_task_files(
@@ -318,8 +316,7 @@ class BoostedEvaluator(Evaluator):
                 )
                 for logger in self.loggers if "plot" in written else ():
                     if hasattr(logger, "log_image"):  # WandbLogger
-                        key = f"test/{self._key(split.name)}/alpha_curve"
-                        logger.log_image(key=key, images=[str(written["plot"])])
+                        logger.log_image(key=f"{key}/alpha_curve", images=[str(written["plot"])])
             sweep.reset()
         if self.trainer.is_global_zero and self.results:
             settings: dict[str, Any] = {"length_normalize": self.length_normalize}
