@@ -157,10 +157,7 @@ def pmi_scores(ll_full: torch.Tensor, ll_premise: torch.Tensor) -> torch.Tensor:
     Missing choices (ragged choice counts, ``−inf`` in ``ll_full``) stay ``−inf``.
     """
     full = ll_full.double()
-    missing = torch.isneginf(full)
-    return torch.where(
-        missing, full, full - torch.where(missing, torch.zeros_like(full), ll_premise.double())
-    )
+    return full - torch.where(torch.isneginf(full), 0.0, ll_premise.double())  # -inf - 0 stays -inf
 
 
 def calibration_prior(ll_content_free: torch.Tensor, reduce: Literal["mean", "min"] = "mean") -> torch.Tensor:

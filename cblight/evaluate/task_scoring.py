@@ -41,9 +41,8 @@ from cblight.scoring import TextScorer
 
 Record = dict[str, Any]  #: one example's numbers, as the per-example cache keeps them
 Rows = list[dict[str, Any]]  #: the per-example prediction rows of a report
-Sweep = dict[
-    str, torch.Tensor
-]  #: a sweep metric's ``compute()`` output: the grid's curves and the synced table
+#: a sweep metric's ``compute()`` output: the grid's curves and the synced table
+Sweep = dict[str, torch.Tensor]
 
 
 class TaskScoring(ABC):
@@ -108,11 +107,8 @@ class TaskScoring(ABC):
         changed example: another input, or not as many values as the example and grid need, which each kind's
         ``_record_has_shape`` checks; a row of another shape is recomputed, never read) or the methods whose
         inputs changed; empty when it is complete."""
-        if (
-            record is None
-            or record.get("input") != self.input_digest(example)
-            or not self._record_has_shape(record, example)
-        ):
+        fresh = record is not None and record.get("input") == self.input_digest(example)
+        if not (fresh and self._record_has_shape(record, example)):
             return ["boost", *self.methods]
         done = record.get("method_inputs", {})
         return [m for m in self.methods if done.get(m) != self.method_digest(m, example)]
