@@ -532,7 +532,6 @@ class Scorer:
         if full is None:
             return self.next_token_log_probs(shorts)
         out = full.clone()
-        todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
-        if todo:
+        if todo := [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]:
             out[torch.tensor(todo, device=out.device)] = self.next_token_log_probs([shorts[i] for i in todo])
         return out

@@ -110,8 +110,7 @@ class NextToken(TaskScoring):
                 per_k[f"boosted_{name}"].append(column.int() if name == "correct" else column)
         calibrated = None
         if "calibrate" in self.methods:  # one pass per relation template and content-free input, kept
-            new = sorted({ex.template for ex in passages} - set(self._cf))
-            if new:
+            if new := sorted({ex.template for ex in passages} - set(self._cf)):
                 prompts = [enc.context(t.replace("[X]", cf)) for t in new for cf in self.content_free]
                 lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
                 self._cf.update({t: lp[i] for i, t in enumerate(new)})
@@ -203,13 +202,8 @@ class NextToken(TaskScoring):
             report.update(accuracy(correct, "acc_adaptive"))
             report["ppl_adaptive"] = float(torch.exp(-log_prob.double().mean()))
             k = out["adaptive_k"].double()
-            report["adaptive"] = {
-                "rule": self.adaptive,
-                "unit": NEXT_TOKEN_UNIT,
-                **summary(alpha),
-                "k_mean": float(k.mean()),
-                "k_sd": float(k.std(unbiased=False)),
-            }
+            spread = {"k_mean": float(k.mean()), "k_sd": float(k.std(unbiased=False))}
+            report["adaptive"] = {"rule": self.adaptive, "unit": NEXT_TOKEN_UNIT, **summary(alpha), **spread}
         if selection is not None:
             ki, ai = self.ks.index(selection["k_star"]), self.alphas.index(selection["alpha_star"])
             report.update(
