@@ -197,12 +197,8 @@ def normalize_log_scores(scores: Tensor) -> Tensor:
     scores = scores.float()
     pos_inf = torch.isposinf(scores)
     has_pos_inf = pos_inf.any(dim=-1, keepdim=True)
-    finite_view = torch.where(
-        has_pos_inf,
-        torch.where(pos_inf, torch.zeros_like(scores), torch.full_like(scores, -math.inf)),
-        scores,
-    )
-    return torch.log_softmax(finite_view, dim=-1)
+    only_pos_inf = torch.where(pos_inf, 0.0, -math.inf)  # a row's mass, uniformly on its +inf entries
+    return torch.log_softmax(torch.where(has_pos_inf, only_pos_inf, scores), dim=-1)
 
 
 def product_of_experts(log_probs: Sequence[Tensor], weights: Sequence[float]) -> Tensor:

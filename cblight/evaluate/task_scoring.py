@@ -177,17 +177,13 @@ def write_task_files(
             if sweep["selection_acc"] is not None:
                 curves[f"{result['selection']['split']} (alpha selection)"] = sweep["selection_acc"]
         else:
-            k_star = report.get("k_star", report["oracle_k"])
-            curves, highlight = next_token_curves(
-                sweep["ks"], sweep["report_acc"], k_star, report["oracle_k"]
-            )
+            oracle_k = report["oracle_k"]
+            k_star = report.get("k_star", oracle_k)
+            curves, highlight = next_token_curves(sweep["ks"], sweep["report_acc"], k_star, oracle_k)
+        plot = output_dir / "plots" / f"{split.name}.png"
+        title = f"{split.task.title}: accuracy vs alpha ({model_name})"
         written["plot"] = save_alpha_plot(
-            output_dir / "plots" / f"{split.name}.png",
-            f"{split.task.title}: accuracy vs alpha ({model_name})",
-            sweep["alphas"],
-            curves,
-            highlight=highlight,
-            chosen_alpha=report.get("alpha_star"),
+            plot, title, sweep["alphas"], curves, highlight=highlight, chosen_alpha=report.get("alpha_star")
         )
     result["files"] = {key: str(path.relative_to(output_dir)) for key, path in written.items()}
     return written
