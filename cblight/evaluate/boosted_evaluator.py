@@ -193,10 +193,7 @@ class BoostedEvaluator(Evaluator):
 
     # -- setup ---------------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        if stage not in _STAGE_ROLE:
-            raise ValueError(
-                f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use cblight evaluate)"
-            )
+        # validate or test: Lightning refuses to fit or predict with an evaluator (no training_step, no forward)
         role = _STAGE_ROLE[stage]
         dm = self._datamodule()
         self._clear_cache_once()
