@@ -347,8 +347,7 @@ def next_token_alpha_sweep(
         >>> sweep["rank"]
         tensor([[1, 1]])
     """
-    full = full.float()
-    short = short.float()
+    full, short = full.float(), short.float()
     finite = bool(torch.isfinite(full).all()) and bool(torch.isfinite(short).all())
     tgt = targets.to(full.device).view(-1, 1)
     out: dict[str, list[Tensor]] = {"correct": [], "log_prob": [], "rank": []}
@@ -399,8 +398,7 @@ def choice_scores(
     """
     full = ll_full.double()
     missing = torch.isneginf(full)
-    short = ll_short.double()
-    short = torch.where(missing | ~torch.isfinite(short), torch.zeros_like(short), short)
+    short = torch.where(missing | ~torch.isfinite(ll_short), 0.0, ll_short.double())
     alpha_t = torch.as_tensor(alphas, dtype=torch.float64, device=ll_full.device)
     if alpha_t.dim() == 1:  # a grid
         alpha_t = alpha_t.view(-1, 1, 1)
