@@ -105,11 +105,10 @@ class MultipleChoice(TaskScoring):
                 elif part == "calibrate":
                     need_cf = need_cf or self._cf is None
                     continue
-                elif part in PREMISE_METHODS and self._groups(part, ex)[0][0] == ex.premise_free:
-                    slots.append((i, part, 0))  # the premise-free context's numbers serve: no new pass
-                    continue
                 else:
                     new = self._groups(part, ex)
+                    if part in PREMISE_METHODS and new[0][0] == ex.premise_free:
+                        new = []  # the premise-free context's numbers serve: no new pass
                     labels = [part] * len(new)
                 groups += new
                 names += [f"{split.name} {ex.where} ({label})" for label in labels]

@@ -62,11 +62,7 @@ class TaskScoring(ABC):
         self.methods = list(methods)
         self.adaptive = adaptive
         self.options: MethodOptions = run.method_options or MethodOptions()  # the run's, or the defaults
-
-    @property
-    def content_free(self) -> list[str]:
-        """Contextual calibration's content-free inputs for this kind of task."""
-        return self.options.content_free(self.kind)
+        self.content_free = self.options.content_free(self.kind)  # contextual calibration's inputs
 
     def signature(self) -> dict[str, Any]:
         return {}
