@@ -214,38 +214,33 @@ class NextToken(TaskScoring):
             )
         sweep = {"ks": self.ks, "alphas": self.alphas, "report_acc": best["curve"], "report_ppl": best["ppl"]}
         result = self._result(split, report, selection, sweep)
-        rows = []
-        for i, idx in enumerate(out["ids"].tolist()):
-            target = int(out["target"][i])
-            row = {
-                "id": idx,
-                "target_id": target,
-                "target": self.decode([target]),
-                "full_rank": int(out["full_rank"][i]),
-                "full_log_prob": float(out["full_log_prob"][i]),
-                "correct_base": bool(out["full_correct"][i]),
-                "short_rank": out["short_rank"][i].tolist(),
-                "short_log_prob": out["short_log_prob"][i].tolist(),  # log f_k(target), one per k
-            }
-            if "calibrate" in self.methods:
-                row["pred_calibrate"] = self.decode([int(out["calibrated_pred"][i])])
-                row["correct_calibrate"] = bool(out["calibrated_correct"][i])
-            if self.adaptive is not None:
-                row.update(
-                    k_adaptive=int(out["adaptive_k"][i]),
-                    alpha_adaptive=float(alpha[i]),
-                    adaptive_log_prob=float(log_prob[i]),
-                    correct_adaptive=bool(correct[i]),
-                    **({"adaptive_rank": int(rank[i])} if rank is not None else {}),
-                )
-            if selection is not None:
-                row.update(
-                    k_star=self.ks[ki],
-                    short_rank_k_star=int(out["short_rank"][i, ki]),
-                    short_log_prob_k_star=float(out["short_log_prob"][i, ki]),
-                    boosted_rank=int(out["boosted_rank"][i, ki, ai]),
-                    boosted_log_prob=float(out["boosted_log_prob"][i, ki, ai]),
-                    correct_boosted=bool(out["boosted_correct"][i, ki, ai]),
-                )
-            rows.append(row)
-        return result, rows
+        # the prediction rows, column by column: tensors become Python numbers, 0/1 flags booleans
+        columns: dict[str, Any] = {
+            "id": out["ids"],
+            "target_id": out["target"],
+            "target": [self.decode([t]) for t in out["target"].tolist()],
+            "full_rank": out["full_rank"],
+            "full_log_prob": out["full_log_prob"],
+            "correct_base": out["full_correct"].bool(),
+            "short_rank": out["short_rank"],
+            "short_log_prob": out["short_log_prob"],  # log f_k(target), one per k
+        }
+        if "calibrate" in self.methods:
+            columns["pred_calibrate"] = [self.decode([p]) for p in out["calibrated_pred"].tolist()]
+            columns["correct_calibrate"] = out["calibrated_correct"].bool()
+        if self.adaptive is not None:
+            columns.update(k_adaptive=out["adaptive_k"], alpha_adaptive=alpha, adaptive_log_prob=log_prob)
+            columns["correct_adaptive"] = correct.bool()
+            if rank is not None:
+                columns["adaptive_rank"] = rank
+        if selection is not None:
+            columns.update(
+                k_star=[self.ks[ki]] * n,
+                short_rank_k_star=out["short_rank"][:, ki],
+                short_log_prob_k_star=out["short_log_prob"][:, ki],
+                boosted_rank=out["boosted_rank"][:, ki, ai],
+                boosted_log_prob=out["boosted_log_prob"][:, ki, ai],
+                correct_boosted=out["boosted_correct"][:, ki, ai].bool(),
+            )
+        values = [c.tolist() if isinstance(c, torch.Tensor) else c for c in columns.values()]
+        return result, [dict(zip(columns, row)) for row in zip(*values)]
