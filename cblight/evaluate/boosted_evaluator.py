@@ -160,15 +160,11 @@ class BoostedEvaluator(Evaluator):
         check_arguments(type(self).__init__, locals())
         super().__init__(model, tokenizer, load, output_dir, overwrite, run_label)
         self.save_hyperparameters()
-        self.backend: LocalBackend | ServedBackend
-        if backend == "openai":
-            self.backend = ServedBackend(server or ServerOptions())
-            # the server tokenises; a local tokenizer (optional) only spells special tokens
-            self.tokenizer_name = tokenizer
-        elif server is not None:
+        if backend == "local" and server is not None:
             raise ConfigError("server options are for backend: openai (this run's backend is local)")
-        else:
-            self.backend = LocalBackend()
+        self.backend = ServedBackend(server or ServerOptions()) if backend == "openai" else LocalBackend()
+        if backend == "openai":
+            self.tokenizer_name = tokenizer  # the server tokenises; a local one only spells special tokens
         self.choice_alphas = _grid(choice_alphas, AlphaGrid(2.0, -5.0, 0.01), "choice_alphas")
         self.next_token_alphas = _grid(next_token_alphas, AlphaGrid(0.0, -1.0, 0.1), "next_token_alphas")
         self.ks = list(ks) if ks is not None else list(DEFAULT_KS)
