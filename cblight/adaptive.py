@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from typing import Literal, get_args
 
 import torch
+from torch import Tensor
 
 from cblight.boosting import BoostForm, choice_predictions
 
@@ -151,7 +152,7 @@ def rule_for(name: str, kind: str) -> str:
     return rule
 
 
-def summary(alphas: torch.Tensor) -> dict[str, float]:
+def summary(alphas: Tensor) -> dict[str, float]:
     """Mean, standard deviation (population), minimum and maximum of per-example or per-token alphas: what
     an evaluation logs for an adaptive rule next to its score.
 
@@ -178,13 +179,13 @@ _LN2 = math.log(2.0)
 # Divergences of two predictions
 
 
-def _plogq(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+def _plogq(logp: Tensor, logq: Tensor) -> Tensor:
     """``p · (log p - log q)`` entrywise, 0 where ``p = 0`` (``0 log 0 = 0``)."""
     p = logp.exp()
     return torch.where(p > 0, p * (logp - logq), torch.zeros_like(p))
 
 
-def js_divergence(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+def js_divergence(logp: Tensor, logq: Tensor) -> Tensor:
     """Jensen-Shannon divergence in bits (in [0, 1]) between two normalised log-distributions over the last
     axis: ``½ KL(P || M) + ½ KL(Q || M)``, ``M = (P + Q) / 2`` (the weight of ``jsd``; docs/adaptive.md).
 
@@ -214,7 +215,7 @@ def js_divergence(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 # Per-position rules: a weight from the two experts, as alpha in either form
 
 
-def cocoa_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
+def cocoa_alpha(full: Tensor, short: Tensor, form: BoostForm = "next_token") -> Tensor:
     """A CoCoA-style weight per row ``[N]`` (after Khandelwal et al. 2025, "CoCoA: Confidence- and
     Context-Aware Adaptive Decoding"): ``a = (1 - exp(-D)) (1 - m)``, ``D`` the Rényi divergence of order
     1/2 of ``f_max`` from ``f_short`` in nats (``-2 log Σ √(p q)``: unlike the JSD it does not saturate when a
@@ -247,7 +248,7 @@ def cocoa_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next
     return alpha_of_weight(a, form)
 
 
-def cocoa_weight(divergence: torch.Tensor, margin: torch.Tensor) -> torch.Tensor:
+def cocoa_weight(divergence: Tensor, margin: Tensor) -> Tensor:
     """``cocoa_alpha``'s weight ``a = (1 - exp(-D)) (1 - m)`` from the Rényi-1/2 divergence ``D`` (nats) and
     ``f_max``'s top-two margin ``m``.
 
@@ -266,7 +267,7 @@ def cocoa_weight(divergence: torch.Tensor, margin: torch.Tensor) -> torch.Tensor
     return (1.0 - torch.exp(-divergence)) * (1.0 - margin)
 
 
-def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
+def jsd_alpha(full: Tensor, short: Tensor, form: BoostForm = "next_token") -> Tensor:
     """AdaCAD's alpha per row ``[N]``: ``a = JSD(f_max || f_short)`` in bits; ``-a`` in the generation form
     (exactly AdaCAD's ``(1 + a) log f_max - a log f_short``), ``-a / (1 + a)`` in the next-token form (the
     same argmax). Identical experts give 0, the base model.
@@ -289,7 +290,7 @@ def jsd_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_t
     return alpha_of_weight(js_divergence(full, short), form)
 
 
-def jsdist_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
+def jsdist_alpha(full: Tensor, short: Tensor, form: BoostForm = "next_token") -> Tensor:
     """``jsd_alpha`` with the Jensen-Shannon distance ``a = sqrt(JSD)`` (bits^½, in [0, 1]) as the weight:
     ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form (decoding's ``auto``).
 
@@ -311,7 +312,7 @@ def jsdist_alpha(full: torch.Tensor, short: torch.Tensor, form: BoostForm = "nex
     return alpha_of_weight(js_divergence(full, short).sqrt(), form)
 
 
-def alpha_of_weight(a: torch.Tensor, form: BoostForm = "next_token") -> torch.Tensor:
+def alpha_of_weight(a: Tensor, form: BoostForm = "next_token") -> Tensor:
     """Alpha of the context-aware-decoding mix ``(1 + a) log f_max - a log f_short`` for a weight ``a >= 0``:
     ``-a`` in the generation form, ``-a / (1 + a)`` in the next-token form (the same argmax).
 
@@ -330,9 +331,7 @@ def alpha_of_weight(a: torch.Tensor, form: BoostForm = "next_token") -> torch.Te
     return -a if form == "generation" else -a / (1.0 + a)
 
 
-def token_alphas(
-    rule: DecodingRule, full: torch.Tensor, short: torch.Tensor, form: BoostForm = "next_token"
-) -> torch.Tensor:
+def token_alphas(rule: DecodingRule, full: Tensor, short: Tensor, form: BoostForm = "next_token") -> Tensor:
     """Per-row alpha ``[N]`` of a per-position rule (``auto``: ``AUTO["token"]``) from ``log f_max`` and
     ``log f_short``: what decoding and tuning use for ``Boosting(adaptive=...)``.
 
@@ -360,9 +359,7 @@ def token_alphas(
 # Multiple choice: rules over an answer set
 
 
-def _scores(
-    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _scores(ll_full: Tensor, ll_short: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """Which answers a question has, and both experts' scores of them (per character with ``lengths``, as
     the length-normalised eq. 2), float64, 0 at the missing ones."""
     mask = ~torch.isneginf(ll_full)
@@ -371,20 +368,18 @@ def _scores(
     return mask, full, short
 
 
-def _normalised(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _normalised(scores: Tensor, mask: Tensor) -> Tensor:
     """Log-softmax over each question's own answers (missing answers ``-inf``)."""
     return torch.log_softmax(torch.where(mask, scores, -math.inf), dim=-1)
 
 
-def _centred(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _centred(scores: Tensor, mask: Tensor) -> Tensor:
     """Each question's scores (0 at missing answers) minus the mean of its own answers, 0 at missing ones."""
     count = mask.sum(-1, keepdim=True).clamp_min(1)
     return torch.where(mask, scores - scores.sum(-1, keepdim=True) / count, 0.0)
 
 
-def choice_jsd(
-    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
-) -> torch.Tensor:
+def choice_jsd(ll_full: Tensor, ll_short: Tensor, lengths: Tensor | None = None) -> Tensor:
     """Per question ``[N]``, the JSD in bits between the full and premise-free scores normalised over its
     answers (eq. 2's two experts as distributions over the choices).
 
@@ -408,9 +403,7 @@ def choice_jsd(
     return js_divergence(_normalised(full, mask), _normalised(short, mask))
 
 
-def choice_jsd_alpha(
-    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
-) -> torch.Tensor:
+def choice_jsd_alpha(ll_full: Tensor, ll_short: Tensor, lengths: Tensor | None = None) -> Tensor:
     """AdaCAD's weight over each question's answer set ``[N]``: ``a = choice_jsd``,
     ``alpha = -a / (1 + a)`` (eq. 2's argmax of ``(1 + a) l_full - a l_short``).
 
@@ -433,9 +426,7 @@ def choice_jsd_alpha(
     return alpha_of_weight(choice_jsd(ll_full, ll_short, lengths)).double()
 
 
-def decorrelate_alpha(
-    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
-) -> float:
+def decorrelate_alpha(ll_full: Tensor, ll_short: Tensor, lengths: Tensor | None = None) -> float:
     """One alpha for a split: ``-beta``, ``beta`` the pooled least-squares slope of the full answer scores on
     the premise-free ones, each question centred on the mean of its own answers:
 
@@ -467,9 +458,7 @@ def decorrelate_alpha(
     return -float((fc * sc).sum()) / var
 
 
-def context_gain(
-    ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None
-) -> tuple[float, float]:
+def context_gain(ll_full: Tensor, ll_short: Tensor, lengths: Tensor | None = None) -> tuple[float, float]:
     """How far the premise moves the answers: the mean over the split's questions of the JSD (bits) between
     the full and the premise-free scores normalised over each question's answers, and its standard error.
 
@@ -500,7 +489,7 @@ def context_gain(
     return float(js.mean()) if n else 0.0, float(js.std(unbiased=True) / math.sqrt(n)) if n > 1 else math.inf
 
 
-def same_prior_everywhere(ll_full: torch.Tensor, ll_short: torch.Tensor) -> bool:
+def same_prior_everywhere(ll_full: Tensor, ll_short: Tensor) -> bool:
     """Whether every question has the same answers' premise-free scores (a fixed answer set after a constant
     premise-free context, as SST-2's labels): such a prior cannot tell one question's answer from another's,
     so it is a bias to calibrate away, never evidence. Scores within 1e-4 nats count as equal (the same
@@ -511,7 +500,7 @@ def same_prior_everywhere(ll_full: torch.Tensor, ll_short: torch.Tensor) -> bool
     return bool(((s - s[:1]).abs() <= 1e-4).all())
 
 
-def prior_share(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None) -> float:
+def prior_share(ll_full: Tensor, ll_short: Tensor, lengths: Tensor | None = None) -> float:
     """How much of the split's label bias the premise-free prior accounts for, where every question has the
     same prior (``same_prior_everywhere``: a fixed label set): the squared cosine between the split's mean
     label preference and the prior, each centred over the labels::
@@ -540,7 +529,7 @@ def prior_share(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Te
     return min(float(m @ p) ** 2 / (mm * pp), 1.0)  # rounding can leave it a hair above 1
 
 
-def gated_alpha(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Tensor | None = None) -> float:
+def gated_alpha(ll_full: Tensor, ll_short: Tensor, lengths: Tensor | None = None) -> float:
     """``decorrelate_alpha`` where boosting removes a bias, else 0, the base model. Two gates, by the kind of
     prior:
 
@@ -563,7 +552,7 @@ def gated_alpha(ll_full: torch.Tensor, ll_short: torch.Tensor, lengths: torch.Te
     return decorrelate_alpha(ll_full, ll_short, lengths) if calibrates else 0.0
 
 
-def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:
+def prior_ranks(ll_short: Tensor, ll_full: Tensor) -> Tensor:
     """Each answer's rank (0 = most likely) under the premise-free context within its question ``[N, C]``;
     ties by answer order (the first listed ranks first); missing answers rank last (``balance``'s ranks).
 
@@ -589,11 +578,8 @@ def prior_ranks(ll_short: torch.Tensor, ll_full: torch.Tensor) -> torch.Tensor:
 
 
 def balance_alpha(
-    ll_full: torch.Tensor,
-    ll_short: torch.Tensor,
-    alphas: Sequence[float] | torch.Tensor,
-    lengths: torch.Tensor | None = None,
-) -> tuple[float, torch.Tensor]:
+    ll_full: Tensor, ll_short: Tensor, alphas: Sequence[float] | Tensor, lengths: Tensor | None = None
+) -> tuple[float, Tensor]:
     """The grid value whose predictions are spread most evenly over the premise-free rank of the predicted
     answer, and the distance at every grid value ``[A]``.
 
@@ -639,11 +625,11 @@ def balance_alpha(
 
 def choice_alphas(
     rule: ChoiceRule,
-    ll_full: torch.Tensor,
-    ll_short: torch.Tensor,
-    alphas: Sequence[float] | torch.Tensor,
-    lengths: torch.Tensor | None = None,
-) -> torch.Tensor:
+    ll_full: Tensor,
+    ll_short: Tensor,
+    alphas: Sequence[float] | Tensor,
+    lengths: Tensor | None = None,
+) -> Tensor:
     """Each question's alpha ``[N]`` (float64) under a multiple-choice rule; the transductive rules give
     every question of the split the same value (eq. 2's alpha, per question).
 

@@ -34,6 +34,12 @@ def accepts_kwarg(model: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def logits_to_keep(model: Any, n: int) -> dict[str, int]:
+    """The keyword argument that sends only the last ``n`` positions through the LM head
+    (``logits_to_keep=n``), where the model's ``forward`` takes it; none where it does not."""
+    return {"logits_to_keep": n} if accepts_kwarg(model, "logits_to_keep") else {}
+
+
 def input_device(model: Any) -> torch.device:
     """Where the model's input ids go: its embedding's device (the first device of a sharded model)."""
     try:
@@ -85,8 +91,7 @@ def last_position_log_probs(
     """
     if attention_mask is not None and "position_ids" not in kwargs:
         kwargs["position_ids"] = positions_from_mask(attention_mask)
-    if accepts_kwarg(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = 1
+    kwargs.update(logits_to_keep(model, 1))
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
     return log_softmax32(out.logits[:, -1, :])
 
@@ -140,8 +145,7 @@ def windowed_log_probs(
     pieces: list[torch.Tensor] = []
     with torch.no_grad():
         for lo in range(0, rows.numel(), chunk_size):
-            r = rows[lo : lo + chunk_size]
-            c = cols[lo : lo + chunk_size]
+            r, c = rows[lo : lo + chunk_size], cols[lo : lo + chunk_size]
             windows = input_ids[r.view(-1, 1), c.view(-1, 1) + offsets.view(1, -1)]  # [n, k]
             if prefix_t.numel():
                 windows = torch.cat([prefix_t.view(1, -1).expand(windows.shape[0], -1), windows], dim=1)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+from torch import Tensor
 
 from cblight.option_types import PositiveInt
 
@@ -39,7 +40,6 @@ __all__ = [
     "BoostForm",
     "binomial_stderr",
     "boosted_log_probs",
-    "choice_accuracy",
     "choice_accuracy_curve",
     "choice_predictions",
     "choice_scores",
@@ -92,7 +92,7 @@ def too_large_alpha(alphas: Sequence[float]) -> str | None:
     return None
 
 
-def log_softmax32(logits: torch.Tensor) -> torch.Tensor:
+def log_softmax32(logits: Tensor) -> Tensor:
     """Log-softmax over the last axis in float32, whatever dtype the model ran in (docs/design.md, "Mathematics").
 
     Args:
@@ -109,9 +109,7 @@ def log_softmax32(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1)
 
 
-def two_expert_weights(
-    alpha: float | torch.Tensor, form: BoostForm
-) -> tuple[float | torch.Tensor, float | torch.Tensor]:
+def two_expert_weights(alpha: float | Tensor, form: BoostForm) -> tuple[float | Tensor, float | Tensor]:
     """Weights ``(w_full, w_short)`` of the paper's two-expert forms (the table of docs/design.md,
     "Mathematics").
 
@@ -129,11 +127,11 @@ def two_expert_weights(
         >>> two_expert_weights(-0.5, "generation")
         (1.5, -0.5)
     """
-    a = alpha if isinstance(alpha, torch.Tensor) else float(alpha)
+    a = alpha if isinstance(alpha, Tensor) else float(alpha)
     return (1.0, a) if form == "next_token" else (1.0 - a, a)
 
 
-def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | torch.Tensor]) -> torch.Tensor:
+def mix_log_probs(log_probs: Sequence[Tensor], weights: Sequence[float | Tensor]) -> Tensor:
     """Unnormalised ``Σ_k w_k · log f_k`` (the exponent of eq. 1), free of NaN.
 
     A weight is a number, or a tensor that broadcasts against its expert (one weight per row, ``[N, 1]``:
@@ -160,11 +158,11 @@ def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | t
         >>> mix_log_probs([full, short], [1.0, -0.5])
         tensor([[ 0.7122, -1.2878, -1.2878]])
     """
-    total: torch.Tensor | None = None
+    total: Tensor | None = None
     vetoed: Any = False  # -inf under a positively weighted expert
     forced: Any = False  # -inf under a negatively weighted expert
     for lp, w in zip(log_probs, weights, strict=True):
-        w = w.to(lp.device, torch.float32) if isinstance(w, torch.Tensor) else float(w)
+        w = w.to(lp.device, torch.float32) if isinstance(w, Tensor) else float(w)
         if isinstance(w, float) and w == 0.0:
             continue
         lp = lp.float()
@@ -178,7 +176,7 @@ def mix_log_probs(log_probs: Sequence[torch.Tensor], weights: Sequence[float | t
     return torch.where(vetoed, torch.full_like(total, -math.inf), total)
 
 
-def normalize_log_scores(scores: torch.Tensor) -> torch.Tensor:
+def normalize_log_scores(scores: Tensor) -> Tensor:
     """Log-softmax over the last axis that tolerates ``+inf`` entries.
 
     A row holding ``+inf`` entries puts all its mass, uniformly, on them (the limit of the product of
@@ -199,15 +197,11 @@ def normalize_log_scores(scores: torch.Tensor) -> torch.Tensor:
     scores = scores.float()
     pos_inf = torch.isposinf(scores)
     has_pos_inf = pos_inf.any(dim=-1, keepdim=True)
-    finite_view = torch.where(
-        has_pos_inf,
-        torch.where(pos_inf, torch.zeros_like(scores), torch.full_like(scores, -math.inf)),
-        scores,
-    )
-    return torch.log_softmax(finite_view, dim=-1)
+    only_pos_inf = torch.where(pos_inf, 0.0, -math.inf)  # a row's mass, uniformly on its +inf entries
+    return torch.log_softmax(torch.where(has_pos_inf, only_pos_inf, scores), dim=-1)
 
 
-def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+def product_of_experts(log_probs: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
     """Normalised ``log f_alpha = log_softmax(Σ_k alpha_k log f_k)`` (paper eq. 1), any number of experts.
 
     Args:
@@ -236,8 +230,8 @@ def product_of_experts(log_probs: Sequence[torch.Tensor], weights: Sequence[floa
 
 
 def boosted_log_probs(
-    full: torch.Tensor, short: torch.Tensor, alpha: float | torch.Tensor, form: BoostForm = "next_token"
-) -> torch.Tensor:
+    full: Tensor, short: Tensor, alpha: float | Tensor, form: BoostForm = "next_token"
+) -> Tensor:
     """Normalised two-expert boosted log-probabilities (the table of docs/design.md, "Mathematics"), float32.
 
     ``alpha`` is one number, or one per row of ``full`` (``[N]``, the per-position rules of docs/adaptive.md):
@@ -267,7 +261,7 @@ def boosted_log_probs(
         >>> boosted_log_probs(full, short, alpha=-0.5, form="generation").exp()
         tensor([[0.8835, 0.0725, 0.0440]])
     """
-    if not isinstance(alpha, torch.Tensor):
+    if not isinstance(alpha, Tensor):
         return product_of_experts([full, short], two_expert_weights(alpha, form))
     rows = alpha.to(full.device, torch.float32).view(-1, *([1] * (full.dim() - 1)))
     return normalize_log_scores(mix_log_probs([full, short], two_expert_weights(rows, form)))
@@ -300,7 +294,7 @@ def short_context_ids(ids: Sequence[int], k: PositiveInt, special_prefix: Sequen
     return ids[-k:]
 
 
-def first_argmax(values: torch.Tensor) -> int:
+def first_argmax(values: Tensor) -> int:
     """Flat index of the first maximum in row-major order: ties go to the first grid value, as the
     reference's ``np.argmax`` does (docs/design.md, "Mathematics").
 
@@ -323,12 +317,8 @@ def first_argmax(values: torch.Tensor) -> int:
 
 
 def next_token_alpha_sweep(
-    full: torch.Tensor,
-    short: torch.Tensor,
-    targets: torch.Tensor,
-    alphas: torch.Tensor,
-    form: BoostForm = "next_token",
-) -> dict[str, torch.Tensor]:
+    full: Tensor, short: Tensor, targets: Tensor, alphas: Tensor, form: BoostForm = "next_token"
+) -> dict[str, Tensor]:
     """Boosted next-token predictions for every alpha of a grid, from cached expert log-probs (paper §3,
     Tables 1 and 5).
 
@@ -357,11 +347,10 @@ def next_token_alpha_sweep(
         >>> sweep["rank"]
         tensor([[1, 1]])
     """
-    full = full.float()
-    short = short.float()
+    full, short = full.float(), short.float()
     finite = bool(torch.isfinite(full).all()) and bool(torch.isfinite(short).all())
     tgt = targets.to(full.device).view(-1, 1)
-    out: dict[str, list[torch.Tensor]] = {"correct": [], "log_prob": [], "rank": []}
+    out: dict[str, list[Tensor]] = {"correct": [], "log_prob": [], "rank": []}
     for alpha in alphas.tolist():
         w_full, w_short = two_expert_weights(alpha, form)
         if finite:
@@ -382,11 +371,8 @@ def next_token_alpha_sweep(
 
 
 def choice_scores(
-    ll_full: torch.Tensor,
-    ll_short: torch.Tensor,
-    alphas: torch.Tensor | float,
-    lengths: torch.Tensor | None = None,
-) -> torch.Tensor:
+    ll_full: Tensor, ll_short: Tensor, alphas: Tensor | float, lengths: Tensor | None = None
+) -> Tensor:
     """``log f(a | full) + alpha · log f(a | premise-free)`` (paper eq. 2), float64.
 
     Missing choices (ragged choice counts) are ``-inf`` in ``ll_full`` and stay ``-inf``.
@@ -412,8 +398,7 @@ def choice_scores(
     """
     full = ll_full.double()
     missing = torch.isneginf(full)
-    short = ll_short.double()
-    short = torch.where(missing | ~torch.isfinite(short), torch.zeros_like(short), short)
+    short = torch.where(missing | ~torch.isfinite(ll_short), 0.0, ll_short.double())
     alpha_t = torch.as_tensor(alphas, dtype=torch.float64, device=ll_full.device)
     if alpha_t.dim() == 1:  # a grid
         alpha_t = alpha_t.view(-1, 1, 1)
@@ -424,11 +409,8 @@ def choice_scores(
 
 
 def choice_predictions(
-    ll_full: torch.Tensor,
-    ll_short: torch.Tensor,
-    alphas: torch.Tensor | float,
-    lengths: torch.Tensor | None = None,
-) -> torch.Tensor:
+    ll_full: Tensor, ll_short: Tensor, alphas: Tensor | float, lengths: Tensor | None = None
+) -> Tensor:
     """Predicted choice index for every alpha (paper eq. 2); ties go to the first choice, like ``np.argmax`` in
     the reference.
 
@@ -453,12 +435,8 @@ def choice_predictions(
 
 
 def choice_accuracy_curve(
-    ll_full: torch.Tensor,
-    ll_short: torch.Tensor,
-    labels: torch.Tensor,
-    alphas: torch.Tensor,
-    lengths: torch.Tensor | None = None,
-) -> torch.Tensor:
+    ll_full: Tensor, ll_short: Tensor, labels: Tensor, alphas: Tensor, lengths: Tensor | None = None
+) -> Tensor:
     """Accuracy at every alpha of a grid (paper eq. 2, Table 4's sweep), from one pass of cached
     log-likelihoods.
 
@@ -481,35 +459,6 @@ def choice_accuracy_curve(
     """
     preds = choice_predictions(ll_full, ll_short, alphas.reshape(-1), lengths)
     return (preds == labels.view(1, -1).to(preds.device)).double().mean(dim=1)
-
-
-def choice_accuracy(
-    ll_full: torch.Tensor,
-    ll_short: torch.Tensor,
-    labels: torch.Tensor,
-    alpha: float,
-    lengths: torch.Tensor | None = None,
-) -> float:
-    """Accuracy at one alpha (e.g. 0 for ``f_max``, -1 for PMI), whether or not it is on the grid.
-
-    Args:
-        ll_full: ``[N, C]`` each answer's log-likelihood after the full context.
-        ll_short: ``[N, C]`` the same after the premise-free context.
-        labels: ``[N]`` the correct choice of each question.
-        alpha: the boosting coefficient.
-        lengths: ``[N, C]`` answer lengths in characters, for length normalisation.
-
-    Returns:
-        The share of questions answered correctly.
-
-    Examples:
-        >>> import torch
-        >>> ll_full = torch.tensor([[-2.0, -1.0], [-1.0, -3.0]])
-        >>> ll_short = torch.tensor([[-1.0, -3.0], [-2.0, -1.0]])
-        >>> choice_accuracy(ll_full, ll_short, torch.tensor([1, 0]), alpha=0.0)
-        1.0
-    """
-    return float(choice_accuracy_curve(ll_full, ll_short, labels, torch.tensor([alpha]), lengths)[0])
 
 
 def binomial_stderr(accuracy: float, n: int) -> float:

@@ -111,13 +111,9 @@ class Evaluator(LightningModule):
         return SyncedForwards(is_sharded(trainer) and trainer.world_size > 1, self.device)
 
     def _load_model(self) -> None:
-        device_map = self.hparams.device_map
+        device_map, mesh = self.hparams.device_map, fsdp_mesh(self._trainer)
         model = build_causal_lm(
-            self.model_name,
-            self.load,
-            mesh=fsdp_mesh(self._trainer),
-            device=self.device,
-            device_map=device_map,
+            self.model_name, self.load, mesh=mesh, device=self.device, device_map=device_map
         )
         if device_map is not None:
             self._sharded_lm = model
@@ -192,8 +188,7 @@ class Evaluator(LightningModule):
     def _store(self, key: Any, records: Sequence[dict[str, Any]]) -> None:
         """Append fresh records to the cache under ``key`` and to this process's view of it."""
         self._caches[key].append(records)
-        for rec in records:
-            self._cached[key][rec["id"]] = rec
+        self._cached[key].update((rec["id"], rec) for rec in records)
 
     # -- results -------------------------------------------------------------------------------------------
     def _key(self, task: str) -> str:
@@ -214,17 +209,9 @@ class Evaluator(LightningModule):
         """
         from cblight import __version__
 
-        return atomic_write_json(
-            self.output_dir / "results.json",
-            {
-                "cblight_version": __version__,
-                **self.model_settings,
-                **settings,
-                "seconds": round(time.time() - self._started, 1),
-                "summary": summary,
-                "tasks": self.results,
-            },
-        )
+        run = {"cblight_version": __version__, **self.model_settings, **settings}
+        run.update(seconds=round(time.time() - self._started, 1), summary=summary, tasks=self.results)
+        return atomic_write_json(self.output_dir / "results.json", run)
 
     # -- comparisons (``--compare``, ``cblight.runs.run_comparison``) ------------------------------------------
     def check_checkpoint(self, path: str) -> Any:

@@ -317,8 +317,7 @@ class Boosting:
             (4, {'max_new_tokens': 8})
         """
         given = {f.name: kwargs.pop(prefix + f.name) for f in fields(cls) if prefix + f.name in kwargs}
-        unknown = [k for k in kwargs if k.startswith(prefix)]
-        if unknown:
+        if unknown := [k for k in kwargs if k.startswith(prefix)]:
             names = ", ".join(prefix + f.name for f in fields(cls))
             raise BoostingError(f"unknown boosting option {unknown[0]!r}; the options are {names}")
         return cls(**given) if given else None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import io
 import json
-import logging
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from cblight.errors import CblightError
-
-log = logging.getLogger(__name__)
 
 
 class OutputWriteError(CblightError):

@@ -25,11 +25,11 @@ from typing import Any, Literal, Protocol
 import torch
 
 from cblight.batching import (
-    accepts_kwarg,
     cache_argument,
     input_device,
     last_position_log_probs,
     left_pad,
+    logits_to_keep,
     output_cache,
     positions_from_mask,
     right_pad,
@@ -395,14 +395,11 @@ class Scorer:
         ids, mask = left_pad([g.context for g in groups], self.pad_id, device)
         conts = [c for g in groups for c in g.continuations]
         need_tail = any(len(c) > 1 for c in conts)
-        kwargs: dict[str, Any] = {"position_ids": positions_from_mask(mask)}
-        if accepts_kwarg(self.model, "logits_to_keep"):
-            kwargs["logits_to_keep"] = 1
+        kwargs = {"position_ids": positions_from_mask(mask), **logits_to_keep(self.model, 1)}
         out = self.model(input_ids=ids, attention_mask=mask, use_cache=need_tail, **kwargs)
         first = log_softmax32(out.logits[:, -1, :])  # [G, V]: the first continuation token of each group
-        row_group = torch.tensor(
-            [gi for gi, g in enumerate(groups) for _ in g.continuations], dtype=torch.long, device=device
-        )
+        group_of_row = [gi for gi, g in enumerate(groups) for _ in g.continuations]
+        row_group = torch.tensor(group_of_row, dtype=torch.long, device=device)
         first_rows = first.index_select(0, row_group)
         first_tok = torch.tensor([c[0] for c in conts], dtype=torch.long, device=device)
         tok_lp = first_rows.gather(1, first_tok[:, None])
@@ -420,12 +417,9 @@ class Scorer:
             # padding after a short continuation would otherwise run past the position table when a
             # long context shares the batch (masked, but still an embedding lookup)
             pos = torch.where(tail_mask.bool(), pos, ctx_len.view(-1, 1) - 1)
+            past = {cache_argument(self.model): cache}
             out2 = self.model(
-                input_ids=tail_ids,
-                attention_mask=full_mask,
-                position_ids=pos,
-                use_cache=False,
-                **{cache_argument(self.model): cache},
+                input_ids=tail_ids, attention_mask=full_mask, position_ids=pos, use_cache=False, **past
             )
             tail_targets, _ = right_pad([c[1:] for c in conts], self.pad_id, device)
             lp = log_softmax32(out2.logits)
@@ -464,10 +458,8 @@ class Scorer:
         """
         ids, mask = right_pad(rows, self.pad_id, self.device)
         logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        index = torch.tensor(
-            [[s + min(j, n - 1) for j in range(max(lengths))] for s, n in zip(starts, lengths)],
-            device=logits.device,
-        )
+        positions = [[s + min(j, n - 1) for j in range(max(lengths))] for s, n in zip(starts, lengths)]
+        index = torch.tensor(positions, device=logits.device)
         return log_softmax32(logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1])))
 
     def _score_rows(self, groups: list[_Group]) -> list[list[ContinuationScore]]:
@@ -479,9 +471,8 @@ class Scorer:
             [len(c) for c in conts],
         )
         targets, _ = right_pad(conts, self.pad_id, lp.device)
-        return self._collect(
-            groups, conts, lp.gather(-1, targets[..., None]).squeeze(-1), lp.argmax(-1) == targets
-        )
+        tok_lp = lp.gather(-1, targets[..., None]).squeeze(-1)
+        return self._collect(groups, conts, tok_lp, lp.argmax(-1) == targets)
 
     # -- next-token distributions ------------------------------------------------------------------------
     def cut_context(self, ids: Sequence[int]) -> list[int]:
@@ -541,7 +532,6 @@ class Scorer:
         if full is None:
             return self.next_token_log_probs(shorts)
         out = full.clone()
-        todo = [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]
-        if todo:
+        if todo := [i for i, (s, c) in enumerate(zip(shorts, contexts)) if len(s) < len(c)]:
             out[torch.tensor(todo, device=out.device)] = self.next_token_log_probs([shorts[i] for i in todo])
         return out

@@ -160,15 +160,11 @@ class BoostedEvaluator(Evaluator):
         check_arguments(type(self).__init__, locals())
         super().__init__(model, tokenizer, load, output_dir, overwrite, run_label)
         self.save_hyperparameters()
-        self.backend: LocalBackend | ServedBackend
-        if backend == "openai":
-            self.backend = ServedBackend(server or ServerOptions())
-            # the server tokenises; a local tokenizer (optional) only spells special tokens
-            self.tokenizer_name = tokenizer
-        elif server is not None:
+        if backend == "local" and server is not None:
             raise ConfigError("server options are for backend: openai (this run's backend is local)")
-        else:
-            self.backend = LocalBackend()
+        self.backend = ServedBackend(server or ServerOptions()) if backend == "openai" else LocalBackend()
+        if backend == "openai":
+            self.tokenizer_name = tokenizer  # the server tokenises; a local one only spells special tokens
         self.choice_alphas = _grid(choice_alphas, AlphaGrid(2.0, -5.0, 0.01), "choice_alphas")
         self.next_token_alphas = _grid(next_token_alphas, AlphaGrid(0.0, -1.0, 0.1), "next_token_alphas")
         self.ks = list(ks) if ks is not None else list(DEFAULT_KS)
@@ -193,10 +189,7 @@ class BoostedEvaluator(Evaluator):
 
     # -- setup ---------------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        if stage not in _STAGE_ROLE:
-            raise ValueError(
-                f"BoostedEvaluator evaluates; it cannot run stage {stage!r} (use cblight evaluate)"
-            )
+        # validate or test: Lightning refuses to fit or predict with an evaluator (no training_step, no forward)
         role = _STAGE_ROLE[stage]
         dm = self._datamodule()
         self._clear_cache_once()
@@ -306,11 +299,9 @@ class BoostedEvaluator(Evaluator):
             if len(self.methods) > 1:
                 result["methods"] = kind.describe(split, self.methods[1:])
             self.results[split.name] = result
-            logged = {
-                f"test/{self._key(split.name)}/{k}": float(v)
-                for k, v in result["report"].items()
-                if type(v) in (int, float)  # not the split's name, the rule's summary, a bool
-            }
+            key = f"test/{self._key(split.name)}"
+            # the report's numbers: not the split's name, the rule's summary, a bool
+            logged = {f"{key}/{k}": float(v) for k, v in result["report"].items() if type(v) in (int, float)}
             self.log_dict(logged, sync_dist=True)  # identical on every rank: the sweeps are synced
             if self.trainer.is_global_zero:
                 written = write_task_files(
@@ -318,8 +309,7 @@ class BoostedEvaluator(Evaluator):
                 )
                 for logger in self.loggers if "plot" in written else ():
                     if hasattr(logger, "log_image"):  # WandbLogger
-                        key = f"test/{self._key(split.name)}/alpha_curve"
-                        logger.log_image(key=key, images=[str(written["plot"])])
+                        logger.log_image(key=f"{key}/alpha_curve", images=[str(written["plot"])])
             sweep.reset()
         if self.trainer.is_global_zero and self.results:
             settings: dict[str, Any] = {"length_normalize": self.length_normalize}

@@ -102,8 +102,6 @@ def fixed_labels(split: TaskSplit) -> tuple[str, ...] | None:
 def not_applicable(method: str, split: TaskSplit) -> str | None:
     """Why ``method`` cannot score ``split`` (``None`` when it can)."""
     task, kind = split.task.name, split.task.kind
-    if method == "boost":
-        return None
     if kind == "next_token":
         if method == "calibrate" and all(
             isinstance(ex, NextTokenExample) and ex.template for ex in split.examples
@@ -159,10 +157,7 @@ def pmi_scores(ll_full: torch.Tensor, ll_premise: torch.Tensor) -> torch.Tensor:
     Missing choices (ragged choice counts, ``−inf`` in ``ll_full``) stay ``−inf``.
     """
     full = ll_full.double()
-    missing = torch.isneginf(full)
-    return torch.where(
-        missing, full, full - torch.where(missing, torch.zeros_like(full), ll_premise.double())
-    )
+    return full - torch.where(torch.isneginf(full), 0.0, ll_premise.double())  # -inf - 0 stays -inf
 
 
 def calibration_prior(ll_content_free: torch.Tensor, reduce: Literal["mean", "min"] = "mean") -> torch.Tensor:
@@ -193,9 +188,7 @@ def calibrated_scores(ll_full: torch.Tensor, prior: torch.Tensor) -> torch.Tenso
 
 def predictions(scores: torch.Tensor) -> torch.Tensor:
     """The best choice of each row, ties to the first (the reference's ``np.argmax``): ``[N]``."""
-    best = scores.max(dim=-1, keepdim=True).values
-    hit = scores == best
-    return torch.where(hit, torch.arange(scores.shape[-1]).view(1, -1), scores.shape[-1]).min(dim=-1).values
+    return scores.argmax(dim=-1)  # torch.argmax returns the first of equal maxima
 
 
 def calibrated_next_token(

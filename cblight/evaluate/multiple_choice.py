@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
 from cblight.adaptive import choice_alphas, context_gain, prior_share, same_prior_everywhere, summary
@@ -22,7 +21,7 @@ from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import ChoiceExample, Example
 from cblight.evaluate.method_prompts import channel_prefixes, domain_premise, method_prompts
 from cblight.evaluate.methods import METHOD_FIELDS, PREMISE_METHODS, fixed_labels, method_scores, predictions
-from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
+from cblight.evaluate.task_scoring import Record, Rows, Sweep, TaskScoring, accuracy
 from cblight.metrics.sweeps import ChoiceSweep
 from cblight.scoring import TextScorer
 
@@ -59,7 +58,7 @@ class MultipleChoice(TaskScoring):
         )
         self._cf: list[list[float]] | None = None
 
-    def _record_has_shape(self, record: dict[str, Any], example: Example) -> bool:
+    def _record_has_shape(self, record: Record, example: Example) -> bool:
         n = len(example.choices) if isinstance(example, ChoiceExample) else -1
         return all(
             isinstance(record[f], list) and len(record[f]) == n
@@ -91,12 +90,8 @@ class MultipleChoice(TaskScoring):
         return digest(repr(self._groups(method, ex)))
 
     def score(
-        self,
-        scorer: TextScorer,
-        split: TaskSplit,
-        examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]],
-    ) -> list[dict[str, Any]]:
+        self, scorer: TextScorer, split: TaskSplit, examples: Sequence[Example], previous: dict[int, Record]
+    ) -> list[Record]:
         choices = [ex for ex in examples if isinstance(ex, ChoiceExample)]
         groups: list[tuple[str, Sequence[str]]] = []
         names: list[str] = []
@@ -110,11 +105,10 @@ class MultipleChoice(TaskScoring):
                 elif part == "calibrate":
                     need_cf = need_cf or self._cf is None
                     continue
-                elif part in PREMISE_METHODS and self._groups(part, ex)[0][0] == ex.premise_free:
-                    slots.append((i, part, 0))  # the premise-free context's numbers serve: no new pass
-                    continue
                 else:
                     new = self._groups(part, ex)
+                    if part in PREMISE_METHODS and new[0][0] == ex.premise_free:
+                        new = []  # the premise-free context's numbers serve: no new pass
                     labels = [part] * len(new)
                 groups += new
                 names += [f"{split.name} {ex.where} ({label})" for label in labels]
@@ -125,7 +119,7 @@ class MultipleChoice(TaskScoring):
         scores = scorer.score_text(groups, names) if groups else []
         if need_cf:
             self._cf = [[s.log_prob for s in row] for row in scores[len(scores) - len(self.content_free) :]]
-        records: dict[int, dict[str, Any]] = {}
+        records: dict[int, Record] = {}
         for ex in choices:  # the cached record of the same input keeps its valid parts
             old = previous.get(ex.idx) or {}
             old = old if old.get("input") == self.input_digest(ex) else {}
@@ -174,24 +168,18 @@ class MultipleChoice(TaskScoring):
             info["channel"]["label_prefixes"] = self.channel
         return info
 
-    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
-        sweep.update(
-            *(
-                [r[field] for r in records]
-                for field in ("id", "label", "ll_full", "ll_short", "char_lengths")
-            ),
-            method_scores=[method_scores(self.methods, r) for r in records] if self.methods else None,
-        )
+    def update(self, sweep: Any, records: Sequence[Record]) -> None:
+        columns = ([r[f] for r in records] for f in ("id", "label", "ll_full", "ll_short", "char_lengths"))
+        scores = [method_scores(self.methods, r) for r in records] if self.methods else None
+        sweep.update(*columns, method_scores=scores)
 
     # -- selection and report ------------------------------------------------------------------------------
-    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
-        info = self._selection_info(split, out)
+    def best(self, out: Sweep) -> dict[str, Any]:
         best = first_argmax(out["acc"])
-        info.update(alpha_star=self.alphas[best], acc=float(out["acc"][best]), curve=out["acc"].tolist())
-        return info
+        return {"alpha_star": self.alphas[best], "acc": float(out["acc"][best]), "curve": out["acc"].tolist()}
 
     def report(
-        self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
+        self, split: TaskSplit, out: Sweep, selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
         full, short = out["ll_full"], out["ll_short"]
         lengths = out["char_lengths"] if self.length_normalize else None
@@ -203,7 +191,7 @@ class MultipleChoice(TaskScoring):
         report: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
         for name, pred in preds.items():
             report.update(accuracy(pred == labels, f"acc_{name}"))
-        best = self.select(split, out)  # the report split's own best alpha: the oracle
+        best = self.best(out)  # the report split's own best alpha: the oracle
         report.update(oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
         if selection is not None:
             alpha = selection["alpha_star"]
@@ -214,29 +202,14 @@ class MultipleChoice(TaskScoring):
             adaptive = choice_alphas(self.adaptive, full, short, self.alphas, lengths)
             preds["adaptive"] = choice_predictions(full, short, adaptive.view(-1, 1), lengths)
             report.update(accuracy(preds["adaptive"] == labels, "acc_adaptive"))
-            report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
+            info = report["adaptive"] = {"rule": self.adaptive, **summary(adaptive)}
             if self.adaptive == "gated":  # what the gate read, so a fallback to the base model is visible
                 gain, stderr = context_gain(full, short, lengths)
                 same = same_prior_everywhere(full, short)
                 share = prior_share(full, short, lengths) if same else None  # the gate of a fixed label set
-                report["adaptive"]["gate"] = {
-                    "context_gain": gain,
-                    "stderr": stderr,
-                    "same_prior": same,
-                    "prior_share": share,
-                }
-        result = {
-            "kind": "multiple_choice",
-            "title": split.task.title,
-            "length_normalize": self.length_normalize,
-            "report": report,
-            "selection": {k: v for k, v in (selection or {}).items() if k != "curve"} or None,
-            "sweep": {
-                "alphas": self.alphas,
-                "report_acc": best["curve"],
-                "selection_acc": selection["curve"] if selection else None,
-            },
-        }
+                info["gate"] = dict(context_gain=gain, stderr=stderr, same_prior=same, prior_share=share)
+        sweep = {"alphas": self.alphas, "report_acc": best["curve"]}
+        result = self._result(split, report, selection, sweep, length_normalize=self.length_normalize)
         rows = []
         for i, idx in enumerate(out["ids"].tolist()):
             ex = split.by_idx[idx]

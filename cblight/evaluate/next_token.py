@@ -18,17 +18,12 @@ import torch
 from torch import nn
 
 from cblight.adaptive import NEXT_TOKEN_UNIT, summary, token_alphas, unit_k
-from cblight.boosting import (
-    binomial_stderr,
-    boosted_log_probs,
-    first_argmax,
-    next_token_alpha_sweep,
-)
+from cblight.boosting import boosted_log_probs, first_argmax, next_token_alpha_sweep
 from cblight.cache import digest
 from cblight.data.datamodule import TaskSplit
 from cblight.data.examples import DataError, Example, NextTokenExample
 from cblight.evaluate.methods import calibrated_next_token
-from cblight.evaluate.task_scoring import Rows, TaskScoring, accuracy
+from cblight.evaluate.task_scoring import Record, Rows, Sweep, TaskScoring, accuracy
 from cblight.metrics.sweeps import NextTokenSweep
 from cblight.scoring import Scorer
 
@@ -69,7 +64,7 @@ class NextToken(TaskScoring):
     def signature(self) -> dict[str, Any]:
         return {"ks": self.ks, "alphas": self.alphas}
 
-    def _record_has_shape(self, record: dict[str, Any], example: Example) -> bool:
+    def _record_has_shape(self, record: Record, example: Example) -> bool:
         per_k = ("short_log_prob", "short_rank", "boosted_correct", "boosted_log_prob", "boosted_rank")
         return all(isinstance(record[f], list) and len(record[f]) == len(self.ks) for f in per_k) and all(
             isinstance(row, list) and len(row) == len(self.alphas) for f in per_k[2:] for row in record[f]
@@ -82,21 +77,15 @@ class NextToken(TaskScoring):
         assert isinstance(ex, NextTokenExample)
         return digest(repr((ex.template, self.content_free, self.options.calibrate_top_n)))
 
-    def missing(self, record: dict[str, Any] | None, ex: Example) -> list[str]:
-        stale = super().missing(record, ex) or (
-            self.adaptive is not None
-            and record is not None
-            and record.get("adaptive_rule") != self.adaptive_key
+    def missing(self, record: Record | None, ex: Example) -> list[str]:
+        stale = super().missing(record, ex) or (  # a record is missing, or scored under another rule
+            self.adaptive is not None and record.get("adaptive_rule") != self.adaptive_key
         )
         return ["boost", *self.methods] if stale else []  # calibration and the rule need the full pass again
 
     def score(
-        self,
-        scorer: Scorer,
-        split: TaskSplit,
-        examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]],
-    ) -> list[dict[str, Any]]:
+        self, scorer: Scorer, split: TaskSplit, examples: Sequence[Example], previous: dict[int, Record]
+    ) -> list[Record]:
         enc = scorer.encoder
         passages = [ex for ex in examples if isinstance(ex, NextTokenExample)]
         contexts, targets = [], []
@@ -117,13 +106,11 @@ class NextToken(TaskScoring):
             s_lp = short.gather(1, tgt[:, None]).squeeze(1)
             per_k["short_log_prob"].append(s_lp)
             per_k["short_rank"].append((short > s_lp[:, None]).sum(-1) + 1)
-            sweep = next_token_alpha_sweep(full, short, tgt, torch.tensor(self.alphas), "next_token")
-            for name in ("correct", "log_prob", "rank"):
-                per_k[f"boosted_{name}"].append(sweep[name].int() if name == "correct" else sweep[name])
+            for name, column in next_token_alpha_sweep(full, short, tgt, torch.tensor(self.alphas)).items():
+                per_k[f"boosted_{name}"].append(column.int() if name == "correct" else column)
         calibrated = None
         if "calibrate" in self.methods:  # one pass per relation template and content-free input, kept
-            new = sorted({ex.template for ex in passages} - set(self._cf))
-            if new:
+            if new := sorted({ex.template for ex in passages} - set(self._cf)):
                 prompts = [enc.context(t.replace("[X]", cf)) for t in new for cf in self.content_free]
                 lp = scorer.next_token_log_probs(prompts).view(len(new), len(self.content_free), -1)
                 self._cf.update({t: lp[i] for i, t in enumerate(new)})
@@ -174,27 +161,23 @@ class NextToken(TaskScoring):
             "adaptive_grid_log_prob": grid["log_prob"].tolist(),
         }
 
-    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None:
-        sweep.update(
-            [r["id"] for r in records],
-            **{name: torch.tensor([r[name] for r in records]) for name in sweep.columns},
-        )
+    def update(self, sweep: Any, records: Sequence[Record]) -> None:
+        columns = {name: torch.tensor([r[name] for r in records]) for name in sweep.columns}
+        sweep.update([r["id"] for r in records], **columns)
 
     # -- selection and report ------------------------------------------------------------------------------
-    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
-        info = self._selection_info(split, out)
+    def best(self, out: Sweep) -> dict[str, Any]:
         ki, ai = divmod(first_argmax(out["acc"]), len(self.alphas))
-        info.update(
-            k_star=self.ks[ki],
-            alpha_star=self.alphas[ai],
-            acc=float(out["acc"][ki, ai]),
-            curve=out["acc"].tolist(),
-            ppl=out["ppl"].tolist(),
-        )
-        return info
+        return {
+            "k_star": self.ks[ki],
+            "alpha_star": self.alphas[ai],
+            "acc": float(out["acc"][ki, ai]),
+            "curve": out["acc"].tolist(),
+            "ppl": out["ppl"].tolist(),
+        }
 
     def report(
-        self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
+        self, split: TaskSplit, out: Sweep, selection: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Rows]:
         n = int(out["ids"].numel())
         report: dict[str, Any] = {
@@ -205,7 +188,7 @@ class NextToken(TaskScoring):
         }
         if "calibrate" in self.methods:  # Table 5's "Zhao et al." row
             report.update(accuracy(out["calibrated_correct"], "acc_calibrate"))
-        best = self.select(split, out)  # the report split's own best (k, alpha): the oracle
+        best = self.best(out)  # the report split's own best (k, alpha): the oracle
         report.update(oracle_k=best["k_star"], oracle_alpha=best["alpha_star"], oracle_acc=best["acc"])
         if self.adaptive is not None:  # no labels: k from the input, alpha from the rule
             alpha, correct, log_prob = (out[f"adaptive_{n}"] for n in ("alpha", "correct", "log_prob"))
@@ -219,71 +202,45 @@ class NextToken(TaskScoring):
             report.update(accuracy(correct, "acc_adaptive"))
             report["ppl_adaptive"] = float(torch.exp(-log_prob.double().mean()))
             k = out["adaptive_k"].double()
-            report["adaptive"] = {
-                "rule": self.adaptive,
-                "unit": NEXT_TOKEN_UNIT,
-                **summary(alpha),
-                "k_mean": float(k.mean()),
-                "k_sd": float(k.std(unbiased=False)),
-            }
-        ki = ai = None
+            spread = {"k_mean": float(k.mean()), "k_sd": float(k.std(unbiased=False))}
+            report["adaptive"] = {"rule": self.adaptive, "unit": NEXT_TOKEN_UNIT, **summary(alpha), **spread}
         if selection is not None:
             ki, ai = self.ks.index(selection["k_star"]), self.alphas.index(selection["alpha_star"])
-            acc = float(out["acc"][ki, ai])
             report.update(
                 k_star=selection["k_star"],
                 alpha_star=selection["alpha_star"],
-                acc=acc,
-                acc_stderr=binomial_stderr(acc, n),
+                **accuracy(out["boosted_correct"][:, ki, ai], "acc"),
                 ppl=float(out["ppl"][ki, ai]),
             )
-        result = {
-            "kind": "next_token",
-            "title": split.task.title,
-            "report": report,
-            "selection": {k: v for k, v in (selection or {}).items() if k not in ("curve", "ppl")} or None,
-            "sweep": {
-                "ks": self.ks,
-                "alphas": self.alphas,
-                "report_acc": out["acc"].tolist(),
-                "report_ppl": out["ppl"].tolist(),
-                "selection_acc": selection["curve"] if selection else None,
-            },
+        sweep = {"ks": self.ks, "alphas": self.alphas, "report_acc": best["curve"], "report_ppl": best["ppl"]}
+        result = self._result(split, report, selection, sweep)
+        # the prediction rows, column by column: tensors become Python numbers, 0/1 flags booleans
+        columns: dict[str, Any] = {
+            "id": out["ids"],
+            "target_id": out["target"],
+            "target": [self.decode([t]) for t in out["target"].tolist()],
+            "full_rank": out["full_rank"],
+            "full_log_prob": out["full_log_prob"],
+            "correct_base": out["full_correct"].bool(),
+            "short_rank": out["short_rank"],
+            "short_log_prob": out["short_log_prob"],  # log f_k(target), one per k
         }
-        rows = []
-        for i, idx in enumerate(out["ids"].tolist()):
-            target = int(out["target"][i])
-            row = {
-                "id": idx,
-                "target_id": target,
-                "target": self.decode([target]),
-                "full_rank": int(out["full_rank"][i]),
-                "full_log_prob": float(out["full_log_prob"][i]),
-                "correct_base": bool(out["full_correct"][i]),
-                "short_rank": out["short_rank"][i].tolist(),
-                "short_log_prob": out["short_log_prob"][i].tolist(),  # log f_k(target), one per k
-            }
-            if "calibrate" in self.methods:
-                pred = int(out["calibrated_pred"][i])
-                row.update(
-                    pred_calibrate=self.decode([pred]), correct_calibrate=bool(out["calibrated_correct"][i])
-                )
-            if self.adaptive is not None:
-                row.update(
-                    k_adaptive=int(out["adaptive_k"][i]),
-                    alpha_adaptive=float(alpha[i]),
-                    adaptive_log_prob=float(log_prob[i]),
-                    correct_adaptive=bool(correct[i]),
-                    **({"adaptive_rank": int(rank[i])} if rank is not None else {}),
-                )
-            if ki is not None and ai is not None:
-                row.update(
-                    k_star=self.ks[ki],
-                    short_rank_k_star=int(out["short_rank"][i, ki]),
-                    short_log_prob_k_star=float(out["short_log_prob"][i, ki]),
-                    boosted_rank=int(out["boosted_rank"][i, ki, ai]),
-                    boosted_log_prob=float(out["boosted_log_prob"][i, ki, ai]),
-                    correct_boosted=bool(out["boosted_correct"][i, ki, ai]),
-                )
-            rows.append(row)
-        return result, rows
+        if "calibrate" in self.methods:
+            columns["pred_calibrate"] = [self.decode([p]) for p in out["calibrated_pred"].tolist()]
+            columns["correct_calibrate"] = out["calibrated_correct"].bool()
+        if self.adaptive is not None:
+            columns.update(k_adaptive=out["adaptive_k"], alpha_adaptive=alpha, adaptive_log_prob=log_prob)
+            columns["correct_adaptive"] = correct.bool()
+            if rank is not None:
+                columns["adaptive_rank"] = rank
+        if selection is not None:
+            columns.update(
+                k_star=[self.ks[ki]] * n,
+                short_rank_k_star=out["short_rank"][:, ki],
+                short_log_prob_k_star=out["short_log_prob"][:, ki],
+                boosted_rank=out["boosted_rank"][:, ki, ai],
+                boosted_log_prob=out["boosted_log_prob"][:, ki, ai],
+                correct_boosted=out["boosted_correct"][:, ki, ai].bool(),
+            )
+        values = [c.tolist() if isinstance(c, torch.Tensor) else c for c in columns.values()]
+        return result, [dict(zip(columns, row)) for row in zip(*values)]

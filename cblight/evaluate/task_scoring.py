@@ -39,7 +39,10 @@ from cblight.evaluate.methods import MethodOptions, not_applicable
 from cblight.results import atomic_write_jsonl, format_table, save_figure
 from cblight.scoring import TextScorer
 
-Rows = list[dict[str, Any]]
+Record = dict[str, Any]  #: one example's numbers, as the per-example cache keeps them
+Rows = list[dict[str, Any]]  #: the per-example prediction rows of a report
+#: a sweep metric's ``compute()`` output: the grid's curves and the synced table
+Sweep = dict[str, torch.Tensor]
 
 
 class TaskScoring(ABC):
@@ -58,18 +61,8 @@ class TaskScoring(ABC):
     def __init__(self, run: Any, split: TaskSplit, methods: Sequence[str], adaptive: str | None):
         self.methods = list(methods)
         self.adaptive = adaptive
-        self._options: MethodOptions | None = run.method_options
-
-    @property
-    def options(self) -> MethodOptions:
-        """The comparison methods' options: the run's, or their defaults (built only where a method runs, so
-        that a run without comparison methods never calls into ``cblight.evaluate.methods``)."""
-        return self._options or MethodOptions()
-
-    @property
-    def content_free(self) -> list[str]:
-        """Contextual calibration's content-free inputs for this kind of task."""
-        return self.options.content_free(self.kind)
+        self.options: MethodOptions = run.method_options or MethodOptions()  # the run's, or the defaults
+        self.content_free = self.options.content_free(self.kind)  # contextual calibration's inputs
 
     def signature(self) -> dict[str, Any]:
         return {}
@@ -84,16 +77,12 @@ class TaskScoring(ABC):
 
     @abstractmethod
     def score(
-        self,
-        scorer: TextScorer,
-        split: TaskSplit,
-        examples: Sequence[Example],
-        previous: dict[int, dict[str, Any]],
-    ) -> list[dict[str, Any]]:
+        self, scorer: TextScorer, split: TaskSplit, examples: Sequence[Example], previous: dict[int, Record]
+    ) -> list[Record]:
         """Records of ``examples``; ``previous`` holds their cached records (parts still valid are kept)."""
 
     @abstractmethod
-    def update(self, sweep: Any, records: Sequence[dict[str, Any]]) -> None: ...
+    def update(self, sweep: Any, records: Sequence[Record]) -> None: ...
 
     def describe(self, split: TaskSplit, requested: Sequence[str]) -> dict[str, Any]:
         """What ``results.json`` says about each requested comparison method: reported (with the strings
@@ -109,15 +98,13 @@ class TaskScoring(ABC):
         return info
 
     # -- the cache ---------------------------------------------------------------------------------------
-    def missing(self, record: dict[str, Any] | None, example: Example) -> list[str]:
+    def missing(self, record: Record | None, example: Example) -> list[str]:
         """The parts of ``record`` to (re)compute for ``example``: ``boost`` (everything, for a new or
-        changed example: another input, or not as many values as the example and grid need; a row of another
-        shape is recomputed, never read) or the methods whose inputs changed; empty when it is complete."""
-        if (
-            record is None
-            or record.get("input") != self.input_digest(example)
-            or not self._record_has_shape(record, example)
-        ):
+        changed example: another input, or not as many values as the example and grid need, which each kind's
+        ``_record_has_shape`` checks; a row of another shape is recomputed, never read) or the methods whose
+        inputs changed; empty when it is complete."""
+        fresh = record is not None and record.get("input") == self.input_digest(example)
+        if not (fresh and self._record_has_shape(record, example)):
             return ["boost", *self.methods]
         done = record.get("method_inputs", {})
         return [m for m in self.methods if done.get(m) != self.method_digest(m, example)]
@@ -126,27 +113,39 @@ class TaskScoring(ABC):
     def input_digest(example: Example) -> str:
         return digest(example.input_key())
 
-    def _record_has_shape(self, record: dict[str, Any], example: Example) -> bool:
-        """Whether a cached record holds one value per choice (or per k and alpha) of this run's grid."""
-        return True
-
     # -- selection and report ------------------------------------------------------------------------------
-    @abstractmethod
-    def select(self, split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
+    def select(self, split: TaskSplit, out: Sweep) -> dict[str, Any]:
         """alpha* (and k*) on the selection split, from the sweep's ``compute()`` output."""
-
-    @abstractmethod
-    def report(
-        self, split: TaskSplit, out: dict[str, torch.Tensor], selection: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], Rows]:
-        """The report split's result (``results.json``) and per-example prediction rows."""
-
-    @staticmethod
-    def _selection_info(split: TaskSplit, out: dict[str, torch.Tensor]) -> dict[str, Any]:
         info: dict[str, Any] = {"split": split.description, "n": int(out["ids"].numel())}
         if split.sampled_indices is not None:
             info["indices"] = split.sampled_indices
-        return info
+        return {**info, **self.best(out)}
+
+    @abstractmethod
+    def best(self, out: Sweep) -> dict[str, Any]:
+        """The best grid point of a sweep's ``compute()`` output (ties to the first), its accuracy and the
+        accuracy curve: alpha* (and k*) on the selection split, the oracle on the reported one."""
+
+    @abstractmethod
+    def report(
+        self, split: TaskSplit, out: Sweep, selection: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], Rows]:
+        """The report split's result (``results.json``) and per-example prediction rows."""
+
+    def _result(
+        self, split: TaskSplit, report: dict, selection: dict | None, sweep: dict, **extra: Any
+    ) -> dict:
+        """The split's entry of ``results.json``: ``extra`` settings, its report, the selection without its
+        curves, and the reported sweep beside the selection split's accuracy curve."""
+        chosen = {k: v for k, v in (selection or {}).items() if k not in ("curve", "ppl")}
+        return {
+            "kind": self.kind,
+            "title": split.task.title,
+            **extra,
+            "report": report,
+            "selection": chosen or None,
+            "sweep": {**sweep, "selection_acc": selection["curve"] if selection else None},
+        }
 
 
 def accuracy(correct: torch.Tensor, key: str) -> dict[str, float]:
@@ -159,21 +158,13 @@ SUMMARY_HEADERS = ["task", "split", "n", "acc@0", "acc@-1", "acc@alpha*", "alpha
 
 
 def write_task_files(
-    output_dir: Path,
-    split: TaskSplit,
-    result: dict[str, Any],
-    rows: list[dict[str, Any]],
-    model_name: str,
-    plots: bool,
+    output_dir: Path, split: TaskSplit, result: dict[str, Any], rows: Rows, model_name: str, plots: bool
 ) -> dict[str, Path]:
     """Predictions (and with ``plots`` the accuracy-vs-alpha plot: the reported and selection curves of a
     multiple-choice task, a next-token task's curves per k) of one task; paths recorded in
     ``result["files"]``."""
-    written = {
-        "predictions": atomic_write_jsonl(
-            output_dir / "predictions" / f"{split.name}.{split.split}.jsonl", rows
-        )
-    }
+    predictions = output_dir / "predictions" / f"{split.name}.{split.split}.jsonl"
+    written = {"predictions": atomic_write_jsonl(predictions, rows)}
     if plots:
         sweep, report = result["sweep"], result["report"]
         if result["kind"] == "multiple_choice":
@@ -182,17 +173,13 @@ def write_task_files(
             if sweep["selection_acc"] is not None:
                 curves[f"{result['selection']['split']} (alpha selection)"] = sweep["selection_acc"]
         else:
-            k_star = report.get("k_star", report["oracle_k"])
-            curves, highlight = next_token_curves(
-                sweep["ks"], sweep["report_acc"], k_star, report["oracle_k"]
-            )
+            oracle_k = report["oracle_k"]
+            k_star = report.get("k_star", oracle_k)
+            curves, highlight = next_token_curves(sweep["ks"], sweep["report_acc"], k_star, oracle_k)
+        plot = output_dir / "plots" / f"{split.name}.png"
+        title = f"{split.task.title}: accuracy vs alpha ({model_name})"
         written["plot"] = save_alpha_plot(
-            output_dir / "plots" / f"{split.name}.png",
-            f"{split.task.title}: accuracy vs alpha ({model_name})",
-            sweep["alphas"],
-            curves,
-            highlight=highlight,
-            chosen_alpha=report.get("alpha_star"),
+            plot, title, sweep["alphas"], curves, highlight=highlight, chosen_alpha=report.get("alpha_star")
         )
     result["files"] = {key: str(path.relative_to(output_dir)) for key, path in written.items()}
     return written
@@ -317,14 +304,8 @@ def save_alpha_plot(
     fig, ax = plt.subplots(figsize=(7.5, 4))
     values = [100 * y for ys in curves.values() for y in ys]
     for label, ys in curves.items():
-        bold = highlight is None or label == highlight
-        ax.plot(
-            alphas,
-            [100 * y for y in ys],
-            label=label,
-            linewidth=2.0 if bold else 0.9,
-            alpha=1 if bold else 0.6,
-        )
+        width, opacity = (2.0, 1) if highlight is None or label == highlight else (0.9, 0.6)
+        ax.plot(alphas, [100 * y for y in ys], label=label, linewidth=width, alpha=opacity)
     ax.axvline(0.0, color="red", linewidth=1, label="alpha = 0 (base)")
     if min(alphas) <= -1.0 <= max(alphas):
         ax.axvline(-1.0, color="blue", linewidth=1, linestyle=":", label="alpha = -1")
@@ -332,11 +313,9 @@ def save_alpha_plot(
         ax.axvline(
             chosen_alpha, color="green", linewidth=1, linestyle="--", label=f"alpha* = {chosen_alpha:g}"
         )
-    ax.set_ylim(*_accuracy_limits(values))
+    ax.set(xlabel="alpha", ylabel="accuracy (%)", ylim=_accuracy_limits(values))
     if values and all(v == 0 for v in values):
         ax.text(0.5, 0.5, "every accuracy is 0%", transform=ax.transAxes, ha="center", color="gray")
-    ax.set_xlabel("alpha")
-    ax.set_ylabel("accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

@@ -13,7 +13,6 @@ from cblight.boosting import (
     AlphaGrid,
     binomial_stderr,
     boosted_log_probs,
-    choice_accuracy,
     choice_accuracy_curve,
     choice_predictions,
     first_argmax,
@@ -164,7 +163,7 @@ def test_choice_accuracy_curve_by_hand():
     curve = choice_accuracy_curve(ll_full, ll_short, labels, alphas)
     assert curve.tolist() == [0.0, 0.5, 0.5]
     assert first_argmax(curve) == 1  # tie: the first alpha in grid order
-    assert choice_accuracy(ll_full, ll_short, labels, -1.0) == 0.5
+    assert choice_accuracy_curve(ll_full, ll_short, labels, torch.tensor([-1.0])).tolist() == [0.5]
     # length normalisation divides each choice's score by its length in characters
     lengths = torch.tensor([[1.0, 10.0], [1.0, 1.0]])
     preds = choice_predictions(ll_full, ll_short, 0.0, lengths)
