@@ -29,15 +29,14 @@ def _forward_parameters(model: Any) -> Mapping[str, inspect.Parameter]:
         return {}
 
 
-def accepts_kwarg(model: Any, name: str) -> bool:
-    params = _forward_parameters(model)
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
 def logits_to_keep(model: Any, n: int) -> dict[str, int]:
     """The keyword argument that sends only the last ``n`` positions through the LM head
     (``logits_to_keep=n``), where the model's ``forward`` takes it; none where it does not."""
-    return {"logits_to_keep": n} if accepts_kwarg(model, "logits_to_keep") else {}
+    params = _forward_parameters(model)
+    takes = "logits_to_keep" in params or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+    )
+    return {"logits_to_keep": n} if takes else {}
 
 
 def input_device(model: Any) -> torch.device:

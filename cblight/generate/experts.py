@@ -20,10 +20,10 @@ import torch
 
 from cblight.adaptive import token_alphas
 from cblight.batching import (
-    accepts_kwarg,
     cache_argument,
     last_position_log_probs,
     left_pad,
+    logits_to_keep,
     output_cache,
     positions_from_mask,
 )
@@ -141,7 +141,7 @@ class CachedRows:
     def __init__(self, model: Any, pad_id: int):
         self.model = model
         self.pad_id = pad_id
-        self.keep = {"logits_to_keep": 1} if accepts_kwarg(model, "logits_to_keep") else {}
+        self.keep = logits_to_keep(model, 1)
         self.cache: Any = None
         self.mask: torch.Tensor | None = None
         self.next_pos: torch.Tensor | None = None

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from cblight.batching import accepts_kwarg, input_device, right_pad, windowed_log_probs, windowed_positions
+from cblight.batching import input_device, logits_to_keep, right_pad, windowed_log_probs, windowed_positions
 from cblight.boosting import log_softmax32
 from cblight.metrics.ragged import PaperMetric, score_once
 from cblight.metrics.text_stats import TokenDocs, as_token_lists
@@ -115,10 +115,8 @@ def generated_token_log_probs(
             rows, tgt_cols = torch.nonzero(wanted, as_tuple=True)
 
             # full context: logits from the position before the first generated token onwards
-            kwargs: dict[str, Any] = {}
-            if accepts_kwarg(model, "logits_to_keep"):
-                kwargs["logits_to_keep"] = width - (int(ctx_len.min()) - 1)
-            logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **kwargs).logits
+            keep = logits_to_keep(model, width - (int(ctx_len.min()) - 1))
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **keep).logits
             offset = width - logits.shape[1]
             targets = ids[rows, tgt_cols].view(-1, 1)
             full = log_softmax32(logits[rows, tgt_cols - 1 - offset]).gather(1, targets).squeeze(1)

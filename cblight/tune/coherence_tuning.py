@@ -365,7 +365,9 @@ class CoherenceTuning(L.LightningModule):
         prompts = batch["prompts"]
         # 1. sample from the current model (this process's random state advances)
         with self._diverged_at_sampling():
-            sampled = self.sampler.sample(self.model, prompts, self.device, synced=self.synced.enabled)
+            sampled = self.sampler.sample(
+                self.model, prompts, self.device, rank=self.global_rank, synced=self.synced.enabled
+            )
         # 2-3. the boosted teacher at every position in scope (no gradient) and the divergence to it
         terms = self.kl_terms(sampled)
         sums = terms.global_sums(sampled.sampled, self.device, self.trainer.strategy.reduce)

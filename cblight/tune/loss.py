@@ -30,8 +30,8 @@ import torch
 
 from cblight.adaptive import token_alphas
 from cblight.batching import (
-    accepts_kwarg,
     default_window_chunk,
+    logits_to_keep,
     positions_from_mask,
     windowed_log_probs,
     windowed_positions,
@@ -132,11 +132,9 @@ def sampled_logits(model: Any, sampled: Sampled, rows: slice, first_col: int) ->
     """
     seq, mask = sampled.sequences[rows], sampled.attention_mask[rows]
     width = seq.shape[1]
-    kwargs: dict[str, Any] = {}
-    if accepts_kwarg(model, "logits_to_keep"):
-        kwargs["logits_to_keep"] = width - first_col + 1
+    keep = logits_to_keep(model, width - first_col + 1)
     out = model(
-        input_ids=seq, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=False, **kwargs
+        input_ids=seq, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=False, **keep
     )
     return out.logits, width - out.logits.shape[1]
 

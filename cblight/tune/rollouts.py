@@ -378,6 +378,7 @@ class RolloutSampler:
         model: Any,
         prompts: Sequence[str],
         device: torch.device | str = "cpu",
+        rank: int = 0,
         synced: bool = False,
         seed: int | None = None,
     ) -> Sampled:
@@ -387,6 +388,7 @@ class RolloutSampler:
             model: the model sampled from.
             prompts: the batch's prompts.
             device: where the model is.
+            rank: this process's rank, which seeds the state when sampling starts outside ``fit``.
             synced: the model is sharded over processes (every process steps until all are done).
             seed: sample from this seed instead (validation), leaving the tuning random state alone.
 
@@ -395,7 +397,7 @@ class RolloutSampler:
         """
         device = torch.device(device)
         if self._rng is None and seed is None:  # outside fit (e.g. a direct call): start from the seed
-            self._rng = _rng_state(device, self.seed)
+            self._rng = _rng_state(device, self.seed + rank)
         with torch.random.fork_rng(devices=_devices(device)):
             if seed is not None:
                 torch.manual_seed(seed)
