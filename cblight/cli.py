@@ -31,7 +31,7 @@ from contextlib import ExitStack
 from contextvars import ContextVar
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
@@ -62,16 +62,6 @@ __all__ = [
     "train_cli",
     "tune_cli",
 ]
-
-
-def check_wandb_available(logger_config: Any) -> None:
-    """Refuse a W&B logger (``wandb`` in the logger's config: its class path) when the ``wandb`` package is
-    missing (Lightning would fail later, deep inside)."""
-    if "wandb" in str(logger_config).lower() and importlib.util.find_spec("wandb") is None:
-        raise ConfigError(
-            "W&B logging was asked for (trainer.logger holds a WandbLogger, e.g. via -c configs/logger/wandb.yaml) "
-            "but the wandb package is not installed: pip install 'cblight[wandb]' (or drop the W&B logger)"
-        )
 
 
 # Lightning's loggers that need a package cblight does not install: the modules (any one will do) and the fix
@@ -118,17 +108,6 @@ def check_loggers_installed(args: Sequence[str] = (), config: Mapping[str, Any] 
             )
 
 
-def _wandb_loggers(logger_config: Any) -> list[Any]:
-    items = logger_config if isinstance(logger_config, list) else [logger_config]
-    return [
-        item.get("init_args")
-        for item in items
-        if hasattr(item, "get")
-        and "wandb" in str(item.get("class_path", "")).lower()
-        and item.get("init_args")
-    ]
-
-
 def _wandb_key() -> bool:
     """Whether W&B has an API key here: ``WANDB_API_KEY``, or the entry ``wandb login`` writes to netrc."""
     import netrc
@@ -144,14 +123,24 @@ def _wandb_key() -> bool:
         return False
 
 
-def check_wandb_mode(logger_config: Any) -> None:
-    """W&B's own switch, ``WANDB_MODE``, against a logger's ``offline``: ``WANDB_MODE=online`` streams a
-    logger that a config set to ``offline: true`` (the config's value was kept while wandb said to set
-    ``WANDB_MODE=online``), with one line saying so; ``offline``/``disabled`` keep it off the network. A
-    logger that streams needs a W&B login, refused before any work without one (was: a 62-line
-    ``UsageError`` once the model had loaded)."""
+def check_wandb(logger_config: Any) -> None:
+    """A W&B logger (``wandb`` in ``trainer.logger``: its class path), before any work: refused when the
+    ``wandb`` package is missing (Lightning would fail later, deep inside), or when it streams without a W&B
+    login (was: a 62-line ``UsageError`` once the model had loaded). W&B's own switch, ``WANDB_MODE``, wins
+    over a logger's ``offline``: ``WANDB_MODE=online`` streams a logger that a config set to ``offline:
+    true`` (the config's value was kept while wandb said to set ``WANDB_MODE=online``), with one line saying
+    so; ``offline``/``disabled`` keep it off the network."""
+    if "wandb" in str(logger_config).lower() and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            "W&B logging was asked for (trainer.logger holds a WandbLogger, e.g. via -c configs/logger/wandb.yaml) "
+            "but the wandb package is not installed: pip install 'cblight[wandb]' (or drop the W&B logger)"
+        )
     mode = os.environ.get("WANDB_MODE", "").lower()
-    for args in _wandb_loggers(logger_config):
+    for item in logger_config if isinstance(logger_config, list) else [logger_config]:
+        wandb = hasattr(item, "get") and "wandb" in str(item.get("class_path", "")).lower()
+        args = item.get("init_args") if wandb else None
+        if not args:
+            continue
         if mode == "online" and args.get("offline"):
             args["offline"] = False
             print(
@@ -389,9 +378,7 @@ class EvaluateCLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        logger = self.config.trainer.logger
-        check_wandb_available(logger)
-        check_wandb_mode(logger)
+        check_wandb(self.config.trainer.logger)
 
     def instantiate_classes(self) -> None:
         """LightningCLI's, with the run's checks that need the evaluator and the data module (both cheap to
@@ -510,18 +497,21 @@ def help_target(cls: type, arg: str, prog: str) -> list[type]:
     return classes
 
 
-def nested_help(args: Sequence[str], default_class: str, prog: str) -> None:
-    """``--model.choice_alphas.help`` and the like, which ``--help`` lists for the evaluator's options: the
-    help of that option's class, printed by jsonargparse (LightningCLI's parser holds the evaluator in
-    subclass mode, where only ``--model.help`` exists), then exit 0; an option with no options of its own is
-    refused in one line (``help_target``)."""
+def nested_help(args: Sequence[str], cls: type, prog: str) -> None:
+    """``--model.choice_alphas.help``, ``cblight tune --model.guard.help`` and the like, which ``--help``
+    lists among the module's options: the help of that option's class, printed by jsonargparse (LightningCLI's
+    parser holds the evaluators in subclass mode, where only ``--model.help`` exists, and a group of options
+    has no ``.help``), then exit 0; an option with no options of its own is refused in one line
+    (``help_target``). A class path (``--model.optimizer.help torch.optim.AdamW``) is left to LightningCLI."""
     for i, arg in enumerate(args):
         if arg.startswith("--model.") and arg.endswith(".help"):
-            help_target(_model_class(default_class), arg, prog)
-            parser = Parser(prog=prog, formatter_class=_HelpFormatter)
-            parser.add_class_arguments(_model_class(default_class), "model")
-            value = args[i + 1 : i + 2]
-            parser.parse_args([arg, *(v for v in value if not v.startswith("-"))])
+            key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
+            groups = tuple(c for c in help_target(cls, arg, prog) if dataclasses.is_dataclass(c))
+            if groups:
+                parser = Parser(prog=prog, formatter_class=_HelpFormatter)
+                # Optional: jsonargparse gives a dataclass its .help where None is allowed too
+                parser.add_argument(f"--model.{key}", type=Optional[Union[groups]])  # noqa: UP007, UP045
+                parser.parse_args([arg, *(v for v in args[i + 1 : i + 2] if not v.startswith("-"))])
 
 
 def build_evaluate_cli(
@@ -529,7 +519,7 @@ def build_evaluate_cli(
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
     argv = join_negative_values(sys.argv[1:] if args is None else args)
-    nested_help(argv, default_class, prog or _prog())
+    nested_help(argv, _model_class(default_class), prog or _prog())
     quiet_library_notices()
     check_flow_mappings(argv)
     _COMMAND.set(("generate" if default_class == GENERATOR else "evaluate", argv))
@@ -641,8 +631,7 @@ class TuneCLI(LightningCLI):
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
-        check_wandb_available(config.get("trainer", {}).get("logger"))
-        check_wandb_mode(config.get("trainer", {}).get("logger"))
+        check_wandb(config.get("trainer", {}).get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
 
     def instantiate_classes(self) -> None:
@@ -695,7 +684,7 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     args = join_negative_values(sys.argv[1:] if args is None else list(args))
     check_flow_mappings(args)
     _COMMAND.set(("tune", args))
-    tune_nested_help(args, prog or _prog())
+    nested_help(args, CoherenceTuning, prog or _prog())
     check_loggers_installed(args)
     quiet_library_notices()
     prog = prog or _prog()
@@ -726,22 +715,6 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     finally:  # a run called in process (the demo, tests) frees its directories when it ends
         for lock in reversed(locks):
             lock.release()
-
-
-def tune_nested_help(args: Sequence[str], prog: str) -> None:
-    """``cblight tune --model.guard.help``: the options of that group (``--help`` lists them among the
-    module's), then exit 0; ``--model.max_new_tokens.help``, an option with none, in one line."""
-    from cblight.tune.coherence_tuning import CoherenceTuning
-
-    for arg in args:
-        if arg.startswith("--model.") and arg.endswith(".help"):
-            key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
-            groups = [c for c in help_target(CoherenceTuning, arg, prog) if dataclasses.is_dataclass(c)]
-            if not groups:
-                return  # a class path (``--model.optimizer.help torch.optim.AdamW``): LightningCLI's help
-            for cls in groups:
-                print(options_help(cls, f"model.{key}", f"Options of --model.{key} ({cls.__name__})"))
-            raise SystemExit(0)
 
 
 def _prog() -> str:
