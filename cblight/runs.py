@@ -205,14 +205,14 @@ def check_rerun(
     settings: Mapping[str, Any],
     overwrite: bool,
     resweep: tuple[str, ...] = (),
-) -> list[str]:
+) -> None:
     """A run into an output directory that holds another run's results: the directory records the settings
     of its run (``run.json``: option -> value, every option that changes the results), written here before
     any work. A rerun with the same settings goes on (it resumes from the cache); one whose settings differ
     is refused, naming the first that differs and the fix, so that a smaller or other run never replaces
     ``results.json`` and ``predictions/`` without a word; with ``overwrite`` it replaces them. Options in
     ``resweep`` (a new analysis of the cached numbers, such as another alpha grid: docs/evaluate.md, "Resume
-    and re-sweep") may differ; those that do are returned, for the caller to say so. A directory without a
+    and re-sweep") may differ, said in one line that the cache is reused. A directory without a
     record (new, or written before runs recorded their settings), or whose run left no results, takes this
     run's. Call it holding the directory's lock, and ``forget_run_without_results`` when the run ends."""
     path = Path(directory).expanduser() / RUN_SETTINGS
@@ -235,7 +235,12 @@ def check_rerun(
             "results"
         )
     atomic_write_json(path, {"settings": settings})
-    return changed  # only options of resweep differ here
+    if changed:  # only options of resweep differ here
+        print(
+            f"note: {directory} holds this run's cached scores under other {', '.join(changed)}: reusing "
+            "them; results.json and predictions/ are replaced",
+            file=sys.stderr,
+        )
 
 
 def forget_run_without_results(directory: str | Path) -> None:
