@@ -594,6 +594,14 @@ class TuneCLI(LightningCLI):
         parser.add_lightning_class_args(self.trainer_class, "trainer")
         parser.set_defaults({"trainer." + k: v for k, v in self.trainer_defaults.items() if k != "callbacks"})
 
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        # what LightningCLI reads right after parsing (it loads ckpt_path's hyperparameters), and W&B
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand, self.config) if subcommand else self.config
+        check_wandb(config["trainer"].get("logger"))
+        check_checkpoint_path(config.get("ckpt_path"))
+
     def instantiate_classes(self) -> None:
         """Parse, check, build, fit: everything the run will write, read or refuse is checked here, once,
         before the model loads (``cblight.tune.preflight.check_before_loading``, which makes the module and
@@ -603,8 +611,6 @@ class TuneCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
         logger, root = config["trainer"].get("logger"), config["trainer"].get("default_root_dir")
-        check_wandb(logger)
-        check_checkpoint_path(config.get("ckpt_path"))
         # with trainer.default_root_dir set, every relative logger save_dir lives under it (as the model's
         # relative export.dir does), so that nothing of the run lands in the working directory
         for item in (logger if isinstance(logger, list) else [logger]) if root else []:

@@ -37,9 +37,8 @@ class OneLineErrors:
     _config_path: str | None = None
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
-        self._config_path = str(
-            path
-        )  # as typed: jsonargparse passes its base name on, from the file's folder
+        # as typed: jsonargparse passes its base name on, from the file's folder
+        self._config_path = str(path)
         try:
             return super().parse_path(path, *args, **kwargs)  # type: ignore[misc]
         finally:
@@ -203,11 +202,8 @@ def _group_value(key: str, hint: Any, value: str) -> str:
         return f"{key}: cannot read {value!r} as a config of its options ({why})"
     children, loaded = options_of(hint), _load(value)
     names = sorted(children)
-    taking = [
-        n
-        for n in names
-        if typing.get_origin(children[n]) is typing.Literal and loaded in typing.get_args(children[n])
-    ]
+    choices = {n: typing.get_args(h) for n, h in children.items() if typing.get_origin(h) is typing.Literal}
+    taking = [n for n in names if loaded in choices.get(n, ())]
     taking += [n for n in names if children[n] is bool and isinstance(loaded, bool)]
     what = f"{key} is a group of options ({', '.join(names)}), not a value"
     if taking:
@@ -237,20 +233,14 @@ def _unknown(parser: Any, key: str, dashes: str = "", hint: Any = None, prefix: 
 
 
 def _declared(parser: Any) -> dict[str, Any]:
-    """``parser``'s options (no help, config or subcommand) and the type of each, as jsonargparse keeps it: a
+    """``parser``'s options (no help, config or subcommands) and the type of each, as jsonargparse keeps it: a
     group's class (the ``basetype`` of its config loader), else the option's type hint (None: untyped)."""
     return {a.dest: getattr(a, "basetype", None) or getattr(a, "_typehint", None) for a in _options(parser)}
 
 
 def _options(parser: Any) -> list[Any]:
-    skip = (
-        "help",
-        "config",
-        "print_config",
-        getattr(getattr(parser, "_subcommands_action", None), "dest", ""),
-    )
-    actions = getattr(parser, "_actions", [])
-    return [a for a in actions if a.dest not in skip and not a.dest.endswith(".help")]
+    skip = ("help", "config", "print_config", "subcommand")
+    return [a for a in getattr(parser, "_actions", []) if a.dest not in skip and not a.dest.endswith(".help")]
 
 
 def _type_of(parser: Any, key: str) -> Any:

@@ -155,15 +155,8 @@ class OutputLock:
                 raise OutputDirError(f"{self.option} {str(self.dir)!r}: could not take the lock {self.path}")
             fh.truncate(0)
             started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-            json.dump(
-                {
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "started": started,
-                    "command": " ".join(sys.argv),
-                },
-                fh,
-            )
+            owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+            json.dump({**owner, "command": " ".join(sys.argv)}, fh)
             fh.flush()
         except OSError as err:
             raise OutputDirError(
