@@ -253,6 +253,7 @@ GENERATOR = "cblight.generate.generation_evaluator.BoostedGenerationEvaluator"
 TUNER = "cblight.tune.coherence_tuning.CoherenceTuning"
 # the module each command runs; evaluate and generate take either evaluator as model.class_path
 COMMAND_MODULES = {"evaluate": EVALUATOR, "generate": GENERATOR, "tune": TUNER}
+_CLASS_NAMES = {command: path.rpartition(".")[2] for command, path in COMMAND_MODULES.items()}
 
 
 def _init_keys(class_path: str) -> set[str]:
@@ -302,8 +303,8 @@ def check_options_of_the_other_evaluator(args: Sequence[str], owner: str, path: 
             continue
         how = _OTHER_EVALUATOR_HINTS.get(key, f"it is cblight {other}'s")
         raise ConfigError(
-            f"--model.{key} is an option of {COMMAND_MODULES[other].rpartition('.')[2]}, not of "
-            f"{COMMAND_MODULES[owner].rpartition('.')[2]}, which {path} names as model.class_path; {how}"
+            f"--model.{key} is an option of {_CLASS_NAMES[other]}, not of {_CLASS_NAMES[owner]}, which {path} "
+            f"names as model.class_path; {how}"
         )
 
 
@@ -324,10 +325,7 @@ def check_config_command(config: Mapping[str, Any], path: str, args: Sequence[st
     if isinstance(model, dict):
         named = model.get("class_path")
         if isinstance(named, str):
-            owner = next(
-                (c for c, m in COMMAND_MODULES.items() if m.rpartition(".")[2] == named.rpartition(".")[2]),
-                None,
-            )
+            owner = next((c for c, name in _CLASS_NAMES.items() if name == named.rpartition(".")[2]), None)
             if owner and owner != command and {owner, command} != {"evaluate", "generate"}:
                 raise ConfigError(
                     f"{path} is a cblight {owner} config (its model.class_path is {named}): use cblight {owner} "
@@ -342,9 +340,8 @@ def check_config_command(config: Mapping[str, Any], path: str, args: Sequence[st
         for owner, module in COMMAND_MODULES.items():
             if foreign and owner != command and keys <= _init_keys(module):
                 raise ConfigError(
-                    f"{path} is a cblight {owner} config (model.{foreign[0]} is an option of "
-                    f"{module.rpartition('.')[2]}, not of {COMMAND_MODULES[command].rpartition('.')[2]}): use "
-                    f"cblight {owner} -c {path}"
+                    f"{path} is a cblight {owner} config (model.{foreign[0]} is an option of {_CLASS_NAMES[owner]}, "
+                    f"not of {_CLASS_NAMES[command]}): use cblight {owner} -c {path}"
                 )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import itertools
 import json
 import os
 import signal
@@ -123,10 +124,8 @@ class OutputLock:
 
     def acquire(self) -> OutputLock:
         try:
-            missing = self.dir
-            while not os.path.lexists(missing) and missing != missing.parent:
-                self._created.append(missing)
-                missing = missing.parent
+            missing = itertools.takewhile(lambda p: not os.path.lexists(p), [self.dir, *self.dir.parents])
+            self._created = list(missing)
             self.dir.mkdir(parents=True, exist_ok=True)
             for attempt in range(100):
                 fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held open: it is the lock)
