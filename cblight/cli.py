@@ -17,8 +17,8 @@ and exit status 2. Logs go to CSV by default; ``configs/logger/wandb.yaml`` is a
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
+import inspect
 import logging
 import os
 import re
@@ -257,7 +257,7 @@ _CLASS_NAMES = {command: path.rpartition(".")[2] for command, path in COMMAND_MO
 
 
 def _init_keys(class_path: str) -> set[str]:
-    return set(options_of(class_named(class_path, [])))
+    return set(inspect.signature(class_named(class_path, [])).parameters) - {"self", "args", "kwargs"}
 
 
 _FLOW_KEY_WITHOUT_SPACE = re.compile(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])")
