@@ -17,7 +17,6 @@ and exit status 2. Logs go to CSV by default; ``configs/logger/wandb.yaml`` is a
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
 import inspect
 import logging
@@ -31,7 +30,7 @@ from contextlib import ExitStack
 from contextvars import ContextVar
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
@@ -43,6 +42,7 @@ from cblight.data.datamodule import EvalDataModule
 from cblight.errors import ConfigError
 from cblight.evaluate.boosted_evaluator import DEFAULT_KS
 from cblight.generate.generation_evaluator import BoostedGenerationEvaluator  # noqa: F401  (short name for --model)
+from cblight.option_types import bases, describe, item_type, members, options_of
 from cblight.parse_errors import OneLineErrors, Parser
 from cblight.runs import (
     OutputLock,
@@ -53,6 +53,7 @@ from cblight.runs import (
     run_comparison,
     run_evaluation,
 )
+from cblight.suggest import class_named, closest
 
 __all__ = [
     "check_flow_mappings",
@@ -64,18 +65,9 @@ __all__ = [
 ]
 
 
-def check_wandb_available(logger_config: Any) -> None:
-    """Refuse a W&B logger (``wandb`` in the logger's config: its class path) when the ``wandb`` package is
-    missing (Lightning would fail later, deep inside)."""
-    if "wandb" in str(logger_config).lower() and importlib.util.find_spec("wandb") is None:
-        raise ConfigError(
-            "W&B logging was asked for (trainer.logger holds a WandbLogger, e.g. via -c configs/logger/wandb.yaml) "
-            "but the wandb package is not installed: pip install 'cblight[wandb]' (or drop the W&B logger)"
-        )
-
-
 # Lightning's loggers that need a package cblight does not install: the modules (any one will do) and the fix
 _LOGGER_PACKAGES = {
+    "WandbLogger": (("wandb",), "pip install 'cblight[wandb]'"),
     "TensorBoardLogger": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
     "MLFlowLogger": (("mlflow",), "pip install mlflow"),
     "CometLogger": (("comet_ml",), "pip install comet-ml"),
@@ -118,17 +110,6 @@ def check_loggers_installed(args: Sequence[str] = (), config: Mapping[str, Any] 
             )
 
 
-def _wandb_loggers(logger_config: Any) -> list[Any]:
-    items = logger_config if isinstance(logger_config, list) else [logger_config]
-    return [
-        item.get("init_args")
-        for item in items
-        if hasattr(item, "get")
-        and "wandb" in str(item.get("class_path", "")).lower()
-        and item.get("init_args")
-    ]
-
-
 def _wandb_key() -> bool:
     """Whether W&B has an API key here: ``WANDB_API_KEY``, or the entry ``wandb login`` writes to netrc."""
     import netrc
@@ -144,14 +125,19 @@ def _wandb_key() -> bool:
         return False
 
 
-def check_wandb_mode(logger_config: Any) -> None:
-    """W&B's own switch, ``WANDB_MODE``, against a logger's ``offline``: ``WANDB_MODE=online`` streams a
-    logger that a config set to ``offline: true`` (the config's value was kept while wandb said to set
-    ``WANDB_MODE=online``), with one line saying so; ``offline``/``disabled`` keep it off the network. A
-    logger that streams needs a W&B login, refused before any work without one (was: a 62-line
-    ``UsageError`` once the model had loaded)."""
+def check_wandb(logger_config: Any) -> None:
+    """A W&B logger (``wandb`` in ``trainer.logger``: its class path; its package is checked by
+    ``check_loggers_installed``), before any work: refused when it streams without a W&B login (was: a
+    62-line ``UsageError`` once the model had loaded). W&B's own switch, ``WANDB_MODE``, wins over a logger's
+    ``offline``: ``WANDB_MODE=online`` streams a logger that a config set to ``offline: true`` (the config's
+    value was kept while wandb said to set ``WANDB_MODE=online``), with one line saying so;
+    ``offline``/``disabled`` keep it off the network."""
     mode = os.environ.get("WANDB_MODE", "").lower()
-    for args in _wandb_loggers(logger_config):
+    for item in logger_config if isinstance(logger_config, list) else [logger_config]:
+        wandb = hasattr(item, "get") and "wandb" in str(item.get("class_path", "")).lower()
+        args = item.get("init_args") if wandb else None
+        if not args:
+            continue
         if mode == "online" and args.get("offline"):
             args["offline"] = False
             print(
@@ -267,10 +253,11 @@ GENERATOR = "cblight.generate.generation_evaluator.BoostedGenerationEvaluator"
 TUNER = "cblight.tune.coherence_tuning.CoherenceTuning"
 # the module each command runs; evaluate and generate take either evaluator as model.class_path
 COMMAND_MODULES = {"evaluate": EVALUATOR, "generate": GENERATOR, "tune": TUNER}
+_CLASS_NAMES = {command: path.rpartition(".")[2] for command, path in COMMAND_MODULES.items()}
 
 
 def _init_keys(class_path: str) -> set[str]:
-    return set(inspect.signature(_model_class(class_path)).parameters) - {"self", "args", "kwargs"}
+    return set(inspect.signature(class_named(class_path, [])).parameters) - {"self", "args", "kwargs"}
 
 
 _FLOW_KEY_WITHOUT_SPACE = re.compile(r"([{,]\s*[A-Za-z_][\w.-]*):(?=[^\s,}])")
@@ -316,8 +303,8 @@ def check_options_of_the_other_evaluator(args: Sequence[str], owner: str, path: 
             continue
         how = _OTHER_EVALUATOR_HINTS.get(key, f"it is cblight {other}'s")
         raise ConfigError(
-            f"--model.{key} is an option of {COMMAND_MODULES[other].rpartition('.')[2]}, not of "
-            f"{COMMAND_MODULES[owner].rpartition('.')[2]}, which {path} names as model.class_path; {how}"
+            f"--model.{key} is an option of {_CLASS_NAMES[other]}, not of {_CLASS_NAMES[owner]}, which {path} "
+            f"names as model.class_path; {how}"
         )
 
 
@@ -338,10 +325,7 @@ def check_config_command(config: Mapping[str, Any], path: str, args: Sequence[st
     if isinstance(model, dict):
         named = model.get("class_path")
         if isinstance(named, str):
-            owner = next(
-                (c for c, m in COMMAND_MODULES.items() if m.rpartition(".")[2] == named.rpartition(".")[2]),
-                None,
-            )
+            owner = next((c for c, name in _CLASS_NAMES.items() if name == named.rpartition(".")[2]), None)
             if owner and owner != command and {owner, command} != {"evaluate", "generate"}:
                 raise ConfigError(
                     f"{path} is a cblight {owner} config (its model.class_path is {named}): use cblight {owner} "
@@ -356,9 +340,8 @@ def check_config_command(config: Mapping[str, Any], path: str, args: Sequence[st
         for owner, module in COMMAND_MODULES.items():
             if foreign and owner != command and keys <= _init_keys(module):
                 raise ConfigError(
-                    f"{path} is a cblight {owner} config (model.{foreign[0]} is an option of "
-                    f"{module.rpartition('.')[2]}, not of {COMMAND_MODULES[command].rpartition('.')[2]}): use "
-                    f"cblight {owner} -c {path}"
+                    f"{path} is a cblight {owner} config (model.{foreign[0]} is an option of {_CLASS_NAMES[owner]}, "
+                    f"not of {_CLASS_NAMES[command]}): use cblight {owner} -c {path}"
                 )
 
 
@@ -388,16 +371,12 @@ class EvaluateCLI(LightningCLI):
             help="evaluate several checkpoints ({label: model path}) with this config; one comparison table",
         )
 
-    def before_instantiate_classes(self) -> None:
-        logger = self.config.trainer.logger
-        check_wandb_available(logger)
-        check_wandb_mode(logger)
-
     def instantiate_classes(self) -> None:
         """LightningCLI's, with the run's checks that need the evaluator and the data module (both cheap to
         build: no model or data loads) made once, before the trainer is built: the output directory the
         evaluator resolved (``{model}`` filled in; the default CSV logger writes under it) and the options
-        that must fit the run's tasks (``check_tasks``)."""
+        that must fit the run's tasks (``check_tasks``); a W&B logger before them (``check_wandb``)."""
+        check_wandb(self.config.trainer.logger)
         self.config_init = self.parser.instantiate_classes(self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")
@@ -413,11 +392,6 @@ class EvaluateCLI(LightningCLI):
             }
             self.config_init.trainer.logger = CSVLogger(**logs)
         self.trainer = self.instantiate_trainer()
-
-
-def _model_class(class_path: str) -> Any:
-    module, _, name = class_path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def evaluate_cli(args: Sequence[str] | None = None, prog: str | None = None) -> dict[str, Any]:
@@ -469,7 +443,7 @@ def evaluate_help(default_class: str) -> str:
     option of its evaluator (LightningCLI lists a subclass-mode module's options only under
     ``--model.help``), then the data module's."""
     about, example = EVALUATE_ABOUT[default_class]
-    cls = _model_class(default_class)
+    cls = class_named(default_class, [])
     other = GENERATOR if default_class == EVALUATOR else EVALUATOR
     lines = [
         about,
@@ -484,52 +458,41 @@ def evaluate_help(default_class: str) -> str:
     return "\n".join(lines)
 
 
-def help_target(cls: type, arg: str, prog: str) -> list[type]:
-    """The classes whose options ``--model.X.help`` asks for (``X`` an option of ``cls``), or one line
-    refusing an option that does not exist or takes a plain value (jsonargparse said "expected one argument"
-    or "unrecognized arguments")."""
-    import typing
-
-    from cblight.option_types import bases, describe, item_type, members
-    from cblight.suggest import closest
-
-    key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
-    params = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
-    if key not in params:
-        close = closest(key, params)
-        mean = f"; did you mean --model.{close}?" if close else ""
-        raise ConfigError(f"unknown option --model.{key}{mean} ({prog} --help lists the options)")
-    hint = typing.get_type_hints(cls.__init__).get(key)
-    # the classes with options of their own (a dataclass, an AlphaGrid, a class path; in a list too)
-    classes = [c for m in members(hint) for c in bases(item_type(m))]
-    if not classes:
-        raise ConfigError(
-            f"--model.{key} takes a value ({describe(hint)}), not options of its own, so it has no .help: "
-            f"{prog} --help describes it"
-        )
-    return classes
-
-
-def nested_help(args: Sequence[str], default_class: str, prog: str) -> None:
-    """``--model.choice_alphas.help`` and the like, which ``--help`` lists for the evaluator's options: the
-    help of that option's class, printed by jsonargparse (LightningCLI's parser holds the evaluator in
-    subclass mode, where only ``--model.help`` exists), then exit 0; an option with no options of its own is
-    refused in one line (``help_target``)."""
+def nested_help(args: Sequence[str], cls: type, prog: str) -> None:
+    """``--model.choice_alphas.help``, ``cblight tune --model.guard.help`` and the like, which ``--help``
+    lists among the module's options: the help of that option's class, printed by jsonargparse (LightningCLI's
+    parser holds the evaluators in subclass mode, where only ``--model.help`` exists, and gives a group of
+    options no ``.help``), then exit 0. An option that does not exist or takes a plain value is refused in one
+    line (jsonargparse said "expected one argument" or "unrecognized arguments"); a class path
+    (``--model.optimizer.help torch.optim.AdamW``) is left to LightningCLI."""
     for i, arg in enumerate(args):
-        if arg.startswith("--model.") and arg.endswith(".help"):
-            help_target(_model_class(default_class), arg, prog)
+        if not (arg.startswith("--model.") and arg.endswith(".help")):
+            continue
+        key, options = arg.removeprefix("--model.").removesuffix(".help").split(".")[0], options_of(cls)
+        if key not in options:
+            close = closest(key, options)
+            mean = f"; did you mean --model.{close}?" if close else ""
+            raise ConfigError(f"unknown option --model.{key}{mean} ({prog} --help lists the options)")
+        # the classes with options of their own (a dataclass, an AlphaGrid, a class path; in a list too)
+        classes = [c for m in members(options[key]) for c in bases(item_type(m))]
+        if not classes:
+            raise ConfigError(
+                f"--model.{key} takes a value ({describe(options[key])}), not options of its own, so it has no "
+                f".help: {prog} --help describes it"
+            )
+        if groups := tuple(c for c in classes if dataclasses.is_dataclass(c)):
             parser = Parser(prog=prog, formatter_class=_HelpFormatter)
-            parser.add_class_arguments(_model_class(default_class), "model")
-            value = args[i + 1 : i + 2]
-            parser.parse_args([arg, *(v for v in value if not v.startswith("-"))])
+            # Optional: jsonargparse gives a dataclass its .help where None is allowed too
+            parser.add_argument(f"--model.{key}", type=Optional[Union[groups]])  # noqa: UP007, UP045
+            parser.parse_args([arg, *(v for v in args[i + 1 : i + 2] if not v.startswith("-"))])
 
 
 def build_evaluate_cli(
     args: Sequence[str] | None = None, default_class: str = EVALUATOR, prog: str | None = None
 ) -> EvaluateCLI:
     """Parse ``args`` (default: ``sys.argv``) and instantiate the trainer, module and data module."""
-    argv = join_negative_values(sys.argv[1:] if args is None else args)
-    nested_help(argv, default_class, prog or _prog())
+    prog, argv = prog or _prog(), join_negative_values(sys.argv[1:] if args is None else args)
+    nested_help(argv, class_named(default_class, []), prog)
     quiet_library_notices()
     check_flow_mappings(argv)
     _COMMAND.set(("generate" if default_class == GENERATOR else "evaluate", argv))
@@ -542,7 +505,7 @@ def build_evaluate_cli(
         run=False,
         parser_class=CLIParser,
         parser_kwargs={
-            "prog": prog or _prog(),
+            "prog": prog,
             "usage": RUN_USAGE,
             "description": evaluate_help(default_class),
             "formatter_class": _HelpFormatter,
@@ -602,16 +565,8 @@ def _evaluate(args: Sequence[str] | None, default_class: str, prog: str | None) 
     with ExitStack() as held:
         if _is_launching_process():
             held.callback(OutputLock(cli.model.output_dir).acquire().release)
-            changed = check_rerun(
-                cli.model.output_dir, run_settings(cli.config), cli.model.overwrite, _RESWEEP
-            )
+            check_rerun(cli.model.output_dir, run_settings(cli.config), cli.model.overwrite, _RESWEEP)
             held.callback(forget_run_without_results, cli.model.output_dir)  # before the lock's release
-            if changed:
-                print(
-                    f"note: {cli.model.output_dir} holds this run's cached scores under other {', '.join(changed)}: "
-                    "reusing them; results.json and predictions/ are replaced",
-                    file=sys.stderr,
-                )
         if cli.config.get("compare"):
             return run_comparison(cli, cli.config["compare"])
         return run_evaluation(cli.trainer, cli.model, cli.datamodule)
@@ -637,12 +592,11 @@ class TuneCLI(LightningCLI):
         parser.set_defaults({"trainer." + k: v for k, v in self.trainer_defaults.items() if k != "callbacks"})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        # what LightningCLI reads next, right after parsing (ckpt_path), and the loggers' packages
+        # what LightningCLI reads right after parsing (it loads ckpt_path's hyperparameters), and W&B
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
-        check_wandb_available(config.get("trainer", {}).get("logger"))
-        check_wandb_mode(config.get("trainer", {}).get("logger"))
+        check_wandb(config["trainer"].get("logger"))
         check_checkpoint_path(config.get("ckpt_path"))
 
     def instantiate_classes(self) -> None:
@@ -653,10 +607,9 @@ class TuneCLI(LightningCLI):
 
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
-        logger = config.get("trainer", {}).get("logger")
+        logger, root = config["trainer"].get("logger"), config["trainer"].get("default_root_dir")
         # with trainer.default_root_dir set, every relative logger save_dir lives under it (as the model's
         # relative export.dir does), so that nothing of the run lands in the working directory
-        root = config.get("trainer", {}).get("default_root_dir")
         for item in (logger if isinstance(logger, list) else [logger]) if root else []:
             args = item.get("init_args") if hasattr(item, "get") else None
             save_dir = args.get("save_dir") if args is not None else None
@@ -670,9 +623,8 @@ class TuneCLI(LightningCLI):
             saved_config=lambda: yaml.safe_load(self._parser(subcommand).dump(config, skip_none=False)),
         )
         if config.get("ckpt_path") is not None:  # an interrupted run found: resumed
-            (self.config_init[subcommand] if subcommand else self.config_init)["ckpt_path"] = config[
-                "ckpt_path"
-            ]
+            init = self.config_init[subcommand] if subcommand else self.config_init
+            init["ckpt_path"] = config["ckpt_path"]
 
     def after_fit(self) -> None:
         """A run stopped by Ctrl-C or SIGTERM exits with ``128 + signal`` (130, 143), as the shell would; one
@@ -692,13 +644,12 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     from cblight.tune.coherence_tuning import CoherenceTuning
     from cblight.tune.prompt_data import PromptDataModule
 
-    args = join_negative_values(sys.argv[1:] if args is None else list(args))
+    prog, args = prog or _prog(), join_negative_values(sys.argv[1:] if args is None else list(args))
     check_flow_mappings(args)
     _COMMAND.set(("tune", args))
-    tune_nested_help(args, prog or _prog())
+    nested_help(args, CoherenceTuning, prog)
     check_loggers_installed(args)
     quiet_library_notices()
-    prog = prog or _prog()
     usage = (
         RUN_USAGE.replace("%(prog)s", f"{prog} fit" if prog.endswith(".py") else prog) + " [--ckpt_path CKPT]"
     )
@@ -726,22 +677,6 @@ def train_cli(args: Any = None, run: bool = True, prog: str | None = None) -> Tu
     finally:  # a run called in process (the demo, tests) frees its directories when it ends
         for lock in reversed(locks):
             lock.release()
-
-
-def tune_nested_help(args: Sequence[str], prog: str) -> None:
-    """``cblight tune --model.guard.help``: the options of that group (``--help`` lists them among the
-    module's), then exit 0; ``--model.max_new_tokens.help``, an option with none, in one line."""
-    from cblight.tune.coherence_tuning import CoherenceTuning
-
-    for arg in args:
-        if arg.startswith("--model.") and arg.endswith(".help"):
-            key = arg.removeprefix("--model.").removesuffix(".help").split(".")[0]
-            groups = [c for c in help_target(CoherenceTuning, arg, prog) if dataclasses.is_dataclass(c)]
-            if not groups:
-                return  # a class path (``--model.optimizer.help torch.optim.AdamW``): LightningCLI's help
-            for cls in groups:
-                print(options_help(cls, f"model.{key}", f"Options of --model.{key} ({cls.__name__})"))
-            raise SystemExit(0)
 
 
 def _prog() -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import itertools
 import json
 import os
 import signal
@@ -123,10 +124,8 @@ class OutputLock:
 
     def acquire(self) -> OutputLock:
         try:
-            missing = self.dir
-            while not os.path.lexists(missing) and missing != missing.parent:
-                self._created.append(missing)
-                missing = missing.parent
+            missing = itertools.takewhile(lambda p: not os.path.lexists(p), [self.dir, *self.dir.parents])
+            self._created = list(missing)
             self.dir.mkdir(parents=True, exist_ok=True)
             for attempt in range(100):
                 fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held open: it is the lock)
@@ -155,15 +154,8 @@ class OutputLock:
                 raise OutputDirError(f"{self.option} {str(self.dir)!r}: could not take the lock {self.path}")
             fh.truncate(0)
             started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-            json.dump(
-                {
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "started": started,
-                    "command": " ".join(sys.argv),
-                },
-                fh,
-            )
+            owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+            json.dump({**owner, "command": " ".join(sys.argv)}, fh)
             fh.flush()
         except OSError as err:
             raise OutputDirError(
@@ -205,14 +197,14 @@ def check_rerun(
     settings: Mapping[str, Any],
     overwrite: bool,
     resweep: tuple[str, ...] = (),
-) -> list[str]:
+) -> None:
     """A run into an output directory that holds another run's results: the directory records the settings
     of its run (``run.json``: option -> value, every option that changes the results), written here before
     any work. A rerun with the same settings goes on (it resumes from the cache); one whose settings differ
     is refused, naming the first that differs and the fix, so that a smaller or other run never replaces
     ``results.json`` and ``predictions/`` without a word; with ``overwrite`` it replaces them. Options in
     ``resweep`` (a new analysis of the cached numbers, such as another alpha grid: docs/evaluate.md, "Resume
-    and re-sweep") may differ; those that do are returned, for the caller to say so. A directory without a
+    and re-sweep") may differ, said in one line that the cache is reused. A directory without a
     record (new, or written before runs recorded their settings), or whose run left no results, takes this
     run's. Call it holding the directory's lock, and ``forget_run_without_results`` when the run ends."""
     path = Path(directory).expanduser() / RUN_SETTINGS
@@ -235,7 +227,12 @@ def check_rerun(
             "results"
         )
     atomic_write_json(path, {"settings": settings})
-    return changed  # only options of resweep differ here
+    if changed:  # only options of resweep differ here
+        print(
+            f"note: {directory} holds this run's cached scores under other {', '.join(changed)}: reusing "
+            "them; results.json and predictions/ are replaced",
+            file=sys.stderr,
+        )
 
 
 def forget_run_without_results(directory: str | Path) -> None:

@@ -212,7 +212,10 @@ def test_wandb_without_the_package_fails_before_any_work(monkeypatch):
         importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
     )
     # The model path does not exist either: the W&B check must come first.
-    with pytest.raises(ConfigError, match="wandb package is not installed"):
+    with pytest.raises(
+        ConfigError,
+        match=r"WandbLogger needs the wandb package, which is not installed: pip install 'cblight\[wandb\]'",
+    ):
         train_cli(args=["fit", "-c", CONFIG, "-c", WANDB, "--model.model", "/does/not/exist"])
 
 
