@@ -234,12 +234,16 @@ def option_at(hint: Any, key: str) -> Any:
     return hint
 
 
-def options_of(hint: Any) -> dict[str, Any]:
-    """The options under a value of type ``hint``: a dataclass's fields, or a class's ``__init__`` parameters."""
-    for member in map(item_type, members(hint)):
-        if inspect.isclass(member) and not issubclass(member, _PLAIN) and member.__module__ != "typing":
+def options_of(hint: Any, function: bool = False) -> dict[str, Any]:
+    """The options under a value of type ``hint``: a dataclass's fields, or a class's ``__init__`` parameters
+    (a ``function``'s parameters)."""
+    for member in [hint] if function else map(item_type, members(hint)):
+        if function or (
+            inspect.isclass(member) and not issubclass(member, _PLAIN) and member.__module__ != "typing"
+        ):
             try:
-                hints = typing.get_type_hints(member if dataclasses.is_dataclass(member) else member.__init__)
+                plain = function or dataclasses.is_dataclass(member)
+                hints = typing.get_type_hints(member if plain else member.__init__)
                 params = inspect.signature(member).parameters
             except Exception:  # an annotation that does not resolve here, or no signature: untyped
                 continue

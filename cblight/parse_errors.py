@@ -32,9 +32,46 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, as jsonarg
 
 
 class OneLineErrors:
-    """Mixin of a jsonargparse ``ArgumentParser`` (put it first): a parse error becomes one line."""
+    """Mixin of a jsonargparse ``ArgumentParser`` (put it first): a parse error becomes one line. It keeps
+    ``declared`` (option key: type), ``positionals`` (the names of its positional arguments) and
+    ``subcommands`` as it declares them: jsonargparse keeps them only in private attributes."""
 
     _config_path: str | None = None
+    subcommands: Any = None
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        action = super().add_argument(*args, **kwargs)  # type: ignore[misc]
+        # jsonargparse gives a parser's argument groups this method too: the parser keeps the declaration
+        owner = vars(getattr(self, "parser", self))
+        if kwargs.get("type") is not None or action.dest not in owner.setdefault("declared", {}):
+            owner["declared"][action.dest] = kwargs.get("type")
+        if args and not str(args[0]).startswith("-"):
+            owner.setdefault("positionals", []).append(action.dest.rpartition(".")[2])
+        return action
+
+    def add_class_arguments(self, cls: Any, nested_key: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        self.declare(options_of(cls), nested_key)
+        return super().add_class_arguments(cls, nested_key, *args, **kwargs)  # type: ignore[misc]
+
+    def add_function_arguments(
+        self, fn: Any, nested_key: str | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        self.declare(options_of(fn, function=True), nested_key)
+        return super().add_function_arguments(fn, nested_key, *args, **kwargs)  # type: ignore[misc]
+
+    def add_subclass_arguments(self, base: Any, nested_key: str, *args: Any, **kwargs: Any) -> Any:
+        action = super().add_subclass_arguments(base, nested_key, *args, **kwargs)  # type: ignore[misc]
+        self.declare({nested_key: typing.Union[base] if isinstance(base, tuple) else base}, None)  # noqa: UP007
+        return action
+
+    def add_subcommands(self, *args: Any, **kwargs: Any) -> Any:
+        self.subcommands = super().add_subcommands(*args, **kwargs)  # type: ignore[misc]
+        return self.subcommands
+
+    def declare(self, options: dict[str, Any], prefix: str | None) -> None:
+        """Keep the types of ``options`` (name: type), declared under ``prefix``."""
+        for name, hint in options.items():
+            vars(self).setdefault("declared", {})[f"{prefix}.{name}" if prefix else name] = hint
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
         # as typed: jsonargparse passes its base name on, from the file's folder
@@ -80,14 +117,14 @@ def config_options(path: str, text: str) -> dict[str, Any]:
         _refuse(f"{path} line {mark.line + 1}, column {mark.column + 1}: {bad.problem}{at}")
     if not isinstance(content, dict):
         kinds = {list: "a list", str: "a string", bool: "true or false", type(None): "an empty file"}
-        _refuse(f"{path}: the config file must be a mapping of options (key: value), got "
-                f"{kinds.get(type(content), 'a number')}")  # fmt: skip
+        got = kinds.get(type(content), "a number")
+        _refuse(f"{path}: the config file must be a mapping of options (key: value), got {got}")
     return content
 
 
 def one_line(parser: Any, message: str) -> str:
     """jsonargparse's ``message`` for a failed parse by ``parser``, as one line naming the option and the fix."""
-    prog, sub = _prog(parser), getattr(parser, "_subcommands_action", None)
+    prog, sub = _prog(parser), getattr(parser, "subcommands", None)
     first = message.strip().splitlines()[0] if message.strip() else message
     if m := re.match(r'Parser key "config": (File does not exist: .*)', first):
         return f"-c/--config: {m[1]}"
@@ -233,14 +270,11 @@ def _unknown(parser: Any, key: str, dashes: str = "", hint: Any = None, prefix: 
 
 
 def _declared(parser: Any) -> dict[str, Any]:
-    """``parser``'s options (no help, config or subcommands) and the type of each, as jsonargparse keeps it: a
-    group's class (the ``basetype`` of its config loader), else the option's type hint (None: untyped)."""
-    return {a.dest: getattr(a, "basetype", None) or getattr(a, "_typehint", None) for a in _options(parser)}
-
-
-def _options(parser: Any) -> list[Any]:
-    skip = ("help", "config", "print_config", "subcommand")
-    return [a for a in getattr(parser, "_actions", []) if a.dest not in skip and not a.dest.endswith(".help")]
+    """``parser``'s options (no help, config or subcommands) and the type of each as it declared them."""
+    skip = ("help", "config", "print_config")
+    return {
+        k: v for k, v in vars(parser).get("declared", {}).items() if k not in skip and not k.endswith(".help")
+    }
 
 
 def _type_of(parser: Any, key: str) -> Any:
@@ -253,7 +287,7 @@ def _type_of(parser: Any, key: str) -> Any:
 
 
 def _positionals(parser: Any) -> list[str]:
-    return [a.dest.rpartition(".")[2] for a in _options(parser) if not a.option_strings]
+    return vars(parser).get("positionals", [])
 
 
 def _prog(parser: Any) -> str:
