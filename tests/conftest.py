@@ -11,6 +11,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers share the machine's cores: one thread each (and their subprocesses), since
+    # OpenMP threads spin-waiting on a busy core cost tiny models up to 10x
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from pathlib import Path
 

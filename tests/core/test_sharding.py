@@ -99,7 +99,7 @@ def test_what_fsdp2_cannot_tune_is_refused():
     check_strategy("ddp", LoraOptions(rank=8), RolloutOptions(cache="static"))
 
 
-def test_lora_keeps_no_copy_of_the_initial_model(tiny_gpt2_dir, monkeypatch):
+def test_lora_keeps_no_copy_of_the_initial_model(tmp_path, tiny_gpt2_dir, monkeypatch):
     """The frozen teacher, the trust region's anchor and the guard's reference are the base model behind
     the adapters: no parameter beyond the student's exists, and after training the base computes the
     initial model's logits while the student has moved."""
@@ -119,7 +119,7 @@ def test_lora_keeps_no_copy_of_the_initial_model(tiny_gpt2_dir, monkeypatch):
         teacher=TeacherOptions(trust_region=0.1),
         optimizer=partial(torch.optim.Adam, lr=3e-2),
     )
-    tiny_trainer(2, val_check_interval=1, check_val_every_n_epoch=None).fit(
+    tiny_trainer(2, tmp_path, val_check_interval=1, check_val_every_n_epoch=None).fit(
         module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2, val_size=2)
     )
     teacher = module.teacher

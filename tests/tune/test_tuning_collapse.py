@@ -209,6 +209,7 @@ def test_validation_logs_diversity_beside_the_initial_models(tiny_gpt2_dir, tmp_
     module = _tuning(tiny_gpt2_dir, teacher=TeacherOptions(kind="frozen"))
     data = PromptDataModule(prompts=RUN_PROMPTS, batch_size=2, val_size=2, val_texts_file=str(texts))
     trainer = L.Trainer(
+        default_root_dir=tmp_path,
         max_steps=2,
         accelerator="cpu",
         logger=CSVLogger(tmp_path, name="run"),

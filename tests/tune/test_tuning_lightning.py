@@ -78,12 +78,13 @@ def test_signal_stops_within_seconds_and_leaves_a_resumable_checkpoint(signum, t
 
 
 @pytest.mark.parametrize("rich", [False, True])
-def test_progress_bar_counts_steps_of_max_steps(rich, tiny_gpt2_dir):
+def test_progress_bar_counts_steps_of_max_steps(tmp_path, rich, tiny_gpt2_dir):
     import lightning as L
     from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
     module = tiny_tuning(tiny_gpt2_dir)
     trainer = L.Trainer(
+        default_root_dir=tmp_path,
         max_steps=3,
         accelerator="cpu",
         logger=False,

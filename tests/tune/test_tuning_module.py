@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("teacher", ["frozen", "live"])
-def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, teacher):
+def test_tiny_run_moves_the_model_towards_its_boosted_version(tmp_path, peaky_gpt2_dir, teacher):
     """Held-out samples of the initial model: KL(boosted initial model || tuned model) falls.
 
     With the paper's live teacher the objective itself need not fall (each step re-boosts the current
@@ -54,7 +54,7 @@ def test_tiny_run_moves_the_model_towards_its_boosted_version(peaky_gpt2_dir, te
         return float(torch.cat([t.kl for t in terms]).mean())
 
     before = held_out_kl()
-    tiny_trainer(8).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=6))
+    tiny_trainer(8, tmp_path).fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=6))
     after = held_out_kl()
     assert before > 0.01
     assert after < 0.8 * before, (before, after)
@@ -146,11 +146,11 @@ def test_hf_export_reloads_with_the_same_logits(tiny_model_dir, tmp_path):
     )
 
 
-def test_validation_logs_held_out_kl(peaky_gpt2_dir):
+def test_validation_logs_held_out_kl(tmp_path, peaky_gpt2_dir):
     module = tiny_tuning(
         peaky_gpt2_dir, validation=ValidationOptions(against_initial=True, log_samples_every_n_steps=0)
     )
-    trainer = tiny_trainer(2, val_check_interval=2, check_val_every_n_epoch=None)
+    trainer = tiny_trainer(2, tmp_path, val_check_interval=2, check_val_every_n_epoch=None)
     trainer.fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=3, val_size=2))
     metrics = trainer.callback_metrics
     for name in ["val/tuning/kl", "val/tuning/kl_long", "val/tuning/kl_initial", "train/tuning/loss"]:
@@ -173,11 +173,11 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_gpt2_dir):
         assert torch.allclose(grad, grads[1][name], atol=1e-7, rtol=1e-4), name
 
 
-def test_bf16_mixed_precision_step(tiny_gpt2_dir):
+def test_bf16_mixed_precision_step(tmp_path, tiny_gpt2_dir):
     module = tiny_tuning(tiny_gpt2_dir)
     module.configure_model()
     before = _weights(module)
-    trainer = tiny_trainer(1, precision="bf16-mixed")
+    trainer = tiny_trainer(1, tmp_path, precision="bf16-mixed")
     trainer.fit(module, PromptDataModule(prompts=RUN_PROMPTS, batch_size=2))
     assert torch.isfinite(trainer.callback_metrics["train/tuning/loss"])
     assert any(not torch.equal(v, _weights(module)[n]) for n, v in before.items())
@@ -278,11 +278,11 @@ def test_prompt_sources_that_yield_nothing(tmp_path):
         PromptDataModule(prompts=["a", "b"], val_size=2).train_prompts()
 
 
-def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir):
+def test_sequences_never_longer_than_k_are_refused_before_sampling(tmp_path, tiny_gpt2_dir):
     module = tiny_tuning(tiny_gpt2_dir, boosting=Boosting(k=8, alpha=-0.5), max_new_tokens=4)
     calls = []
     module.sampler.sample = lambda *args, **kwargs: calls.append(args)  # must never be reached
-    trainer = tiny_trainer(2)
+    trainer = tiny_trainer(2, tmp_path)
     with pytest.raises(ConfigError, match="identically zero"):
         trainer.fit(module, PromptDataModule(prompts=["Hi there"], batch_size=2))
     assert not calls and trainer.global_step == 0
@@ -290,7 +290,7 @@ def test_sequences_never_longer_than_k_are_refused_before_sampling(tiny_gpt2_dir
         module.check_prompts([""])  # BOS alone + 4 tokens
     module.check_prompts(["one two three four five six seven"])  # 7 + 4 - 1 > 8
     with pytest.raises(ConfigError, match="max_steps"):
-        L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False).fit(
+        L.Trainer(default_root_dir=tmp_path, max_epochs=1, logger=False, enable_progress_bar=False).fit(
             module, PromptDataModule(prompts=RUN_PROMPTS)
         )
 

@@ -119,7 +119,7 @@ def test_rollout_option_checks():
             make()
 
 
-def test_a_run_with_the_static_cache_reaches_the_dynamic_runs_weights(tiny_gpt2_dir):
+def test_a_run_with_the_static_cache_reaches_the_dynamic_runs_weights(tmp_path, tiny_gpt2_dir):
     def run(rollouts):
         module = CoherenceTuning(
             model=str(tiny_gpt2_dir),
@@ -131,6 +131,7 @@ def test_a_run_with_the_static_cache_reaches_the_dynamic_runs_weights(tiny_gpt2_
             validation=ValidationOptions(log_samples_every_n_steps=0),
         )
         L.Trainer(
+            default_root_dir=tmp_path,
             max_steps=2,
             accelerator="cpu",
             logger=False,

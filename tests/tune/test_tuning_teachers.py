@@ -121,7 +121,7 @@ def test_validation_perplexity_on_human_text_matches_transformers(tiny_model_dir
     # and through validation: val/tuning/ppl from the data module's held-out texts
     texts_file = tmp_path / "human.txt"
     texts_file.write_text("\n".join(texts))
-    trainer = tiny_trainer(1, val_check_interval=1, check_val_every_n_epoch=None)
+    trainer = tiny_trainer(1, tmp_path, val_check_interval=1, check_val_every_n_epoch=None)
     data = PromptDataModule(prompts=RUN_PROMPTS, batch_size=2, val_size=2, val_texts_file=str(texts_file))
     trainer.fit(module, data)
     # the weights moved by one step since ref_nll: compare to a fresh computation, not to ref_nll

@@ -27,7 +27,9 @@ RUN_PROMPTS = [
 ]
 
 
-def tiny_trainer(max_steps, tmp_path=None, callbacks=(), **kwargs):
+def tiny_trainer(max_steps, tmp_path, callbacks=(), **kwargs):
+    """A quiet one-process Trainer whose run directory is the test's own ``tmp_path``: a run locks its
+    directory, and tests in parallel workers must not share the working directory."""
     return L.Trainer(
         max_steps=max_steps,
         accelerator="cpu",
