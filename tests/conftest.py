@@ -112,7 +112,8 @@ def fixture_hub(monkeypatch):
 @pytest.fixture
 def cli(capsys):
     """``cli(argv)``: ``cblight ARGV`` in this process, its (exit status, stderr lines, stdout);
-    ``cli.one_line(argv)`` / ``cli.last_error(argv)``: the one line of a refusal (exit status 2)."""
+    ``cli.one_line(argv)`` / ``cli.last_error(argv)``: the one line of a refusal (exit status 2);
+    ``cli.refuses(argv, names=..., fix=...)``: that line's decisive parts (``tests.helpers.assert_refused``)."""
     from tests.helpers import Command
 
     return Command(capsys)

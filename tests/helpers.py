@@ -5,6 +5,7 @@ import json
 import re
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -98,6 +99,35 @@ def build_tiny_llama(
     return Path(out_dir)
 
 
+def assert_refused(
+    status: int | str | None,
+    lines: Sequence[str],
+    *,
+    names: str | Sequence[str] = (),
+    fix: str | Sequence[str] = (),
+    alone: bool = False,
+) -> str:
+    """A refusal's decisive parts, not its whole sentence: exit status 2, one line of ``lines`` (stderr)
+    starting ``error: ``, the last (no traceback after it; ``alone``: the only line), which names each of
+    ``names`` as printed (the option, file, field or value) and gives each ``fix`` fragment (e.g. ``did you
+    mean --model.choice_alphas?``), each a whole run of words there: ``--model.choice_alpha`` is not found in
+    ``--model.choice_alphas``, nor ``model.x`` in ``--model.x``. Returns the line.
+
+    A line that docs/errors.md quotes is compared whole instead (tests/commands/test_errors_doc.py)."""
+    lines = list(lines)
+    shown = "\n".join(lines[-30:])
+    assert status == 2, f"exit status {status!r}, not 2:\n{shown}"
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert errors and errors == lines[-1:], f"not one error: line, the last:\n{shown}"
+    assert not alone or len(lines) == 1, f"more than the one line:\n{shown}"
+    line = errors[0]
+    for kind, parts in (("name", names), ("give the fix", fix)):
+        for part in (parts,) if isinstance(parts, str) else parts:
+            found = re.search(rf"(?<![\w./-]){re.escape(part)}(?![\w/-]|\.\w)", line)
+            assert found, f"the line does not {kind} {part!r}:\n{line}"
+    return line
+
+
 class Outcome(NamedTuple):
     """What one ``cblight`` command did: its exit status, its stderr lines and its stdout."""
 
@@ -132,6 +162,12 @@ class Command:
         assert status == 2, err
         assert len(err) == 1, "\n".join(err)
         return err[0]
+
+    def refuses(self, argv: list[str], *, names: str | Sequence[str], fix: str | Sequence[str]) -> str:
+        """The command must exit 2 with exactly one line on stderr (as :meth:`one_line`), which names
+        ``names`` and gives ``fix`` (:func:`assert_refused`); that line."""
+        status, err, _ = self(argv)
+        return assert_refused(status, err, names=names, fix=fix, alone=True)
 
     def last_error(self, argv: list[str]) -> str:
         """A refusal found while running (after Lightning's start-up notes): exit 2, one ``error:`` line,

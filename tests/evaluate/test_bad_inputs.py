@@ -22,6 +22,7 @@ from cblight.cli import evaluate_cli
 from tests.helpers import (
     EVAL_QUIET_CPU,
     ROOT,
+    assert_refused,
 )
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -58,17 +59,21 @@ def no_loading(monkeypatch):
     monkeypatch.setattr(datamodule, "load_split_records", data)
 
 
-def refused(args: list[str], tmp_path: Path, capsys) -> str:
-    """Run evaluate.py in process; it must exit 2 with one ``error:`` line and write no results."""
+def refused(
+    args: list[str],
+    tmp_path: Path,
+    capsys,
+    names: str | tuple[str, ...] = (),
+    fix: str | tuple[str, ...] = (),
+) -> str:
+    """Run evaluate.py in process; it must exit 2 with one ``error:`` line, the last, which names ``names``
+    and gives ``fix`` (``assert_refused``), and write no results; that line."""
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:
         evaluate_cli(["--model.output_dir", str(out), *EVAL_QUIET_CPU, *args])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2, err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
+    line = assert_refused(exc.value.code, capsys.readouterr().err.splitlines(), names=names, fix=fix)
     assert not (out / "results.json").exists()
-    return lines[0]
+    return line
 
 
 # -- case 1: NaN and infinity in every grid, alpha and temperature ------------------------------------------
@@ -79,16 +84,6 @@ def refused(args: list[str], tmp_path: Path, capsys) -> str:
             "--model.choice_alphas",
             "[.nan, -1.0]",
             "choice_alphas: every alpha must be a finite number, got nan in [nan, -1.0]",
-        ),
-        (
-            "--model.choice_alphas",
-            "[0.0, .inf]",
-            "choice_alphas: every alpha must be a finite number, got inf in [0.0, inf]",
-        ),
-        (
-            "--model.next_token_alphas",
-            "[-.inf]",
-            "next_token_alphas: every alpha must be a finite number, got -inf in [-inf]",
         ),
         (
             "--model.choice_alphas",
@@ -107,6 +102,18 @@ def test_nan_and_inf_alphas_are_refused(option, value, message, tmp_path, capsys
         ["--model.model", "/no/such/model", "--data.tasks", "[copa]", option, value], tmp_path, capsys
     )
     assert line == f"error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "names"),
+    [
+        ("--model.choice_alphas", "[0.0, .inf]", ("choice_alphas:", "got inf in [0.0, inf]")),
+        ("--model.next_token_alphas", "[-.inf]", ("next_token_alphas:", "got -inf in [-inf]")),
+    ],
+)
+def test_inf_alphas_are_refused_naming_the_grid(option, value, names, tmp_path, capsys, no_loading):
+    args = ["--model.model", "/no/such/model", "--data.tasks", "[copa]", option, value]
+    refused(args, tmp_path, capsys, names=names, fix="every alpha must be a finite number")
 
 
 @pytest.mark.parametrize(
@@ -134,10 +141,8 @@ def test_nan_in_generation_decodings_is_refused(decodings, message, tmp_path, ca
     args = ["--model", "BoostedGenerationEvaluator", "--model.model", "/no/such/model"]
     line = refused([*args, "--model.decodings", decodings, "--data.tasks", "[webtext]"], tmp_path, capsys)
     assert message in line
-    line = refused(
-        [*args, "--model.grid", "{alphas: [.nan], ks: [8]}", "--data.tasks", "[webtext]"], tmp_path, capsys
-    )
-    assert line == "error: model.grid.alphas[0] must be a finite number, got nan"
+    grid = [*args, "--model.grid", "{alphas: [.nan], ks: [8]}", "--data.tasks", "[webtext]"]
+    refused(grid, tmp_path, capsys, names=("model.grid.alphas[0]", "got nan"), fix="must be a finite number")
 
 
 @pytest.mark.parametrize(
