@@ -12,7 +12,9 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=
 if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest -q "$@"
 fi
-# --durations: the slowest tests of each tier in the log, so CI shows where the time goes
-.venv/bin/python -m pytest -q --durations=25
+# --durations: the slowest tests of each tier in the log, so CI shows where the time goes. The tiny suite runs
+# in two pytest-xdist workers of one thread each (a test file stays in one worker, with its module fixtures):
+# many of its tests wait on a subprocess, so one worker leaves a core idle.
+.venv/bin/python -m pytest -q --durations=25 -n 2 --dist loadfile
 .venv/bin/python -m pytest -q --durations=25 -m distributed
 exec .venv/bin/python -m pytest -q --durations=25 -m realmodel tests/realmodel
