@@ -12,8 +12,9 @@ Log-softmax is taken in float32 whatever the model dtype. No Lightning or Hub im
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -37,6 +38,17 @@ def logits_to_keep(model: Any, n: int) -> dict[str, int]:
         p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
     )
     return {"logits_to_keep": n} if takes else {}
+
+
+@contextlib.contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """``model`` in eval mode (no dropout) inside the block; its own mode is restored on leaving it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def input_device(model: Any) -> torch.device:

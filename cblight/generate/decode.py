@@ -32,7 +32,7 @@ from typing import Any, Literal
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from cblight.batching import input_device
+from cblight.batching import eval_mode, input_device
 from cblight.boosting import log_softmax32
 from cblight.errors import BoostingError
 from cblight.generate.experts import CachedRows, boosted_scores, short_groups
@@ -225,19 +225,15 @@ def generate_prepared(
     elif not prepared.experts.is_plain:
         boosted = kwargs["custom_generate"] = FusedBoostedDecoding(prepared, streamer=kwargs.get("streamer"))
 
-    was_training = model.training
-    model.eval()
     seeded = sampling.seed is not None
-    try:
-        with (
-            torch.no_grad(),
-            torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=seeded),
-        ):
-            if seeded:
-                torch.manual_seed(int(sampling.seed))
-            out = model.generate(**kwargs)
-    finally:
-        model.train(was_training)
+    with (
+        eval_mode(model),
+        torch.no_grad(),
+        torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=seeded),
+    ):
+        if seeded:
+            torch.manual_seed(int(sampling.seed))
+        out = model.generate(**kwargs)
 
     eos = generate_kwargs.get("eos_token_id", getattr(model.generation_config, "eos_token_id", None))
     eos = set() if eos is None else {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])}

@@ -24,7 +24,14 @@ from typing import Any
 
 import torch
 
-from cblight.batching import input_device, logits_to_keep, right_pad, windowed_log_probs, windowed_positions
+from cblight.batching import (
+    eval_mode,
+    input_device,
+    logits_to_keep,
+    right_pad,
+    windowed_log_probs,
+    windowed_positions,
+)
 from cblight.boosting import log_softmax32
 from cblight.metrics.ragged import PaperMetric, score_once
 from cblight.metrics.text_stats import TokenDocs, as_token_lists
@@ -99,12 +106,10 @@ def generated_token_log_probs(
                 f"document {i} has {len(ctx) + len(gen)} tokens; the model reads at most {window} "
                 "(cut the context from the left first)"
             )
-    was_training = model.training
-    model.eval()
     device = input_device(model)
     results = [(torch.empty(0), torch.empty(0)) for _ in range(len(ctxs))]
     order = sorted((i for i in range(len(ctxs)) if gens[i]), key=lambda i: -(len(ctxs[i]) + len(gens[i])))
-    try:
+    with eval_mode(model):
         for lo in range(0, len(order), batch_size):
             batch = order[lo : lo + batch_size]
             seqs = [ctxs[i] + gens[i] for i in batch]
@@ -132,8 +137,6 @@ def generated_token_log_probs(
             counts = [len(gens[i]) for i in batch]
             for i, f, s in zip(batch, full.cpu().split(counts), short.cpu().split(counts)):
                 results[i] = (f, s)
-    finally:
-        model.train(was_training)
     return results
 
 

@@ -20,7 +20,6 @@ the positions in scope (``sampled_token_mask``, ``kl_scope``: the KL "at every p
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -104,17 +103,6 @@ class Sampled:
     attention_mask: torch.Tensor
     prompt_width: int
     sampled: torch.Tensor
-
-
-@contextlib.contextmanager
-def eval_mode(model: Any) -> Iterator[None]:
-    """``model`` in eval mode (no dropout) inside the block; its own mode is restored on leaving it."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def sampled_logits(model: Any, sampled: Sampled, rows: slice, first_col: int) -> tuple[torch.Tensor, int]:

@@ -23,12 +23,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from cblight.batching import left_pad, positions_from_mask
+from cblight.batching import eval_mode, left_pad, positions_from_mask
 from cblight.errors import ConfigError
 from cblight.option_types import check_fields
 from cblight.options import Sampling
 from cblight.scoring import Encoder
-from cblight.tune.loss import Sampled, eval_mode, sampled_token_mask
+from cblight.tune.loss import Sampled, sampled_token_mask
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torchmetrics import MeanMetric, Metric, SumMetric
 
+from cblight.batching import eval_mode
 from cblight.boosting import log_softmax32
 from cblight.metrics.ngrams import distinct_and_entropy
 from cblight.metrics.ragged import RaggedMetric
@@ -36,7 +37,7 @@ from cblight.metrics.text_stats import ends_in_repetition
 from cblight.option_types import NonNegativeInt, bounded, check_fields
 from cblight.scoring import Encoder, Scorer, empty_context_ids
 from cblight.sharding import SyncedForwards
-from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, eval_mode, sampled_logits
+from cblight.tune.loss import KLTerms, Sampled, default_loss_chunk, sampled_logits
 
 __all__ = [
     "AtLeastTwo",
